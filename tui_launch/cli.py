@@ -1,0 +1,74 @@
+"""The ``tuilaunch`` command: parse, validate, pick a front end, handle signals, exit.
+
+Exit status: 0 when every worker succeeded, 1 when workers failed or torch reported an error
+(as torchrun), 2 for bad input, 128 + N when the launcher itself was stopped by signal N.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import NoReturn
+
+from tui_launch.core.args import USAGE_ERROR, UsageError, parse, validate
+from tui_launch.core.runner import Runner
+from tui_launch.core.store import RunStore
+
+
+def _signals(names: str) -> list[signal.Signals]:
+    out = []
+    for name in names.split(","):
+        sig = getattr(signal, name.strip(), None)
+        if isinstance(sig, signal.Signals) and sig not in (signal.SIGKILL, signal.SIGSTOP):
+            out.append(sig)
+    return out
+
+
+def install_signal_handlers(runner: Runner, names: str) -> dict[signal.Signals, object]:
+    """Route torchrun's handled signals (``--signals-to-handle``) to ``runner.stop``."""
+
+    def handler(signum: int, frame: object) -> None:
+        sig = signal.Signals(signum)
+        runner.stop(sig, reason=f"tuilaunch received {sig.name}")
+
+    previous = {}
+    for sig in _signals(names):
+        previous[sig] = signal.signal(sig, handler)
+    return previous
+
+
+def run_cli(argv: list[str] | None = None) -> int:
+    """Run tuilaunch with ``argv`` and return the exit status."""
+    args, opts = parse(argv)
+    try:
+        validate(args)
+    except UsageError as e:
+        print(f"tuilaunch: error: {e}", file=sys.stderr)
+        return USAGE_ERROR
+
+    from tui_launch.headless import Headless
+
+    store = RunStore()
+    runner = Runner(args, store, echo=True, journal_path=opts.journal)
+    front = Headless(store, runner)
+    previous = install_signal_handlers(runner, args.signals_to_handle)
+    try:
+        runner.start()
+        return front.run()
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)  # type: ignore[arg-type]
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Console-script entry point."""
+    code = run_cli(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if any(t.name == "tuilaunch-agent" and t.is_alive() for t in threading.enumerate()):
+        # The agent thread is stuck inside torch (a rendezvous, a store wait) and the run is
+        # already over: leave without waiting for it.
+        os._exit(code)
+    sys.exit(code)

@@ -1,0 +1,222 @@
+"""tuilaunch's command line: torchrun's own parser plus a group of tuilaunch options.
+
+The torchrun part is ``torch.distributed.run.get_args_parser()`` itself, so every flag of the
+installed torch, both spellings, its defaults and its ``PET_*`` environment defaults work
+unchanged, including flags added in later releases. tuilaunch's options live in their own
+argument group, with names torchrun does not use, and are removed from the namespace handed
+to torch. Errors are one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import NoReturn
+
+from tui_launch import __version__
+
+USAGE_ERROR = 2
+_OURS = "tl_"
+
+
+class UsageError(Exception):
+    """Bad input that must end the launch before anything starts (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """tuilaunch's own options."""
+
+    no_tui: bool
+    journal: str | None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # argparse prints the whole usage block; one line is easier to read in CI logs.
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """torchrun's parser, renamed, with tuilaunch's option group added."""
+    from torch.distributed.run import get_args_parser
+
+    torch_parser = get_args_parser()
+    parser = _Parser(
+        prog="tuilaunch",
+        description=(
+            "torchrun with a cockpit: the same elastic launch (every torchrun flag below), "
+            "a live dashboard on a terminal, root causes, logs, and restarts that work."
+        ),
+        epilog=(
+            "Differences from torchrun: every rank's output is always kept in per-rank files; "
+            f"restarts use a fresh rendezvous store ({'TORCH_DISABLE_SHARE_RDZV_TCP_STORE'}=1 "
+            "unless you set it); a SIGKILLed launcher leaves no workers behind."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    group = parser.add_argument_group("torchrun options")
+    for action in torch_parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        group._add_action(action)
+    ours = parser.add_argument_group("tuilaunch options")
+    ours.add_argument(
+        "--no-tui",
+        dest=_OURS + "no_tui",
+        action="store_true",
+        help="Run headless: one line per event, worker output as torchrun shows it, and a "
+        "summary at the end (the default when stdout is not a terminal).",
+    )
+    ours.add_argument(
+        "--journal",
+        dest=_OURS + "journal",
+        metavar="PATH",
+        default=None,
+        help="Write the run's event journal (JSON lines) to PATH instead of "
+        "journal.jsonl in the run's log directory.",
+    )
+    ours.add_argument("--version", action="version", version=f"tuilaunch {__version__}")
+    return parser
+
+
+def torch_option_strings() -> set[str]:
+    """Every option string torchrun accepts (for the parity test)."""
+    from torch.distributed.run import get_args_parser
+
+    return {s for a in get_args_parser()._actions for s in a.option_strings}
+
+
+def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
+    """Parse the command line into torchrun's namespace and tuilaunch's options."""
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    ours = {k[len(_OURS) :]: v for k, v in vars(ns).items() if k.startswith(_OURS)}
+    torch_args = argparse.Namespace(
+        **{k: v for k, v in vars(ns).items() if not k.startswith(_OURS)}
+    )
+    return torch_args, Options(**ours)
+
+
+def min_max_nodes(nnodes: str) -> tuple[int, int]:
+    """``N`` or ``MIN:MAX`` as two ints; :class:`UsageError` on anything else."""
+    parts = str(nnodes).split(":")
+    try:
+        if len(parts) == 1:
+            lo = hi = int(parts[0])
+        elif len(parts) == 2:
+            lo, hi = int(parts[0]), int(parts[1])
+        else:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"--nnodes must be N or MIN:MAX, got {nnodes!r}") from None
+    if not 0 < lo <= hi:
+        raise UsageError(f"--nnodes needs 0 < MIN <= MAX, got {nnodes!r}")
+    return lo, hi
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Check what torchrun would only find out after starting (or never). Raises UsageError."""
+    min_max_nodes(args.nnodes)
+    _check_nproc(args.nproc_per_node)
+    if args.max_restarts < 0:
+        raise UsageError(f"--max-restarts must be >= 0, got {args.max_restarts}")
+    if args.monitor_interval <= 0:
+        raise UsageError(f"--monitor-interval must be > 0, got {args.monitor_interval}")
+    if args.module and args.no_python:
+        raise UsageError("-m/--module and --no-python cannot be used together")
+    if args.local_ranks_filter:
+        try:
+            ranks = {int(r) for r in args.local_ranks_filter.split(",")}
+        except ValueError:
+            ranks = set()
+        if not ranks or min(ranks) < 0:
+            raise UsageError(
+                f"--local-ranks-filter must be a comma-separated list of local ranks, "
+                f"got {args.local_ranks_filter!r}"
+            )
+    _check_backend(args.rdzv_backend, args.standalone)
+    _check_script(args)
+    if args.log_dir:
+        _check_log_dir(args.log_dir)
+
+
+def _check_nproc(value: str) -> None:
+    if value in ("auto", "cpu", "xpu"):
+        return
+    if value == "gpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("--nproc-per-node gpu: CUDA is not available on this machine")
+        return
+    try:
+        n = int(value)
+    except ValueError:
+        raise UsageError(
+            f"--nproc-per-node must be a positive integer or auto, cpu, gpu, xpu; got {value!r}"
+        ) from None
+    if n <= 0:
+        raise UsageError(f"--nproc-per-node must be at least 1, got {n}")
+
+
+def _check_backend(backend: str, standalone: bool) -> None:
+    if standalone:
+        return
+    try:
+        from torch.distributed.elastic.rendezvous import registry
+
+        known = set(registry.handler_registry._registry)
+    except Exception:  # private API moved: let torch itself complain
+        return
+    if known and backend not in known:
+        raise UsageError(
+            f"--rdzv-backend {backend!r} is not known; choose from {', '.join(sorted(known))}"
+        )
+
+
+def _check_script(args: argparse.Namespace) -> None:
+    script = args.training_script
+    if args.run_path or not (args.module or args.no_python):
+        if not os.path.isfile(script):
+            raise UsageError(f"training script not found: {script}")
+        return
+    if args.no_python:
+        if os.sep in script:
+            if not os.path.isfile(script):
+                raise UsageError(f"program not found: {script}")
+            if not os.access(script, os.X_OK):
+                raise UsageError(f"program is not executable: {script}")
+        elif shutil.which(script) is None:
+            raise UsageError(f"program not found on PATH: {script}")
+        return
+    # -m: look the top-level package up the way `python -m` will, from the current directory.
+    top = script.split(".")[0]
+    if not top:
+        raise UsageError(f"not a module name: {script!r}")
+    sys.path.insert(0, os.getcwd())
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = False
+    finally:
+        sys.path.pop(0)
+    if not found:
+        raise UsageError(f"module not found: {top} (for -m {script})")
+
+
+def _check_log_dir(path: str) -> None:
+    if path == os.devnull:
+        return
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".tuilaunch-probe-"):
+            pass
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise UsageError(f"--log-dir {path} is not a writable directory ({reason})") from None

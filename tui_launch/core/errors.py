@@ -1,0 +1,99 @@
+"""Explaining failures: signal names and hints, error files, and the stderr tail.
+
+torch's ``@record`` writes ``error.json`` with the exception message and traceback; without it
+there is only an exit code, so the last lines of the rank's stderr are the best evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from typing import Any
+
+_HINTS: dict[int, str] = {
+    signal.SIGKILL: "killed: often the kernel's OOM killer (check `dmesg`), or a scheduler",
+    signal.SIGSEGV: "segmentation fault in native code (an extension, CUDA, a driver)",
+    signal.SIGABRT: "abort: a C++ exception, an assertion, or a NCCL/gloo error",
+    signal.SIGBUS: "bus error: often shared memory (/dev/shm) too small for data loaders",
+    signal.SIGFPE: "floating-point exception in native code",
+    signal.SIGILL: "illegal instruction: a binary built for another CPU",
+    signal.SIGTERM: "terminated by a signal from outside (a scheduler, a user, the agent)",
+    signal.SIGINT: "interrupted (^C or SIGINT)",
+    signal.SIGHUP: "hang-up: the terminal or session went away",
+    signal.SIGQUIT: "quit signal",
+    signal.SIGPIPE: "broken pipe: wrote to a closed pipe or socket",
+}
+
+
+def signal_name(exit_code: int | None) -> str | None:
+    """The signal name for a negative exit code (``-9`` -> ``SIGKILL``), else None."""
+    if exit_code is None or exit_code >= 0:
+        return None
+    try:
+        return signal.Signals(-exit_code).name
+    except ValueError:
+        return f"signal {-exit_code}"
+
+
+def hint_for(exit_code: int | None) -> str | None:
+    """A one-line human hint for an exit code, or None when there is nothing useful to say."""
+    if exit_code is None or exit_code == 0:
+        return None
+    if exit_code < 0:
+        return _HINTS.get(-exit_code)
+    if exit_code > 128 and (exit_code - 128) in _HINTS:
+        # A shell or wrapper reports a signalled child as 128 + signal.
+        sig = exit_code - 128
+        return f"128+{sig}: a child died of {signal.Signals(sig).name}; " + _HINTS[sig]
+    return None
+
+
+def read_error_file(path: str | None) -> tuple[str, str | None, float | None] | None:
+    """Read a torch ``@record`` error file: (message, traceback, timestamp), or None."""
+    if not path or not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as fp:
+            data: Any = json.load(fp)
+    except (OSError, ValueError):
+        return None
+    msg = data.get("message") if isinstance(data, dict) else None
+    if isinstance(msg, dict):
+        extra = msg.get("extraInfo") or {}
+        ts = extra.get("timestamp")
+        return (
+            str(msg.get("message", "")),
+            extra.get("py_callstack"),
+            float(ts) if ts not in (None, "") else None,
+        )
+    if isinstance(msg, str):
+        ts = data.get("timestamp")
+        return msg, None, float(ts) if ts not in (None, "") else None
+    return None
+
+
+def tail_lines(path: str | None, n: int = 30, max_bytes: int = 256 * 1024) -> tuple[str, ...]:
+    """The last ``n`` lines of a text file, reading at most ``max_bytes`` from its end."""
+    if not path or not os.path.isfile(path):
+        return ()
+    try:
+        with open(path, "rb") as fp:
+            fp.seek(0, os.SEEK_END)
+            size = fp.tell()
+            fp.seek(max(0, size - max_bytes))
+            data = fp.read()
+    except OSError:
+        return ()
+    lines = data.decode("utf-8", "replace").splitlines()
+    return tuple(lines[-n:])
+
+
+def describe_exit(exit_code: int | None) -> str:
+    """``exit 3``, ``SIGKILL (-9)`` or ``running``: a short label for a rank's end."""
+    if exit_code is None:
+        return "running"
+    name = signal_name(exit_code)
+    if name:
+        return f"{name} ({exit_code})"
+    return f"exit {exit_code}"

@@ -1,0 +1,275 @@
+"""Typed, immutable records of every transition of a run.
+
+Producers (the agent thread, the runner, log tailers) create events and post them to the
+:class:`~tui_launch.core.store.RunStore`; the store folds them into snapshots and the journal
+writes each one as a JSON line. Events are plain frozen dataclasses made of str, int, float,
+bool, None and tuples of those (or of other frozen records), so that they serialise to JSON and
+back without a schema of their own (:func:`to_dict`, :func:`from_dict`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+def _now_mono() -> float:
+    return time.monotonic()
+
+
+def _now_wall() -> float:
+    return time.time()
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base class: every event carries when it happened, on both clocks."""
+
+    kind: ClassVar[str] = "event"
+    mono: float = field(default_factory=_now_mono, kw_only=True)
+    wall: float = field(default_factory=_now_wall, kw_only=True)
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One worker of an attempt, as the agent assigned it."""
+
+    local_rank: int
+    global_rank: int
+    role_rank: int
+    world_size: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A rank that ended badly, with everything needed to explain it.
+
+    ``collateral`` is True for peers that the agent itself terminated after another rank
+    failed: they are kept for the record but are never the root cause.
+    """
+
+    attempt: int
+    local_rank: int
+    global_rank: int
+    host: str
+    pid: int
+    exit_code: int
+    signal: str | None
+    hint: str | None
+    time: float
+    message: str
+    traceback: str | None
+    stderr_tail: tuple[str, ...]
+    error_file: str | None
+    collateral: bool = False
+    caused_by: str | None = None
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    """The launcher parsed its arguments and is about to start torch's agent."""
+
+    kind: ClassVar[str] = "run_started"
+    entrypoint: str
+    args: tuple[str, ...]
+    role: str
+    nproc_per_node: int
+    min_nodes: int
+    max_nodes: int
+    max_restarts: int
+    backend: str
+    endpoint: str
+    run_id: str
+    host: str
+    launcher_pid: int
+    torch_version: str
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RendezvousStarted(Event):
+    """The agent entered a rendezvous (first start, restart or membership change)."""
+
+    kind: ClassVar[str] = "rendezvous_started"
+    attempt: int
+    backend: str
+    endpoint: str
+    run_id: str
+
+
+@dataclass(frozen=True)
+class RendezvousCompleted(Event):
+    """The rendezvous finished: this node knows its group rank and the world."""
+
+    kind: ClassVar[str] = "rendezvous_completed"
+    attempt: int
+    round: int | None
+    backend: str
+    endpoint: str
+    run_id: str
+    group_rank: int
+    group_world_size: int
+    master_addr: str
+    master_port: int
+    participants: tuple[str, ...]
+    duration: float
+
+
+@dataclass(frozen=True)
+class WorkersStarted(Event):
+    """The local worker group of an attempt was spawned."""
+
+    kind: ClassVar[str] = "workers_started"
+    attempt: int
+    workers: tuple[WorkerInfo, ...]
+    log_dir: str
+
+
+@dataclass(frozen=True)
+class RankExited(Event):
+    """One worker process ended (seen by the monitor, or reaped after the agent stopped it)."""
+
+    kind: ClassVar[str] = "rank_exited"
+    attempt: int
+    local_rank: int
+    global_rank: int
+    pid: int
+    exit_code: int
+    signal: str | None
+    by_agent: bool
+
+
+@dataclass(frozen=True)
+class GroupState(Event):
+    """The worker group changed state (torch's ``WorkerState`` names)."""
+
+    kind: ClassVar[str] = "group_state"
+    attempt: int
+    state: str
+
+
+@dataclass(frozen=True)
+class AttemptFailed(Event):
+    """An attempt ended with failed ranks; ``failures`` holds all of them, collateral included."""
+
+    kind: ClassVar[str] = "attempt_failed"
+    attempt: int
+    failures: tuple[Failure, ...]
+
+
+@dataclass(frozen=True)
+class Restart(Event):
+    """The agent restarts the worker group.
+
+    ``cause`` is ``failure`` (spends the failure budget), ``manual`` (asked for through the
+    control API) or ``membership`` (nodes joined or left).
+    """
+
+    kind: ClassVar[str] = "restart"
+    cause: str
+    from_attempt: int
+    to_attempt: int
+    restarts_used: int
+    budget_left: int
+
+
+@dataclass(frozen=True)
+class ControlAction(Event):
+    """Someone acted on the run through the control API (a key, a signal, an injection)."""
+
+    kind: ClassVar[str] = "control"
+    action: str
+    local_rank: int | None
+    global_rank: int | None
+    pid: int | None
+    signal: str | None
+    source: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ExitBarrier(Event):
+    """The local group finished and the agent waits for the other nodes (``done`` when past it)."""
+
+    kind: ClassVar[str] = "exit_barrier"
+    attempt: int
+    done: bool
+
+
+@dataclass(frozen=True)
+class Notice(Event):
+    """Something the user should read once: a change tuilaunch made, a warning."""
+
+    kind: ClassVar[str] = "notice"
+    level: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Shutdown(Event):
+    """The launcher is stopping the run (a signal, a quit, a stop request)."""
+
+    kind: ClassVar[str] = "shutdown"
+    reason: str
+    signal: str | None
+
+
+@dataclass(frozen=True)
+class RunFinished(Event):
+    """The run is over. ``outcome`` is succeeded, failed, stopped or error."""
+
+    kind: ClassVar[str] = "run_finished"
+    outcome: str
+    exit_code: int
+    message: str
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (
+        RunStarted,
+        RendezvousStarted,
+        RendezvousCompleted,
+        WorkersStarted,
+        RankExited,
+        GroupState,
+        AttemptFailed,
+        Restart,
+        ControlAction,
+        ExitBarrier,
+        Notice,
+        Shutdown,
+        RunFinished,
+    )
+}
+
+_NESTED: dict[tuple[str, str], type[Any]] = {
+    ("workers_started", "workers"): WorkerInfo,
+    ("attempt_failed", "failures"): Failure,
+}
+
+
+def to_dict(event: Event) -> dict[str, Any]:
+    """Return ``event`` as a JSON-ready dict with its ``kind`` first."""
+    return {"kind": event.kind, **dataclasses.asdict(event)}
+
+
+def from_dict(data: dict[str, Any]) -> Event:
+    """Rebuild an event from :func:`to_dict`'s output (as read back from a journal)."""
+    data = dict(data)
+    kind = data.pop("kind")
+    data.pop("seq", None)
+    cls = EVENT_TYPES[kind]
+    for (k, name), nested in _NESTED.items():
+        if k == kind and name in data:
+            data[name] = tuple(nested(**_tuplify(item)) for item in data[name])
+    return cls(**_tuplify(data))
+
+
+def _tuplify(data: dict[str, Any]) -> dict[str, Any]:
+    # JSON turns tuples into lists; frozen records want tuples back so they stay hashable.
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}

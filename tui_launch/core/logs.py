@@ -1,0 +1,369 @@
+"""Worker and agent logs: every line to a file, tailed by byte offset, bounded in memory.
+
+torchrun writes a worker's output to the console unless it is redirected, and drops the output
+of ranks outside ``--local-ranks-filter``. tuilaunch wraps the user's ``LogsSpecs`` so that every
+rank's stdout and stderr always land in per-rank files (keeping torch's own layout and error
+files), then decides itself what the console shows, with torchrun's rules. Workers write to
+regular files, so they never block on a pipe, and one tailer thread reads all files in large
+chunks (torch's ``--tee`` polls one thread per stream and reads line by line).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, Std, to_map
+
+STDOUT, STDERR = "stdout", "stderr"
+
+
+@dataclass
+class LogSource:
+    """One stream of one rank in one attempt, and how the console treats it."""
+
+    attempt: int
+    local_rank: int
+    global_rank: int
+    stream: str
+    path: str
+    console: bool
+    prefix: str | None
+    offset: int = 0
+    partial: bytes = b""
+    closed: bool = False
+
+
+@dataclass
+class ReifiedLogs:
+    """What :class:`CapturingLogsSpecs` decided for one attempt."""
+
+    attempt: int
+    attempt_dir: str
+    sources: list[LogSource] = field(default_factory=list)
+    error_files: dict[int, str] = field(default_factory=dict)
+
+
+LineSink = Callable[[LogSource, list[str]], None]
+
+
+class CapturingLogsSpecs(LogsSpecs):
+    """Wrap a ``LogsSpecs`` so that every rank's streams go to files.
+
+    Args:
+        inner: the user's ``LogsSpecs`` (torch's default one, or a ``--logs-specs`` plugin).
+        role: the worker role, for torchrun's ``[role<local_rank>]:`` console prefix.
+        prefix_template: ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`` if set.
+        echo: whether this launcher shows worker output on its console at all (False under
+            the dashboard, which shows logs itself).
+        on_reify: called with each attempt's :class:`ReifiedLogs` (on the agent thread).
+    """
+
+    def __init__(
+        self,
+        inner: LogsSpecs,
+        role: str,
+        prefix_template: str | None,
+        echo: bool,
+        on_reify: Callable[[ReifiedLogs], None],
+    ) -> None:
+        super().__init__(
+            log_dir=getattr(inner, "_root_log_dir", None),
+            redirects=getattr(inner, "_redirects", Std.NONE),
+            tee=getattr(inner, "_tee", Std.NONE),
+            local_ranks_filter=getattr(inner, "_local_ranks_filter", None),
+        )
+        self._inner = inner
+        self._role = role
+        self._prefix_template = prefix_template
+        self._echo = echo
+        self._on_reify = on_reify
+        self._fallback_dir: str | None = None
+        self.run_dir: str | None = None
+
+    @property
+    def root_log_dir(self) -> str:
+        """The user's log directory, as torch reports it."""
+        return self._inner.root_log_dir
+
+    def _fallback(self, run_id: str) -> str:
+        # Used when the user's specs write no per-rank files (``--log-dir /dev/null``, plugins).
+        if self._fallback_dir is None:
+            self._fallback_dir = tempfile.mkdtemp(prefix=f"tuilaunch_{run_id}_")
+        return self._fallback_dir
+
+    def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
+        """Build the inner destinations, then make sure every stream has a file."""
+        dest = self._inner.reify(envs)
+        nprocs = len(envs)
+        env0 = envs.get(0, {})
+        attempt = int(env0.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        run_id = env0.get("TORCHELASTIC_RUN_ID", "run")
+        tee = to_map(getattr(self._inner, "_tee", Std.NONE), nprocs)
+        ranks_filter = getattr(self._inner, "_local_ranks_filter", None)
+
+        rank_dirs: dict[int, str] = {}
+        for lr in range(nprocs):
+            err_file = dest.error_files.get(lr, "")
+            if err_file and err_file != os.devnull:
+                rank_dirs[lr] = os.path.dirname(err_file)
+            else:
+                rank_dirs[lr] = os.path.join(self._fallback(run_id), f"attempt_{attempt}", str(lr))
+                os.makedirs(rank_dirs[lr], exist_ok=True)
+        attempt_dir = os.path.dirname(rank_dirs[0]) if nprocs else self._fallback(run_id)
+        if self.run_dir is None:
+            self.run_dir = os.path.dirname(attempt_dir)
+
+        info = ReifiedLogs(attempt=attempt, attempt_dir=attempt_dir, error_files={})
+        for lr in range(nprocs):
+            env = envs[lr]
+            global_rank = int(env.get("RANK", lr))
+            filtered = bool(ranks_filter) and lr not in ranks_filter
+            for stream, paths, tees, std in (
+                (STDOUT, dest.stdouts, dest.tee_stdouts, Std.OUT),
+                (STDERR, dest.stderrs, dest.tee_stderrs, Std.ERR),
+            ):
+                path = paths.get(lr, "")
+                if path in ("", os.devnull):
+                    # torchrun: console when not redirected, nothing when filtered out.
+                    console = path == "" and not filtered
+                    prefixed = False
+                    path = os.path.join(rank_dirs[lr], f"{stream}.log")
+                    paths[lr] = path
+                else:
+                    console = bool(tee[lr] & std) and not filtered
+                    prefixed = True
+                tees.pop(lr, None)  # the tailer echoes; torch must not start its own
+                prefix = self._prefix(lr, global_rank) if prefixed else None
+                info.sources.append(
+                    LogSource(
+                        attempt=attempt,
+                        local_rank=lr,
+                        global_rank=global_rank,
+                        stream=stream,
+                        path=path,
+                        console=console and self._echo,
+                        prefix=prefix,
+                    )
+                )
+            info.error_files[lr] = dest.error_files.get(lr, "")
+        self._on_reify(info)
+        return dest
+
+    def _prefix(self, local_rank: int, global_rank: int) -> str:
+        if self._prefix_template:
+            from string import Template
+
+            return Template(self._prefix_template).safe_substitute(
+                role_name=self._role, rank=global_rank, local_rank=local_rank
+            )
+        return f"[{self._role}{local_rank}]:"
+
+
+class LogTailer:
+    """One thread that tails every log file by byte offset and hands whole lines to sinks.
+
+    Lines are delivered in file order per stream. ``drain`` reads everything written so far,
+    synchronously, so that a failure report can follow the last lines that led to it.
+    """
+
+    CHUNK = 1 << 22
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self._interval = interval
+        self._sources: list[LogSource] = []
+        self._sinks: list[LineSink] = []
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add_sink(self, sink: LineSink) -> None:
+        """Deliver lines to ``sink(source, lines)`` from now on."""
+        with self._lock:
+            self._sinks.append(sink)
+
+    def add_sources(self, sources: list[LogSource]) -> None:
+        """Start tailing ``sources`` (a new attempt's files)."""
+        with self._lock:
+            self._sources.extend(sources)
+
+    def start(self) -> None:
+        """Start the tailer thread."""
+        self._thread = threading.Thread(target=self._loop, name="tuilaunch-logs", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Read what is left, flush partial lines, and stop the thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.drain(final=True)
+
+    def drain(self, final: bool = False) -> None:
+        """Read all sources to their current end now; ``final`` also flushes partial lines."""
+        with self._lock:
+            for src in self._sources:
+                self._read(src, final)
+            if final:
+                self._sources = [s for s in self._sources if not s.closed]
+
+    def close_attempt(self, attempt: int) -> None:
+        """Read an ended attempt's files to the end and stop tailing them."""
+        with self._lock:
+            for src in self._sources:
+                if src.attempt == attempt:
+                    self._read(src, final=True)
+                    src.closed = True
+            self._sources = [s for s in self._sources if not s.closed]
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.drain()
+
+    def _read(self, src: LogSource, final: bool) -> None:
+        if src.closed:
+            return
+        try:
+            with open(src.path, "rb") as fp:
+                fp.seek(src.offset)
+                data = fp.read(self.CHUNK)
+        except OSError:  # not created yet, or gone with a deleted attempt
+            return
+        more = len(data) == self.CHUNK
+        flush = final and not more  # flush the partial line only once the file is read out
+        if not data and not (flush and src.partial):
+            return
+        src.offset += len(data)
+        data = src.partial + data
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            src.partial = data
+            whole = b""
+        else:
+            whole, src.partial = data[: cut + 1], data[cut + 1 :]
+        if flush and src.partial:
+            whole += src.partial + b"\n"
+            src.partial = b""
+        if flush:
+            src.closed = True
+        if not whole:
+            return
+        # Split on newlines only: a progress bar's \r stays inside its line, as in the file.
+        lines = whole.decode("utf-8", "replace").split("\n")[:-1]
+        for sink in self._sinks:
+            try:
+                sink(src, lines)
+            except Exception:  # a sink's failure must not stall the other sinks or workers
+                logging.getLogger(__name__).exception("log sink failed")
+        if more:
+            self._read(src, final)
+
+
+class LogBuffer:
+    """Bounded in-memory lines per (local rank, stream) and merged, for the dashboard.
+
+    Memory stays bounded however much the workers print: old lines fall off the front and
+    the files keep everything.
+    """
+
+    def __init__(self, per_stream: int = 5000, merged: int = 10000) -> None:
+        self._per_stream = per_stream
+        self._lock = threading.Lock()
+        self.streams: dict[tuple[int, str], collections.deque[str]] = {}
+        self.merged: collections.deque[tuple[int, str, str]] = collections.deque(maxlen=merged)
+        self.counts: dict[tuple[int, str], int] = collections.defaultdict(int)
+        self.total = 0
+
+    def __call__(self, src: LogSource, lines: list[str]) -> None:
+        key = (src.local_rank, src.stream)
+        with self._lock:
+            dq = self.streams.get(key)
+            if dq is None:
+                dq = self.streams[key] = collections.deque(maxlen=self._per_stream)
+            dq.extend(lines)
+            self.merged.extend((src.local_rank, src.stream, line) for line in lines)
+            self.counts[key] += len(lines)
+            self.total += len(lines)
+
+    def lines(self, local_rank: int, stream: str) -> list[str]:
+        """A copy of the kept lines of one stream."""
+        with self._lock:
+            return list(self.streams.get((local_rank, stream), ()))
+
+
+class AgentLogCapture(logging.Handler):
+    """Collects the agent's own torch and c10d log records.
+
+    Records go to ``agent.log`` in the run directory once it is known (buffered until then)
+    and the last lines stay in memory for the front ends.
+    """
+
+    LOGGERS = ("torch", "torch.distributed")
+
+    def __init__(self, keep: int = 500) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname).1s %(name)s: %(message)s")
+        )
+        self.recent: collections.deque[str] = collections.deque(maxlen=keep)
+        self._pending: list[str] = []
+        self._fp: Any = None
+        self._muted: list[tuple[logging.Logger, logging.Handler]] = []
+        self.path: str | None = None
+
+    def install(self, mute_console: bool) -> None:
+        """Attach to torch's loggers; with ``mute_console``, detach their stderr handlers."""
+        for name in self.LOGGERS:
+            lg = logging.getLogger(name)
+            if mute_console:
+                for h in list(lg.handlers):
+                    lg.removeHandler(h)
+                    self._muted.append((lg, h))
+            lg.addHandler(self)
+
+    def uninstall(self) -> None:
+        """Detach, restore muted handlers and close the file."""
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeHandler(self)
+        for lg, h in self._muted:
+            lg.addHandler(h)
+        self._muted.clear()
+        self.acquire()
+        try:
+            if self._fp is not None:
+                self._fp.close()
+                self._fp = None
+        finally:
+            self.release()
+
+    def set_dir(self, directory: str) -> None:
+        """Start writing to ``directory/agent.log``, flushing what was buffered."""
+        self.acquire()
+        try:
+            if self._fp is not None:
+                return
+            self.path = os.path.join(directory, "agent.log")
+            self._fp = open(self.path, "a", buffering=1)  # noqa: SIM115
+            for line in self._pending:
+                self._fp.write(line + "\n")
+            self._pending.clear()
+        finally:
+            self.release()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Format and keep one record."""
+        try:
+            line = self.format(record)
+        except Exception:
+            return
+        self.recent.append(line)
+        if self._fp is not None:
+            self._fp.write(line + "\n")
+        elif len(self._pending) < 10000:
+            self._pending.append(line)

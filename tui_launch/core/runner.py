@@ -1,0 +1,793 @@
+"""Run torch's own torchrun path on a background thread, observed and steerable.
+
+:class:`Runner` calls ``torch.distributed.run.run(args)`` (so ``--standalone``, ``-m``,
+``--no-python``, ``--run-path``, ``OMP_NUM_THREADS`` and every other flag behave exactly as in
+torchrun) with ``LocalElasticAgent`` swapped for a subclass that reports every transition to
+the :class:`~tui_launch.core.store.RunStore` and takes commands from any thread:
+signal, kill, stop or continue one rank; restart the group without spending the failure
+budget; stop the run.
+
+Threads: the agent runs on ``tuilaunch-agent``. Commands only set flags or send signals; the
+agent thread acts on flags in ``_monitor_workers`` (every ``--monitor-interval``), through
+torch's own paths (``SignalException`` for a stop, ``UNHEALTHY`` for a restart). When the agent
+is somewhere it cannot be reached (a rendezvous, the exit barrier), ``stop`` kills the
+workers' process groups itself after a short grace period.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tui_launch.core import errors
+from tui_launch.core.events import (
+    AttemptFailed,
+    ControlAction,
+    ExitBarrier,
+    Failure,
+    GroupState,
+    Notice,
+    RankExited,
+    RendezvousCompleted,
+    RendezvousStarted,
+    Restart,
+    RunFinished,
+    RunStarted,
+    Shutdown,
+    WorkerInfo,
+    WorkersStarted,
+)
+from tui_launch.core.journal import Journal
+from tui_launch.core.logs import (
+    STDERR,
+    AgentLogCapture,
+    CapturingLogsSpecs,
+    LogTailer,
+    ReifiedLogs,
+)
+from tui_launch.core.reaper import Reaper
+from tui_launch.core.store import RunStore
+
+SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+_TORCH_THREAD_WARNING = "Failed to register signal handlers since torchelastic is running"
+
+
+def signal_exit_code(sig: int) -> int:
+    """The conventional exit status of a process ended by ``sig`` (128 + number)."""
+    return 128 + int(sig)
+
+
+class Runner:
+    """One launch of torch's elastic agent, with a control API.
+
+    Args:
+        args: torchrun's parsed arguments (``torch.distributed.run.parse_args``).
+        store: where events go.
+        echo: whether worker output that torchrun would print goes to the console sinks.
+        journal_path: ``--journal``; default: ``journal.jsonl`` in the run's log directory.
+        mute_agent_console: keep torch's own log lines off stderr (the dashboard shows them).
+    """
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        store: RunStore,
+        *,
+        echo: bool = True,
+        journal_path: str | None = None,
+        mute_agent_console: bool = False,
+    ) -> None:
+        self.args = args
+        self.store = store
+        self.echo = echo
+        self.tailer = LogTailer()
+        self.agent_log = AgentLogCapture()
+        self.journal = Journal(journal_path)
+        self._mute_agent_console = mute_agent_console
+        self.reaper: Reaper | None = None
+        self.host = socket.gethostname()
+
+        self._lock = threading.RLock()
+        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
+        self._agent: Any = None
+        self._phase = "init"
+        self._attempt = -1
+        self._pids: dict[int, int] = {}
+        self._global_ranks: dict[int, int] = {}
+        self._exit_seen: dict[int, int] = {}
+        self._stopped_by_us: set[int] = set()
+        self._marks: dict[int, str] = {}
+        self._error_files: dict[int, str] = {}
+        self._stderr_paths: dict[int, str] = {}
+        self._stop_sig: signal.Signals | None = None
+        self._stop_reason = ""
+        self._restart_requested = False
+        self._pending_cause: str | None = None
+        self._failure_restarts = 0
+        self._user_max_restarts = int(getattr(args, "max_restarts", 0))
+        self._rdzv_t0 = 0.0
+        self._last_group_state: str | None = None
+        self.run_dir: str | None = None
+        self.exit_code: int | None = None
+        self.error_message: str | None = None
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        """Start the reaper, the log tailer and the agent thread."""
+        self.store.subscribe(self.journal.write)
+        self.agent_log.install(mute_console=self._mute_agent_console)
+        _silence_thread_warning()
+        self._fix_restarts()
+        self.reaper = Reaper()
+        self.tailer.start()
+        self._thread = threading.Thread(target=self._main, name="tuilaunch-agent", daemon=True)
+        self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the run to end; return its exit code (None on timeout)."""
+        self._done.wait(timeout)
+        return self.exit_code
+
+    @property
+    def done(self) -> bool:
+        """True once the run has finished and the summary is final."""
+        return self._done.is_set()
+
+    @property
+    def phase(self) -> str:
+        """Where the agent thread is: rendezvous, starting, monitoring, restarting, ..."""
+        return self._phase
+
+    def _fix_restarts(self) -> None:
+        # torch >= 2.5 shares the rendezvous TCPStore with the workers; stale keys and a reused
+        # MASTER_PORT make most restarts fail or hang (pytorch issues 135712, 167288).
+        if SHARE_STORE_ENV in os.environ:
+            return
+        os.environ[SHARE_STORE_ENV] = "1"
+        self._notes = (
+            f"tuilaunch set {SHARE_STORE_ENV}=1 so that restarts get a fresh store and work "
+            f"(torch's shared store makes most restarts fail or hang); "
+            f"set {SHARE_STORE_ENV}=0 to keep torch's default.",
+        )
+
+    _notes: tuple[str, ...] = ()
+
+    def _main(self) -> None:
+        import torch.distributed.launcher.api as launcher_api
+        import torch.distributed.run as torch_run
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+        outcome, code, message = "error", 1, ""
+        try:
+            with _swap_agent(launcher_api, make_agent_class(self, launcher_api.LocalElasticAgent)):
+                torch_run.run(self.args)
+            outcome, code = "succeeded", 0
+            message = "all ranks exited 0"
+        except ChildFailedError:
+            outcome, code = "failed", 1
+            rc = self.store.snapshot().root_cause
+            message = _failure_line(rc) if rc else "workers failed"
+        except SignalException as e:
+            outcome, code = "stopped", signal_exit_code(e.sigval)
+            message = f"stopped by {e.sigval.name}"
+        except BaseException as e:  # any error of torch's becomes one line, never a traceback
+            if self._stop_sig is not None:
+                outcome, code = "stopped", signal_exit_code(self._stop_sig)
+                message = f"stopped by {self._stop_sig.name}"
+            else:
+                outcome, code, message = "error", 1, one_line_error(e)
+        finally:
+            self._finish(outcome, code, message)
+
+    def _finish(self, outcome: str, code: int, message: str) -> None:
+        with self._lock:
+            if self._done.is_set():
+                return
+            self._phase = "done"
+            self.exit_code = code
+            self.error_message = message if outcome == "error" else None
+        self.tailer.stop()
+        self.store.post(RunFinished(outcome=outcome, exit_code=code, message=message))
+        if self.run_dir is None:
+            self._ensure_run_dir()
+        self.journal.close()
+        if self.reaper is not None:
+            self.reaper.close()
+        self.agent_log.uninstall()
+        self._done.set()
+
+    def _ensure_run_dir(self) -> None:
+        # The run ended before torch made its log directory (e.g. the rendezvous failed):
+        # the journal and agent log still need a home.
+        import tempfile
+
+        root = getattr(self.args, "log_dir", None)
+        if not root or root == os.devnull:
+            root = None
+        try:
+            if root:
+                os.makedirs(root, exist_ok=True)
+            d = tempfile.mkdtemp(prefix=f"{getattr(self.args, 'rdzv_id', 'run')}_", dir=root)
+        except OSError:
+            d = tempfile.mkdtemp(prefix="tuilaunch_")
+        self._set_run_dir(d)
+
+    def _set_run_dir(self, d: str) -> None:
+        self.run_dir = d
+        self.journal.set_dir(d)
+        self.agent_log.set_dir(d)
+
+    # ----------------------------------------------------------------- control API
+
+    def signal_rank(self, local_rank: int, sig: int, source: str = "api") -> bool:
+        """Send ``sig`` to one local rank's worker process. Returns whether it was sent."""
+        sig = signal.Signals(sig)
+        action = {signal.SIGSTOP: "stop", signal.SIGCONT: "continue"}.get(sig, "signal")
+        if sig == signal.SIGKILL:
+            action = "kill"
+        with self._lock:
+            pid = self._pids.get(local_rank)
+            alive = pid is not None and local_rank not in self._exit_seen
+            grank = self._global_ranks.get(local_rank)
+        if not alive or pid is None:
+            self.store.post(
+                ControlAction(
+                    action=action, local_rank=local_rank, global_rank=grank, pid=pid,
+                    signal=sig.name, source=source, ok=False, detail="no running worker",
+                )
+            )
+            return False
+        ok, detail = True, ""
+        try:
+            if sig in (signal.SIGSTOP, signal.SIGCONT):
+                # The whole rank: its data-loader children pause and resume with it.
+                _signal_group(pid, sig)
+            else:
+                os.kill(pid, sig)
+                if local_rank in self._stopped_by_us and sig != signal.SIGKILL:
+                    _signal_group(pid, signal.SIGCONT)  # a stopped process cannot act on it
+            with self._lock:
+                if sig == signal.SIGSTOP:
+                    self._stopped_by_us.add(local_rank)
+                elif sig == signal.SIGCONT:
+                    self._stopped_by_us.discard(local_rank)
+                else:
+                    self._marks[pid] = f"{sig.name} sent by tuilaunch ({source})"
+        except ProcessLookupError:
+            ok, detail = False, "process already gone"
+        except PermissionError as e:
+            ok, detail = False, str(e)
+        self.store.post(
+            ControlAction(
+                action=action, local_rank=local_rank, global_rank=grank, pid=pid,
+                signal=sig.name, source=source, ok=ok, detail=detail,
+            )
+        )
+        return ok
+
+    def kill_rank(self, local_rank: int, source: str = "api") -> bool:
+        """SIGKILL one rank, as the OOM killer would."""
+        return self.signal_rank(local_rank, signal.SIGKILL, source)
+
+    def stop_rank(self, local_rank: int, source: str = "api") -> bool:
+        """SIGSTOP one rank (and its children): it hangs until continued."""
+        return self.signal_rank(local_rank, signal.SIGSTOP, source)
+
+    def continue_rank(self, local_rank: int, source: str = "api") -> bool:
+        """SIGCONT a stopped rank."""
+        return self.signal_rank(local_rank, signal.SIGCONT, source)
+
+    def is_stopped(self, local_rank: int) -> bool:
+        """Whether tuilaunch has stopped this rank and not continued it."""
+        with self._lock:
+            return local_rank in self._stopped_by_us
+
+    def restart(self, source: str = "api") -> bool:
+        """Restart the whole local worker group; the failure budget is not spent."""
+        with self._lock:
+            ok = self._phase == "monitoring" and self._stop_sig is None
+            if ok:
+                self._restart_requested = True
+        self.store.post(
+            ControlAction(
+                action="restart", local_rank=None, global_rank=None, pid=None, signal=None,
+                source=source, ok=ok, detail="" if ok else f"agent is {self._phase}",
+            )
+        )
+        return ok
+
+    def stop(self, sig: int = signal.SIGTERM, reason: str = "stop requested") -> None:
+        """Stop the run: workers get ``sig``, then SIGKILL after the shutdown timeout.
+
+        A second call escalates: every worker is SIGKILLed at once.
+        """
+        sig = signal.Signals(sig)
+        with self._lock:
+            first = self._stop_sig is None
+            if first:
+                self._stop_sig = sig
+                self._stop_reason = reason
+        if self._done.is_set():
+            return
+        if not first:
+            self._kill_all(signal.SIGKILL)
+            self._finish("stopped", signal_exit_code(self._stop_sig or sig), "killed")
+            return
+        self.store.post(Shutdown(reason=reason, signal=sig.name))
+        threading.Thread(
+            target=self._stop_watchdog, args=(sig,), name="tuilaunch-stop", daemon=True
+        ).start()
+
+    def _stop_watchdog(self, sig: signal.Signals) -> None:
+        # Give the agent a few monitor ticks to pick the stop up through torch's own path.
+        interval = float(getattr(self.args, "monitor_interval", 0.1) or 0.1)
+        deadline = time.monotonic() + max(1.0, 5 * interval)
+        while time.monotonic() < deadline:
+            if self._done.is_set() or self._phase in ("stopping", "done"):
+                return
+            time.sleep(0.02)
+        # The agent is stuck where torch cannot be interrupted (rendezvous, exit barrier,
+        # a slow start): stop the workers ourselves and end the run.
+        self._kill_all(sig, grace=self._shutdown_timeout())
+        self._finish("stopped", signal_exit_code(sig), f"stopped by {sig.name}")
+
+    def _shutdown_timeout(self) -> float:
+        t = getattr(self.args, "shutdown_timeout", None)
+        if t is None:
+            t = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", 30)
+        try:
+            return float(t)
+        except ValueError:
+            return 30.0
+
+    def _kill_all(self, sig: signal.Signals, grace: float = 0.0) -> None:
+        with self._lock:
+            pids = [p for lr, p in self._pids.items() if lr not in self._exit_seen]
+        for pid in pids:
+            _signal_group(pid, sig)
+            _signal_group(pid, signal.SIGCONT)
+        deadline = time.monotonic() + grace
+        while grace and time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.05)
+        for pid in pids:
+            if _alive(pid):
+                _signal_group(pid, signal.SIGKILL)
+
+    # ----------------------------------------------------------------- agent hooks
+
+    def _on_agent_created(self, agent: Any) -> None:
+        import torch
+
+        from tui_launch.core.args import min_max_nodes
+
+        self._agent = agent
+        spec = agent._worker_group.spec
+        handler = spec.rdzv_handler
+        a = self.args
+        min_nodes, max_nodes = min_max_nodes(a.nnodes)
+        script = [a.training_script, *a.training_script_args]
+        if a.module:
+            script = ["-m", *script]
+        self.store.post(
+            RunStarted(
+                entrypoint=" ".join(script[:1]),
+                args=tuple(script[1:]),
+                role=spec.role,
+                nproc_per_node=spec.local_world_size,
+                min_nodes=min_nodes,
+                max_nodes=max_nodes,
+                max_restarts=spec.max_restarts,
+                backend=_safe(handler.get_backend, a.rdzv_backend),
+                endpoint=_endpoint(handler, a),
+                run_id=_safe(handler.get_run_id, a.rdzv_id),
+                host=self.host,
+                launcher_pid=os.getpid(),
+                torch_version=torch.__version__,
+                notes=self._notes,
+            )
+        )
+        for note in self._notes:
+            self.store.post(Notice(level="info", message=note))
+
+    def _on_reify(self, info: ReifiedLogs) -> None:
+        if self.run_dir is None:
+            self._set_run_dir(os.path.dirname(info.attempt_dir))
+        attempt = self._attempt + 1
+        for src in info.sources:
+            src.attempt = attempt
+            if src.stream == STDERR:
+                self._stderr_paths[src.local_rank] = src.path
+        self._error_files = dict(info.error_files)
+        self._attempt_dir = info.attempt_dir
+        self.tailer.add_sources(info.sources)
+
+    _attempt_dir = ""
+
+    def _on_rendezvous(self, agent: Any) -> None:
+        self._phase = "rendezvous"
+        self._rdzv_t0 = time.monotonic()
+        handler = agent._worker_group.spec.rdzv_handler
+        self.store.post(
+            RendezvousStarted(
+                attempt=self._attempt + 1,
+                backend=_safe(handler.get_backend, self.args.rdzv_backend),
+                endpoint=_endpoint(handler, self.args),
+                run_id=_safe(handler.get_run_id, self.args.rdzv_id),
+            )
+        )
+
+    def _on_rendezvous_done(self, agent: Any, wg: Any) -> None:
+        handler = wg.spec.rdzv_handler
+        state = rendezvous_state(handler)
+        self.store.post(
+            RendezvousCompleted(
+                attempt=self._attempt + 1,
+                round=state.get("round"),
+                backend=_safe(handler.get_backend, self.args.rdzv_backend),
+                endpoint=_endpoint(handler, self.args),
+                run_id=_safe(handler.get_run_id, self.args.rdzv_id),
+                group_rank=int(wg.group_rank),
+                group_world_size=int(wg.group_world_size),
+                master_addr=str(wg.master_addr),
+                master_port=int(wg.master_port or 0),
+                participants=tuple(state.get("participants", ())),
+                duration=time.monotonic() - self._rdzv_t0,
+            )
+        )
+        self._phase = "starting"
+
+    def _on_workers_started(self, agent: Any, wg: Any, pids: dict[int, int]) -> None:
+        with self._lock:
+            self._attempt += 1
+            self._pids = dict(pids)
+            self._global_ranks = {w.local_rank: w.global_rank for w in wg.workers}
+            self._exit_seen = {}
+            self._stopped_by_us = set()
+            self._last_group_state = "HEALTHY"
+        if self.reaper is not None:
+            for pid in pids.values():
+                self.reaper.watch(pid)
+        workers = tuple(
+            WorkerInfo(
+                local_rank=w.local_rank,
+                global_rank=w.global_rank,
+                role_rank=w.role_rank,
+                world_size=w.world_size,
+                pid=int(pids[w.local_rank]),
+            )
+            for w in wg.workers
+        )
+        self.store.post(
+            WorkersStarted(attempt=self._attempt, workers=workers, log_dir=self._attempt_dir)
+        )
+        self._phase = "monitoring"
+
+    def _monitor(self, agent: Any, wg: Any, inner: Callable[[Any], Any]) -> Any:
+        from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+
+        self._phase = "monitoring"
+        if self._stop_sig is not None:
+            self._phase = "stopping"
+            raise SignalException(f"tuilaunch: {self._stop_reason}", sigval=self._stop_sig)
+        with self._lock:
+            manual = self._restart_requested
+            self._restart_requested = False
+        if manual:
+            # Raise the budget by one before torch spends one: the restart count and
+            # attempt_N advance, the failure budget does not.
+            wg.spec.max_restarts += 1
+            agent._remaining_restarts += 1
+            self._pending_cause = "manual"
+            self._post_group_state("UNHEALTHY")
+            return RunResult(state=WorkerState.UNHEALTHY)
+
+        seen_before = self._poll_exits(agent, by_agent=False)
+        if any(code != 0 for code in seen_before.values()):
+            with self._lock:
+                stopped = [self._pids[lr] for lr in self._stopped_by_us if lr in self._pids]
+            for pid in stopped:  # let torch's SIGTERM reach ranks that we had stopped
+                _signal_group(pid, signal.SIGCONT)
+        result = inner(wg)
+        state = result.state.name
+        if state == "FAILED":
+            self._poll_exits(agent, by_agent=True)
+            failures = self._failures(wg, result, seen_before)
+            self.tailer.drain()
+            self.store.post(AttemptFailed(attempt=self._attempt, failures=failures))
+            self._pending_cause = "failure"
+        elif state == "SUCCEEDED":
+            self._poll_exits(agent, by_agent=False)
+        self._post_group_state(state)
+        return result
+
+    def _post_group_state(self, state: str) -> None:
+        if state != self._last_group_state:
+            self._last_group_state = state
+            self.store.post(GroupState(attempt=self._attempt, state=state))
+
+    def _poll_exits(self, agent: Any, by_agent: bool) -> dict[int, int]:
+        """Record ranks that have exited since the last poll; return all exits seen so far."""
+        codes = exit_codes(getattr(agent, "_pcontext", None))
+        new: list[tuple[int, int]] = []
+        with self._lock:
+            for lr, code in codes.items():
+                if code is not None and lr not in self._exit_seen:
+                    self._exit_seen[lr] = code
+                    new.append((lr, code))
+            seen = dict(self._exit_seen)
+        for lr, code in new:
+            pid = self._pids.get(lr, -1)
+            if self.reaper is not None:
+                self.reaper.forget(pid)
+            self.store.post(
+                RankExited(
+                    attempt=self._attempt,
+                    local_rank=lr,
+                    global_rank=self._global_ranks.get(lr, lr),
+                    pid=pid,
+                    exit_code=code,
+                    signal=errors.signal_name(code),
+                    by_agent=by_agent,
+                )
+            )
+        return seen
+
+    def _failures(self, wg: Any, result: Any, seen_before: dict[int, int]) -> tuple[Failure, ...]:
+        by_global = {w.global_rank: w for w in wg.workers}
+        exit_times = {e.local_rank: e.wall for e in self._rank_exits()}
+        out = []
+        for grank, pf in sorted(result.failures.items()):
+            worker = by_global.get(grank)
+            lr = worker.local_rank if worker is not None else pf.local_rank
+            err = errors.read_error_file(self._error_files.get(lr) or pf.error_file)
+            message, tb, ts = err if err else ("", None, None)
+            code = int(pf.exitcode)
+            collateral = lr not in seen_before or (seen_before.get(lr) == 0)
+            if not message:
+                message = (
+                    f"{errors.describe_exit(code)} (pid {pf.pid})"
+                    if code < 0
+                    else f"exited with code {code} (pid {pf.pid})"
+                )
+            when = exit_times.get(lr) or ts or time.time()
+            out.append(
+                Failure(
+                    attempt=self._attempt,
+                    local_rank=lr,
+                    global_rank=grank,
+                    host=self.host,
+                    pid=int(pf.pid),
+                    exit_code=code,
+                    signal=errors.signal_name(code),
+                    hint=errors.hint_for(code),
+                    time=when,
+                    message=message,
+                    traceback=tb,
+                    stderr_tail=() if tb else errors.tail_lines(self._stderr_paths.get(lr)),
+                    error_file=self._error_files.get(lr) or None,
+                    collateral=collateral,
+                    caused_by=self._marks.get(int(pf.pid)),
+                )
+            )
+        return tuple(out)
+
+    def _rank_exits(self) -> list[RankExited]:
+        return [
+            e
+            for e in self.store.events()
+            if isinstance(e, RankExited) and e.attempt == self._attempt
+        ]
+
+    def _on_restart(self, agent: Any, wg: Any) -> None:
+        cause = self._pending_cause or "membership"
+        self._pending_cause = None
+        if cause == "failure":
+            self._failure_restarts += 1
+        self._phase = "restarting"
+        self.store.post(
+            Restart(
+                cause=cause,
+                from_attempt=self._attempt,
+                to_attempt=self._attempt + 1,
+                restarts_used=self._attempt + 1,
+                budget_left=max(0, self._user_max_restarts - self._failure_restarts),
+            )
+        )
+
+    def _on_workers_stopped(self, agent: Any) -> None:
+        self._poll_exits(agent, by_agent=True)
+        if self._attempt >= 0:
+            self.tailer.close_attempt(self._attempt)
+
+    def _on_exit_barrier(self, done: bool) -> None:
+        self._phase = "exit_barrier" if not done else "finishing"
+        self.store.post(ExitBarrier(attempt=self._attempt, done=done))
+
+    def wrap_logs_specs(self, logs_specs: Any, spec: Any) -> CapturingLogsSpecs:
+        """Wrap the user's ``LogsSpecs`` so every rank's output lands in files."""
+        return CapturingLogsSpecs(
+            logs_specs,
+            role=spec.role,
+            prefix_template=os.getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"),
+            echo=self.echo,
+            on_reify=self._on_reify,
+        )
+
+
+def make_agent_class(runner: Runner, base: type) -> type:
+    """A subclass of torch's ``LocalElasticAgent`` that reports to ``runner``.
+
+    Every override calls torch's own implementation; constructor arguments are passed through
+    untouched (they differ between torch releases) except ``logs_specs``, which is wrapped.
+    """
+
+    class ObservingAgent(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            spec = kwargs.get("spec", args[0] if args else None)
+            if "logs_specs" in kwargs:
+                kwargs["logs_specs"] = runner.wrap_logs_specs(kwargs["logs_specs"], spec)
+            elif len(args) > 1:
+                args = (args[0], runner.wrap_logs_specs(args[1], spec), *args[2:])
+            super().__init__(*args, **kwargs)
+            runner._on_agent_created(self)
+
+        def _rendezvous(self, worker_group: Any) -> None:
+            runner._on_rendezvous(self)
+            super()._rendezvous(worker_group)
+            runner._on_rendezvous_done(self, worker_group)
+
+        def _start_workers(self, worker_group: Any) -> dict[int, Any]:
+            pids = super()._start_workers(worker_group)
+            runner._on_workers_started(self, worker_group, pids)
+            return pids
+
+        def _monitor_workers(self, worker_group: Any) -> Any:
+            return runner._monitor(self, worker_group, super()._monitor_workers)
+
+        def _restart_workers(self, worker_group: Any) -> None:
+            runner._on_restart(self, worker_group)
+            super()._restart_workers(worker_group)
+
+        def _shutdown(self, *args: Any, **kwargs: Any) -> None:
+            try:
+                super()._shutdown(*args, **kwargs)
+            finally:
+                runner._on_workers_stopped(self)
+
+        def _exit_barrier(self) -> None:
+            runner._on_exit_barrier(False)
+            try:
+                super()._exit_barrier()
+            finally:
+                runner._on_exit_barrier(True)
+
+    ObservingAgent.__name__ = ObservingAgent.__qualname__ = "ObservingAgent"
+    return ObservingAgent
+
+
+@contextlib.contextmanager
+def _swap_agent(module: Any, cls: type) -> Iterator[None]:
+    # launch_agent looks LocalElasticAgent up in its module at call time.
+    original = module.LocalElasticAgent
+    module.LocalElasticAgent = cls
+    try:
+        yield
+    finally:
+        module.LocalElasticAgent = original
+
+
+def exit_codes(pcontext: Any) -> dict[int, int | None]:
+    """Exit code of each local rank's process (None while running), for either context kind.
+
+    ``Popen.poll`` reaps and caches the status, so torch's own poll sees the same value.
+    """
+    if pcontext is None:
+        return {}
+    handlers = getattr(pcontext, "subprocess_handlers", None)
+    if handlers:
+        return {lr: h.proc.poll() for lr, h in handlers.items()}
+    pc = getattr(pcontext, "_pc", None)
+    if pc is not None:
+        return {lr: p.exitcode for lr, p in enumerate(pc.processes)}
+    return {}
+
+
+def rendezvous_state(handler: Any) -> dict[str, Any]:
+    """The rendezvous handler's cached state (no network I/O): round, participants, ..."""
+    out: dict[str, Any] = {}
+    holder = getattr(handler, "_state_holder", None)
+    state = getattr(holder, "_state", None) if holder is not None else None
+    if state is None:
+        return out
+    out["round"] = getattr(state, "round", None)
+    parts = getattr(state, "participants", {}) or {}
+    try:
+        out["participants"] = [
+            f"{getattr(n, 'addr', n)}:{getattr(n, 'pid', '')}" for n, _ in sorted(
+                parts.items(), key=lambda kv: kv[1]
+            )
+        ]
+    except Exception:
+        out["participants"] = []
+    out["wait_list"] = len(getattr(state, "wait_list", ()) or ())
+    out["complete"] = getattr(state, "complete", None)
+    out["closed"] = getattr(state, "closed", None)
+    return out
+
+
+def _endpoint(handler: Any, args: argparse.Namespace) -> str:
+    # --standalone asks for localhost:0; the real port is the store's.
+    ep = str(getattr(args, "rdzv_endpoint", "") or "")
+    if args.rdzv_backend == "static" and not ep:
+        ep = f"{args.master_addr}:{args.master_port}"
+    store = getattr(getattr(handler, "_backend", None), "_store", None)
+    port = getattr(store, "port", None)
+    if ep.endswith(":0") and port:
+        ep = f"{ep[:-2]}:{port}"
+    return ep
+
+
+def _safe(fn: Callable[[], Any], default: Any) -> str:
+    try:
+        return str(fn())
+    except Exception:
+        return str(default)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except OSError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fp:
+            return fp.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def one_line_error(e: BaseException) -> str:
+    """torch's exceptions (C++ ones included) reduced to their first meaningful line."""
+    text = str(e).strip() or type(e).__name__
+    first = text.splitlines()[0].strip()
+    name = type(e).__name__
+    return first if first.startswith(name) else f"{name}: {first}"
+
+
+def _failure_line(f: Failure) -> str:
+    what = errors.describe_exit(f.exit_code)
+    return f"rank {f.global_rank} (local {f.local_rank}, pid {f.pid}) failed: {what}"
+
+
+def _silence_thread_warning() -> None:
+    # Running the agent off the main thread is deliberate: tuilaunch handles the signals
+    # itself and cleans up orphans, so torch's warning about it is wrong here.
+    import logging
+
+    class _Drop(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return _TORCH_THREAD_WARNING not in str(record.msg)
+
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_Drop())
+

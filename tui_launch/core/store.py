@@ -1,0 +1,335 @@
+"""The run's state: events in, versioned immutable snapshots out.
+
+:func:`reduce` is a pure function from (snapshot, event) to the next snapshot, so the live
+store, a replayed journal and every front end agree by construction. :class:`RunStore` applies
+events under a lock, keeps the full event history (a failure is never lost between two UI
+frames), notifies listeners such as the journal, and lets readers wait for a newer version.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+from tui_launch.core.events import (
+    AttemptFailed,
+    ControlAction,
+    Event,
+    ExitBarrier,
+    Failure,
+    GroupState,
+    Notice,
+    RankExited,
+    RendezvousCompleted,
+    RendezvousStarted,
+    Restart,
+    RunFinished,
+    RunStarted,
+    Shutdown,
+    WorkersStarted,
+)
+
+# Rank states shown to users.
+STARTING, RUNNING, STOPPED, EXITED, FAILED, RESTARTING = (
+    "starting",
+    "running",
+    "stopped",
+    "exited",
+    "failed",
+    "restarting",
+)
+
+
+@dataclass(frozen=True)
+class RankView:
+    """One local worker as the front ends show it."""
+
+    local_rank: int
+    global_rank: int
+    pid: int
+    attempt: int
+    state: str
+    started: float
+    exit_code: int | None = None
+    signal: str | None = None
+    exited: float | None = None
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    """One attempt of the worker group: from its workers' start to why it ended."""
+
+    number: int
+    started: float
+    world_size: int
+    ended: float | None = None
+    end_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class RendezvousView:
+    """What this node knows about the rendezvous."""
+
+    backend: str
+    endpoint: str
+    run_id: str
+    state: str
+    since: float
+    round: int | None = None
+    group_rank: int | None = None
+    group_world_size: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    participants: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The whole run at one version. Plain data: safe to read from any thread."""
+
+    version: int = 0
+    run: RunStarted | None = None
+    phase: str = "starting"
+    attempt: int = 0
+    group_state: str = "INIT"
+    rendezvous: RendezvousView | None = None
+    ranks: tuple[RankView, ...] = ()
+    attempts: tuple[AttemptView, ...] = ()
+    failures: tuple[Failure, ...] = ()
+    root_cause: Failure | None = None
+    failure_restarts: int = 0
+    manual_restarts: int = 0
+    membership_restarts: int = 0
+    budget_left: int = 0
+    notices: tuple[Notice, ...] = ()
+    controls: tuple[ControlAction, ...] = ()
+    shutdown: Shutdown | None = None
+    finished: RunFinished | None = None
+    started_wall: float | None = None
+    started_mono: float | None = None
+    events: int = 0
+
+    @property
+    def restarts_used(self) -> int:
+        """All restarts so far, whatever their cause."""
+        return self.failure_restarts + self.manual_restarts + self.membership_restarts
+
+    @property
+    def max_restarts(self) -> int:
+        """The failure budget the user asked for (``--max-restarts``)."""
+        return self.run.max_restarts if self.run else 0
+
+    def rank(self, local_rank: int) -> RankView | None:
+        """The row of ``local_rank`` in the current attempt, if any."""
+        for r in self.ranks:
+            if r.local_rank == local_rank:
+                return r
+        return None
+
+
+_CONTROLS_KEPT = 200
+
+
+def _close_attempt(attempts: tuple[AttemptView, ...], when: float, reason: str):
+    if attempts and attempts[-1].ended is None:
+        return (*attempts[:-1], replace(attempts[-1], ended=when, end_reason=reason))
+    return attempts
+
+
+def pick_root_cause(failures: Iterable[Failure]) -> Failure | None:
+    """The first real failure: earliest seen, never a peer the agent terminated itself."""
+    failures = list(failures)
+    real = [f for f in failures if not f.collateral] or failures
+    if not real:
+        return None
+    return min(real, key=lambda f: (f.time, f.global_rank))
+
+
+def reduce(s: Snapshot, e: Event) -> Snapshot:
+    """Return the snapshot that follows ``s`` once ``e`` has happened."""
+    s = replace(s, version=s.version + 1, events=s.events + 1)
+    if isinstance(e, RunStarted):
+        return replace(
+            s, run=e, budget_left=e.max_restarts, started_wall=e.wall, started_mono=e.mono
+        )
+    if isinstance(e, RendezvousStarted):
+        rv = RendezvousView(
+            backend=e.backend, endpoint=e.endpoint, run_id=e.run_id, state="waiting", since=e.mono
+        )
+        if s.rendezvous is not None:
+            rv = replace(s.rendezvous, state="waiting", since=e.mono)
+        ranks = tuple(
+            r if r.state in (EXITED, FAILED) else replace(r, state=RESTARTING) for r in s.ranks
+        )
+        phase = "rendezvous" if e.attempt == 0 and not s.attempts else "restarting"
+        return replace(s, rendezvous=rv, phase=phase, ranks=ranks)
+    if isinstance(e, RendezvousCompleted):
+        rv = RendezvousView(
+            backend=e.backend,
+            endpoint=e.endpoint,
+            run_id=e.run_id,
+            state="complete",
+            since=e.mono,
+            round=e.round,
+            group_rank=e.group_rank,
+            group_world_size=e.group_world_size,
+            master_addr=e.master_addr,
+            master_port=e.master_port,
+            participants=e.participants,
+        )
+        return replace(s, rendezvous=rv)
+    if isinstance(e, WorkersStarted):
+        ranks = tuple(
+            RankView(
+                local_rank=w.local_rank,
+                global_rank=w.global_rank,
+                pid=w.pid,
+                attempt=e.attempt,
+                state=RUNNING,
+                started=e.mono,
+            )
+            for w in e.workers
+        )
+        world = e.workers[0].world_size if e.workers else 0
+        attempts = (*_close_attempt(s.attempts, e.wall, "restarted"),)
+        attempts = (*attempts, AttemptView(number=e.attempt, started=e.wall, world_size=world))
+        return replace(
+            s, ranks=ranks, attempt=e.attempt, attempts=attempts, phase="running",
+            group_state="HEALTHY",
+        )
+    if isinstance(e, RankExited):
+        if e.attempt != s.attempt:
+            return s
+        state = EXITED if e.exit_code == 0 else FAILED
+        ranks = tuple(
+            replace(r, state=state, exit_code=e.exit_code, signal=e.signal, exited=e.mono)
+            if r.local_rank == e.local_rank and r.exit_code is None
+            else r
+            for r in s.ranks
+        )
+        return replace(s, ranks=ranks)
+    if isinstance(e, GroupState):
+        phase = s.phase
+        if e.state == "SUCCEEDED":
+            phase = "finishing"
+        return replace(s, group_state=e.state, phase=phase)
+    if isinstance(e, AttemptFailed):
+        failures = (*s.failures, *e.failures)
+        return replace(s, failures=failures, root_cause=pick_root_cause(e.failures))
+    if isinstance(e, Restart):
+        counts = {
+            "failure": "failure_restarts",
+            "manual": "manual_restarts",
+            "membership": "membership_restarts",
+        }
+        name = counts.get(e.cause, "failure_restarts")
+        s = replace(s, **{name: getattr(s, name) + 1})  # type: ignore[arg-type]
+        attempts = _close_attempt(s.attempts, e.wall, e.cause)
+        ranks = tuple(
+            r if r.state in (EXITED, FAILED) else replace(r, state=RESTARTING) for r in s.ranks
+        )
+        return replace(
+            s, attempts=attempts, budget_left=e.budget_left, phase="restarting", ranks=ranks
+        )
+    if isinstance(e, ControlAction):
+        controls = (*s.controls, e)[-_CONTROLS_KEPT:]
+        s = replace(s, controls=controls)
+        if e.ok and e.local_rank is not None and e.action in ("stop", "continue"):
+            new_state = STOPPED if e.action == "stop" else RUNNING
+            ranks = tuple(
+                replace(r, state=new_state)
+                if r.local_rank == e.local_rank and r.pid == e.pid and r.exit_code is None
+                else r
+                for r in s.ranks
+            )
+            s = replace(s, ranks=ranks)
+        return s
+    if isinstance(e, ExitBarrier):
+        return replace(s, phase="finishing" if not e.done else s.phase)
+    if isinstance(e, Notice):
+        return replace(s, notices=(*s.notices, e))
+    if isinstance(e, Shutdown):
+        return replace(s, shutdown=e, phase="stopping")
+    if isinstance(e, RunFinished):
+        attempts = _close_attempt(s.attempts, e.wall, e.outcome)
+        rv = s.rendezvous
+        if rv is not None and rv.state == "waiting":
+            rv = replace(rv, state="closed")
+        return replace(s, finished=e, phase=e.outcome, attempts=attempts, rendezvous=rv)
+    return s
+
+
+class RunStore:
+    """Thread-safe holder of the run's snapshot and event history.
+
+    ``post`` may be called from any thread; it never blocks on readers. Listeners run under
+    the store's lock, in event order, and must be quick (the journal appends one line).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._snapshot = Snapshot()
+        self._history: list[Event] = []
+        self._listeners: list[Callable[[Event], None]] = []
+
+    def subscribe(self, listener: Callable[[Event], None], replay: bool = True) -> None:
+        """Call ``listener`` with every event from now on (and, with ``replay``, past ones)."""
+        with self._cond:
+            if replay:
+                for e in self._history:
+                    listener(e)
+            self._listeners.append(listener)
+
+    def post(self, event: Event) -> Snapshot:
+        """Apply ``event`` and return the new snapshot."""
+        with self._cond:
+            self._snapshot = reduce(self._snapshot, event)
+            self._history.append(event)
+            for listener in self._listeners:
+                try:
+                    listener(event)
+                except Exception:  # a broken listener must not stop the run
+                    pass
+            self._cond.notify_all()
+            return self._snapshot
+
+    def snapshot(self) -> Snapshot:
+        """The latest snapshot (immutable; no copy needed)."""
+        return self._snapshot
+
+    @property
+    def version(self) -> int:
+        """The latest snapshot's version."""
+        return self._snapshot.version
+
+    def events(self, start: int = 0) -> list[Event]:
+        """Events from index ``start`` on (a copy of the history's tail)."""
+        with self._cond:
+            return self._history[start:]
+
+    def wait_newer(self, version: int, timeout: float | None = None) -> Snapshot:
+        """Block until the version exceeds ``version`` or ``timeout`` passes."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._snapshot.version > version, timeout)
+            return self._snapshot
+
+
+def replay(events: Iterable[Event]) -> Snapshot:
+    """Fold ``events`` (e.g. read back from a journal) into the snapshot they lead to."""
+    s = Snapshot()
+    for e in events:
+        s = reduce(s, e)
+    return s
+
+
+__all__ = [
+    "AttemptView",
+    "RankView",
+    "RendezvousView",
+    "RunStore",
+    "Snapshot",
+    "pick_root_cause",
+    "reduce",
+    "replay",
+]

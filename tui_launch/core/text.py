@@ -1,0 +1,115 @@
+"""Plain-text renderings of events and failures, shared by the headless output and the journal.
+
+Everything here takes store data and returns strings: no terminal, no colour, no I/O.
+"""
+
+from __future__ import annotations
+
+from tui_launch.core import errors
+from tui_launch.core.events import (
+    AttemptFailed,
+    ControlAction,
+    Event,
+    ExitBarrier,
+    Failure,
+    GroupState,
+    Notice,
+    RankExited,
+    RendezvousCompleted,
+    RendezvousStarted,
+    Restart,
+    RunFinished,
+    RunStarted,
+    Shutdown,
+    WorkersStarted,
+)
+
+
+def describe(e: Event) -> str | None:
+    """One line for an event, or None for events too fine-grained to print."""
+    if isinstance(e, RunStarted):
+        script = " ".join((e.entrypoint, *e.args))
+        nodes = str(e.min_nodes) if e.min_nodes == e.max_nodes else f"{e.min_nodes}:{e.max_nodes}"
+        return (
+            f"launch {script} | {e.nproc_per_node} worker(s) x {nodes} node(s) | "
+            f"{e.backend} {e.endpoint} run {e.run_id} | max restarts {e.max_restarts}"
+        )
+    if isinstance(e, RendezvousStarted):
+        return f"rendezvous: joining ({e.backend} {e.endpoint})"
+    if isinstance(e, RendezvousCompleted):
+        rnd = f"round {e.round}, " if e.round is not None else ""
+        return (
+            f"rendezvous complete: {rnd}node {e.group_rank} of {e.group_world_size}, "
+            f"master {e.master_addr}:{e.master_port} ({e.duration:.2f}s)"
+        )
+    if isinstance(e, WorkersStarted):
+        ranks = ", ".join(f"rank {w.global_rank}=pid {w.pid}" for w in e.workers)
+        world = e.workers[0].world_size if e.workers else 0
+        return f"attempt {e.attempt}: started {ranks} (world size {world})"
+    if isinstance(e, RankExited):
+        if e.exit_code == 0 or e.by_agent:
+            return None
+        return (
+            f"rank {e.global_rank} (local {e.local_rank}, pid {e.pid}) exited: "
+            f"{errors.describe_exit(e.exit_code)}"
+        )
+    if isinstance(e, GroupState):
+        if e.state == "HEALTHY":
+            return None
+        return f"attempt {e.attempt}: worker group {e.state}"
+    if isinstance(e, AttemptFailed):
+        real = [f for f in e.failures if not f.collateral]
+        first = min(real or e.failures, key=lambda f: f.time)
+        others = len(e.failures) - 1
+        more = f" (+{others} terminated by the agent)" if others else ""
+        return f"attempt {e.attempt} failed: {failure_headline(first)}{more}"
+    if isinstance(e, Restart):
+        budget = f"{e.budget_left} failure restart(s) left"
+        return f"restart ({e.cause}): attempt {e.from_attempt} -> {e.to_attempt}, {budget}"
+    if isinstance(e, ControlAction):
+        who = f"rank {e.global_rank}" if e.global_rank is not None else "group"
+        status = "" if e.ok else f" failed: {e.detail}"
+        sig = f" {e.signal}" if e.signal and e.action == "signal" else ""
+        return f"{e.action}{sig} {who} (from {e.source}){status}"
+    if isinstance(e, ExitBarrier):
+        return None if e.done else "workers done; waiting for the other nodes (exit barrier)"
+    if isinstance(e, Notice):
+        return e.message
+    if isinstance(e, Shutdown):
+        sig = f" ({e.signal})" if e.signal else ""
+        return f"shutting down: {e.reason}{sig}"
+    if isinstance(e, RunFinished):
+        return f"run {e.outcome} (exit code {e.exit_code}): {e.message}"
+    return None
+
+
+def failure_headline(f: Failure) -> str:
+    """``rank 1 (local 1, pid 123): SIGKILL (-9)`` plus the message's first line."""
+    what = errors.describe_exit(f.exit_code)
+    msg = f.message.splitlines()[0] if f.message else ""
+    tail = f": {msg}" if msg and not msg.startswith(("Signal ", "SIG")) else ""
+    return f"rank {f.global_rank} (local {f.local_rank}, pid {f.pid}) {what}{tail}"
+
+
+def failure_details(f: Failure) -> list[str]:
+    """Every line worth showing about one failure, traceback or stderr tail included."""
+    lines = [
+        f"rank       : {f.global_rank} (local rank {f.local_rank}) on {f.host}, pid {f.pid}",
+        f"exit       : {errors.describe_exit(f.exit_code)}",
+    ]
+    if f.hint:
+        lines.append(f"hint       : {f.hint}")
+    if f.caused_by:
+        lines.append(f"cause      : {f.caused_by}")
+    lines.append(f"attempt    : {f.attempt}")
+    if f.message:
+        lines.append(f"error      : {f.message.splitlines()[0]}")
+    if f.error_file:
+        lines.append(f"error file : {f.error_file}")
+    if f.traceback:
+        lines.append("traceback  :")
+        lines.extend("  " + ln for ln in f.traceback.rstrip().splitlines())
+    elif f.stderr_tail:
+        lines.append(f"stderr (last {len(f.stderr_tail)} lines, no @record traceback):")
+        lines.extend("  " + ln for ln in f.stderr_tail)
+    return lines

@@ -1,0 +1,204 @@
+"""Headless front end (``--no-tui``): event lines, torchrun's worker output, a summary.
+
+On a pipe or in CI it prints one line per event on stderr and the workers' output as torchrun
+would show it; on a terminal it also keeps a live status line at the bottom. At the end it
+prints a summary table. It reads the same store snapshots as the dashboard.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import threading
+import time
+from typing import TextIO
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from tui_launch.core import errors
+from tui_launch.core.logs import STDOUT, LogSource
+from tui_launch.core.runner import Runner
+from tui_launch.core.store import RunStore, Snapshot
+from tui_launch.core.text import describe, failure_details, failure_headline
+
+TAG = "[tuilaunch]"
+_CLEAR = "\r\x1b[2K"
+
+
+class Headless:
+    """Drive a run without a dashboard and return its exit code from :meth:`run`."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        runner: Runner,
+        out: TextIO | None = None,
+        err: TextIO | None = None,
+        status_line: bool | None = None,
+    ) -> None:
+        self.store = store
+        self.runner = runner
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        if status_line is None:
+            status_line = _isatty(self.err)
+        self.status_line = status_line
+        self._lock = threading.Lock()
+        self._status = ""
+        self._next_event = 0
+
+    # Called on the log tailer's thread.
+    def console_sink(self, src: LogSource, lines: list[str]) -> None:
+        """Print a batch of worker lines the way torchrun would."""
+        if not src.console:
+            return
+        prefix = src.prefix or ""
+        text = "".join(f"{prefix}{line}\n" for line in lines)
+        stream = self.out if src.stream == STDOUT else self.err
+        with self._lock:
+            self._hide_status()
+            stream.write(text)
+            stream.flush()
+            self._show_status()
+
+    def _say(self, line: str) -> None:
+        with self._lock:
+            self._hide_status()
+            self.err.write(f"{TAG} {line}\n")
+            self.err.flush()
+            self._show_status()
+
+    def _hide_status(self) -> None:
+        if self.status_line and self._status:
+            self.err.write(_CLEAR)
+
+    def _show_status(self) -> None:
+        if self.status_line and self._status:
+            self.err.write(self._status)
+            self.err.flush()
+
+    def _print_new_events(self) -> None:
+        events = self.store.events(self._next_event)
+        self._next_event += len(events)
+        for e in events:
+            line = describe(e)
+            if line:
+                self._say(line)
+
+    def run(self) -> int:
+        """Start nothing, but follow the runner until it is done; print the summary."""
+        self.runner.tailer.add_sink(self.console_sink)
+        version = -1
+        while not self.runner.done:
+            snap = self.store.wait_newer(version, timeout=0.25)
+            version = snap.version
+            self._print_new_events()
+            if self.status_line:
+                with self._lock:
+                    self._hide_status()
+                    self._status = status_text(snap)
+                    self._show_status()
+        self._print_new_events()
+        with self._lock:
+            self._hide_status()
+            self._status = ""
+        self.err.flush()
+        snap = self.store.snapshot()
+        print_summary(snap, self.runner, self.err)
+        return self.runner.exit_code if self.runner.exit_code is not None else 1
+
+
+def status_text(s: Snapshot) -> str:
+    """The one-line live status: phase, ranks, restarts, elapsed time."""
+    running = sum(1 for r in s.ranks if r.state == "running")
+    elapsed = time.monotonic() - s.started_mono if s.started_mono else 0.0
+    parts = [
+        f"{TAG} {s.phase}",
+        f"attempt {max(s.attempt, 0)}",
+        f"ranks running {running}/{len(s.ranks)}",
+        f"restarts {s.failure_restarts}/{s.max_restarts}",
+        _clock(elapsed),
+    ]
+    return " | ".join(parts)
+
+
+def _clock(seconds: float) -> str:
+    m, sec = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h:d}:{m:02d}:{sec:02d}"
+
+
+def print_summary(s: Snapshot, runner: Runner | None, stream: TextIO) -> None:
+    """Print the end-of-run summary: ranks, attempts, restarts, duration and root cause."""
+    tty = _isatty(stream)
+    console = Console(
+        file=stream, width=None if tty else 120, force_terminal=tty, highlight=False,
+        no_color=not tty,
+    )
+    fin = s.finished
+    outcome = fin.outcome if fin else s.phase
+    code = fin.exit_code if fin else None
+    style = {"succeeded": "bold green", "failed": "bold red", "stopped": "bold yellow"}.get(
+        outcome, "bold red"
+    )
+    duration = (fin.mono - s.started_mono) if fin and s.started_mono else 0.0
+    title = Text.assemble(
+        ("tuilaunch summary: ", "bold"), (outcome.upper(), style),
+        f"  exit code {code}  duration {duration:.1f}s",
+    )
+    console.print()
+    console.print(title)
+    if fin and fin.outcome == "error":
+        console.print(Text(f"error: {fin.message}", style="red"))
+
+    if s.ranks:
+        table = Table(title=f"ranks (attempt {s.attempt})", title_justify="left", expand=False)
+        for col in ("rank", "local", "pid", "state", "exit", "uptime"):
+            table.add_column(col, justify="right" if col != "state" else "left")
+        for r in s.ranks:
+            end = r.exited if r.exited is not None else (fin.mono if fin else time.monotonic())
+            table.add_row(
+                str(r.global_rank), str(r.local_rank), str(r.pid), r.state,
+                errors.describe_exit(r.exit_code) if r.exit_code is not None else "-",
+                f"{max(0.0, end - r.started):.1f}s",
+            )
+        console.print(table)
+
+    if s.attempts:
+        t = Table(title="attempts", title_justify="left")
+        for col in ("attempt", "world size", "duration", "ended by"):
+            t.add_column(col)
+        for a in s.attempts:
+            dur = f"{a.ended - a.started:.1f}s" if a.ended is not None else "-"
+            t.add_row(str(a.number), str(a.world_size), dur, a.end_reason or "-")
+        console.print(t)
+    console.print(
+        f"restarts: {s.failure_restarts}/{s.max_restarts} on failure, "
+        f"{s.manual_restarts} manual, {s.membership_restarts} membership"
+    )
+
+    rc = s.root_cause
+    if rc is not None and outcome != "succeeded":
+        console.print(Text("root cause", style="bold red"))
+        console.print(Text("\n".join("  " + ln for ln in failure_details(rc))))
+    earlier = [
+        f for f in s.failures if not f.collateral and (rc is None or f.attempt != rc.attempt)
+    ]
+    if earlier:
+        console.print(Text("failures of earlier attempts", style="bold"))
+        for f in earlier:
+            console.print(Text(f"  attempt {f.attempt}: {failure_headline(f)}"))
+    if runner is not None:
+        if runner.run_dir:
+            console.print(f"logs: {runner.run_dir}")
+        if runner.journal.path:
+            console.print(f"journal: {runner.journal.path}")
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        return False
