@@ -183,11 +183,10 @@ def print_summary(s: Snapshot, runner: Runner | None, stream: TextIO) -> None:
     if rc is not None and outcome != "succeeded":
         console.print(Text("root cause", style="bold red"))
         console.print(Text("\n".join("  " + ln for ln in failure_details(rc))))
-    earlier = [
-        f for f in s.failures if not f.collateral and (rc is None or f.attempt != rc.attempt)
-    ]
+    shown = rc if outcome != "succeeded" else None
+    earlier = [f for f in s.failures if not f.collateral and f is not shown]
     if earlier:
-        console.print(Text("failures of earlier attempts", style="bold"))
+        console.print(Text("failures (recovered by restarts)" if shown is None else "failures of earlier attempts", style="bold"))
         for f in earlier:
             console.print(Text(f"  attempt {f.attempt}: {failure_headline(f)}"))
     if runner is not None:

@@ -554,12 +554,11 @@ class Runner:
             message, tb, ts = err if err else ("", None, None)
             code = int(pf.exitcode)
             collateral = lr not in seen_before or (seen_before.get(lr) == 0)
+            tail = () if tb else errors.tail_lines(self._stderr_paths.get(lr))
             if not message:
-                message = (
-                    f"{errors.describe_exit(code)} (pid {pf.pid})"
-                    if code < 0
-                    else f"exited with code {code} (pid {pf.pid})"
-                )
+                # Without @record the last stderr line is usually the exception itself.
+                last = next((ln.strip() for ln in reversed(tail) if ln.strip()), "")
+                message = last or errors.describe_exit(code)
             when = exit_times.get(lr) or ts or time.time()
             out.append(
                 Failure(
@@ -574,7 +573,7 @@ class Runner:
                     time=when,
                     message=message,
                     traceback=tb,
-                    stderr_tail=() if tb else errors.tail_lines(self._stderr_paths.get(lr)),
+                    stderr_tail=tail,
                     error_file=self._error_files.get(lr) or None,
                     collateral=collateral,
                     caused_by=self._marks.get(int(pf.pid)),
@@ -731,8 +730,13 @@ def _endpoint(handler: Any, args: argparse.Namespace) -> str:
     ep = str(getattr(args, "rdzv_endpoint", "") or "")
     if args.rdzv_backend == "static" and not ep:
         ep = f"{args.master_addr}:{args.master_port}"
-    store = getattr(getattr(handler, "_backend", None), "_store", None)
-    port = getattr(store, "port", None)
+    port = None
+    for store in (
+        getattr(handler, "_store", None),
+        getattr(getattr(getattr(handler, "_state_holder", None), "_backend", None), "_store", None),
+    ):
+        store = getattr(store, "underlying_store", store)  # a PrefixStore wraps the TCPStore
+        port = port or getattr(store, "port", None)
     if ep.endswith(":0") and port:
         ep = f"{ep[:-2]}:{port}"
     return ep
