@@ -1,0 +1,202 @@
+"""Shared helpers: run tuilaunch and torchrun as real processes, and find what they leave behind.
+
+Every launch gets a unique token in its environment (``TUILAUNCH_TEST_TOKEN``); workers
+inherit it, so ``leftovers(token)`` finds every process of that launch, grandchildren
+included, by reading ``/proc/*/environ``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKERS = ROOT / "tests" / "workers"
+EXAMPLES = ROOT / "examples"
+PY = sys.executable
+TOKEN_VAR = "TUILAUNCH_TEST_TOKEN"
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    """The test process's environment without anything that changes a launch's behaviour."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PET_", "TORCHELASTIC_", "TORCH_DISABLE_SHARE"))
+        and k not in ("OMP_NUM_THREADS", "LOGLEVEL")
+    }
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+class Launch:
+    """A launcher process started by a test."""
+
+    def __init__(self, cmd: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self.token = env[TOKEN_VAR]
+        self.cmd = cmd
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        self.stdout = ""
+        self.stderr = ""
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait(self, timeout: float = 120) -> int:
+        """Wait for the launcher to exit and collect its output."""
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            out, err = self.proc.communicate()
+            raise AssertionError(
+                f"launcher did not finish in {timeout}s: {self.cmd}\n{out[-3000:]}\n{err[-5000:]}"
+            ) from None
+        self.stdout, self.stderr = out, err
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """Kill the launcher and everything with its token (cleanup after a failed test)."""
+        for pid in [self.proc.pid, *leftovers(self.token)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def _launch(cmd: list[str], cwd: Path | None, env: dict[str, str] | None) -> Launch:
+    env = dict(env or base_env())
+    env.setdefault(TOKEN_VAR, uuid.uuid4().hex)
+    return Launch(cmd, cwd or ROOT, env)
+
+
+def tuilaunch_cmd(*args: str) -> list[str]:
+    """The tuilaunch command line, headless."""
+    return [PY, "-m", "tui_launch", "--no-tui", *args]
+
+
+def torchrun_cmd(*args: str) -> list[str]:
+    """torchrun of the same interpreter."""
+    return [PY, "-m", "torch.distributed.run", *args]
+
+
+@pytest.fixture
+def launches() -> Iterator[list[Launch]]:
+    """Launches made by the test; any still running at the end are killed, then checked."""
+    made: list[Launch] = []
+    yield made
+    for launch in made:
+        if launch.proc.poll() is None:
+            launch.kill()
+            launch.proc.wait(10)
+    for launch in made:
+        left = wait_gone(launch.token, 10)
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        assert not left, f"processes left behind by {launch.cmd}: {left}"
+
+
+@pytest.fixture
+def tuilaunch(launches: list[Launch]):
+    """Start ``tuilaunch --no-tui ARGS``; returns a :class:`Launch`."""
+
+    def start(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> Launch:
+        launch = _launch(tuilaunch_cmd(*args), cwd, env)
+        launches.append(launch)
+        return launch
+
+    return start
+
+
+@pytest.fixture
+def torchrun(launches: list[Launch]):
+    """Start ``torchrun ARGS``; returns a :class:`Launch`."""
+
+    def start(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> Launch:
+        launch = _launch(torchrun_cmd(*args), cwd, env)
+        launches.append(launch)
+        return launch
+
+    return start
+
+
+def leftovers(token: str) -> list[int]:
+    """Pids of live (non-zombie) processes whose environment holds ``token``."""
+    found = []
+    needle = f"{TOKEN_VAR}={token}".encode()
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fp:
+                if needle not in fp.read():
+                    continue
+            with open(f"/proc/{entry}/stat") as fp:
+                if fp.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            continue
+        found.append(int(entry))
+    return found
+
+
+def wait_gone(token: str, timeout: float) -> list[int]:
+    """Wait until no process holds ``token``; return those still there at the timeout."""
+    deadline = time.monotonic() + timeout
+    left = leftovers(token)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = leftovers(token)
+    return left
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.1, what: str = "condition"):
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def read_journal(path: Path) -> list[dict]:
+    """The journal's JSON objects, in order."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def journal_path(output: str) -> Path:
+    """The journal path that the headless summary printed."""
+    for line in output.splitlines():
+        if line.startswith("journal: "):
+            return Path(line[len("journal: ") :].strip())
+    raise AssertionError(f"no journal line in output:\n{output[-3000:]}")
