@@ -134,7 +134,10 @@ def print_summary(s: Snapshot, runner: Runner | None, stream: TextIO) -> None:
     """Print the end-of-run summary: ranks, attempts, restarts, duration and root cause."""
     tty = _isatty(stream)
     console = Console(
-        file=stream, width=None if tty else 120, force_terminal=tty, highlight=False,
+        file=stream,
+        width=None if tty else 120,
+        force_terminal=tty,
+        highlight=False,
         no_color=not tty,
     )
     fin = s.finished
@@ -145,7 +148,8 @@ def print_summary(s: Snapshot, runner: Runner | None, stream: TextIO) -> None:
     )
     duration = (fin.mono - s.started_mono) if fin and s.started_mono else 0.0
     title = Text.assemble(
-        ("tuilaunch summary: ", "bold"), (outcome.upper(), style),
+        ("tuilaunch summary: ", "bold"),
+        (outcome.upper(), style),
         f"  exit code {code}  duration {duration:.1f}s",
     )
     console.print()
@@ -160,7 +164,10 @@ def print_summary(s: Snapshot, runner: Runner | None, stream: TextIO) -> None:
         for r in s.ranks:
             end = r.exited if r.exited is not None else (fin.mono if fin else time.monotonic())
             table.add_row(
-                str(r.global_rank), str(r.local_rank), str(r.pid), r.state,
+                str(r.global_rank),
+                str(r.local_rank),
+                str(r.pid),
+                r.state,
                 errors.describe_exit(r.exit_code) if r.exit_code is not None else "-",
                 f"{max(0.0, end - r.started):.1f}s",
             )
@@ -186,7 +193,8 @@ def print_summary(s: Snapshot, runner: Runner | None, stream: TextIO) -> None:
     shown = rc if outcome != "succeeded" else None
     earlier = [f for f in s.failures if not f.collateral and f is not shown]
     if earlier:
-        console.print(Text("failures (recovered by restarts)" if shown is None else "failures of earlier attempts", style="bold"))
+        heading = "failures of earlier attempts" if shown else "failures (recovered by restarts)"
+        console.print(Text(heading, style="bold"))
         for f in earlier:
             console.print(Text(f"  attempt {f.attempt}: {failure_headline(f)}"))
     if runner is not None:

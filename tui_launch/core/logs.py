@@ -124,7 +124,7 @@ class CapturingLogsSpecs(LogsSpecs):
         for lr in range(nprocs):
             env = envs[lr]
             global_rank = int(env.get("RANK", lr))
-            filtered = bool(ranks_filter) and lr not in ranks_filter
+            filtered = ranks_filter is not None and len(ranks_filter) > 0 and lr not in ranks_filter
             for stream, paths, tees, std in (
                 (STDOUT, dest.stdouts, dest.tee_stdouts, Std.OUT),
                 (STDERR, dest.stderrs, dest.tee_stderrs, Std.ERR),
@@ -308,9 +308,7 @@ class AgentLogCapture(logging.Handler):
 
     def __init__(self, keep: int = 500) -> None:
         super().__init__(level=logging.DEBUG)
-        self.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname).1s %(name)s: %(message)s")
-        )
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname).1s %(name)s: %(message)s"))
         self.recent: collections.deque[str] = collections.deque(maxlen=keep)
         self._pending: list[str] = []
         self._fp: Any = None

@@ -242,8 +242,14 @@ class Runner:
         if not alive or pid is None:
             self.store.post(
                 ControlAction(
-                    action=action, local_rank=local_rank, global_rank=grank, pid=pid,
-                    signal=sig.name, source=source, ok=False, detail="no running worker",
+                    action=action,
+                    local_rank=local_rank,
+                    global_rank=grank,
+                    pid=pid,
+                    signal=sig.name,
+                    source=source,
+                    ok=False,
+                    detail="no running worker",
                 )
             )
             return False
@@ -269,8 +275,14 @@ class Runner:
             ok, detail = False, str(e)
         self.store.post(
             ControlAction(
-                action=action, local_rank=local_rank, global_rank=grank, pid=pid,
-                signal=sig.name, source=source, ok=ok, detail=detail,
+                action=action,
+                local_rank=local_rank,
+                global_rank=grank,
+                pid=pid,
+                signal=sig.name,
+                source=source,
+                ok=ok,
+                detail=detail,
             )
         )
         return ok
@@ -300,8 +312,14 @@ class Runner:
                 self._restart_requested = True
         self.store.post(
             ControlAction(
-                action="restart", local_rank=None, global_rank=None, pid=None, signal=None,
-                source=source, ok=ok, detail="" if ok else f"agent is {self._phase}",
+                action="restart",
+                local_rank=None,
+                global_rank=None,
+                pid=None,
+                signal=None,
+                source=source,
+                ok=ok,
+                detail="" if ok else f"agent is {self._phase}",
             )
         )
         return ok
@@ -342,9 +360,9 @@ class Runner:
         self._finish("stopped", signal_exit_code(sig), f"stopped by {sig.name}")
 
     def _shutdown_timeout(self) -> float:
-        t = getattr(self.args, "shutdown_timeout", None)
+        t: Any = getattr(self.args, "shutdown_timeout", None)
         if t is None:
-            t = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", 30)
+            t = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30")
         try:
             return float(t)
         except ValueError:
@@ -631,7 +649,7 @@ def make_agent_class(runner: Runner, base: type) -> type:
     untouched (they differ between torch releases) except ``logs_specs``, which is wrapped.
     """
 
-    class ObservingAgent(base):  # type: ignore[misc, valid-type]
+    class ObservingAgent(base):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             spec = kwargs.get("spec", args[0] if args else None)
             if "logs_specs" in kwargs:
@@ -713,9 +731,8 @@ def rendezvous_state(handler: Any) -> dict[str, Any]:
     parts = getattr(state, "participants", {}) or {}
     try:
         out["participants"] = [
-            f"{getattr(n, 'addr', n)}:{getattr(n, 'pid', '')}" for n, _ in sorted(
-                parts.items(), key=lambda kv: kv[1]
-            )
+            f"{getattr(n, 'addr', n)}:{getattr(n, 'pid', '')}"
+            for n, _ in sorted(parts.items(), key=lambda kv: kv[1])
         ]
     except Exception:
         out["participants"] = []
@@ -794,4 +811,3 @@ def _silence_thread_warning() -> None:
             return _TORCH_THREAD_WARNING not in str(record.msg)
 
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_Drop())
-

@@ -8,6 +8,7 @@ frames), notifies listeners such as the journal, and lets readers wait for a new
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -195,7 +196,11 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
         attempts = (*_close_attempt(s.attempts, e.wall, "restarted"),)
         attempts = (*attempts, AttemptView(number=e.attempt, started=e.wall, world_size=world))
         return replace(
-            s, ranks=ranks, attempt=e.attempt, attempts=attempts, phase="running",
+            s,
+            ranks=ranks,
+            attempt=e.attempt,
+            attempts=attempts,
+            phase="running",
             group_state="HEALTHY",
         )
     if isinstance(e, RankExited):
@@ -224,7 +229,7 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
             "membership": "membership_restarts",
         }
         name = counts.get(e.cause, "failure_restarts")
-        s = replace(s, **{name: getattr(s, name) + 1})  # type: ignore[arg-type]
+        s = replace(s, **{name: getattr(s, name) + 1})
         attempts = _close_attempt(s.attempts, e.wall, e.cause)
         ranks = tuple(
             r if r.state in (EXITED, FAILED) else replace(r, state=RESTARTING) for r in s.ranks
@@ -253,10 +258,10 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
         return replace(s, shutdown=e, phase="stopping")
     if isinstance(e, RunFinished):
         attempts = _close_attempt(s.attempts, e.wall, e.outcome)
-        rv = s.rendezvous
-        if rv is not None and rv.state == "waiting":
-            rv = replace(rv, state="closed")
-        return replace(s, finished=e, phase=e.outcome, attempts=attempts, rendezvous=rv)
+        closed = s.rendezvous
+        if closed is not None and closed.state == "waiting":
+            closed = replace(closed, state="closed")
+        return replace(s, finished=e, phase=e.outcome, attempts=attempts, rendezvous=closed)
     return s
 
 
@@ -287,10 +292,8 @@ class RunStore:
             self._snapshot = reduce(self._snapshot, event)
             self._history.append(event)
             for listener in self._listeners:
-                try:
+                with contextlib.suppress(Exception):  # a broken listener must not stop the run
                     listener(event)
-                except Exception:  # a broken listener must not stop the run
-                    pass
             self._cond.notify_all()
             return self._snapshot
 
