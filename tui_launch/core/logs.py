@@ -35,6 +35,7 @@ class LogSource:
     path: str
     console: bool
     prefix: str | None
+    teed: bool = False
     offset: int = 0
     partial: bytes = b""
     closed: bool = False
@@ -48,6 +49,7 @@ class ReifiedLogs:
     attempt_dir: str
     sources: list[LogSource] = field(default_factory=list)
     error_files: dict[int, str] = field(default_factory=dict)
+    filtered_files: dict[str, str] = field(default_factory=dict)
 
 
 LineSink = Callable[[LogSource, list[str]], None]
@@ -120,7 +122,11 @@ class CapturingLogsSpecs(LogsSpecs):
         if self.run_dir is None:
             self.run_dir = os.path.dirname(attempt_dir)
 
-        info = ReifiedLogs(attempt=attempt, attempt_dir=attempt_dir, error_files={})
+        info = ReifiedLogs(
+            attempt=attempt,
+            attempt_dir=attempt_dir,
+            filtered_files={STDOUT: dest.filtered_stdout, STDERR: dest.filtered_stderr},
+        )
         for lr in range(nprocs):
             env = envs[lr]
             global_rank = int(env.get("RANK", lr))
@@ -130,17 +136,16 @@ class CapturingLogsSpecs(LogsSpecs):
                 (STDERR, dest.stderrs, dest.tee_stderrs, Std.ERR),
             ):
                 path = paths.get(lr, "")
+                # torch tails tee'd files to the console; tuilaunch's tailer does it instead.
+                teed = tees.pop(lr, None) is not None
                 if path in ("", os.devnull):
-                    # torchrun: console when not redirected, nothing when filtered out.
+                    # torchrun: raw on the console when not redirected, dropped when filtered
+                    # out. Either way the file keeps every line.
                     console = path == "" and not filtered
-                    prefixed = False
                     path = os.path.join(rank_dirs[lr], f"{stream}.log")
                     paths[lr] = path
                 else:
                     console = bool(tee[lr] & std) and not filtered
-                    prefixed = True
-                tees.pop(lr, None)  # the tailer echoes; torch must not start its own
-                prefix = self._prefix(lr, global_rank) if prefixed else None
                 info.sources.append(
                     LogSource(
                         attempt=attempt,
@@ -149,7 +154,9 @@ class CapturingLogsSpecs(LogsSpecs):
                         stream=stream,
                         path=path,
                         console=console and self._echo,
-                        prefix=prefix,
+                        # torch prefixes only what it tails, never direct console output.
+                        prefix=self._prefix(lr, global_rank) if teed else None,
+                        teed=teed,
                     )
                 )
             info.error_files[lr] = dest.error_files.get(lr, "")
@@ -263,6 +270,47 @@ class LogTailer:
                 logging.getLogger(__name__).exception("log sink failed")
         if more:
             self._read(src, final)
+
+
+class DuplicateFilter:
+    """torchrun's ``--duplicate-stdout/stderr-filters``: matching tee'd lines to one file.
+
+    torch implements them with its own tee threads, which tuilaunch replaces; this sink writes
+    the same lines (with the same prefix) to the same ``filtered_std*.log`` files.
+    """
+
+    def __init__(self, filters: dict[str, list[str]]) -> None:
+        self._filters = {k: v for k, v in filters.items() if v}
+        self._paths: dict[str, str] = {}
+        self._files: dict[str, Any] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._filters)
+
+    def set_files(self, paths: dict[str, str]) -> None:
+        """The files of a new attempt (torch has just created them)."""
+        self.close()
+        self._paths = dict(paths)
+
+    def __call__(self, src: LogSource, lines: list[str]) -> None:
+        needles = self._filters.get(src.stream)
+        path = self._paths.get(src.stream)
+        if not needles or not path or not src.teed or path.startswith(os.devnull):
+            return
+        hits = [ln for ln in lines if any(n in ln for n in needles)]
+        if not hits:
+            return
+        fp = self._files.get(path)
+        if fp is None:
+            fp = self._files[path] = open(path, "a", errors="replace")  # noqa: SIM115
+        fp.write("".join(f"{src.prefix or ''}{ln}\n" for ln in hits))
+        fp.flush()
+
+    def close(self) -> None:
+        """Close the files of the current attempt."""
+        for fp in self._files.values():
+            fp.close()
+        self._files.clear()
 
 
 class LogBuffer:

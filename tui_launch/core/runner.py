@@ -47,8 +47,10 @@ from tui_launch.core.events import (
 from tui_launch.core.journal import Journal
 from tui_launch.core.logs import (
     STDERR,
+    STDOUT,
     AgentLogCapture,
     CapturingLogsSpecs,
+    DuplicateFilter,
     LogTailer,
     ReifiedLogs,
 )
@@ -88,6 +90,14 @@ class Runner:
         self.store = store
         self.echo = echo
         self.tailer = LogTailer()
+        self.duplicates = DuplicateFilter(
+            {
+                STDOUT: list(getattr(args, "duplicate_stdout_filters", None) or []),
+                STDERR: list(getattr(args, "duplicate_stderr_filters", None) or []),
+            }
+        )
+        if self.duplicates:
+            self.tailer.add_sink(self.duplicates)
         self.agent_log = AgentLogCapture()
         self.journal = Journal(journal_path)
         self._mute_agent_console = mute_agent_console
@@ -154,9 +164,9 @@ class Runner:
             return
         os.environ[SHARE_STORE_ENV] = "1"
         self._notes = (
-            f"tuilaunch set {SHARE_STORE_ENV}=1 so that restarts get a fresh store and work "
-            f"(torch's shared store makes most restarts fail or hang); "
-            f"set {SHARE_STORE_ENV}=0 to keep torch's default.",
+            f"restarts: tuilaunch set {SHARE_STORE_ENV}=1 (a fresh rendezvous store per "
+            f"attempt; torch's shared store makes most restarts fail or hang). "
+            f"Opt out with {SHARE_STORE_ENV}=0.",
         )
 
     _notes: tuple[str, ...] = ()
@@ -426,6 +436,9 @@ class Runner:
             if src.stream == STDERR:
                 self._stderr_paths[src.local_rank] = src.path
         self._error_files = dict(info.error_files)
+        if self.duplicates:
+            self.tailer.drain()  # the previous attempt's lines go to the previous files
+            self.duplicates.set_files(info.filtered_files)
         self._attempt_dir = info.attempt_dir
         self.tailer.add_sources(info.sources)
 
