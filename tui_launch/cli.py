@@ -17,6 +17,9 @@ from tui_launch.core.runner import Runner
 from tui_launch.core.store import RunStore
 
 
+DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+
+
 def _signals(names: str) -> list[signal.Signals]:
     out = []
     for name in names.split(","):
@@ -53,7 +56,9 @@ def run_cli(argv: list[str] | None = None) -> int:
     store = RunStore()
     runner = Runner(args, store, echo=True, journal_path=opts.journal)
     front = Headless(store, runner)
-    previous = install_signal_handlers(runner, args.signals_to_handle)
+    # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.
+    handled = getattr(args, "signals_to_handle", None) or DEFAULT_SIGNALS
+    previous = install_signal_handlers(runner, handled)
     try:
         runner.start()
         return front.run()

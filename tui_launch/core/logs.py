@@ -125,7 +125,11 @@ class CapturingLogsSpecs(LogsSpecs):
         info = ReifiedLogs(
             attempt=attempt,
             attempt_dir=attempt_dir,
-            filtered_files={STDOUT: dest.filtered_stdout, STDERR: dest.filtered_stderr},
+            # The filtered_* files exist since torch 2.8 (--duplicate-*-filters).
+            filtered_files={
+                STDOUT: getattr(dest, "filtered_stdout", ""),
+                STDERR: getattr(dest, "filtered_stderr", ""),
+            },
         )
         for lr in range(nprocs):
             env = envs[lr]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import socket
 import threading
@@ -58,6 +59,8 @@ from tui_launch.core.reaper import Reaper
 from tui_launch.core.store import RunStore
 
 SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+# torch's worker-side excepthook prefixes traceback lines with "[rank1]: ".
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")
 _TORCH_THREAD_WARNING = "Failed to register signal handlers since torchelastic is running"
 
 
@@ -589,6 +592,7 @@ class Runner:
             if not message:
                 # Without @record the last stderr line is usually the exception itself.
                 last = next((ln.strip() for ln in reversed(tail) if ln.strip()), "")
+                last = _RANK_PREFIX.sub("", last)
                 message = last or errors.describe_exit(code)
             when = exit_times.get(lr) or ts or time.time()
             out.append(
