@@ -16,7 +16,6 @@ from tui_launch.core.args import USAGE_ERROR, UsageError, parse, validate
 from tui_launch.core.runner import Runner
 from tui_launch.core.store import RunStore
 
-
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 
 
