@@ -206,7 +206,8 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
     if isinstance(e, RankExited):
         if e.attempt != s.attempt:
             return s
-        state = EXITED if e.exit_code == 0 else FAILED
+        # A rank the agent terminated (a peer failed, a shutdown) did not fail by itself.
+        state = EXITED if e.exit_code == 0 or e.by_agent else FAILED
         ranks = tuple(
             replace(r, state=state, exit_code=e.exit_code, signal=e.signal, exited=e.mono)
             if r.local_rank == e.local_rank and r.exit_code is None
