@@ -28,6 +28,9 @@ class Event:
     """Base class: every event carries when it happened, on both clocks."""
 
     kind: ClassVar[str] = "event"
+    # Samples (live readings that change all the time) update the snapshot but are kept out
+    # of the history and the journal.
+    journaled: ClassVar[bool] = True
     mono: float = field(default_factory=_now_mono, kw_only=True)
     wall: float = field(default_factory=_now_wall, kw_only=True)
 
@@ -66,6 +69,32 @@ class Failure:
     error_file: str | None
     collateral: bool = False
     caused_by: str | None = None
+
+
+@dataclass(frozen=True)
+class Participant:
+    """A node in the rendezvous as this agent last saw it (cached state, no network I/O)."""
+
+    node: str
+    rank: int | None
+    heartbeat_age: float | None
+    this_node: bool = False
+
+
+@dataclass(frozen=True)
+class RendezvousSample(Event):
+    """A reading of the rendezvous handler's cached state (a sample: not journaled)."""
+
+    kind: ClassVar[str] = "rendezvous_sample"
+    journaled: ClassVar[bool] = False
+    round: int | None
+    complete: bool | None
+    closed: bool | None
+    min_nodes: int | None
+    max_nodes: int | None
+    join_timeout: float | None
+    participants: tuple[Participant, ...]
+    waiting: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -244,12 +273,14 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Notice,
         Shutdown,
         RunFinished,
+        RendezvousSample,
     )
 }
 
 _NESTED: dict[tuple[str, str], type[Any]] = {
     ("workers_started", "workers"): WorkerInfo,
     ("attempt_failed", "failures"): Failure,
+    ("rendezvous_sample", "participants"): Participant,
 }
 
 

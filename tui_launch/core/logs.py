@@ -15,6 +15,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -317,36 +318,68 @@ class DuplicateFilter:
         self._files.clear()
 
 
-class LogBuffer:
-    """Bounded in-memory lines per (local rank, stream) and merged, for the dashboard.
+LogLine = tuple[int, int, str, str]
+"""(sequence number, local rank, stream, text): one kept line."""
 
-    Memory stays bounded however much the workers print: old lines fall off the front and
-    the files keep everything.
+
+class LogBuffer:
+    """Bounded in-memory worker lines, per local rank and merged, for the dashboard.
+
+    Every line gets a sequence number, so a view can ask for what it has not shown yet
+    (:meth:`since`). Memory stays bounded however much the workers print: old lines fall off
+    the front, and the files keep everything. A marker line separates attempts.
     """
 
-    def __init__(self, per_stream: int = 5000, merged: int = 10000) -> None:
-        self._per_stream = per_stream
+    def __init__(self, per_rank: int = 5000, merged: int = 20000) -> None:
+        self._per_rank = per_rank
         self._lock = threading.Lock()
-        self.streams: dict[tuple[int, str], collections.deque[str]] = {}
-        self.merged: collections.deque[tuple[int, str, str]] = collections.deque(maxlen=merged)
-        self.counts: dict[tuple[int, str], int] = collections.defaultdict(int)
-        self.total = 0
+        self._ranks: dict[int, collections.deque[LogLine]] = {}
+        self._merged: collections.deque[LogLine] = collections.deque(maxlen=merged)
+        self._attempt: dict[int, int] = {}
+        self.seq = 0
+        self.counts: dict[int, int] = collections.defaultdict(int)
+        self.last_line_at: dict[int, float] = {}
 
     def __call__(self, src: LogSource, lines: list[str]) -> None:
-        key = (src.local_rank, src.stream)
+        """Tailer sink: keep ``lines`` of ``src``."""
+        lr = src.local_rank
+        now = time.monotonic()
         with self._lock:
-            dq = self.streams.get(key)
+            dq = self._ranks.get(lr)
             if dq is None:
-                dq = self.streams[key] = collections.deque(maxlen=self._per_stream)
-            dq.extend(lines)
-            self.merged.extend((src.local_rank, src.stream, line) for line in lines)
-            self.counts[key] += len(lines)
-            self.total += len(lines)
+                dq = self._ranks[lr] = collections.deque(maxlen=self._per_rank)
+            seq = self.seq
+            if self._attempt.get(lr, src.attempt) != src.attempt:
+                seq += 1
+                marker = (seq, lr, "marker", f"---- attempt {src.attempt} ----")
+                dq.append(marker)
+                self._merged.append(marker)
+            self._attempt[lr] = src.attempt
+            stream = src.stream
+            kept = [(seq + i + 1, lr, stream, text) for i, text in enumerate(lines)]
+            self.seq = seq + len(lines)
+            dq.extend(kept)
+            self._merged.extend(kept)
+            self.counts[lr] += len(lines)
+            self.last_line_at[lr] = now
 
-    def lines(self, local_rank: int, stream: str) -> list[str]:
-        """A copy of the kept lines of one stream."""
+    def since(self, seq: int, local_rank: int | None = None) -> list[LogLine]:
+        """Kept lines after sequence number ``seq``: one rank's, or all ranks' merged."""
         with self._lock:
-            return list(self.streams.get((local_rank, stream), ()))
+            dq = self._merged if local_rank is None else self._ranks.get(local_rank)
+            if not dq:
+                return []
+            out: list[LogLine] = []
+            for item in reversed(dq):
+                if item[0] <= seq:
+                    break
+                out.append(item)
+        out.reverse()
+        return out
+
+    def lines(self, local_rank: int, stream: str | None = None) -> list[str]:
+        """The kept text of one rank (one stream, or both interleaved)."""
+        return [t for _, _, s, t in self.since(0, local_rank) if stream in (None, s)]
 
 
 class AgentLogCapture(logging.Handler):

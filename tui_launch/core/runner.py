@@ -25,9 +25,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
-from tui_launch.core import errors
+from tui_launch.core import errors, rendezvous
 from tui_launch.core.events import (
     AttemptFailed,
     ControlAction,
@@ -144,6 +145,22 @@ class Runner:
         self.tailer.start()
         self._thread = threading.Thread(target=self._main, name="tuilaunch-agent", daemon=True)
         self._thread.start()
+        threading.Thread(target=self._sample_loop, name="tuilaunch-sampler", daemon=True).start()
+
+    def _sample_loop(self, interval: float = 1.0) -> None:
+        # Live rendezvous readings for the front ends; cached state only, never the network.
+        last = None
+        while not self._done.wait(interval):
+            agent = self._agent
+            if agent is None:
+                continue
+            try:
+                s = rendezvous.sample(agent._worker_group.spec.rdzv_handler)
+            except Exception:
+                continue
+            if s is not None and (last is None or replace(s, mono=0, wall=0) != last):
+                last = replace(s, mono=0, wall=0)
+                self.store.post(s)
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait for the run to end; return its exit code (None on timeout)."""
@@ -462,11 +479,11 @@ class Runner:
 
     def _on_rendezvous_done(self, agent: Any, wg: Any) -> None:
         handler = wg.spec.rdzv_handler
-        state = rendezvous_state(handler)
+        live = rendezvous.sample(handler)
         self.store.post(
             RendezvousCompleted(
                 attempt=self._attempt + 1,
-                round=state.get("round"),
+                round=live.round if live else None,
                 backend=_safe(handler.get_backend, self.args.rdzv_backend),
                 endpoint=_endpoint(handler, self.args),
                 run_id=_safe(handler.get_run_id, self.args.rdzv_id),
@@ -474,7 +491,7 @@ class Runner:
                 group_world_size=int(wg.group_world_size),
                 master_addr=str(wg.master_addr),
                 master_port=int(wg.master_port or 0),
-                participants=tuple(state.get("participants", ())),
+                participants=tuple(p.node for p in live.participants) if live else (),
                 duration=time.monotonic() - self._rdzv_t0,
             )
         )
@@ -735,28 +752,6 @@ def exit_codes(pcontext: Any) -> dict[int, int | None]:
     if pc is not None:
         return {lr: p.exitcode for lr, p in enumerate(pc.processes)}
     return {}
-
-
-def rendezvous_state(handler: Any) -> dict[str, Any]:
-    """The rendezvous handler's cached state (no network I/O): round, participants, ..."""
-    out: dict[str, Any] = {}
-    holder = getattr(handler, "_state_holder", None)
-    state = getattr(holder, "_state", None) if holder is not None else None
-    if state is None:
-        return out
-    out["round"] = getattr(state, "round", None)
-    parts = getattr(state, "participants", {}) or {}
-    try:
-        out["participants"] = [
-            f"{getattr(n, 'addr', n)}:{getattr(n, 'pid', '')}"
-            for n, _ in sorted(parts.items(), key=lambda kv: kv[1])
-        ]
-    except Exception:
-        out["participants"] = []
-    out["wait_list"] = len(getattr(state, "wait_list", ()) or ())
-    out["complete"] = getattr(state, "complete", None)
-    out["closed"] = getattr(state, "closed", None)
-    return out
 
 
 def _endpoint(handler: Any, args: argparse.Namespace) -> str:

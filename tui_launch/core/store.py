@@ -23,6 +23,7 @@ from tui_launch.core.events import (
     Notice,
     RankExited,
     RendezvousCompleted,
+    RendezvousSample,
     RendezvousStarted,
     Restart,
     RunFinished,
@@ -95,6 +96,7 @@ class Snapshot:
     attempt: int = 0
     group_state: str = "INIT"
     rendezvous: RendezvousView | None = None
+    rendezvous_live: RendezvousSample | None = None
     ranks: tuple[RankView, ...] = ()
     attempts: tuple[AttemptView, ...] = ()
     failures: tuple[Failure, ...] = ()
@@ -150,6 +152,8 @@ def pick_root_cause(failures: Iterable[Failure]) -> Failure | None:
 def reduce(s: Snapshot, e: Event) -> Snapshot:
     """Return the snapshot that follows ``s`` once ``e`` has happened."""
     s = replace(s, version=s.version + 1, events=s.events + 1)
+    if isinstance(e, RendezvousSample):
+        return replace(s, rendezvous_live=e, events=s.events - 1)
     if isinstance(e, RunStarted):
         return replace(
             s, run=e, budget_left=e.max_restarts, started_wall=e.wall, started_mono=e.mono
@@ -291,6 +295,9 @@ class RunStore:
         """Apply ``event`` and return the new snapshot."""
         with self._cond:
             self._snapshot = reduce(self._snapshot, event)
+            if not event.journaled:
+                self._cond.notify_all()
+                return self._snapshot
             self._history.append(event)
             for listener in self._listeners:
                 with contextlib.suppress(Exception):  # a broken listener must not stop the run
