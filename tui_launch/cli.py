@@ -6,11 +6,9 @@ Exit status: 0 when every worker succeeded, 1 when workers failed or torch repor
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
-from typing import NoReturn
 
 from tui_launch.core.args import USAGE_ERROR, UsageError, parse, validate
 from tui_launch.core.runner import Runner
@@ -50,29 +48,65 @@ def run_cli(argv: list[str] | None = None) -> int:
         print(f"tuilaunch: error: {e}", file=sys.stderr)
         return USAGE_ERROR
 
-    from tui_launch.headless import Headless
+    from tui_launch.headless import Headless, print_summary
 
+    use_tui = not opts.no_tui and _isatty(sys.stdout) and _isatty(sys.stdin)
+    if not opts.no_tui and not use_tui:
+        print(
+            "tuilaunch: stdout or stdin is not a terminal: running headless (as --no-tui)",
+            file=sys.stderr,
+        )
     store = RunStore()
-    runner = Runner(args, store, echo=True, journal_path=opts.journal)
-    front = Headless(store, runner)
+    runner = Runner(args, store, journal_path=opts.journal, mute_agent_console=use_tui)
     # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.
     handled = getattr(args, "signals_to_handle", None) or DEFAULT_SIGNALS
     previous = install_signal_handlers(runner, handled)
     try:
         runner.start()
-        return front.run()
+        if opts.demo:
+            _schedule_demo_failure(runner)
+        if use_tui:
+            from tui_launch.tui.run import run_dashboard
+
+            code, error = run_dashboard(
+                runner,
+                refresh_hz=opts.refresh_hz,
+                confirm=not opts.no_confirm,
+                exit_on_finish=opts.exit_on_finish,
+            )
+            if error is None and code is not None:
+                runner.wait()
+                print_summary(store.snapshot(), runner, sys.stderr)
+                return runner.exit_code if runner.exit_code is not None else code
+            print(
+                f"tuilaunch: the dashboard failed ({type(error).__name__}: {error}); "
+                "the job goes on headless. Every log line is in the run's log files.",
+                file=sys.stderr,
+            )
+        return Headless(store, runner).run()
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)  # type: ignore[arg-type]
 
 
-def main(argv: list[str] | None = None) -> NoReturn:
-    """Console-script entry point."""
-    code = run_cli(argv)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if any(t.name == "tuilaunch-agent" and t.is_alive() for t in threading.enumerate()):
-        # The agent thread is stuck inside torch (a rendezvous, a store wait) and the run is
-        # already over: leave without waiting for it.
-        os._exit(code)
-    sys.exit(code)
+def _isatty(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):
+        return False
+
+
+def _schedule_demo_failure(runner: Runner) -> None:
+    """``--demo``: SIGKILL local rank 1 once, shortly after the first snapshot is saved."""
+    from tui_launch.core.logs import LogSource
+
+    fired = threading.Event()
+
+    def watch(src: LogSource, lines: list[str]) -> None:
+        if fired.is_set() or src.attempt != 0:
+            return
+        if any("Training snapshot saved" in ln for ln in lines):
+            fired.set()
+            threading.Timer(1.5, runner.kill_rank, (1, "demo: injected failure")).start()
+
+    runner.tailer.add_sink(watch)

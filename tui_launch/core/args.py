@@ -34,6 +34,10 @@ class Options:
 
     no_tui: bool
     journal: str | None
+    no_confirm: bool = False
+    refresh_hz: float = 4.0
+    exit_on_finish: bool = False
+    demo: bool = False
 
 
 class _Parser(argparse.ArgumentParser):
@@ -81,8 +85,55 @@ def build_parser() -> argparse.ArgumentParser:
         help="Write the run's event journal (JSON lines) to PATH instead of "
         "journal.jsonl in the run's log directory.",
     )
+    ours.add_argument(
+        "--no-confirm",
+        dest=_OURS + "no_confirm",
+        action="store_true",
+        help="Dashboard: do not ask y/n before kill, SIGTERM, stop, restart or quit.",
+    )
+    ours.add_argument(
+        "--refresh-hz",
+        dest=_OURS + "refresh_hz",
+        type=float,
+        default=4.0,
+        metavar="HZ",
+        help="Dashboard redraw rate (default 4; it redraws only when something changed).",
+    )
+    ours.add_argument(
+        "--exit-on-finish",
+        dest=_OURS + "exit_on_finish",
+        action="store_true",
+        help="Dashboard: leave as soon as the job ends instead of staying on the final state.",
+    )
+    ours.add_argument(
+        "--demo",
+        dest=_OURS + "demo",
+        action="store_true",
+        help="Run the dashboard on a small real CPU job (the example DDP trainer, 2 workers, "
+        "one injected failure). No script needed.",
+    )
     ours.add_argument("--version", action="version", version=f"tuilaunch {__version__}")
     return parser
+
+
+DEMO_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "train_ddp.py")
+
+
+def demo_argv(argv: list[str]) -> list[str]:
+    """``--demo``: the example trainer, 2 workers, 3 restarts allowed, unless argv says more."""
+    demo = [
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "3",
+        DEMO_SCRIPT,
+        "--epochs",
+        "8",
+        "--snapshot-path",
+        os.path.join(tempfile.gettempdir(), f"tuilaunch-demo-{os.getpid()}.pt"),
+    ]
+    return argv + demo
 
 
 def torch_option_strings() -> set[str]:
@@ -95,6 +146,9 @@ def torch_option_strings() -> set[str]:
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
     """Parse the command line into torchrun's namespace and tuilaunch's options."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--demo" in argv:
+        argv = demo_argv(argv)
     ns = parser.parse_args(argv)
     ours = {k[len(_OURS) :]: v for k, v in vars(ns).items() if k.startswith(_OURS)}
     torch_args = argparse.Namespace(

@@ -336,6 +336,7 @@ class LogBuffer:
         self._ranks: dict[int, collections.deque[LogLine]] = {}
         self._merged: collections.deque[LogLine] = collections.deque(maxlen=merged)
         self._attempt: dict[int, int] = {}
+        self._merged_attempt = 0
         self.seq = 0
         self.counts: dict[int, int] = collections.defaultdict(int)
         self.last_line_at: dict[int, float] = {}
@@ -353,7 +354,9 @@ class LogBuffer:
                 seq += 1
                 marker = (seq, lr, "marker", f"---- attempt {src.attempt} ----")
                 dq.append(marker)
-                self._merged.append(marker)
+                if src.attempt > self._merged_attempt:  # one marker per attempt when merged
+                    self._merged.append(marker)
+                    self._merged_attempt = src.attempt
             self._attempt[lr] = src.attempt
             stream = src.stream
             kept = [(seq + i + 1, lr, stream, text) for i, text in enumerate(lines)]
@@ -445,8 +448,16 @@ class AgentLogCapture(logging.Handler):
             line = self.format(record)
         except Exception:
             return
-        self.recent.append(line)
-        if self._fp is not None:
-            self._fp.write(line + "\n")
-        elif len(self._pending) < 10000:
-            self._pending.append(line)
+        self.add_line(line)
+
+    def add_line(self, line: str) -> None:
+        """Keep one line that did not come through logging (the agent's raw stderr)."""
+        self.acquire()  # re-entrant: emit() already holds it
+        try:
+            self.recent.append(line)
+            if self._fp is not None:
+                self._fp.write(line + "\n")
+            elif len(self._pending) < 10000:
+                self._pending.append(line)
+        finally:
+            self.release()

@@ -607,9 +607,10 @@ class Runner:
             collateral = lr not in seen_before or (seen_before.get(lr) == 0)
             tail = () if tb else errors.tail_lines(self._stderr_paths.get(lr))
             if not message:
-                # Without @record the last stderr line is usually the exception itself.
+                # Without @record, a rank that exited with an error code usually printed the
+                # exception last; a signalled one was cut off mid-stream.
                 last = next((ln.strip() for ln in reversed(tail) if ln.strip()), "")
-                last = _RANK_PREFIX.sub("", last)
+                last = _RANK_PREFIX.sub("", last) if code > 0 else ""
                 message = last or errors.describe_exit(code)
             when = exit_times.get(lr) or ts or time.time()
             out.append(
@@ -626,7 +627,7 @@ class Runner:
                     message=message,
                     traceback=tb,
                     stderr_tail=tail,
-                    error_file=self._error_files.get(lr) or None,
+                    error_file=(self._error_files.get(lr) or None) if err else None,
                     collateral=collateral,
                     caused_by=self._marks.get(int(pf.pid)),
                 )

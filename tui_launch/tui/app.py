@@ -1,0 +1,447 @@
+"""The dashboard: a Textual cockpit onto a running job.
+
+It reads store snapshots at a bounded rate (``--refresh-hz``, 4 Hz by default) and redraws only
+what changed on a new store version; it never blocks the agent, and workers never wait on it.
+Commands go through the runner's control API. Quitting stops the workers cleanly; the CLI then
+prints the headless summary and exits with the job's exit code.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterable
+
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Log, Static, TabbedContent, TabPane
+
+from tui_launch.core.logs import LogLine
+from tui_launch.core.store import Snapshot
+from tui_launch.tui import render
+from tui_launch.tui.screens import ConfirmScreen, HelpScreen
+from tui_launch.tui.source import Source
+
+LOG_LINES_SHOWN = 5000
+STREAMS = ("both", "stdout", "stderr")
+
+
+class Dashboard(App[int]):
+    """tuilaunch's dashboard. ``App.run()`` returns the job's exit code."""
+
+    CSS_PATH = "dashboard.tcss"
+    TITLE = "tuilaunch"
+
+    BINDINGS = [
+        Binding("k", "kill", "Kill", tooltip="SIGKILL the selected rank", id="kill"),
+        Binding("t", "term", "SIGTERM", tooltip="SIGTERM the selected rank", id="term"),
+        Binding(
+            "s", "stop_continue", "Stop/Cont", tooltip="SIGSTOP or SIGCONT the rank", id="stop"
+        ),
+        Binding(
+            "r",
+            "restart",
+            "Restart",
+            tooltip="Restart the worker group (no budget spent)",
+            id="restart",
+        ),
+        Binding("l", "rank_log", "Rank log", tooltip="Show the selected rank's log", id="log"),
+        Binding("a", "merged_log", "All logs", tooltip="All ranks' logs, merged", id="merged"),
+        Binding("slash", "filter", "Filter", tooltip="Filter log lines by text", id="filter"),
+        Binding("f", "follow", "Follow", tooltip="Follow new log lines", id="follow"),
+        Binding("e", "streams", "Streams", tooltip="stdout+stderr / stdout / stderr", id="streams"),
+        Binding("c", "root_cause", "Root cause", tooltip="Show the root-cause tab", id="cause"),
+        Binding("question_mark", "help", "Help", id="help"),
+        Binding("q,ctrl+c", "quit_job", "Quit", tooltip="Stop the job and quit", id="quit"),
+    ]
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        refresh_hz: float = 4.0,
+        confirm: bool = True,
+        exit_on_finish: bool = False,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.refresh_hz = max(0.5, refresh_hz)
+        self.confirm = confirm
+        self.exit_on_finish = exit_on_finish
+        self.clean_exit = False
+        self._version = -1
+        self._row_keys: tuple[int, ...] = ()
+        self._cells: dict[tuple[int, int], object] = {}
+        self._view_rank: int | None = None  # None: merged view
+        self._stream = "both"
+        self._filter = ""
+        self._follow = True
+        self._shown_seq = 0
+        self._pending = 0
+        self._agent_key: tuple[int, str | None] = (-1, None)
+        self._quitting = False
+        self._finished_seen = False
+
+    # ---------------------------------------------------------------- layout
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="header")
+        with Horizontal(id="top"):
+            with Vertical(id="side"):
+                yield Static(id="rendezvous", classes="panel")
+                yield Static(id="restarts", classes="panel")
+                yield Static(id="gpus", classes="panel")
+            with Vertical(id="main"):
+                yield DataTable(id="workers", cursor_type="row", zebra_stripes=True)
+                with TabbedContent(id="tabs", initial="logs-tab"):
+                    with TabPane("Logs", id="logs-tab"):
+                        yield Static(id="logbar")
+                        yield Input(
+                            placeholder="filter log lines (Esc to close)", id="filter-input"
+                        )
+                        yield Log(id="log", max_lines=LOG_LINES_SHOWN, highlight=False)
+                    with TabPane("Root cause", id="cause-tab"), VerticalScroll(id="cause-scroll"):
+                        yield Static(id="rootcause")
+                    with TabPane("Agent log", id="agent-tab"):
+                        yield Log(id="agentlog", max_lines=2000, highlight=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#rendezvous", Static).border_title = "Rendezvous"
+        self.query_one("#restarts", Static).border_title = "Restarts"
+        self.query_one("#gpus", Static).border_title = "GPUs"
+        table = self.query_one("#workers", DataTable)
+        for i, name in enumerate(render.WORKER_COLUMNS):
+            table.add_column(name, key=str(i))
+        self.query_one("#filter-input", Input).display = False
+        table.focus()
+        self._tick()
+        self.set_interval(1.0 / self.refresh_hz, self._tick)
+
+    # ---------------------------------------------------------------- refresh
+
+    def _tick(self) -> None:
+        snap = self.source.snapshot()
+        now = self.source.now()
+        self.query_one("#header", Static).update(render.header(snap, now))
+        if snap.version != self._version:
+            self._version = snap.version
+            self.query_one("#rendezvous", Static).update(render.rendezvous_panel(snap, now))
+            self.query_one("#gpus", Static).update(render.gpu_panel(snap))
+            self.query_one("#rootcause", Static).update(render.root_cause_panel(snap))
+            self.refresh_bindings()
+        # Time moves even when the store does not: the timeline's running attempt, uptimes.
+        self.query_one("#restarts", Static).update(render.restarts_panel(snap, now))
+        self._update_workers(snap, now)
+        self._update_log()
+        self._update_agent_log()
+        if snap.finished is not None and not self._finished_seen:
+            self._finished_seen = True
+            self.refresh_bindings()
+            if self.exit_on_finish or self._quitting:
+                self._leave(snap.finished.exit_code)
+
+    def _update_workers(self, snap: Snapshot, now: float) -> None:
+        table = self.query_one("#workers", DataTable)
+        keys = tuple(r.local_rank for r in snap.ranks)
+        if keys != self._row_keys:
+            selected = self.selected_rank()
+            table.clear()
+            self._cells.clear()
+            for r in snap.ranks:
+                cells = render.rank_cells(r, now, self.source.logs.last_line_at.get(r.local_rank))
+                table.add_row(*cells, key=str(r.local_rank))
+                for i, c in enumerate(cells):
+                    self._cells[(r.local_rank, i)] = _plain(c)
+            self._row_keys = keys
+            if selected in keys:
+                table.move_cursor(row=keys.index(selected))
+            return
+        for r in snap.ranks:
+            cells = render.rank_cells(r, now, self.source.logs.last_line_at.get(r.local_rank))
+            for i, c in enumerate(cells):
+                plain = _plain(c)
+                if self._cells.get((r.local_rank, i)) != plain:
+                    self._cells[(r.local_rank, i)] = plain
+                    table.update_cell(str(r.local_rank), str(i), c)
+
+    def selected_rank(self) -> int | None:
+        """Local rank of the row under the cursor, if any."""
+        table = self.query_one("#workers", DataTable)
+        if table.row_count == 0:
+            return None
+        try:
+            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        except Exception:
+            return None
+        return int(key) if key is not None else None
+
+    # ---------------------------------------------------------------- logs
+
+    def _keep(self, line: LogLine) -> bool:
+        _, _, stream, text = line
+        if stream != "marker" and self._stream != "both" and stream != self._stream:
+            return False
+        return not self._filter or self._filter.lower() in text.lower()
+
+    def _format(self, line: LogLine) -> str:
+        _, rank, stream, text = line
+        if self._view_rank is None and stream != "marker":
+            tag = f"[{rank}]" if stream == "stdout" else f"[{rank} err]"
+            return f"{tag} {text}"
+        return text
+
+    def _rerender_log(self) -> None:
+        log = self.query_one("#log", Log)
+        log.clear()
+        lines = [ln for ln in self.source.logs.since(0, self._view_rank) if self._keep(ln)]
+        lines = lines[-LOG_LINES_SHOWN:]
+        log.write_lines([self._format(ln) for ln in lines], scroll_end=True)
+        self._shown_seq = self.source.logs.seq
+        self._pending = 0
+        self._follow = True
+        self._update_logbar()
+
+    def _update_log(self) -> None:
+        logs = self.source.logs
+        if logs.seq == self._shown_seq and not self._pending:
+            return
+        log = self.query_one("#log", Log)
+        if self._follow and log.line_count and not log.is_vertical_scroll_end:
+            self._follow = False  # the user scrolled up: pause, count what arrives
+        new = [ln for ln in logs.since(self._shown_seq, self._view_rank) if self._keep(ln)]
+        if self._follow:
+            if new:
+                log.write_lines([self._format(ln) for ln in new], scroll_end=True)
+            self._shown_seq = logs.seq
+            self._pending = 0
+        else:
+            self._pending = len(new)
+        self._update_logbar()
+
+    def _update_logbar(self) -> None:
+        who = "all ranks" if self._view_rank is None else f"local rank {self._view_rank}"
+        parts = [f"log: {who}", f"streams: {self._stream}"]
+        if self._filter:
+            parts.append(f"filter: {self._filter!r}")
+        parts.append(
+            "following" if self._follow else f"paused, {self._pending} new line(s) — f to follow"
+        )
+        self.query_one("#logbar", Static).update("  |  ".join(parts))
+
+    def _update_agent_log(self) -> None:
+        lines = self.source.agent_lines()
+        key = (len(lines), lines[-1] if lines else None)  # lines carry timestamps
+        if key == self._agent_key:
+            return
+        log = self.query_one("#agentlog", Log)
+        log.clear()
+        log.write_lines(lines)
+        self._agent_key = key
+
+    # ---------------------------------------------------------------- actions
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Hide keys that do not apply now (no rank selected, job finished)."""
+        snap = self.source.snapshot()
+        finished = snap.finished is not None
+        if action in ("kill", "term", "stop_continue"):
+            rank = self.selected_rank()
+            row = snap.rank(rank) if rank is not None else None
+            return not finished and row is not None and row.state in ("running", "stopped")
+        if action == "restart":
+            return not finished and snap.phase == "running"
+        if action == "rank_log":
+            return self.selected_rank() is not None
+        return True
+
+    def _confirm_then(self, question: str, act) -> None:  # type: ignore[no-untyped-def]
+        if not self.confirm:
+            act()
+            return
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                act()
+
+        self.push_screen(ConfirmScreen(question), done)
+
+    def _signal_selected(self, sig: signal.Signals, verb: str) -> None:
+        rank = self.selected_rank()
+        if rank is None:
+            return
+        row = self.source.snapshot().rank(rank)
+        who = (
+            f"rank {row.global_rank} (local {rank}, pid {row.pid})" if row else f"local rank {rank}"
+        )
+
+        def act() -> None:
+            ok = self.source.signal_rank(rank, sig, "dashboard")
+            self.notify(
+                f"{verb} {who}" if ok else f"could not {verb.lower()} {who}",
+                severity="information" if ok else "error",
+            )
+
+        self._confirm_then(f"{verb} {who}?", act)
+
+    def action_kill(self) -> None:
+        """SIGKILL the selected rank."""
+        self._signal_selected(signal.SIGKILL, "Kill (SIGKILL)")
+
+    def action_term(self) -> None:
+        """SIGTERM the selected rank."""
+        self._signal_selected(signal.SIGTERM, "Terminate (SIGTERM)")
+
+    def action_stop_continue(self) -> None:
+        """SIGSTOP the selected rank, or SIGCONT it when it is stopped."""
+        rank = self.selected_rank()
+        if rank is None:
+            return
+        if self.source.is_stopped(rank):
+            self._signal_selected(signal.SIGCONT, "Continue (SIGCONT)")
+        else:
+            self._signal_selected(signal.SIGSTOP, "Stop (SIGSTOP)")
+
+    def action_restart(self) -> None:
+        """Restart the whole local worker group without spending the failure budget."""
+
+        def act() -> None:
+            ok = self.source.restart("dashboard")
+            self.notify(
+                "restarting the worker group" if ok else "cannot restart now",
+                severity="information" if ok else "error",
+            )
+
+        self._confirm_then("Restart the whole worker group? (no failure budget spent)", act)
+
+    def action_rank_log(self) -> None:
+        """Show the selected rank's log."""
+        rank = self.selected_rank()
+        if rank is None:
+            return
+        self._view_rank = rank
+        self.query_one("#tabs", TabbedContent).active = "logs-tab"
+        self._rerender_log()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_rank_log()
+
+    def action_merged_log(self) -> None:
+        """Show every rank's log, merged, with rank tags."""
+        self._view_rank = None
+        self.query_one("#tabs", TabbedContent).active = "logs-tab"
+        self._rerender_log()
+
+    def action_follow(self) -> None:
+        """Resume following new lines (writes what arrived while paused)."""
+        self._follow = True
+        self._pending = 0
+        self._rerender_log()
+
+    def action_streams(self) -> None:
+        """Cycle both streams / stdout only / stderr only."""
+        self._stream = STREAMS[(STREAMS.index(self._stream) + 1) % len(STREAMS)]
+        self._rerender_log()
+
+    def action_filter(self) -> None:
+        """Open the log filter."""
+        self.query_one("#tabs", TabbedContent).active = "logs-tab"
+        box = self.query_one("#filter-input", Input)
+        box.display = True
+        box.value = self._filter
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter-input":
+            self._filter = event.value
+            self._rerender_log()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter-input":
+            self.query_one("#workers", DataTable).focus()
+
+    def on_key(self, event) -> None:  # type: ignore[no-untyped-def]
+        box = self.query_one("#filter-input", Input)
+        if event.key == "escape" and box.has_focus:
+            self._filter = ""
+            box.value = ""
+            box.display = False
+            self.query_one("#workers", DataTable).focus()
+            self._rerender_log()
+            event.stop()
+
+    def action_root_cause(self) -> None:
+        """Show the root-cause tab."""
+        self.query_one("#tabs", TabbedContent).active = "cause-tab"
+
+    def action_help(self) -> None:
+        """Show every key."""
+        rows = [
+            ("up/down", "select a rank (mouse works too)"),
+            ("k", "kill the selected rank (SIGKILL)"),
+            ("t", "terminate the selected rank (SIGTERM)"),
+            ("s", "stop / continue the selected rank (SIGSTOP / SIGCONT)"),
+            ("r", "restart the whole worker group (spends no failure budget)"),
+            ("l, enter", "show the selected rank's log"),
+            ("a", "show all ranks' logs, merged"),
+            ("/", "filter log lines by text"),
+            ("f", "follow new log lines"),
+            ("e", "cycle streams: both / stdout / stderr"),
+            ("c", "show the root cause"),
+            ("ctrl+p", "command palette"),
+            ("q", "quit (stops the job if it runs)"),
+            ("?", "this help"),
+        ]
+        self.push_screen(HelpScreen(rows))
+
+    def action_quit_job(self) -> None:
+        """Quit; a running job is stopped first (SIGTERM, then SIGKILL after the timeout)."""
+        if self.source.done:
+            self._leave(self.source.wait(0) or 0)
+            return
+
+        def act() -> None:
+            self._quitting = True
+            self.notify("stopping the workers...")
+            self.source.stop(signal.SIGTERM, "quit from the dashboard")
+            self._wait_for_end()
+
+        self._confirm_then("The job is running. Stop the workers and quit?", act)
+
+    @work(thread=True, exit_on_error=False)
+    def _wait_for_end(self) -> None:
+        code = self.source.wait()
+        self.call_from_thread(self._leave, code if code is not None else 1)
+
+    def _leave(self, code: int) -> None:
+        self.clean_exit = True
+        self.exit(code)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Command palette entries for the dashboard's actions."""
+        yield from super().get_system_commands(screen)
+        entries = [
+            ("kill", "Kill the selected rank", "SIGKILL the selected rank", self.action_kill),
+            ("term", "Terminate the selected rank", "SIGTERM the selected rank", self.action_term),
+            (
+                "stop_continue",
+                "Stop / continue the selected rank",
+                "SIGSTOP or SIGCONT",
+                self.action_stop_continue,
+            ),
+            ("restart", "Restart the worker group", "no failure budget spent", self.action_restart),
+            ("rank_log", "Show the selected rank's log", "", self.action_rank_log),
+            ("merged_log", "Show all logs merged", "", self.action_merged_log),
+            ("root_cause", "Show the root cause", "", self.action_root_cause),
+            ("quit_job", "Stop the job and quit", "", self.action_quit_job),
+        ]
+        for action, title, help_text, callback in entries:
+            if self.check_action(action, ()):
+                yield SystemCommand(title, help_text or title, callback)
+
+
+def _plain(cell: object) -> object:
+    plain = getattr(cell, "plain", None)
+    return plain if plain is not None else cell

@@ -1,0 +1,253 @@
+"""Pure renderers: store snapshot (+ the current time) in, rich renderables out.
+
+The dashboard's panels call these on every new store version. Keeping them pure makes the
+snapshot tests deterministic (a fake snapshot and a fixed clock) and keeps widget code thin.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from tui_launch.core import errors
+from tui_launch.core.events import Failure
+from tui_launch.core.store import RankView, Snapshot
+from tui_launch.core.text import failure_details, failure_headline
+
+PHASE_STYLE = {
+    "starting": ("starting", "bold cyan"),
+    "rendezvous": ("waiting for nodes", "bold yellow"),
+    "running": ("running", "bold green"),
+    "restarting": ("restarting", "bold magenta"),
+    "finishing": ("finishing", "bold green"),
+    "stopping": ("stopping", "bold yellow"),
+    "succeeded": ("succeeded", "bold green"),
+    "failed": ("failed", "bold red"),
+    "stopped": ("stopped", "bold yellow"),
+    "error": ("error", "bold red"),
+}
+
+STATE_STYLE = {
+    "starting": "cyan",
+    "running": "green",
+    "stopped": "bold yellow",
+    "exited": "dim",
+    "failed": "bold red",
+    "restarting": "magenta",
+}
+
+
+def clock(seconds: float | None) -> str:
+    """``1:02:03`` (or ``-`` for unknown)."""
+    if seconds is None:
+        return "-"
+    seconds = max(0, int(seconds))
+    m, s = divmod(seconds, 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+def ago(seconds: float | None) -> str:
+    """``3s``, ``2m``, ``1h`` (or ``-``)."""
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def phase_label(s: Snapshot) -> tuple[str, str]:
+    """The overall state in words and its style."""
+    return PHASE_STYLE.get(s.phase, (s.phase, "bold"))
+
+
+def header(s: Snapshot, now: float) -> Text:
+    """Job, run id, backend and endpoint, elapsed time, overall state."""
+    label, style = phase_label(s)
+    run = s.run
+    t = Text()
+    t.append(f" {label.upper()} ", style=f"reverse {style}")
+    if run is None:
+        t.append("  starting torch's elastic agent...")
+        return t
+    script = " ".join((run.entrypoint, *run.args))
+    elapsed = (s.finished.mono if s.finished else now) - (s.started_mono or now)
+    t.append("  ")
+    t.append(script, style="bold")
+    t.append(f"   run {run.run_id}", style="dim")
+    t.append(f"   {run.backend} {run.endpoint}", style="dim")
+    t.append(f"   {clock(elapsed)}")
+    if s.finished is not None:
+        t.append(f"   exit code {s.finished.exit_code}", style=style)
+    return t
+
+
+def rendezvous_panel(s: Snapshot, now: float) -> RenderableType:
+    """Backend, endpoint, round, state, nodes and their heartbeats, master address."""
+    rv = s.rendezvous
+    run = s.run
+    live = s.rendezvous_live
+    t = Table.grid(padding=(0, 1))
+    t.add_column(style="dim", no_wrap=True)
+    t.add_column()
+    if run is None:
+        t.add_row("state", "starting")
+        return t
+    t.add_row("backend", f"{run.backend}  {run.endpoint}")
+    t.add_row("run id", run.run_id)
+    nodes = (
+        str(run.min_nodes) if run.min_nodes == run.max_nodes else f"{run.min_nodes}:{run.max_nodes}"
+    )
+    t.add_row("nodes", nodes)
+    if rv is None:
+        t.add_row("state", "not started")
+        return t
+    state_style = {"waiting": "yellow", "complete": "green", "closed": "dim"}.get(rv.state, "")
+    rnd = rv.round if rv.round is not None else (live.round if live else None)
+    t.add_row(
+        "state",
+        Text(f"{rv.state}" + (f" (round {rnd})" if rnd is not None else ""), style=state_style),
+    )
+    if rv.state == "waiting":
+        joined = len(live.participants) if live else 0
+        need = live.min_nodes if live and live.min_nodes else run.min_nodes
+        t.add_row("joined", f"{joined} of min {need}")
+        timeout = live.join_timeout if live else None
+        if timeout is not None:
+            left = rv.since + timeout - now
+            t.add_row("deadline", f"{clock(left)} left")
+    if rv.group_rank is not None:
+        t.add_row("this node", f"group rank {rv.group_rank} of {rv.group_world_size}")
+    if rv.master_addr:
+        t.add_row("master", f"{rv.master_addr}:{rv.master_port}")
+    if live and live.participants:
+        for p in live.participants:
+            mark = "*" if p.this_node else " "
+            hb = f"hb {ago(p.heartbeat_age)}" if p.heartbeat_age is not None else ""
+            t.add_row(f"{mark}node {p.rank}", f"{p.node}  {hb}")
+    elif rv.participants:
+        for i, name in enumerate(rv.participants):
+            t.add_row(f" node {i}", name)
+    if live and live.waiting:
+        t.add_row("waiting", ", ".join(live.waiting))
+    return t
+
+
+def restarts_panel(s: Snapshot, now: float) -> RenderableType:
+    """Restart counters and the attempt timeline."""
+    head = Table.grid(padding=(0, 1))
+    head.add_column(style="dim")
+    head.add_column()
+    head.add_row("on failure", f"{s.failure_restarts} / {s.max_restarts}")
+    head.add_row("budget left", str(s.budget_left))
+    head.add_row("manual", str(s.manual_restarts))
+    head.add_row("membership", str(s.membership_restarts))
+    timeline = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim")
+    for col in ("#", "start", "took", "world", "ended by"):
+        timeline.add_column(col, no_wrap=True)
+    t0 = s.started_wall or 0.0
+    end_now = (s.finished.wall if s.finished else None) or (s.started_wall or 0.0) + (
+        now - (s.started_mono or now)
+    )
+    for a in s.attempts[-8:]:
+        took = (a.ended if a.ended is not None else end_now) - a.started
+        reason = a.end_reason or "running"
+        style = {
+            "failure": "red",
+            "failed": "red",
+            "manual": "cyan",
+            "membership": "magenta",
+            "succeeded": "green",
+            "running": "green",
+        }.get(reason, "")
+        timeline.add_row(
+            str(a.number),
+            f"+{clock(a.started - t0)}",
+            f"{took:.1f}s",
+            str(a.world_size),
+            Text(reason, style=style),
+        )
+    return Group(head, Text(""), timeline)
+
+
+def gpu_panel(s: Snapshot) -> RenderableType:
+    """Per-GPU utilisation and memory, or one line saying why there is nothing."""
+    gpus = getattr(s, "gpus", None)
+    if not gpus:
+        note = getattr(s, "gpu_note", None) or "no GPU telemetry (CPU run, or no NVML)"
+        return Text(note, style="dim")
+    return Text(str(gpus))
+
+
+def rank_cells(r: RankView, now: float, last_log: float | None) -> tuple[RenderableType, ...]:
+    """The workers table's cells for one rank, in column order."""
+    state = Text(r.state, style=STATE_STYLE.get(r.state, ""))
+    exit_text = (
+        Text(errors.describe_exit(r.exit_code), style="red" if r.exit_code else "")
+        if r.exit_code is not None
+        else Text("-", style="dim")
+    )
+    end = r.exited if r.exited is not None else now
+    return (
+        str(r.global_rank),
+        str(r.local_rank),
+        str(r.pid),
+        state,
+        exit_text,
+        "-",
+        "-",
+        "-",
+        "-",
+        "-",
+        clock(end - r.started),
+        ago(now - last_log) if last_log is not None else "-",
+    )
+
+
+WORKER_COLUMNS = (
+    "rank",
+    "local",
+    "pid",
+    "state",
+    "exit",
+    "CPU %",
+    "RSS",
+    "GPU",
+    "util %",
+    "GPU mem",
+    "uptime",
+    "last log",
+)
+
+
+def root_cause_panel(s: Snapshot) -> RenderableType:
+    """The latest failure in full, then one line for each earlier one."""
+    rc = s.root_cause
+    if rc is None:
+        return Text("No failure so far.", style="dim")
+    parts: list[RenderableType] = []
+    title = Text("root cause", style="bold red")
+    title.append(f"  (attempt {rc.attempt})", style="dim")
+    parts.append(title)
+    parts.append(_failure_text(rc))
+    earlier = [f for f in s.failures if not f.collateral and f is not rc]
+    if earlier:
+        parts.append(Text(""))
+        parts.append(Text("other failures", style="bold"))
+        for f in earlier:
+            parts.append(Text(f"  attempt {f.attempt}: {failure_headline(f)}"))
+    return Group(*parts)
+
+
+def _failure_text(f: Failure) -> Text:
+    t = Text()
+    for line in failure_details(f):
+        style = ""
+        if line.startswith(("exit", "hint")):
+            style = "red" if line.startswith("exit") else "yellow"
+        t.append(line + "\n", style=style)
+    return t

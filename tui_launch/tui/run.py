@@ -1,0 +1,78 @@
+"""Running the dashboard in a real terminal, safely.
+
+While the dashboard owns the terminal, anything the launcher process writes to file
+descriptor 2 (torch's C++ warnings, Python warnings) would paint over it. So fd 2 is pointed at a
+pipe whose lines go to the agent log, and Textual draws on a duplicate of the terminal's fd.
+Everything is put back before the summary is printed, whether the dashboard ended cleanly or
+with an exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Iterator
+
+from tui_launch.core.logs import AgentLogCapture
+from tui_launch.core.runner import Runner
+from tui_launch.tui.source import LiveSource
+
+
+@contextlib.contextmanager
+def stderr_to_agent_log(capture: AgentLogCapture) -> Iterator[None]:
+    """Route fd 2 into ``capture`` and give ``sys.__stderr__`` a private copy of the terminal."""
+    sys.stderr.flush()
+    term_fd = os.dup(2)
+    term = os.fdopen(term_fd, "w", buffering=1, encoding=sys.stderr.encoding, errors="replace")
+    read_fd, write_fd = os.pipe()
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+    old_dunder, old_stderr = sys.__stderr__, sys.stderr
+    sys.__stderr__ = sys.stderr = term  # type: ignore[misc]
+
+    def pump() -> None:
+        with os.fdopen(read_fd, "rb") as fp:
+            for raw in fp:
+                capture.add_line(raw.decode("utf-8", "replace").rstrip("\n"))
+
+    reader = threading.Thread(target=pump, name="tuilaunch-stderr", daemon=True)
+    reader.start()
+    try:
+        yield
+    finally:
+        term.flush()
+        os.dup2(term_fd, 2)  # closes the pipe's last write end: the pump sees EOF
+        sys.__stderr__, sys.stderr = old_dunder, old_stderr  # type: ignore[misc]
+        reader.join(timeout=1)
+        term.close()
+
+
+def run_dashboard(
+    runner: Runner, *, refresh_hz: float, confirm: bool, exit_on_finish: bool
+) -> tuple[int | None, BaseException | None]:
+    """Run the dashboard until the user quits (or the job ends, with ``exit_on_finish``).
+
+    Returns the exit code the dashboard left with (None if it did not end cleanly) and the
+    exception that ended it, if any. The job itself keeps running either way.
+    """
+    from tui_launch.tui.app import Dashboard
+
+    source = LiveSource(runner)
+    error: BaseException | None = None
+    code: int | None = None
+    with stderr_to_agent_log(runner.agent_log):
+        app = Dashboard(
+            source, refresh_hz=refresh_hz, confirm=confirm, exit_on_finish=exit_on_finish
+        )
+        try:
+            result = app.run()
+        except Exception as e:  # the UI is a window onto the job: keep the job
+            error = e
+        else:
+            if app.clean_exit:
+                code = result if result is not None else 0
+            else:
+                error = getattr(app, "_exception", None) or RuntimeError("the dashboard stopped")
+    return code, error
