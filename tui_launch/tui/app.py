@@ -87,36 +87,49 @@ class Dashboard(App[int]):
     # ---------------------------------------------------------------- layout
 
     def compose(self) -> ComposeResult:
-        yield Static(id="header")
+        # Widgets are kept as attributes: a modal screen on top must not break the refresh.
+        self._header = Static(id="header")
+        self._rdzv = Static(id="rendezvous", classes="panel")
+        self._restarts = Static(id="restarts", classes="panel")
+        self._gpus = Static(id="gpus", classes="panel")
+        self._table: DataTable[object] = DataTable(
+            id="workers", cursor_type="row", zebra_stripes=True
+        )
+        self._tabs = TabbedContent(id="tabs", initial="logs-tab")
+        self._logbar = Static(id="logbar")
+        self._filter_box = Input(placeholder="filter log lines (Esc to close)", id="filter-input")
+        self._log = Log(id="log", max_lines=LOG_LINES_SHOWN, highlight=False)
+        self._cause = Static(id="rootcause")
+        self._agentlog = Log(id="agentlog", max_lines=2000, highlight=False)
+        yield self._header
         with Horizontal(id="top"):
             with Vertical(id="side"):
-                yield Static(id="rendezvous", classes="panel")
-                yield Static(id="restarts", classes="panel")
-                yield Static(id="gpus", classes="panel")
+                yield self._rdzv
+                yield self._restarts
+                yield self._gpus
             with Vertical(id="main"):
-                yield DataTable(id="workers", cursor_type="row", zebra_stripes=True)
-                with TabbedContent(id="tabs", initial="logs-tab"):
+                yield self._table
+                with self._tabs:
                     with TabPane("Logs", id="logs-tab"):
-                        yield Static(id="logbar")
-                        yield Input(
-                            placeholder="filter log lines (Esc to close)", id="filter-input"
-                        )
-                        yield Log(id="log", max_lines=LOG_LINES_SHOWN, highlight=False)
+                        yield self._logbar
+                        yield self._filter_box
+                        yield self._log
                     with TabPane("Root cause", id="cause-tab"), VerticalScroll(id="cause-scroll"):
-                        yield Static(id="rootcause")
+                        yield self._cause
                     with TabPane("Agent log", id="agent-tab"):
-                        yield Log(id="agentlog", max_lines=2000, highlight=False)
+                        yield self._agentlog
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#rendezvous", Static).border_title = "Rendezvous"
-        self.query_one("#restarts", Static).border_title = "Restarts"
-        self.query_one("#gpus", Static).border_title = "GPUs"
-        table = self.query_one("#workers", DataTable)
+        self._rdzv.border_title = "Rendezvous"
+        self._restarts.border_title = "Restarts"
+        self._gpus.border_title = "GPUs"
+        table = self._table
         for i, name in enumerate(render.WORKER_COLUMNS):
             table.add_column(name, key=str(i))
-        self.query_one("#filter-input", Input).display = False
+        self._filter_box.display = False
         table.focus()
+        self._update_logbar()
         self._tick()
         self.set_interval(1.0 / self.refresh_hz, self._tick)
 
@@ -125,15 +138,15 @@ class Dashboard(App[int]):
     def _tick(self) -> None:
         snap = self.source.snapshot()
         now = self.source.now()
-        self.query_one("#header", Static).update(render.header(snap, now))
+        self._header.update(render.header(snap, now))
         if snap.version != self._version:
             self._version = snap.version
-            self.query_one("#rendezvous", Static).update(render.rendezvous_panel(snap, now))
-            self.query_one("#gpus", Static).update(render.gpu_panel(snap))
-            self.query_one("#rootcause", Static).update(render.root_cause_panel(snap))
+            self._rdzv.update(render.rendezvous_panel(snap, now))
+            self._gpus.update(render.gpu_panel(snap))
+            self._cause.update(render.root_cause_panel(snap))
             self.refresh_bindings()
         # Time moves even when the store does not: the timeline's running attempt, uptimes.
-        self.query_one("#restarts", Static).update(render.restarts_panel(snap, now))
+        self._restarts.update(render.restarts_panel(snap, now))
         self._update_workers(snap, now)
         self._update_log()
         self._update_agent_log()
@@ -144,7 +157,7 @@ class Dashboard(App[int]):
                 self._leave(snap.finished.exit_code)
 
     def _update_workers(self, snap: Snapshot, now: float) -> None:
-        table = self.query_one("#workers", DataTable)
+        table = self._table
         keys = tuple(r.local_rank for r in snap.ranks)
         if keys != self._row_keys:
             selected = self.selected_rank()
@@ -169,7 +182,7 @@ class Dashboard(App[int]):
 
     def selected_rank(self) -> int | None:
         """Local rank of the row under the cursor, if any."""
-        table = self.query_one("#workers", DataTable)
+        table = self._table
         if table.row_count == 0:
             return None
         try:
@@ -194,7 +207,7 @@ class Dashboard(App[int]):
         return text
 
     def _rerender_log(self) -> None:
-        log = self.query_one("#log", Log)
+        log = self._log
         log.clear()
         lines = [ln for ln in self.source.logs.since(0, self._view_rank) if self._keep(ln)]
         lines = lines[-LOG_LINES_SHOWN:]
@@ -208,7 +221,7 @@ class Dashboard(App[int]):
         logs = self.source.logs
         if logs.seq == self._shown_seq and not self._pending:
             return
-        log = self.query_one("#log", Log)
+        log = self._log
         if self._follow and log.line_count and not log.is_vertical_scroll_end:
             self._follow = False  # the user scrolled up: pause, count what arrives
         new = [ln for ln in logs.since(self._shown_seq, self._view_rank) if self._keep(ln)]
@@ -229,14 +242,14 @@ class Dashboard(App[int]):
         parts.append(
             "following" if self._follow else f"paused, {self._pending} new line(s) — f to follow"
         )
-        self.query_one("#logbar", Static).update("  |  ".join(parts))
+        self._logbar.update("  |  ".join(parts))
 
     def _update_agent_log(self) -> None:
         lines = self.source.agent_lines()
         key = (len(lines), lines[-1] if lines else None)  # lines carry timestamps
         if key == self._agent_key:
             return
-        log = self.query_one("#agentlog", Log)
+        log = self._agentlog
         log.clear()
         log.write_lines(lines)
         self._agent_key = key
@@ -322,7 +335,7 @@ class Dashboard(App[int]):
         if rank is None:
             return
         self._view_rank = rank
-        self.query_one("#tabs", TabbedContent).active = "logs-tab"
+        self._tabs.active = "logs-tab"
         self._rerender_log()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
@@ -331,7 +344,7 @@ class Dashboard(App[int]):
     def action_merged_log(self) -> None:
         """Show every rank's log, merged, with rank tags."""
         self._view_rank = None
-        self.query_one("#tabs", TabbedContent).active = "logs-tab"
+        self._tabs.active = "logs-tab"
         self._rerender_log()
 
     def action_follow(self) -> None:
@@ -347,8 +360,8 @@ class Dashboard(App[int]):
 
     def action_filter(self) -> None:
         """Open the log filter."""
-        self.query_one("#tabs", TabbedContent).active = "logs-tab"
-        box = self.query_one("#filter-input", Input)
+        self._tabs.active = "logs-tab"
+        box = self._filter_box
         box.display = True
         box.value = self._filter
         box.focus()
@@ -360,21 +373,21 @@ class Dashboard(App[int]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "filter-input":
-            self.query_one("#workers", DataTable).focus()
+            self._table.focus()
 
     def on_key(self, event) -> None:  # type: ignore[no-untyped-def]
-        box = self.query_one("#filter-input", Input)
+        box = self._filter_box
         if event.key == "escape" and box.has_focus:
             self._filter = ""
             box.value = ""
             box.display = False
-            self.query_one("#workers", DataTable).focus()
+            self._table.focus()
             self._rerender_log()
             event.stop()
 
     def action_root_cause(self) -> None:
         """Show the root-cause tab."""
-        self.query_one("#tabs", TabbedContent).active = "cause-tab"
+        self._tabs.active = "cause-tab"
 
     def action_help(self) -> None:
         """Show every key."""

@@ -229,18 +229,17 @@ def root_cause_panel(s: Snapshot) -> RenderableType:
     rc = s.root_cause
     if rc is None:
         return Text("No failure so far.", style="dim")
-    parts: list[RenderableType] = []
-    title = Text("root cause", style="bold red")
-    title.append(f"  (attempt {rc.attempt})", style="dim")
-    parts.append(title)
-    parts.append(_failure_text(rc))
+    # One Text, not a Group: Textual keeps a Text's leading spaces (traceback indentation).
+    out = Text()
+    out.append("root cause", style="bold red")
+    out.append(f"  (attempt {rc.attempt})\n", style="dim")
+    out.append_text(_failure_text(rc))
     earlier = [f for f in s.failures if not f.collateral and f is not rc]
     if earlier:
-        parts.append(Text(""))
-        parts.append(Text("other failures", style="bold"))
+        out.append("\nother failures\n", style="bold")
         for f in earlier:
-            parts.append(Text(f"  attempt {f.attempt}: {failure_headline(f)}"))
-    return Group(*parts)
+            out.append(f"  attempt {f.attempt}: {failure_headline(f)}\n")
+    return out
 
 
 def _failure_text(f: Failure) -> Text:

@@ -1,0 +1,488 @@
+"""A deterministic stand-in for a live run, for snapshot tests and screenshots of states.
+
+:class:`FakeSource` has the dashboard's :class:`~tui_launch.tui.source.Source` surface: a fixed
+clock, snapshots built by folding real events through the store's own reducer (so the
+dashboard sees exactly what a real run would produce), kept log lines, and a control API that
+records what was asked instead of signalling processes.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+
+from tui_launch.core.events import (
+    AttemptFailed,
+    ControlAction,
+    Event,
+    Failure,
+    GroupState,
+    Participant,
+    RankExited,
+    RendezvousCompleted,
+    RendezvousSample,
+    RendezvousStarted,
+    Restart,
+    RunFinished,
+    RunStarted,
+    WorkerInfo,
+    WorkersStarted,
+)
+from tui_launch.core.logs import LogBuffer, LogSource
+from tui_launch.core.store import Snapshot, reduce
+
+T0_MONO = 1000.0
+T0_WALL = 1_790_000_000.0
+TRACEBACK = """Traceback (most recent call last):
+  File "examples/train_ddp.py", line 182, in main
+    trainer.train(args.epochs)
+  File "examples/train_ddp.py", line 121, in train
+    self._run_epoch(epoch)
+  File "examples/train_ddp.py", line 98, in _run_epoch
+    loss = self._run_batch(source, targets)
+  File "examples/train_ddp.py", line 87, in _run_batch
+    raise RuntimeError("CUDA error: an illegal memory access was encountered")
+RuntimeError: CUDA error: an illegal memory access was encountered"""
+
+
+@dataclass
+class FakeSource:
+    """A run frozen at one moment, built from events; controls are recorded, not performed."""
+
+    events: list[Event] = field(default_factory=list)
+    clock: float = T0_MONO + 95.0
+    logs: LogBuffer = field(default_factory=LogBuffer)
+    agent: list[str] = field(default_factory=list)
+    actions: list[tuple[str, int | None, int | None]] = field(default_factory=list)
+    stopped: set[int] = field(default_factory=set)
+    exit_code: int | None = None
+
+    def __post_init__(self) -> None:
+        self._snap = Snapshot()
+        for e in self.events:
+            self._snap = reduce(self._snap, e)
+
+    def settle_logs(self) -> None:
+        """Pin every rank's last-log time to the fake clock (deterministic 'last log')."""
+        for rank in list(self.logs.last_line_at):
+            self.logs.last_line_at[rank] = self.clock - 1.0 - rank
+
+    def post(self, event: Event) -> None:
+        """Apply one more event (tests use this to move the fake run on)."""
+        self.events.append(event)
+        self._snap = reduce(self._snap, event)
+
+    def snapshot(self) -> Snapshot:
+        return self._snap
+
+    def now(self) -> float:
+        return self.clock
+
+    def agent_lines(self) -> list[str]:
+        return list(self.agent)
+
+    def signal_rank(self, local_rank: int, sig: int, source: str = "dashboard") -> bool:
+        self.actions.append(("signal", local_rank, int(sig)))
+        row = self._snap.rank(local_rank)
+        if sig == signal.SIGSTOP:
+            self.stopped.add(local_rank)
+        elif sig == signal.SIGCONT:
+            self.stopped.discard(local_rank)
+        action = {signal.SIGSTOP: "stop", signal.SIGCONT: "continue", signal.SIGKILL: "kill"}
+        self.post(
+            ControlAction(
+                action=action.get(signal.Signals(sig), "signal"),
+                local_rank=local_rank,
+                global_rank=row.global_rank if row else None,
+                pid=row.pid if row else None,
+                signal=signal.Signals(sig).name,
+                source=source,
+                ok=row is not None,
+                mono=self.clock,
+                wall=T0_WALL + self.clock - T0_MONO,
+            )
+        )
+        return row is not None
+
+    def restart(self, source: str = "dashboard") -> bool:
+        self.actions.append(("restart", None, None))
+        return True
+
+    def is_stopped(self, local_rank: int) -> bool:
+        return local_rank in self.stopped
+
+    def stop(self, sig: int = signal.SIGTERM, reason: str = "quit") -> None:
+        self.actions.append(("stop", None, int(sig)))
+        self.exit_code = 128 + int(sig)
+        self.post(
+            RunFinished(
+                outcome="stopped",
+                exit_code=self.exit_code,
+                message=reason,
+                mono=self.clock,
+                wall=T0_WALL + self.clock - T0_MONO,
+            )
+        )
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        fin = self._snap.finished
+        return fin.exit_code if fin else self.exit_code
+
+    @property
+    def done(self) -> bool:
+        return self._snap.finished is not None
+
+
+def _at(seconds: float) -> dict[str, float]:
+    return {"mono": T0_MONO + seconds, "wall": T0_WALL + seconds}
+
+
+def _run_started(nproc: int, max_restarts: int, nodes: tuple[int, int] = (1, 1)) -> RunStarted:
+    return RunStarted(
+        entrypoint="examples/train_ddp.py",
+        args=("--epochs", "20"),
+        role="default",
+        nproc_per_node=nproc,
+        min_nodes=nodes[0],
+        max_nodes=nodes[1],
+        max_restarts=max_restarts,
+        backend="c10d",
+        endpoint="node0.cluster:29400",
+        run_id="demo-run-42",
+        host="node0",
+        launcher_pid=4242,
+        torch_version="2.13.0",
+        **_at(0),
+    )
+
+
+def _attempt(n: int, nproc: int, start: float, pid0: int) -> list[Event]:
+    workers = tuple(
+        WorkerInfo(local_rank=i, global_rank=i, role_rank=i, world_size=nproc, pid=pid0 + i)
+        for i in range(nproc)
+    )
+    return [
+        RendezvousStarted(
+            attempt=n,
+            backend="c10d",
+            endpoint="node0.cluster:29400",
+            run_id="demo-run-42",
+            **_at(start),
+        ),
+        RendezvousCompleted(
+            attempt=n,
+            round=n,
+            backend="c10d",
+            endpoint="node0.cluster:29400",
+            run_id="demo-run-42",
+            group_rank=0,
+            group_world_size=1,
+            master_addr="node0.cluster",
+            master_port=41000 + n,
+            participants=("node0.cluster:4242",),
+            duration=0.4,
+            **_at(start + 0.4),
+        ),
+        WorkersStarted(
+            attempt=n, workers=workers, log_dir=f"/logs/attempt_{n}", **_at(start + 0.5)
+        ),
+        RendezvousSample(
+            round=n,
+            complete=True,
+            closed=False,
+            min_nodes=1,
+            max_nodes=1,
+            join_timeout=600.0,
+            participants=(
+                Participant(node="node0.cluster:4242", rank=0, heartbeat_age=2, this_node=True),
+            ),
+            waiting=(),
+            **_at(start + 1),
+        ),
+    ]
+
+
+def _failure(attempt: int, at: float) -> AttemptFailed:
+    real = Failure(
+        attempt=attempt,
+        local_rank=1,
+        global_rank=1,
+        host="node0",
+        pid=5101,
+        exit_code=1,
+        signal=None,
+        hint=None,
+        time=T0_WALL + at,
+        message="RuntimeError: CUDA error: an illegal memory access was encountered",
+        traceback=TRACEBACK,
+        stderr_tail=(),
+        error_file=f"/logs/attempt_{attempt}/1/error.json",
+    )
+    peer = Failure(
+        attempt=attempt,
+        local_rank=0,
+        global_rank=0,
+        host="node0",
+        pid=5100,
+        exit_code=-15,
+        signal="SIGTERM",
+        hint="terminated by a signal from outside (a scheduler, a user, the agent)",
+        time=T0_WALL + at + 0.2,
+        message="SIGTERM (-15)",
+        traceback=None,
+        stderr_tail=(),
+        error_file=None,
+        collateral=True,
+    )
+    return AttemptFailed(attempt=attempt, failures=(real, peer), **_at(at + 0.2))
+
+
+def _fill_logs(logs: LogBuffer, nproc: int, attempt: int, epochs: int) -> None:
+    for rank in range(nproc):
+        src = LogSource(
+            attempt=attempt,
+            local_rank=rank,
+            global_rank=rank,
+            stream="stdout",
+            path="",
+            console=False,
+            prefix=None,
+        )
+        lines = [
+            f"[RANK {rank}] start: restart_count={attempt} world_size={nproc} pid={5100 + rank}"
+        ]
+        lines += [
+            f"[RANK {rank}] Epoch {e} | Batchsize: 32 | Steps: 20 | loss {0.9 / (e + 1):.4f}"
+            for e in range(epochs)
+        ]
+        logs(src, lines)
+
+
+def healthy(nproc: int = 4) -> FakeSource:
+    """A run in its first attempt, every rank training."""
+    events: list[Event] = [_run_started(nproc, 3), *_attempt(0, nproc, 0.1, 5100)]
+    src = FakeSource(events=events)
+    _fill_logs(src.logs, nproc, 0, 6)
+    src.agent = ["2026-11-21 12:00:00 I torch.distributed.elastic: rendezvous complete"]
+    src.settle_logs()
+    return src
+
+
+def waiting_for_nodes() -> FakeSource:
+    """One node of a 2:4 job waiting in the rendezvous for the others."""
+    events: list[Event] = [
+        _run_started(2, 3, nodes=(2, 4)),
+        RendezvousStarted(
+            attempt=0,
+            backend="c10d",
+            endpoint="node0.cluster:29400",
+            run_id="demo-run-42",
+            **_at(0.1),
+        ),
+        RendezvousSample(
+            round=0,
+            complete=False,
+            closed=False,
+            min_nodes=2,
+            max_nodes=4,
+            join_timeout=600.0,
+            participants=(
+                Participant(node="node0.cluster:4242", rank=0, heartbeat_age=1, this_node=True),
+            ),
+            waiting=(),
+            **_at(1),
+        ),
+    ]
+    return FakeSource(events=events, clock=T0_MONO + 42.0)
+
+
+def failed_with_traceback() -> FakeSource:
+    """Rank 1 raised; the budget was spent: the run failed with its root cause."""
+    events: list[Event] = [_run_started(2, 1), *_attempt(0, 2, 0.1, 5100)]
+    events += [
+        RankExited(
+            attempt=0,
+            local_rank=1,
+            global_rank=1,
+            pid=5101,
+            exit_code=1,
+            signal=None,
+            by_agent=False,
+            **_at(30),
+        ),
+        RankExited(
+            attempt=0,
+            local_rank=0,
+            global_rank=0,
+            pid=5100,
+            exit_code=-15,
+            signal="SIGTERM",
+            by_agent=True,
+            **_at(30.2),
+        ),
+        _failure(0, 30),
+        GroupState(attempt=0, state="FAILED", **_at(30.3)),
+        Restart(
+            cause="failure",
+            from_attempt=0,
+            to_attempt=1,
+            restarts_used=1,
+            budget_left=0,
+            **_at(30.4),
+        ),
+        *_attempt(1, 2, 30.5, 5200),
+        RankExited(
+            attempt=1,
+            local_rank=1,
+            global_rank=1,
+            pid=5201,
+            exit_code=1,
+            signal=None,
+            by_agent=False,
+            **_at(70),
+        ),
+        RankExited(
+            attempt=1,
+            local_rank=0,
+            global_rank=0,
+            pid=5200,
+            exit_code=-15,
+            signal="SIGTERM",
+            by_agent=True,
+            **_at(70.2),
+        ),
+        _failure(1, 70),
+        GroupState(attempt=1, state="FAILED", **_at(70.3)),
+        RunFinished(outcome="failed", exit_code=1, message="rank 1 failed", **_at(70.5)),
+    ]
+    src = FakeSource(events=events)
+    _fill_logs(src.logs, 2, 0, 3)
+    _fill_logs(src.logs, 2, 1, 2)
+    src.settle_logs()
+    return src
+
+
+def restarting() -> FakeSource:
+    """Rank 1 was killed (SIGKILL); the agent is re-forming the group."""
+    events: list[Event] = [_run_started(2, 3), *_attempt(0, 2, 0.1, 5100)]
+    kill = Failure(
+        attempt=0,
+        local_rank=1,
+        global_rank=1,
+        host="node0",
+        pid=5101,
+        exit_code=-9,
+        signal="SIGKILL",
+        hint="killed: often the kernel's OOM killer (check `dmesg`), or a scheduler",
+        time=T0_WALL + 80,
+        message="SIGKILL (-9)",
+        traceback=None,
+        stderr_tail=("[RANK 1] Epoch 5 | Batchsize: 32 | Steps: 20 | loss 0.1500",),
+        error_file=None,
+    )
+    events += [
+        RankExited(
+            attempt=0,
+            local_rank=1,
+            global_rank=1,
+            pid=5101,
+            exit_code=-9,
+            signal="SIGKILL",
+            by_agent=False,
+            **_at(80),
+        ),
+        RankExited(
+            attempt=0,
+            local_rank=0,
+            global_rank=0,
+            pid=5100,
+            exit_code=-15,
+            signal="SIGTERM",
+            by_agent=True,
+            **_at(80.2),
+        ),
+        AttemptFailed(attempt=0, failures=(kill,), **_at(80.3)),
+        GroupState(attempt=0, state="FAILED", **_at(80.3)),
+        Restart(
+            cause="failure",
+            from_attempt=0,
+            to_attempt=1,
+            restarts_used=1,
+            budget_left=2,
+            **_at(80.4),
+        ),
+        RendezvousStarted(
+            attempt=1,
+            backend="c10d",
+            endpoint="node0.cluster:29400",
+            run_id="demo-run-42",
+            **_at(80.5),
+        ),
+    ]
+    src = FakeSource(events=events, clock=T0_MONO + 81.0)
+    _fill_logs(src.logs, 2, 0, 5)
+    src.settle_logs()
+    return src
+
+
+def finished() -> FakeSource:
+    """A run that recovered from one failure and succeeded."""
+    events: list[Event] = [_run_started(2, 3), *_attempt(0, 2, 0.1, 5100)]
+    events += [
+        RankExited(
+            attempt=0,
+            local_rank=1,
+            global_rank=1,
+            pid=5101,
+            exit_code=1,
+            signal=None,
+            by_agent=False,
+            **_at(30),
+        ),
+        _failure(0, 30),
+        Restart(
+            cause="failure",
+            from_attempt=0,
+            to_attempt=1,
+            restarts_used=1,
+            budget_left=2,
+            **_at(30.4),
+        ),
+        *_attempt(1, 2, 30.5, 5200),
+        RankExited(
+            attempt=1,
+            local_rank=0,
+            global_rank=0,
+            pid=5200,
+            exit_code=0,
+            signal=None,
+            by_agent=False,
+            **_at(90),
+        ),
+        RankExited(
+            attempt=1,
+            local_rank=1,
+            global_rank=1,
+            pid=5201,
+            exit_code=0,
+            signal=None,
+            by_agent=False,
+            **_at(90.1),
+        ),
+        GroupState(attempt=1, state="SUCCEEDED", **_at(90.2)),
+        RunFinished(outcome="succeeded", exit_code=0, message="all ranks exited 0", **_at(90.5)),
+    ]
+    src = FakeSource(events=events)
+    _fill_logs(src.logs, 2, 0, 3)
+    _fill_logs(src.logs, 2, 1, 8)
+    src.settle_logs()
+    return src
+
+
+STATES = {
+    "healthy": healthy,
+    "waiting": waiting_for_nodes,
+    "failure": failed_with_traceback,
+    "restarting": restarting,
+    "finished": finished,
+}
