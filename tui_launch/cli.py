@@ -6,9 +6,11 @@ Exit status: 0 when every worker succeeded, 1 when workers failed or torch repor
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
+from typing import NoReturn
 
 from tui_launch.core.args import USAGE_ERROR, UsageError, parse, validate
 from tui_launch.core.runner import Runner
@@ -110,3 +112,15 @@ def _schedule_demo_failure(runner: Runner) -> None:
             threading.Timer(1.5, runner.kill_rank, (1, "demo: injected failure")).start()
 
     runner.tailer.add_sink(watch)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Console-script entry point."""
+    code = run_cli(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if any(t.name == "tuilaunch-agent" and t.is_alive() for t in threading.enumerate()):
+        # The agent thread is stuck inside torch (a rendezvous, a store wait) and the run is
+        # already over: leave without waiting for it.
+        os._exit(code)
+    sys.exit(code)

@@ -11,6 +11,7 @@ chunks (torch's ``--tee`` polls one thread per stream and reads line by line).
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import tempfile
@@ -235,6 +236,10 @@ class LogTailer:
             self._sources = [s for s in self._sources if not s.closed]
 
     def _loop(self) -> None:
+        # The observer must not slow the observed: on a busy machine the workers get the CPU
+        # first and the tailer catches up (the files hold every line meanwhile).
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
         while not self._stop.wait(self._interval):
             self.drain()
 

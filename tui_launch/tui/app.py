@@ -72,6 +72,7 @@ class Dashboard(App[int]):
         self.exit_on_finish = exit_on_finish
         self.clean_exit = False
         self._version = -1
+        self._second = -1
         self._row_keys: tuple[int, ...] = ()
         self._cells: dict[tuple[int, int], object] = {}
         self._view_rank: int | None = None  # None: merged view
@@ -138,6 +139,11 @@ class Dashboard(App[int]):
     def _tick(self) -> None:
         snap = self.source.snapshot()
         now = self.source.now()
+        second = int(now)
+        if snap.version == self._version and second == self._second:
+            self._update_log()  # nothing else can have changed within the same second
+            return
+        self._second = second
         self._header.update(render.header(snap, now))
         if snap.version != self._version:
             self._version = snap.version
@@ -226,6 +232,7 @@ class Dashboard(App[int]):
             self._follow = False  # the user scrolled up: pause, count what arrives
         new = [ln for ln in logs.since(self._shown_seq, self._view_rank) if self._keep(ln)]
         if self._follow:
+            new = new[-LOG_LINES_SHOWN:]  # in a flood, only what the view can hold
             if new:
                 log.write_lines([self._format(ln) for ln in new], scroll_end=True)
             self._shown_seq = logs.seq
