@@ -40,7 +40,9 @@ def sample(handler: Any, now: datetime | None = None) -> RendezvousSample | None
         age = None
         if hb is not None:
             try:
-                age = round(max(0.0, (now - _aware(hb)).total_seconds()))
+                # Heartbeats come every few seconds: 5 s steps keep samples from changing
+                # (and front ends from redrawing) every second.
+                age = 5 * int(max(0.0, (now - _aware(hb)).total_seconds()) // 5)
             except TypeError:
                 age = None
         parts.append(

@@ -73,6 +73,9 @@ class Dashboard(App[int]):
         self.clean_exit = False
         self._version = -1
         self._second = -1
+        self._logbar_text = ""
+        self._panel_keys: dict[str | None, object] = {}
+        self._keys_state: tuple[object, ...] = ()
         self._row_keys: tuple[int, ...] = ()
         self._cells: dict[tuple[int, int], object] = {}
         self._view_rank: int | None = None  # None: merged view
@@ -144,21 +147,29 @@ class Dashboard(App[int]):
             self._update_log()  # nothing else can have changed within the same second
             return
         self._second = second
-        self._header.update(render.header(snap, now))
-        if snap.version != self._version:
-            self._version = snap.version
-            self._rdzv.update(render.rendezvous_panel(snap, now))
-            self._gpus.update(render.gpu_panel(snap))
-            self._cause.update(render.root_cause_panel(snap))
-            self.refresh_bindings()
-        # Time moves even when the store does not: the timeline's running attempt, uptimes.
-        self._restarts.update(render.restarts_panel(snap, now))
+        self._version = snap.version
+        # Each panel is redrawn only when what it shows changed: a Textual refresh costs far
+        # more than comparing a few fields.
+        self._set(
+            self._header, (snap.phase, snap.run, snap.finished, second), render.header, snap, now
+        )
+        rdzv_key = (
+            snap.run,
+            snap.rendezvous,
+            snap.rendezvous_live,
+            second if _waiting(snap) else 0,
+        )
+        self._set(self._rdzv, rdzv_key, render.rendezvous_panel, snap, now)
+        self._set(self._gpus, (getattr(snap, "gpus", None),), render.gpu_panel, snap)
+        self._set(self._cause, (snap.root_cause, len(snap.failures)), render.root_cause_panel, snap)
+        restarts_key = (snap.attempts, snap.budget_left, snap.restarts_used, snap.finished)
+        self._set(self._restarts, restarts_key, render.restarts_panel, snap, now)
+        self._refresh_keys(snap)
         self._update_workers(snap, now)
         self._update_log()
         self._update_agent_log()
         if snap.finished is not None and not self._finished_seen:
             self._finished_seen = True
-            self.refresh_bindings()
             if self.exit_on_finish or self._quitting:
                 self._leave(snap.finished.exit_code)
 
@@ -185,6 +196,23 @@ class Dashboard(App[int]):
                 if self._cells.get((r.local_rank, i)) != plain:
                     self._cells[(r.local_rank, i)] = plain
                     table.update_cell(str(r.local_rank), str(i), c)
+
+    def _set(self, widget: Static, key: object, make, *args: object) -> None:  # type: ignore[no-untyped-def]
+        if self._panel_keys.get(widget.id) != key:
+            self._panel_keys[widget.id] = key
+            widget.update(make(*args))
+
+    def _refresh_keys(self, snap: Snapshot) -> None:
+        # Re-checking bindings rebuilds the footer (costly): only when the answer can change.
+        rank = self.selected_rank()
+        row = snap.rank(rank) if rank is not None else None
+        key = (snap.finished is not None, snap.phase, rank, row.state if row else None)
+        if key != self._keys_state:
+            self._keys_state = key
+            self.refresh_bindings()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._refresh_keys(self.source.snapshot())
 
     def selected_rank(self) -> int | None:
         """Local rank of the row under the cursor, if any."""
@@ -249,7 +277,10 @@ class Dashboard(App[int]):
         parts.append(
             "following" if self._follow else f"paused, {self._pending} new line(s) — f to follow"
         )
-        self._logbar.update("  |  ".join(parts))
+        text = "  |  ".join(parts)
+        if text != self._logbar_text:
+            self._logbar_text = text
+            self._logbar.update(text)
 
     def _update_agent_log(self) -> None:
         lines = self.source.agent_lines()
@@ -460,6 +491,11 @@ class Dashboard(App[int]):
         for action, title, help_text, callback in entries:
             if self.check_action(action, ()):
                 yield SystemCommand(title, help_text or title, callback)
+
+
+def _waiting(snap: Snapshot) -> bool:
+    # The join deadline counts down every second only while the rendezvous waits.
+    return snap.rendezvous is not None and snap.rendezvous.state == "waiting"
 
 
 def _plain(cell: object) -> object:

@@ -49,14 +49,15 @@ def clock(seconds: float | None) -> str:
 
 
 def ago(seconds: float | None) -> str:
-    """``3s``, ``2m``, ``1h`` (or ``-``)."""
+    """``3s``, ``2m``, ``1.5h`` (or ``-``): seconds only in the first minute, so that a table of
+    long-running ranks does not change (and redraw) every second."""
     if seconds is None:
         return "-"
     seconds = max(0.0, seconds)
     if seconds < 60:
         return f"{seconds:.0f}s"
     if seconds < 3600:
-        return f"{seconds / 60:.0f}m"
+        return f"{seconds // 60:.0f}m"
     return f"{seconds / 3600:.1f}h"
 
 
@@ -127,7 +128,8 @@ def rendezvous_panel(s: Snapshot, now: float) -> RenderableType:
     if live and live.participants:
         for p in live.participants:
             mark = "*" if p.this_node else " "
-            hb = f"hb {ago(p.heartbeat_age)}" if p.heartbeat_age is not None else ""
+            age = p.heartbeat_age
+            hb = "" if age is None else ("hb <5s" if age < 5 else f"hb {ago(age)}")
             t.add_row(f"{mark}node {p.rank}", f"{p.node}  {hb}")
     elif rv.participants:
         for i, name in enumerate(rv.participants):
@@ -150,11 +152,9 @@ def restarts_panel(s: Snapshot, now: float) -> RenderableType:
     for col in ("#", "start", "took", "world", "ended by"):
         timeline.add_column(col, no_wrap=True)
     t0 = s.started_wall or 0.0
-    end_now = (s.finished.wall if s.finished else None) or (s.started_wall or 0.0) + (
-        now - (s.started_mono or now)
-    )
     for a in s.attempts[-8:]:
-        took = (a.ended if a.ended is not None else end_now) - a.started
+        # The running attempt's duration would change every second: the header has the clock.
+        took = f"{a.ended - a.started:.1f}s" if a.ended is not None else "-"
         reason = a.end_reason or "running"
         style = {
             "failure": "red",
@@ -167,7 +167,7 @@ def restarts_panel(s: Snapshot, now: float) -> RenderableType:
         timeline.add_row(
             str(a.number),
             f"+{clock(a.started - t0)}",
-            f"{took:.1f}s",
+            took,
             str(a.world_size),
             Text(reason, style=style),
         )
@@ -203,7 +203,7 @@ def rank_cells(r: RankView, now: float, last_log: float | None) -> tuple[Rendera
         "-",
         "-",
         "-",
-        clock(end - r.started),
+        ago(end - r.started),
         ago(now - last_log) if last_log is not None else "-",
     )
 
