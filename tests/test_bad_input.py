@@ -188,12 +188,6 @@ def test_unreachable_rdzv_endpoint(unreachable_rdzv):
     assert leftovers(launch.token) == []
 
 
-@pytest.mark.xfail(
-    reason="BUG: the one error line is torch's outer RendezvousConnectionError ('... See inner "
-    "exception for details.') and drops the inner exception, so it names neither the "
-    "endpoint nor the timeout",
-    strict=True,
-)
 def test_unreachable_rdzv_endpoint_is_named(unreachable_rdzv):
     launch, endpoint, _elapsed = unreachable_rdzv
     line = check_run_error(launch)

@@ -133,16 +133,7 @@ def _our_option_params() -> list:
     parser = tl_args.build_parser()
     params = []
     for opt in sorted(option_strings(group(parser, "tuilaunch options")._group_actions)):
-        marks = []
-        if opt == "--demo":
-            marks = [
-                pytest.mark.xfail(
-                    reason="BUG: parse() looks for --demo anywhere in argv, so a script's own "
-                    "--demo argument gets the demo's launch arguments appended to it",
-                    strict=True,
-                )
-            ]
-        params.append(pytest.param(opt, marks=marks, id=opt))
+        params.append(pytest.param(opt, id=opt))
     return params
 
 

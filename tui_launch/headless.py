@@ -155,7 +155,7 @@ def print_summary(s: Snapshot, runner: Runner | None, stream: TextIO) -> None:
     console.print()
     console.print(title)
     if fin and fin.outcome == "error":
-        console.print(Text(f"error: {fin.message}", style="red"))
+        console.print(Text(f"error: {fin.message}", style="red"), soft_wrap=True)
 
     if s.ranks:
         table = Table(title=f"ranks (attempt {s.attempt})", title_justify="left", expand=False)
@@ -189,14 +189,14 @@ def print_summary(s: Snapshot, runner: Runner | None, stream: TextIO) -> None:
     rc = s.root_cause
     if rc is not None and outcome != "succeeded":
         console.print(Text("root cause", style="bold red"))
-        console.print(Text("\n".join("  " + ln for ln in failure_details(rc))))
+        console.print(Text("\n".join("  " + ln for ln in failure_details(rc))), soft_wrap=True)
     shown = rc if outcome != "succeeded" else None
     earlier = [f for f in s.failures if not f.collateral and f is not shown]
     if earlier:
         heading = "failures of earlier attempts" if shown else "failures (recovered by restarts)"
         console.print(Text(heading, style="bold"))
         for f in earlier:
-            console.print(Text(f"  attempt {f.attempt}: {failure_headline(f)}"))
+            console.print(Text(f"  attempt {f.attempt}: {failure_headline(f)}"), soft_wrap=True)
     if runner is not None:
         if runner.run_dir:
             console.print(f"logs: {runner.run_dir}")

@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     for action in torch_parser._actions:
         if isinstance(action, argparse._HelpAction):
             continue
+        if action.dest == "training_script":
+            # Optional here so that `tuilaunch --demo` needs none; parse() requires it otherwise.
+            action.nargs = "?"
+            action.default = None
         group._add_action(action)
     ours = parser.add_argument_group("tuilaunch options")
     ours.add_argument(
@@ -119,9 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
 DEMO_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "train_ddp.py")
 
 
-def demo_argv(argv: list[str]) -> list[str]:
-    """``--demo``: the example trainer, 2 workers, 3 restarts allowed, unless argv says more."""
-    demo = [
+def demo_argv() -> list[str]:
+    """``--demo``: the example trainer, 2 workers, 3 restarts allowed."""
+    return [
         "--standalone",
         "--nproc-per-node",
         "2",
@@ -133,7 +137,6 @@ def demo_argv(argv: list[str]) -> list[str]:
         "--snapshot-path",
         os.path.join(tempfile.gettempdir(), f"tuilaunch-demo-{os.getpid()}.pt"),
     ]
-    return argv + demo
 
 
 def torch_option_strings() -> set[str]:
@@ -146,10 +149,13 @@ def torch_option_strings() -> set[str]:
 def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
     """Parse the command line into torchrun's namespace and tuilaunch's options."""
     parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--demo" in argv:
-        argv = demo_argv(argv)
     ns = parser.parse_args(argv)
+    if ns.tl_demo:
+        if ns.training_script is not None:
+            parser.error("--demo runs its own script: give no training script with it")
+        ns = parser.parse_args([*(sys.argv[1:] if argv is None else argv), *demo_argv()])
+    elif ns.training_script is None:
+        parser.error("the following arguments are required: training_script")
     ours = {k[len(_OURS) :]: v for k, v in vars(ns).items() if k.startswith(_OURS)}
     torch_args = argparse.Namespace(
         **{k: v for k, v in vars(ns).items() if not k.startswith(_OURS)}
