@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
 from conftest import WORKERS, journal_path, read_journal, wait_for
 
 CHATTY = str(WORKERS / "chatty.py")
@@ -158,12 +157,6 @@ def test_redirects_hide_console_and_log_dir_holds_files(tuilaunch, tmp_path):
     assert found == ["attempt_0/0/stdout.log", "attempt_0/1/stdout.log"]
 
 
-@pytest.mark.xfail(
-    reason="BUG: the headless summary folds the 'logs:' and 'journal:' paths at 120 columns "
-    "when stderr is not a terminal (rich Console width=120), so a long path is split over "
-    "two lines and cannot be copied or parsed",
-    strict=True,
-)
 def test_summary_prints_long_paths_on_one_line(tuilaunch, tmp_path):
     log_dir = tmp_path / ("long_directory_name_" * 4) / "logs"
     launch = tuilaunch(

@@ -199,9 +199,9 @@ def print_summary(s: Snapshot, runner: Runner | None, stream: TextIO) -> None:
             console.print(Text(f"  attempt {f.attempt}: {failure_headline(f)}"), soft_wrap=True)
     if runner is not None:
         if runner.run_dir:
-            console.print(f"logs: {runner.run_dir}")
+            console.print(f"logs: {runner.run_dir}", soft_wrap=True)
         if runner.journal.path:
-            console.print(f"journal: {runner.journal.path}")
+            console.print(f"journal: {runner.journal.path}", soft_wrap=True)
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -187,6 +187,7 @@ class LogTailer:
     """
 
     CHUNK = 1 << 22
+    MAX_LINE = 1 << 20
 
     def __init__(self, interval: float = 0.05) -> None:
         self._interval = interval
@@ -244,33 +245,36 @@ class LogTailer:
             self.drain()
 
     def _read(self, src: LogSource, final: bool) -> None:
-        if src.closed:
-            return
-        try:
-            with open(src.path, "rb") as fp:
-                fp.seek(src.offset)
-                data = fp.read(self.CHUNK)
-        except OSError:  # not created yet, or gone with a deleted attempt
-            return
-        more = len(data) == self.CHUNK
-        flush = final and not more  # flush the partial line only once the file is read out
-        if not data and not (flush and src.partial):
-            return
-        src.offset += len(data)
-        data = src.partial + data
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            src.partial = data
-            whole = b""
-        else:
-            whole, src.partial = data[: cut + 1], data[cut + 1 :]
-        if flush and src.partial:
-            whole += src.partial + b"\n"
-            src.partial = b""
-        if flush:
-            src.closed = True
-        if not whole:
-            return
+        """Deliver every whole line written to ``src`` since the last read.
+
+        ``final`` (the writer is gone) also delivers a last line without a newline. A "line"
+        longer than ``MAX_LINE`` (progress bars that only ever print \\r) is delivered in
+        pieces, so memory stays bounded.
+        """
+        while not src.closed:
+            try:
+                with open(src.path, "rb") as fp:
+                    fp.seek(src.offset)
+                    data = fp.read(self.CHUNK)
+            except OSError:  # not created yet, or gone with a deleted attempt
+                return
+            more = len(data) == self.CHUNK
+            flush = final and not more  # the partial line is final once the file is read out
+            src.offset += len(data)
+            data = src.partial + data
+            cut = data.rfind(b"\n")
+            whole, src.partial = (b"", data) if cut < 0 else (data[: cut + 1], data[cut + 1 :])
+            if (flush or len(src.partial) > self.MAX_LINE) and src.partial:
+                whole += src.partial + b"\n"
+                src.partial = b""
+            if flush:
+                src.closed = True
+            if whole:
+                self._deliver(src, whole)
+            if not more:
+                return
+
+    def _deliver(self, src: LogSource, whole: bytes) -> None:
         # Split on newlines only: a progress bar's \r stays inside its line, as in the file.
         lines = whole.decode("utf-8", "replace").split("\n")[:-1]
         for sink in self._sinks:
@@ -278,8 +282,6 @@ class LogTailer:
                 sink(src, lines)
             except Exception:  # a sink's failure must not stall the other sinks or workers
                 logging.getLogger(__name__).exception("log sink failed")
-        if more:
-            self._read(src, final)
 
 
 class DuplicateFilter:

@@ -525,12 +525,9 @@ class Runner:
 
     def _monitor(self, agent: Any, wg: Any, inner: Callable[[Any], Any]) -> Any:
         from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
-        from torch.distributed.elastic.multiprocessing.api import SignalException
 
         self._phase = "monitoring"
-        if self._stop_sig is not None:
-            self._phase = "stopping"
-            raise SignalException(f"tuilaunch: {self._stop_reason}", sigval=self._stop_sig)
+        self._check_stop()
         with self._lock:
             manual = self._restart_requested
             self._restart_requested = False
@@ -545,10 +542,7 @@ class Runner:
 
         seen_before = self._poll_exits(agent, by_agent=False)
         if any(code != 0 for code in seen_before.values()):
-            with self._lock:
-                stopped = [self._pids[lr] for lr in self._stopped_by_us if lr in self._pids]
-            for pid in stopped:  # let torch's SIGTERM reach ranks that we had stopped
-                _signal_group(pid, signal.SIGCONT)
+            self._continue_stopped()  # torch is about to SIGTERM the peers
         result = inner(wg)
         state = result.state.name
         if state == "FAILED":
@@ -561,6 +555,23 @@ class Runner:
             self._poll_exits(agent, by_agent=False)
         self._post_group_state(state)
         return result
+
+    def _check_stop(self) -> None:
+        """On the agent thread: leave through torch's own path once a stop was asked for."""
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+
+        if self._stop_sig is not None:
+            self._phase = "stopping"
+            raise SignalException(f"tuilaunch: {self._stop_reason}", sigval=self._stop_sig)
+
+    def _continue_stopped(self) -> None:
+        # A SIGSTOPped rank leaves torch's SIGTERM pending and would cost the whole shutdown
+        # timeout: let it run again so that it can die.
+        with self._lock:
+            pids = [self._pids[lr] for lr in self._stopped_by_us if lr in self._pids]
+            self._stopped_by_us.clear()
+        for pid in pids:
+            _signal_group(pid, signal.SIGCONT)
 
     def _post_group_state(self, state: str) -> None:
         if state != self._last_group_state:
@@ -695,11 +706,13 @@ def make_agent_class(runner: Runner, base: type) -> type:
             runner._on_agent_created(self)
 
         def _rendezvous(self, worker_group: Any) -> None:
+            runner._check_stop()
             runner._on_rendezvous(self)
             super()._rendezvous(worker_group)
             runner._on_rendezvous_done(self, worker_group)
 
         def _start_workers(self, worker_group: Any) -> dict[int, Any]:
+            runner._check_stop()  # a stopped run never spawns another attempt
             pids = super()._start_workers(worker_group)
             runner._on_workers_started(self, worker_group, pids)
             return pids
@@ -712,6 +725,7 @@ def make_agent_class(runner: Runner, base: type) -> type:
             super()._restart_workers(worker_group)
 
         def _shutdown(self, *args: Any, **kwargs: Any) -> None:
+            runner._continue_stopped()
             try:
                 super()._shutdown(*args, **kwargs)
             finally:
