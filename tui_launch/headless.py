@@ -13,10 +13,6 @@ import threading
 import time
 from typing import TextIO
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from tui_launch.core import errors
 from tui_launch.core.logs import STDOUT, LogSource
 from tui_launch.core.runner import Runner
@@ -132,6 +128,11 @@ def _clock(seconds: float) -> str:
 
 def print_summary(s: Snapshot, runner: Runner | None, stream: TextIO) -> None:
     """Print the end-of-run summary: ranks, attempts, restarts, duration and root cause."""
+    # rich is imported here, not at start-up: launch time is measured against torchrun's.
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     tty = _isatty(stream)
     console = Console(
         file=stream,

@@ -235,6 +235,7 @@ class Runner:
             self.reaper.close()
         self.agent_log.uninstall()
         self._done.set()
+        self.store.wake()
 
     def _ensure_run_dir(self) -> None:
         # The run ended before torch made its log directory (e.g. the rendezvous failed):

@@ -305,6 +305,11 @@ class RunStore:
             self._cond.notify_all()
             return self._snapshot
 
+    def wake(self) -> None:
+        """Wake every :meth:`wait_newer` caller (e.g. because the run is over)."""
+        with self._cond:
+            self._cond.notify_all()
+
     def snapshot(self) -> Snapshot:
         """The latest snapshot (immutable; no copy needed)."""
         return self._snapshot
@@ -320,9 +325,11 @@ class RunStore:
             return self._history[start:]
 
     def wait_newer(self, version: int, timeout: float | None = None) -> Snapshot:
-        """Block until the version exceeds ``version`` or ``timeout`` passes."""
+        """Block until the version exceeds ``version``, :meth:`wake` is called or ``timeout``
+        passes; return the latest snapshot either way."""
         with self._cond:
-            self._cond.wait_for(lambda: self._snapshot.version > version, timeout)
+            if self._snapshot.version <= version:
+                self._cond.wait(timeout)  # a new version, wake() or the timeout
             return self._snapshot
 
 
