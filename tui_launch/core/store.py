@@ -282,6 +282,7 @@ class RunStore:
         self._snapshot = Snapshot()
         self._history: list[Event] = []
         self._listeners: list[Callable[[Event], None]] = []
+        self._wakeups = 0
 
     def subscribe(self, listener: Callable[[Event], None], replay: bool = True) -> None:
         """Call ``listener`` with every event from now on (and, with ``replay``, past ones)."""
@@ -308,6 +309,7 @@ class RunStore:
     def wake(self) -> None:
         """Wake every :meth:`wait_newer` caller (e.g. because the run is over)."""
         with self._cond:
+            self._wakeups += 1
             self._cond.notify_all()
 
     def snapshot(self) -> Snapshot:
@@ -328,8 +330,10 @@ class RunStore:
         """Block until the version exceeds ``version``, :meth:`wake` is called or ``timeout``
         passes; return the latest snapshot either way."""
         with self._cond:
-            if self._snapshot.version <= version:
-                self._cond.wait(timeout)  # a new version, wake() or the timeout
+            woken = self._wakeups
+            self._cond.wait_for(
+                lambda: self._snapshot.version > version or self._wakeups != woken, timeout
+            )
             return self._snapshot
 
 
