@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterable
+from pathlib import Path
 
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
@@ -31,7 +32,8 @@ STREAMS = ("both", "stdout", "stderr")
 class Dashboard(App[int]):
     """tuilaunch's dashboard. ``App.run()`` returns the job's exit code."""
 
-    CSS_PATH = "dashboard.tcss"
+    # Absolute, so that subclasses defined elsewhere find it too.
+    CSS_PATH = Path(__file__).with_name("dashboard.tcss")
     TITLE = "tuilaunch"
 
     BINDINGS = [

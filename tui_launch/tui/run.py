@@ -50,24 +50,33 @@ def stderr_to_agent_log(capture: AgentLogCapture) -> Iterator[None]:
 
 
 def run_dashboard(
-    runner: Runner, *, refresh_hz: float, confirm: bool, exit_on_finish: bool
+    runner: Runner,
+    *,
+    refresh_hz: float,
+    confirm: bool,
+    exit_on_finish: bool,
+    app_class: type | None = None,
+    headless: bool = False,
 ) -> tuple[int | None, BaseException | None]:
     """Run the dashboard until the user quits (or the job ends, with ``exit_on_finish``).
 
     Returns the exit code the dashboard left with (None if it did not end cleanly) and the
-    exception that ended it, if any. The job itself keeps running either way.
+    exception that ended it, if any. The job itself keeps running either way. ``app_class``
+    and ``headless`` (no terminal) are for tests.
     """
     from tui_launch.tui.app import Dashboard
+
+    app_class = app_class or Dashboard
 
     source = LiveSource(runner)
     error: BaseException | None = None
     code: int | None = None
     with stderr_to_agent_log(runner.agent_log):
-        app = Dashboard(
+        app = app_class(
             source, refresh_hz=refresh_hz, confirm=confirm, exit_on_finish=exit_on_finish
         )
         try:
-            result = app.run()
+            result = app.run(headless=headless)
         except Exception as e:  # the UI is a window onto the job: keep the job
             error = e
         else:
