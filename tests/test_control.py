@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import signal
 import time
+import types
 import uuid
 from pathlib import Path
 
 import pytest
-from conftest import TOKEN_VAR, WORKERS, read_journal, wait_for, wait_gone
+from conftest import TOKEN_VAR, WORKERS, leftovers, read_journal, wait_for, wait_gone
 
 from tui_launch.core.args import parse
 from tui_launch.core.events import Restart, WorkersStarted
@@ -196,17 +197,24 @@ def test_kill_rank_spends_budget_and_names_tuilaunch(tmp_path, harness_env):
     assert wait_gone(token, 10) == []
 
 
-@pytest.mark.xfail(
-    reason="BUG: Runner.stop() does not SIGCONT ranks stopped with stop_rank(); torch's "
-    "SIGTERM stays pending and the run waits the whole --shutdown-timeout before SIGKILL",
-    strict=True,
-)
-def test_stop_run_while_a_rank_is_stopped_is_prompt(tmp_path, harness_env):
+def test_restart_and_stop_while_a_rank_is_stopped_are_prompt(tmp_path, harness_env):
+    """Ranks paused with stop_rank() are continued before torch's own SIGTERM.
+
+    Otherwise the SIGTERM stays pending: restart() would wait torch's hard-coded 30 s and
+    stop() the whole --shutdown-timeout before SIGKILL (a bug fixed in 66d7f22).
+    """
     token, made = harness_env
-    h = Harness(tmp_path, "--shutdown-timeout", "12")
+    h = Harness(tmp_path, "--max-restarts", "1", "--shutdown-timeout", "12")
     made.append(h)
     h.start()
     snap = h.running_attempt(0)
+    pid0 = snap.rank(0).pid
+    assert h.runner.stop_rank(0)
+    wait_for(lambda: _proc_state(pid0) == "T", 5, what="rank 0 stopped")
+    assert h.runner.restart()
+    # steady.py dies at once on SIGTERM when it can run: a new attempt in seconds, not 30.
+    snap = h.running_attempt(1, timeout=15)
+
     pid0 = snap.rank(0).pid
     assert h.runner.stop_rank(0)
     wait_for(lambda: _proc_state(pid0) == "T", 5, what="rank 0 stopped")
@@ -216,5 +224,51 @@ def test_stop_run_while_a_rank_is_stopped_is_prompt(tmp_path, harness_env):
     elapsed = time.monotonic() - t0
     assert code == 143
     assert wait_gone(token, 10) == []
-    # steady.py dies on SIGTERM at once once it can run: no reason to wait 12 s.
     assert elapsed < 8, f"stop took {elapsed:.1f}s with a SIGSTOPped rank"
+
+
+def test_stop_during_a_slow_restart_starts_no_new_workers(tmp_path, harness_env):
+    """stop() while the agent is blocked inside torch (a restart waiting for workers that
+    ignore SIGTERM): the stop watchdog ends the run, and the agent thread must not go on to
+    spawn a new attempt's workers afterwards (in the CLI those were orphans: the reaper had
+    already said goodbye; fixed in 66d7f22).
+    """
+    token, made = harness_env
+    ready = tmp_path / "ready.log"
+    args, _ = parse(
+        [
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "3",
+            "--shutdown-timeout",
+            "2",
+            str(WORKERS / "stubborn.py"),
+            "--ready",
+            str(ready),
+        ]
+    )
+    store = RunStore()
+    runner = Runner(args, store, echo=False, journal_path=str(tmp_path / "j.jsonl"))
+    h = types.SimpleNamespace(runner=runner)
+    made.append(h)  # type: ignore[arg-type]
+    runner.start()
+
+    def ready_pids():
+        s = store.snapshot()
+        lines = ready.read_text().splitlines() if ready.exists() else []
+        return s.phase == "running" and len(lines) == 2 and [r.pid for r in s.ranks]
+
+    first = wait_for(ready_pids, 60, what="stubborn workers ready")
+    # The workers ignore SIGTERM: torch's restart waits (30 s) in its own shutdown.
+    assert runner.restart()
+    wait_for(lambda: store.snapshot().phase == "restarting", 10, what="restart under way")
+    time.sleep(1.0)
+    runner.stop()
+    assert runner.wait(30) == 143
+    finished_at = len(store.events())
+    time.sleep(6)  # enough for a rendezvous and a spawn
+    late = [e for e in store.events()[finished_at:] if isinstance(e, WorkersStarted)]
+    assert late == [], f"workers started after the run finished: {late}"
+    assert set(first).isdisjoint(leftovers(token))

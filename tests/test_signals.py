@@ -266,3 +266,30 @@ def test_signal_during_exit_barrier_exits_promptly(tuilaunch, tmp_path):
     assert events[-1]["kind"] == "run_finished" and events[-1]["outcome"] == "stopped"
     # Node B is still there (the fixture stops it); its worker was never touched by A.
     assert b.proc.poll() is None
+
+
+def test_signal_while_agent_tears_down_a_failed_attempt(tuilaunch, tmp_path):
+    """SIGTERM while torch waits (up to 30 s) for a peer to die after a rank failed.
+
+    Rank 0 is SIGSTOPped from outside (a debugger, ``kill -STOP``), so torch's SIGTERM to it
+    stays pending; rank 1 is SIGKILLed. The launcher must stop promptly, and the agent thread
+    must not go on to restart the group after the run ended (those workers were orphans).
+    """
+    launch, journal, pids = _start_steady(tuilaunch, tmp_path, "--max-restarts", "3")
+    started = next(e for e in read_journal(journal) if e["kind"] == "workers_started")
+    by_rank = {w["local_rank"]: w["pid"] for w in started["workers"]}
+    os.kill(by_rank[0], signal.SIGSTOP)
+    os.kill(by_rank[1], signal.SIGKILL)
+    time.sleep(2.0)
+    assert launch.proc.poll() is None
+    t0 = time.monotonic()
+    os.kill(launch.pid, signal.SIGTERM)
+    code = launch.wait(60)
+    assert code == 128 + signal.SIGTERM, launch.output
+    assert time.monotonic() - t0 < 15
+    assert wait_gone(launch.token, 5) == []
+    time.sleep(2.0)  # nothing is spawned late either
+    assert leftovers(launch.token) == []
+    # Only attempt 0 ever ran: its two pids are all the restart log knows.
+    assert sorted(pids) == sorted(by_rank.values())
+    assert len((tmp_path / "restarts.log").read_text().splitlines()) == 2
