@@ -117,6 +117,8 @@ class Runner:
         self._pids: dict[int, int] = {}
         self._global_ranks: dict[int, int] = {}
         self._exit_seen: dict[int, int] = {}
+        # Ranks whose exit was first seen once torch had begun terminating the group.
+        self._exit_by_agent: set[int] = set()
         self._stopped_by_us: set[int] = set()
         self._marks: dict[int, str] = {}
         self._error_files: dict[int, str] = {}
@@ -504,11 +506,13 @@ class Runner:
             self._pids = dict(pids)
             self._global_ranks = {w.local_rank: w.global_rank for w in wg.workers}
             self._exit_seen = {}
+            self._exit_by_agent = set()
             self._stopped_by_us = set()
             self._last_group_state = "HEALTHY"
         if self.reaper is not None:
             for pid in pids.values():
                 self.reaper.watch(pid)
+        self._hook_close(agent)
         workers = tuple(
             WorkerInfo(
                 local_rank=w.local_rank,
@@ -541,14 +545,14 @@ class Runner:
             self._post_group_state("UNHEALTHY")
             return RunResult(state=WorkerState.UNHEALTHY)
 
-        seen_before = self._poll_exits(agent, by_agent=False)
-        if any(code != 0 for code in seen_before.values()):
+        seen = self._poll_exits(agent, by_agent=False)
+        if any(code != 0 for code in seen.values()):
             self._continue_stopped()  # torch is about to SIGTERM the peers
         result = inner(wg)
         state = result.state.name
         if state == "FAILED":
             self._poll_exits(agent, by_agent=True)
-            failures = self._failures(wg, result, seen_before)
+            failures = self._failures(wg, result)
             self.tailer.drain()
             self.store.post(AttemptFailed(attempt=self._attempt, failures=failures))
             self._pending_cause = "failure"
@@ -556,6 +560,26 @@ class Runner:
             self._poll_exits(agent, by_agent=False)
         self._post_group_state(state)
         return result
+
+    def _hook_close(self, agent: Any) -> None:
+        """Note which ranks died by themselves before torch starts terminating the group.
+
+        torch's poll finds a failed rank and closes the whole context in the same call, so a
+        rank that died a moment before it would otherwise be told apart from the peers torch
+        killed by nothing but luck. Wrapping this attempt's ``close`` records every exit that
+        happened before torch sent its first signal.
+        """
+        pcontext = getattr(agent, "_pcontext", None)
+        close = getattr(pcontext, "close", None)
+        if pcontext is None or close is None:
+            return
+
+        def close_noting_exits(*args: Any, **kwargs: Any) -> Any:
+            self._poll_exits(agent, by_agent=False)
+            self._continue_stopped()
+            return close(*args, **kwargs)
+
+        pcontext.close = close_noting_exits
 
     def _check_stop(self) -> None:
         """On the agent thread: leave through torch's own path once a stop was asked for."""
@@ -587,6 +611,8 @@ class Runner:
             for lr, code in codes.items():
                 if code is not None and lr not in self._exit_seen:
                     self._exit_seen[lr] = code
+                    if by_agent:
+                        self._exit_by_agent.add(lr)
                     new.append((lr, code))
             seen = dict(self._exit_seen)
         for lr, code in new:
@@ -606,7 +632,7 @@ class Runner:
             )
         return seen
 
-    def _failures(self, wg: Any, result: Any, seen_before: dict[int, int]) -> tuple[Failure, ...]:
+    def _failures(self, wg: Any, result: Any) -> tuple[Failure, ...]:
         by_global = {w.global_rank: w for w in wg.workers}
         exit_times = {e.local_rank: e.wall for e in self._rank_exits()}
         out = []
@@ -616,7 +642,8 @@ class Runner:
             err = errors.read_error_file(self._error_files.get(lr) or pf.error_file)
             message, tb, ts = err if err else ("", None, None)
             code = int(pf.exitcode)
-            collateral = lr not in seen_before or (seen_before.get(lr) == 0)
+            # Collateral: first seen dead only after torch began terminating the group.
+            collateral = lr in self._exit_by_agent or lr not in self._exit_seen
             tail = () if tb else errors.tail_lines(self._stderr_paths.get(lr))
             if not message:
                 # Without @record, a rank that exited with an error code usually printed the

@@ -289,7 +289,8 @@ class RunStore:
         with self._cond:
             if replay:
                 for e in self._history:
-                    listener(e)
+                    with contextlib.suppress(Exception):
+                        listener(e)
             self._listeners.append(listener)
 
     def post(self, event: Event) -> Snapshot:
