@@ -1,0 +1,51 @@
+"""SVG snapshot tests of the dashboard in each deterministic FakeSource state.
+
+The fake has a fixed clock and pinned "last log" times, so every screen is the same on every
+run. Baselines live in ``tests/__snapshots__/test_tui_snapshots/``; after a deliberate change
+to the UI, regenerate them with::
+
+    .venv/bin/python -m pytest tests/test_tui_snapshots.py --snapshot-update
+
+and look at the changed SVGs before committing them.
+"""
+
+from __future__ import annotations
+
+from tui_launch.tui import fake
+from tui_launch.tui.app import Dashboard
+
+SIZE = (150, 42)
+
+
+def dashboard(state: str) -> Dashboard:
+    return Dashboard(fake.STATES[state]())
+
+
+class TestDashboardSnapshots:
+    def test_healthy(self, snap_compare) -> None:
+        """Four ranks training in the first attempt; merged logs followed."""
+        assert snap_compare(dashboard("healthy"), terminal_size=SIZE)
+
+    def test_waiting_for_nodes(self, snap_compare) -> None:
+        """One node of a 2:4 job in the rendezvous, waiting for the others; no ranks yet."""
+        assert snap_compare(dashboard("waiting"), terminal_size=SIZE)
+
+    def test_failure_with_traceback(self, snap_compare) -> None:
+        """The run failed: the root-cause tab (key c) shows rank 1's traceback."""
+        assert snap_compare(dashboard("failure"), terminal_size=SIZE, press=["c"])
+
+    def test_restarting(self, snap_compare) -> None:
+        """Rank 1 was SIGKILLed; the agent re-forms the group (restart 1 of 3)."""
+        assert snap_compare(dashboard("restarting"), terminal_size=SIZE)
+
+    def test_finished(self, snap_compare) -> None:
+        """A run that recovered from one failure and succeeded: control keys are hidden."""
+        assert snap_compare(dashboard("finished"), terminal_size=SIZE)
+
+    def test_kill_confirmation(self, snap_compare) -> None:
+        """Rank 1 selected, k pressed: the y/n dialog over the dashboard."""
+        assert snap_compare(dashboard("healthy"), terminal_size=SIZE, press=["down", "k"])
+
+    def test_help(self, snap_compare) -> None:
+        """The ? help screen."""
+        assert snap_compare(dashboard("healthy"), terminal_size=SIZE, press=["question_mark"])
