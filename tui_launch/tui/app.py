@@ -197,7 +197,8 @@ class Dashboard(App[int]):
                 plain = _plain(c)
                 if self._cells.get((r.local_rank, i)) != plain:
                     self._cells[(r.local_rank, i)] = plain
-                    table.update_cell(str(r.local_rank), str(i), c)
+                    # update_width: "SIGKILL (-9)" or a longer pid must not be cut off.
+                    table.update_cell(str(r.local_rank), str(i), c, update_width=True)
 
     def _set(self, widget: Static, key: object, make, *args: object) -> None:  # type: ignore[no-untyped-def]
         if self._panel_keys.get(widget.id) != key:
@@ -462,6 +463,10 @@ class Dashboard(App[int]):
             self._wait_for_end()
 
         self._confirm_then("The job is running. Stop the workers and quit?", act)
+
+    async def action_quit(self) -> None:
+        """Textual's own quit (ctrl+q, the palette's Quit) must stop the job cleanly too."""
+        self.action_quit_job()
 
     @work(thread=True, exit_on_error=False)
     def _wait_for_end(self) -> None:
