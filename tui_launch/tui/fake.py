@@ -202,6 +202,22 @@ def _attempt(n: int, nproc: int, start: float, pid0: int) -> list[Event]:
     ]
 
 
+def _exited(
+    attempt: int, rank: int, pid: int, code: int, at: float, by_agent: bool = False
+) -> RankExited:
+    sig = signal.Signals(-code).name if code < 0 else None
+    return RankExited(
+        attempt=attempt,
+        local_rank=rank,
+        global_rank=rank,
+        pid=pid,
+        exit_code=code,
+        signal=sig,
+        by_agent=by_agent,
+        **_at(at),
+    )
+
+
 def _failure(attempt: int, at: float) -> AttemptFailed:
     real = Failure(
         attempt=attempt,
@@ -300,26 +316,8 @@ def failed_with_traceback() -> FakeSource:
     """Rank 1 raised; the budget was spent: the run failed with its root cause."""
     events: list[Event] = [_run_started(2, 1), *_attempt(0, 2, 0.1, 5100)]
     events += [
-        RankExited(
-            attempt=0,
-            local_rank=1,
-            global_rank=1,
-            pid=5101,
-            exit_code=1,
-            signal=None,
-            by_agent=False,
-            **_at(30),
-        ),
-        RankExited(
-            attempt=0,
-            local_rank=0,
-            global_rank=0,
-            pid=5100,
-            exit_code=-15,
-            signal="SIGTERM",
-            by_agent=True,
-            **_at(30.2),
-        ),
+        _exited(0, 1, 5101, 1, at=30),
+        _exited(0, 0, 5100, -15, at=30.2, by_agent=True),
         _failure(0, 30),
         GroupState(attempt=0, state="FAILED", **_at(30.3)),
         Restart(
@@ -331,26 +329,8 @@ def failed_with_traceback() -> FakeSource:
             **_at(30.4),
         ),
         *_attempt(1, 2, 30.5, 5200),
-        RankExited(
-            attempt=1,
-            local_rank=1,
-            global_rank=1,
-            pid=5201,
-            exit_code=1,
-            signal=None,
-            by_agent=False,
-            **_at(70),
-        ),
-        RankExited(
-            attempt=1,
-            local_rank=0,
-            global_rank=0,
-            pid=5200,
-            exit_code=-15,
-            signal="SIGTERM",
-            by_agent=True,
-            **_at(70.2),
-        ),
+        _exited(1, 1, 5201, 1, at=70),
+        _exited(1, 0, 5200, -15, at=70.2, by_agent=True),
         _failure(1, 70),
         GroupState(attempt=1, state="FAILED", **_at(70.3)),
         RunFinished(outcome="failed", exit_code=1, message="rank 1 failed", **_at(70.5)),
@@ -381,26 +361,8 @@ def restarting() -> FakeSource:
         error_file=None,
     )
     events += [
-        RankExited(
-            attempt=0,
-            local_rank=1,
-            global_rank=1,
-            pid=5101,
-            exit_code=-9,
-            signal="SIGKILL",
-            by_agent=False,
-            **_at(80),
-        ),
-        RankExited(
-            attempt=0,
-            local_rank=0,
-            global_rank=0,
-            pid=5100,
-            exit_code=-15,
-            signal="SIGTERM",
-            by_agent=True,
-            **_at(80.2),
-        ),
+        _exited(0, 1, 5101, -9, at=80),
+        _exited(0, 0, 5100, -15, at=80.2, by_agent=True),
         AttemptFailed(attempt=0, failures=(kill,), **_at(80.3)),
         GroupState(attempt=0, state="FAILED", **_at(80.3)),
         Restart(
@@ -429,16 +391,7 @@ def finished() -> FakeSource:
     """A run that recovered from one failure and succeeded."""
     events: list[Event] = [_run_started(2, 3), *_attempt(0, 2, 0.1, 5100)]
     events += [
-        RankExited(
-            attempt=0,
-            local_rank=1,
-            global_rank=1,
-            pid=5101,
-            exit_code=1,
-            signal=None,
-            by_agent=False,
-            **_at(30),
-        ),
+        _exited(0, 1, 5101, 1, at=30),
         _failure(0, 30),
         Restart(
             cause="failure",
@@ -449,26 +402,8 @@ def finished() -> FakeSource:
             **_at(30.4),
         ),
         *_attempt(1, 2, 30.5, 5200),
-        RankExited(
-            attempt=1,
-            local_rank=0,
-            global_rank=0,
-            pid=5200,
-            exit_code=0,
-            signal=None,
-            by_agent=False,
-            **_at(90),
-        ),
-        RankExited(
-            attempt=1,
-            local_rank=1,
-            global_rank=1,
-            pid=5201,
-            exit_code=0,
-            signal=None,
-            by_agent=False,
-            **_at(90.1),
-        ),
+        _exited(1, 0, 5200, 0, at=90),
+        _exited(1, 1, 5201, 0, at=90.1),
         GroupState(attempt=1, state="SUCCEEDED", **_at(90.2)),
         RunFinished(outcome="succeeded", exit_code=0, message="all ranks exited 0", **_at(90.5)),
     ]
