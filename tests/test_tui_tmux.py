@@ -1,0 +1,223 @@
+"""End to end in a real terminal: the dashboard of a real 2-rank job, driven through tmux.
+
+Start the job under the dashboard in a detached tmux session (its own tmux server, so the
+test's environment and nothing else reaches the launcher), read the screen with
+``capture-pane``, select rank 1, kill it with ``k`` ``y``, see the restart and the new pids,
+quit with ``q`` ``y``, read the summary printed after the dashboard closed, and check that no
+process of the launch is left. Polls with generous timeouts: a loaded 2-core machine takes a
+while to import torch twice and form a gloo group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+from conftest import PY, ROOT, TOKEN_VAR, WORKERS, base_env, leftovers, wait_gone
+
+T = TypeVar("T")
+TMUX = shutil.which("tmux")
+pytestmark = pytest.mark.skipif(
+    TMUX is None, reason="tmux is not installed: the end-to-end dashboard test needs a terminal"
+)
+
+WIDTH, HEIGHT = 160, 45
+SIDE = 46  # the left column (#side) is 46 cells wide; the workers table is right of it
+ROW = re.compile(r"│\s?(\d+)\s+(\d+)\s+(\d+)\s+([a-z]+)\s")
+
+
+class Tmux:
+    """One tmux server (own socket, no user config) with one session running ``command``."""
+
+    def __init__(self, command: str, env: dict[str, str]) -> None:
+        self.dir = tempfile.mkdtemp(prefix="tuilaunch-tmux-")
+        self.socket = os.path.join(self.dir, "tmux.sock")
+        self.session = "dash"
+        self.env = env
+        # remain-on-exit in the same tmux invocation: the pane stays (dead, with its exit
+        # status) however fast the command ends, so the final screen can still be read.
+        self.tmux(
+            "new-session", "-d", "-s", self.session, "-x", str(WIDTH), "-y", str(HEIGHT),
+            "-c", str(ROOT), command, ";",
+            "set-option", "-t", self.session, "remain-on-exit", "on",
+        )  # fmt: skip
+
+    def tmux(self, *args: str) -> str:
+        out = subprocess.run(
+            [TMUX, "-S", self.socket, "-f", os.devnull, *args],  # type: ignore[list-item]
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if out.returncode != 0:
+            raise AssertionError(f"tmux {args[0]} failed: {out.stderr.strip()}")
+        return out.stdout
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", self.session)
+
+    def keys(self, *keys: str) -> None:
+        for key in keys:
+            self.tmux("send-keys", "-t", self.session, key)
+            time.sleep(0.3)
+
+    def pane(self, fmt: str) -> str:
+        return self.tmux("display-message", "-p", "-t", self.session, fmt).strip()
+
+    def close(self) -> None:
+        subprocess.run(
+            [TMUX, "-S", self.socket, "kill-server"],  # type: ignore[list-item]
+            env=self.env,
+            capture_output=True,
+            timeout=30,
+        )
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def table_rows(screen: str) -> dict[int, tuple[int, str]]:
+    """Local rank -> (pid as shown, state) from the workers table on the screen."""
+    rows = {}
+    for line in screen.splitlines():
+        m = ROW.search(line[SIDE:])
+        if m:
+            rows[int(m.group(2))] = (int(m.group(3)), m.group(4))
+    return rows
+
+
+def workers(token: str) -> dict[int, int]:
+    """Local rank -> pid of the live worker processes of the launch (read from /proc)."""
+    found = {}
+    for pid in leftovers(token):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fp:
+                if b"steady.py" not in fp.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as fp:
+                env = dict(item.split(b"=", 1) for item in fp.read().split(b"\0") if b"=" in item)
+        except OSError:
+            continue
+        if b"LOCAL_RANK" in env:
+            found[int(env[b"LOCAL_RANK"])] = pid
+    return found
+
+
+def describe(pids: list[int]) -> list[str]:
+    out = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fp:
+                cmd = fp.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{pid}/stat") as fp:
+                ppid = fp.read().rsplit(")", 1)[1].split()[1]
+        except OSError:
+            cmd, ppid = "?", "?"
+        out.append(f"{pid} (parent {ppid}): {cmd}")
+    return out
+
+
+def poll(tmux: Tmux, what: str, timeout: float, check: Callable[[str], T | None]) -> T:
+    """Poll ``check(screen)`` until it returns something truthy; fail with the screen."""
+    deadline = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < deadline:
+        screen = tmux.screen()
+        value = check(screen)
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; screen:\n{screen}")
+
+
+@pytest.mark.timeout(900)
+def test_kill_a_rank_restart_and_quit_in_a_real_terminal() -> None:
+    token = uuid.uuid4().hex
+    # The tmux server must not hold the token (it would count as a leftover): only the launch
+    # gets it, through env(1) in the pane's command.
+    env = base_env()
+    env.pop(TOKEN_VAR, None)
+    env.pop("TMUX", None)
+    env["TERM"] = "xterm-256color"
+    launch = [
+        PY, "-m", "tui_launch", "--standalone", "--nproc-per-node", "2", "--max-restarts", "3",
+        str(WORKERS / "steady.py"), "--seconds", "600",
+    ]  # fmt: skip
+    # Every process of the launch carries the token, whatever the tmux server's environment.
+    command = shlex.join(["env", f"{TOKEN_VAR}={token}", "PYTHONUNBUFFERED=1", *launch])
+    command += '; echo "launcher exit status $?"'  # the pane stays (remain-on-exit) to read it
+    tmux = Tmux(command, env)
+    try:
+        # 1. Both ranks running, with the pids of the real worker processes.
+        def both_running(screen: str) -> dict[int, int] | None:
+            rows = table_rows(screen)
+            if sorted(rows) != [0, 1] or any(state != "running" for _, state in rows.values()):
+                return None
+            real = workers(token)
+            shown = {lr: pid for lr, (pid, _) in rows.items()}
+            return shown if real == shown else None
+
+        old = poll(tmux, "both ranks running with their pids", 240, both_running)
+        assert "RUNNING" in tmux.screen()
+        assert "on failure  0 / 3" in tmux.screen()
+
+        # 2. Select rank 1, k, the dialog names it, y.
+        tmux.keys("Down")
+        tmux.keys("k")
+        poll(
+            tmux,
+            "the kill confirmation for rank 1",
+            30,
+            lambda s: f"Kill (SIGKILL) rank 1 (local 1, pid {old[1]})?" in s,
+        )
+        tmux.keys("y")
+
+        # 3. The restart count becomes 1 and both ranks run again as new processes.
+        def restarted(screen: str) -> dict[int, int] | None:
+            if "on failure  1 / 3" not in screen:
+                return None
+            rows = table_rows(screen)
+            if sorted(rows) != [0, 1] or any(state != "running" for _, state in rows.values()):
+                return None
+            shown = {lr: pid for lr, (pid, _) in rows.items()}
+            real = workers(token)
+            if sorted(real) != [0, 1] or set(real.values()) & set(old.values()):
+                return None
+            if set(shown.values()) & set(old.values()):
+                return None
+            return real if shown == real else None  # the table shows the new workers' pids
+
+        new = poll(tmux, "restart 1 of 3 with new pids", 240, restarted)
+        assert not set(new.values()) & set(old.values())
+        for pid in old.values():
+            assert pid not in leftovers(token)
+
+        # 4. q asks (the job is running), y stops the workers and closes the dashboard.
+        tmux.keys("q")
+        poll(tmux, "the quit confirmation", 30, lambda s: "Stop the workers and quit?" in s)
+        tmux.keys("y")
+        poll(tmux, "the launcher to exit", 180, lambda s: tmux.pane("#{pane_dead}") == "1")
+        final = tmux.screen()
+        assert "tuilaunch summary: STOPPED" in final, final
+        assert "exit code 143" in final, final
+        assert "restarts: 1/3 on failure" in final, final
+        assert "launcher exit status 143" in final, final
+
+        # 5. Nothing of the launch is left.
+        left = wait_gone(token, 30)
+        assert not left, f"processes left behind: {describe(left)}"
+    finally:
+        tmux.close()
+        for pid in leftovers(token):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
