@@ -7,6 +7,7 @@ included, by reading ``/proc/*/environ``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -78,10 +79,8 @@ class Launch:
     def kill(self) -> None:
         """Kill the launcher and everything with its token (cleanup after a failed test)."""
         for pid in [self.proc.pid, *leftovers(self.token)]:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
 
     @property
     def output(self) -> str:
@@ -116,10 +115,8 @@ def launches() -> Iterator[list[Launch]]:
     for launch in made:
         left = wait_gone(launch.token, 10)
         for pid in left:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
         assert not left, f"processes left behind by {launch.cmd}: {left}"
 
 

@@ -47,8 +47,12 @@ def test_ui_exception_keeps_the_job_running_headless(tmp_path, monkeypatch):
     runner.start()
     try:
         code, error = run_dashboard(
-            runner, refresh_hz=10, confirm=False, exit_on_finish=False,
-            app_class=BrokenDashboard, headless=True,
+            runner,
+            refresh_hz=10,
+            confirm=False,
+            exit_on_finish=False,
+            app_class=BrokenDashboard,
+            headless=True,
         )
         assert code is None
         assert isinstance(error, RuntimeError) and "widget bug" in str(error)

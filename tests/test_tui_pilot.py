@@ -754,12 +754,6 @@ def test_updated_cells_are_shown_whole(change: str) -> None:
     drive(fake.healthy(2), check)
 
 
-@pytest.mark.xfail(
-    reason="BUG: Dashboard keeps its log widget in self._log, shadowing App._log (Textual's "
-    "logging method): with devtools connected (textual run --dev), textual.log() calls the "
-    "Log widget and raises TypeError: 'Log' object is not callable",
-    strict=True,
-)
 def test_textual_logging_still_works() -> None:
     from unittest import mock
 

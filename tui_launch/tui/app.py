@@ -104,9 +104,9 @@ class Dashboard(App[int]):
         self._tabs = TabbedContent(id="tabs", initial="logs-tab")
         self._logbar = Static(id="logbar")
         self._filter_box = Input(placeholder="filter log lines (Esc to close)", id="filter-input")
-        self._log = Log(id="log", max_lines=LOG_LINES_SHOWN, highlight=False)
+        self._log_view = Log(id="log", max_lines=LOG_LINES_SHOWN, highlight=False)
         self._cause = Static(id="rootcause")
-        self._agentlog = Log(id="agentlog", max_lines=2000, highlight=False)
+        self._agent_view = Log(id="agentlog", max_lines=2000, highlight=False)
         yield self._header
         with Horizontal(id="top"):
             with Vertical(id="side"):
@@ -119,11 +119,11 @@ class Dashboard(App[int]):
                     with TabPane("Logs", id="logs-tab"):
                         yield self._logbar
                         yield self._filter_box
-                        yield self._log
+                        yield self._log_view
                     with TabPane("Root cause", id="cause-tab"), VerticalScroll(id="cause-scroll"):
                         yield self._cause
                     with TabPane("Agent log", id="agent-tab"):
-                        yield self._agentlog
+                        yield self._agent_view
         yield Footer()
 
     def on_mount(self) -> None:
@@ -244,7 +244,7 @@ class Dashboard(App[int]):
         return text
 
     def _rerender_log(self) -> None:
-        log = self._log
+        log = self._log_view
         log.clear()
         lines = [ln for ln in self.source.logs.since(0, self._view_rank) if self._keep(ln)]
         lines = lines[-LOG_LINES_SHOWN:]
@@ -258,7 +258,7 @@ class Dashboard(App[int]):
         logs = self.source.logs
         if logs.seq == self._shown_seq and not self._pending:
             return
-        log = self._log
+        log = self._log_view
         if self._follow and log.line_count and not log.is_vertical_scroll_end:
             self._follow = False  # the user scrolled up: pause, count what arrives
         new = [ln for ln in logs.since(self._shown_seq, self._view_rank) if self._keep(ln)]
@@ -290,7 +290,7 @@ class Dashboard(App[int]):
         key = (len(lines), lines[-1] if lines else None)  # lines carry timestamps
         if key == self._agent_key:
             return
-        log = self._agentlog
+        log = self._agent_view
         log.clear()
         log.write_lines(lines)
         self._agent_key = key
