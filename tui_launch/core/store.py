@@ -159,11 +159,10 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
             s, run=e, budget_left=e.max_restarts, started_wall=e.wall, started_mono=e.mono
         )
     if isinstance(e, RendezvousStarted):
+        # A new round: what the last one decided (group rank, master) no longer holds.
         rv = RendezvousView(
             backend=e.backend, endpoint=e.endpoint, run_id=e.run_id, state="waiting", since=e.mono
         )
-        if s.rendezvous is not None:
-            rv = replace(s.rendezvous, state="waiting", since=e.mono)
         ranks = tuple(
             r if r.state in (EXITED, FAILED) else replace(r, state=RESTARTING) for r in s.ranks
         )

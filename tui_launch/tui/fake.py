@@ -265,7 +265,9 @@ def _fill_logs(logs: LogBuffer, nproc: int, attempt: int, epochs: int) -> None:
             prefix=None,
         )
         lines = [
-            f"[RANK {rank}] start: restart_count={attempt} world_size={nproc} pid={5100 + rank}"
+            # Matches _attempt's pids: the first attempt's base is 5100, the next 5200, ...
+            f"[RANK {rank}] start: restart_count={attempt} world_size={nproc} "
+            f"pid={5100 + 100 * attempt + rank}"
         ]
         lines += [
             f"[RANK {rank}] Epoch {e} | Batchsize: 32 | Steps: 20 | loss {0.9 / (e + 1):.4f}"

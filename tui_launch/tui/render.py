@@ -108,16 +108,27 @@ def rendezvous_panel(s: Snapshot, now: float) -> RenderableType:
         t.add_row("state", "not started")
         return t
     state_style = {"waiting": "yellow", "complete": "green", "closed": "dim"}.get(rv.state, "")
-    rnd = rv.round if rv.round is not None else (live.round if live else None)
     t.add_row(
         "state",
-        Text(f"{rv.state}" + (f" (round {rnd})" if rnd is not None else ""), style=state_style),
+        Text(
+            rv.state + (f" (round {rv.round})" if rv.round is not None else ""), style=state_style
+        ),
     )
+    # While this node joins a new round, the cached state still describes the last one until
+    # the agent syncs: show its members only once it is a round in progress.
+    if live is not None and rv.state == "waiting" and live.complete:
+        live = None
     if rv.state == "waiting":
         joined = len(live.participants) if live else 0
         need = live.min_nodes if live and live.min_nodes else run.min_nodes
         t.add_row("joined", f"{joined} of min {need}")
-        timeout = live.join_timeout if live else None
+        timeout = (
+            live.join_timeout
+            if live
+            else s.rendezvous_live.join_timeout
+            if s.rendezvous_live
+            else None
+        )
         if timeout is not None:
             left = rv.since + timeout - now
             t.add_row("deadline", f"{clock(left)} left")
