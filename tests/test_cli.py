@@ -88,7 +88,8 @@ def _torch_option_cases() -> list[tuple[str, list[str]]]:
 def test_every_torchrun_option_parses_like_torchrun():
     """Each spelling of each option gives the namespace torchrun's own parser gives."""
     cases = _torch_option_cases()
-    assert len(cases) >= 50  # both spellings of ~30 options
+    # Both spellings of every option (~25 options in torch 2.6, ~30 in 2.13).
+    assert len(cases) >= 40
     for opt, argv in [*cases, ("(defaults)", [])]:
         full = [*argv, "train.py", "--lr", "1"]
         ours, opts = tl_args.parse(full)
