@@ -41,6 +41,14 @@ class LogSource:
     offset: int = 0
     partial: bytes = b""
     closed: bool = False
+    fp: Any = field(default=None, repr=False)  # kept open: one read per poll, no reopening
+
+    def close(self) -> None:
+        """Stop reading this stream and release its file."""
+        self.closed = True
+        if self.fp is not None:
+            self.fp.close()
+            self.fp = None
 
 
 @dataclass
@@ -218,6 +226,10 @@ class LogTailer:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.drain(final=True)
+        with self._lock:
+            for src in self._sources:
+                src.close()
+            self._sources = []
 
     def drain(self, final: bool = False) -> None:
         """Read all sources to their current end now; ``final`` also flushes partial lines."""
@@ -233,7 +245,7 @@ class LogTailer:
             for src in self._sources:
                 if src.attempt == attempt:
                     self._read(src, final=True)
-                    src.closed = True
+                    src.close()
             self._sources = [s for s in self._sources if not s.closed]
 
     def _loop(self) -> None:
@@ -253,9 +265,10 @@ class LogTailer:
         """
         while not src.closed:
             try:
-                with open(src.path, "rb") as fp:
-                    fp.seek(src.offset)
-                    data = fp.read(self.CHUNK)
+                if src.fp is None:
+                    src.fp = open(src.path, "rb")  # noqa: SIM115 (kept open across polls)
+                    src.fp.seek(src.offset)
+                data = src.fp.read(self.CHUNK)
             except OSError:  # not created yet, or gone with a deleted attempt
                 return
             more = len(data) == self.CHUNK
@@ -268,7 +281,7 @@ class LogTailer:
                 whole += src.partial + b"\n"
                 src.partial = b""
             if flush:
-                src.closed = True
+                src.close()
             if whole:
                 self._deliver(src, whole)
             if not more:
