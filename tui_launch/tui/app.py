@@ -26,6 +26,7 @@ from tui_launch.tui.screens import ConfirmScreen, HelpScreen
 from tui_launch.tui.source import Source
 
 LOG_LINES_SHOWN = 5000
+FLOOD_LINES_PER_TICK = 200
 STREAMS = ("both", "stdout", "stderr")
 
 
@@ -263,7 +264,12 @@ class Dashboard(App[int]):
             self._follow = False  # the user scrolled up: pause, count what arrives
         new = [ln for ln in logs.since(self._shown_seq, self._view_rank) if self._keep(ln)]
         if self._follow:
-            new = new[-LOG_LINES_SHOWN:]  # in a flood, only what the view can hold
+            # In a flood, a tick writes at most what a screen can show, so keys stay
+            # responsive; every line is still in the files (and the buffer, for the filter).
+            if len(new) > FLOOD_LINES_PER_TICK:
+                skipped = len(new) - FLOOD_LINES_PER_TICK
+                new = new[-FLOOD_LINES_PER_TICK:]
+                log.write_line(f"... {skipped} lines not shown (all are in the log files) ...")
             if new:
                 log.write_lines([self._format(ln) for ln in new], scroll_end=True)
             self._shown_seq = logs.seq
