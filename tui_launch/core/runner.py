@@ -131,6 +131,8 @@ class Runner:
         self._user_max_restarts = int(getattr(args, "max_restarts", 0))
         self._rdzv_t0 = 0.0
         self._last_group_state: str | None = None
+        self._notes: tuple[str, ...] = ()
+        self._attempt_dir = ""
         self.run_dir: str | None = None
         self.exit_code: int | None = None
         self.error_message: str | None = None
@@ -190,8 +192,6 @@ class Runner:
             f"attempt; torch's shared store makes most restarts fail or hang). "
             f"Opt out with {SHARE_STORE_ENV}=0.",
         )
-
-    _notes: tuple[str, ...] = ()
 
     def _main(self) -> None:
         import torch.distributed.launcher.api as launcher_api
@@ -464,8 +464,6 @@ class Runner:
             self.duplicates.set_files(info.filtered_files)
         self._attempt_dir = info.attempt_dir
         self.tailer.add_sources(info.sources)
-
-    _attempt_dir = ""
 
     def _on_rendezvous(self, agent: Any) -> None:
         self._phase = "rendezvous"
