@@ -14,6 +14,14 @@ import time
 import pytest
 from conftest import WORKERS, leftovers, read_journal, wait_for, wait_gone
 
+from tui_launch.core.args import torch_option_strings
+
+# --shutdown-timeout appeared in torch 2.8; before it torch waited a fixed 30 s.
+needs_shutdown_timeout = pytest.mark.skipif(
+    "--shutdown-timeout" not in torch_option_strings(),
+    reason="this torch has no --shutdown-timeout (added in torch 2.8)",
+)
+
 STEADY = str(WORKERS / "steady.py")
 STUBBORN = str(WORKERS / "stubborn.py")
 STOP_SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT]
@@ -164,6 +172,7 @@ def _is_zombie(pid: int) -> bool:
         return True
 
 
+@needs_shutdown_timeout
 def test_sigterm_then_sigkill_after_shutdown_timeout(tuilaunch, tmp_path):
     """Workers that ignore SIGTERM get SIGKILL once --shutdown-timeout has passed."""
     ready = tmp_path / "ready.log"
@@ -196,6 +205,7 @@ def test_sigterm_then_sigkill_after_shutdown_timeout(tuilaunch, tmp_path):
     assert sorted(e["exit_code"] for e in exited) == [-9, -9], exited
 
 
+@needs_shutdown_timeout
 def test_second_sigint_escalates_to_sigkill(tuilaunch, tmp_path):
     ready = tmp_path / "ready.log"
     launch = tuilaunch(
@@ -221,6 +231,7 @@ def test_second_sigint_escalates_to_sigkill(tuilaunch, tmp_path):
     assert wait_gone(launch.token, 5) == []
 
 
+@needs_shutdown_timeout
 def test_signal_during_exit_barrier_exits_promptly(tuilaunch, tmp_path):
     """Node A's workers are done and it waits in the exit barrier for node B's workers."""
     port = _free_port()
