@@ -1098,7 +1098,11 @@ def bench_flood(opts: argparse.Namespace, settings: Settings) -> dict[str, Any]:
                     ]
                 ),
                 "launcher_cpu_after_s": median(
-                    [s["launcher_cpu_after_s"] for s in ok if s.get("launcher_cpu_after_s")]
+                    [
+                        s["launcher_cpu_after_s"]
+                        for s in ok
+                        if s.get("launcher_cpu_after_s") is not None
+                    ]
                 ),
                 "caught_up": sum(1 for s in ok if s.get("caught_up_after_s") is not None),
                 "caught_up_after_f": sum(
