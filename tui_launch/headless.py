@@ -17,7 +17,7 @@ from tui_launch.core import errors
 from tui_launch.core.logs import STDOUT, LogSource
 from tui_launch.core.runner import Runner
 from tui_launch.core.store import RunStore, Snapshot
-from tui_launch.core.text import describe, failure_details, failure_headline
+from tui_launch.core.text import clock, describe, failure_details, failure_headline
 
 TAG = "[tuilaunch]"
 _CLEAR = "\r\x1b[2K"
@@ -115,15 +115,9 @@ def status_text(s: Snapshot) -> str:
         f"attempt {max(s.attempt, 0)}",
         f"ranks running {running}/{len(s.ranks)}",
         f"restarts {s.failure_restarts}/{s.max_restarts}",
-        _clock(elapsed),
+        clock(elapsed),
     ]
     return " | ".join(parts)
-
-
-def _clock(seconds: float) -> str:
-    m, sec = divmod(int(seconds), 60)
-    h, m = divmod(m, 60)
-    return f"{h:d}:{m:02d}:{sec:02d}"
 
 
 def print_summary(s: Snapshot, runner: Runner | None, stream: TextIO) -> None:

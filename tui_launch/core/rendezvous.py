@@ -68,9 +68,3 @@ def sample(handler: Any, now: datetime | None = None) -> RendezvousSample | None
 def _aware(t: datetime) -> datetime:
     # torch stores naive UTC datetimes from datetime.utcnow().
     return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
-
-
-def participants_of(handler: Any) -> tuple[str, ...]:
-    """Participant names in rank order from the cached state (empty for static)."""
-    s = sample(handler)
-    return tuple(p.node for p in s.participants) if s else ()

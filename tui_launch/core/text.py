@@ -25,6 +25,16 @@ from tui_launch.core.events import (
 )
 
 
+def clock(seconds: float | None) -> str:
+    """``1:02:03`` (or ``-`` for unknown)."""
+    if seconds is None:
+        return "-"
+    seconds = max(0, int(seconds))
+    m, s = divmod(seconds, 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
 def describe(e: Event) -> str | None:
     """One line for an event, or None for events too fine-grained to print."""
     if isinstance(e, RunStarted):

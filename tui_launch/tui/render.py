@@ -13,7 +13,7 @@ from rich.text import Text
 from tui_launch.core import errors
 from tui_launch.core.events import Failure
 from tui_launch.core.store import RankView, Snapshot
-from tui_launch.core.text import failure_details, failure_headline
+from tui_launch.core.text import clock, failure_details, failure_headline
 
 PHASE_STYLE = {
     "starting": ("starting", "bold cyan"),
@@ -36,16 +36,6 @@ STATE_STYLE = {
     "failed": "bold red",
     "restarting": "magenta",
 }
-
-
-def clock(seconds: float | None) -> str:
-    """``1:02:03`` (or ``-`` for unknown)."""
-    if seconds is None:
-        return "-"
-    seconds = max(0, int(seconds))
-    m, s = divmod(seconds, 60)
-    h, m = divmod(m, 60)
-    return f"{h}:{m:02d}:{s:02d}"
 
 
 def ago(seconds: float | None) -> str:
