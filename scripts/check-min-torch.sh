@@ -19,4 +19,5 @@ fi
 "$VENV/bin/python" -c "import torch; print('torch', torch.__version__)"
 exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
     tests/test_smoke.py tests/test_cli.py tests/test_bad_input.py tests/test_failures.py \
-    tests/test_restarts.py tests/test_signals.py tests/test_logs.py "$@"
+    tests/test_restarts.py tests/test_signals.py tests/test_logs.py tests/test_env_parity.py \
+    tests/test_control.py "$@"

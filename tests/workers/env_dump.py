@@ -27,7 +27,10 @@ def main() -> None:
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    dist.all_reduce(torch.ones(1))
+    # Keep the tensor alive until the group is gone: on torch 2.6, freeing it
+    # from gloo's thread while destroy_process_group joins that thread deadlocks.
+    t = torch.ones(1)
+    dist.all_reduce(t)
     dist.destroy_process_group()
 
 

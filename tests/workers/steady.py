@@ -5,7 +5,7 @@ Options:
   --restart-log PATH  append "<RANK> <TORCHELASTIC_RESTART_COUNT> <pid>" to
                       PATH at start (lets restart tests count attempts)
 
-Prints ``rank R step N`` about every 0.5 s and exits 0.
+Prints ``rank R step N`` about every 0.5 s and exits 0 (all ranks after the same step).
 """
 
 from __future__ import annotations
@@ -37,8 +37,13 @@ def main() -> None:
     start = time.monotonic()
     next_print = start
     step = 0
-    while time.monotonic() - start < args.seconds:
+    while True:
+        # Rank 0 alone decides when to stop and says so through the all_reduce, so that every
+        # rank leaves after the same step (a rank that left early would reset its peers).
+        t[0] = 1.0 if rank == "0" and time.monotonic() - start >= args.seconds else 0.0
         dist.all_reduce(t)
+        if t[0] > 0:
+            break
         step += 1
         now = time.monotonic()
         if now >= next_print:

@@ -17,11 +17,12 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Log, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
 
 from tui_launch.core.logs import LogLine
 from tui_launch.core.store import Snapshot
 from tui_launch.tui import render
+from tui_launch.tui.logview import LogView
 from tui_launch.tui.screens import ConfirmScreen, HelpScreen
 from tui_launch.tui.source import Source
 
@@ -105,9 +106,9 @@ class Dashboard(App[int]):
         self._tabs = TabbedContent(id="tabs", initial="logs-tab")
         self._logbar = Static(id="logbar")
         self._filter_box = Input(placeholder="filter log lines (Esc to close)", id="filter-input")
-        self._log_view = Log(id="log", max_lines=LOG_LINES_SHOWN, highlight=False)
+        self._log_view = LogView(id="log", max_lines=LOG_LINES_SHOWN, highlight=False)
         self._cause = Static(id="rootcause")
-        self._agent_view = Log(id="agentlog", max_lines=2000, highlight=False)
+        self._agent_view = LogView(id="agentlog", max_lines=2000, highlight=False)
         yield self._header
         with Horizontal(id="top"):
             with Vertical(id="side"):
@@ -204,7 +205,9 @@ class Dashboard(App[int]):
     def _set(self, widget: Static, key: object, make, *args: object) -> None:  # type: ignore[no-untyped-def]
         if self._panel_keys.get(widget.id) != key:
             self._panel_keys[widget.id] = key
-            widget.update(make(*args))
+            # A Static's update lays out the whole screen by default (its height may change);
+            # the one-line header cannot grow, and it changes every second.
+            widget.update(make(*args), layout=widget is not self._header)
 
     def _refresh_keys(self, snap: Snapshot) -> None:
         # Re-checking bindings rebuilds the footer (costly): only when the answer can change.
