@@ -9,6 +9,7 @@ prints the headless summary and exits with the job's exit code.
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -28,6 +29,9 @@ from tui_launch.tui.source import Source
 
 LOG_LINES_SHOWN = 5000
 FLOOD_LINES_PER_TICK = 200
+# New log lines are appended at most this often: each append scrolls the view, and a scrolled
+# view is repainted whole (every visible line), the dashboard's main steady-state cost.
+LOG_WRITES_HZ = 2.0
 STREAMS = ("both", "stdout", "stderr")
 
 
@@ -88,6 +92,7 @@ class Dashboard(App[int]):
         self._follow = True
         self._shown_seq = 0
         self._pending = 0
+        self._log_written_at = 0.0
         self._agent_key: tuple[int, str | None] = (-1, None)
         self._quitting = False
         self._finished_seen = False
@@ -262,6 +267,10 @@ class Dashboard(App[int]):
         logs = self.source.logs
         if logs.seq == self._shown_seq and not self._pending:
             return
+        now = time.monotonic()
+        if now - self._log_written_at < 1.0 / LOG_WRITES_HZ - 0.01:
+            return
+        self._log_written_at = now
         log = self._log_view
         if self._follow and log.line_count and not log.is_vertical_scroll_end:
             self._follow = False  # the user scrolled up: pause, count what arrives

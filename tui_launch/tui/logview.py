@@ -5,7 +5,10 @@ Textual's ``Log`` does two costly things on every write: its ``virtual_size`` is
 table, every panel), and it measures the new lines' width in a fresh thread worker. With
 several ranks printing a few lines a second, that was most of the dashboard's CPU. Here the
 virtual size changes without a layout (the log's own region does not move; only its scrollbar
-needs to know, and is told directly) and the width is measured inline.
+needs to know, and is told directly) and the width is measured inline. And ``Log`` (Textual 8)
+stores a rendered line in its cache only when text is *selected*, so every repaint re-renders
+every visible line through Rich; here lines are cached when nothing is selected, as intended.
+Its ``rich_style`` (a walk up the DOM) is also taken once per repaint rather than once per line.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from rich.cells import cell_len
-from textual.geometry import Size
+from rich.style import Style
+from textual.geometry import Region, Size
 from textual.reactive import Reactive
+from textual.strip import Strip
 from textual.widgets import Log
 
 __all__ = ["LogView"]
@@ -26,6 +31,8 @@ class LogView(Log):
     # The log's region is fixed by the layout around it; its content size only moves the
     # scrollbar, which write_lines updates itself.
     virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
+    _cached_style: Style | None = None
+    _paint_style: Style | None = None
 
     def write_lines(self, lines: Iterable[str], scroll_end: bool | None = None) -> LogView:
         """Append lines; scroll to the end when following (see ``Log.write_lines``)."""
@@ -38,6 +45,33 @@ class LogView(Log):
         super().clear()
         self._scroll_update(self.virtual_size)
         return self
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """Render the visible lines (one ``rich_style`` lookup for all of them)."""
+        self._paint_style = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._paint_style = None
+
+    def _render_line(self, y: int, scroll_x: int, width: int) -> Strip:
+        rich_style = self._paint_style or self.rich_style
+        if y >= len(self._lines):
+            return Strip.blank(width, rich_style)
+        line = self._render_line_strip(y, rich_style)
+        return line.crop_extend(scroll_x, scroll_x + width, rich_style).apply_offsets(scroll_x, y)
+
+    def _render_line_strip(self, y: int, rich_style: Style) -> Strip:
+        if self.text_selection is not None:
+            return super()._render_line_strip(y, rich_style)
+        if rich_style != self._cached_style:  # a theme or focus change restyles every line
+            self._render_line_cache.clear()
+            self._cached_style = rich_style
+        strip = self._render_line_cache.get(y)
+        if strip is None:
+            strip = super()._render_line_strip(y, rich_style)
+            self._render_line_cache[y] = strip
+        return strip
 
     def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
         # Inline, not a thread worker per write: measuring a screenful of lines is cheap.
