@@ -547,22 +547,22 @@ def nvmlDeviceGetProcessUtilization(
     ]
 
 
-def nvmlDeviceGetMigMode(handle: c_nvmlDevice_t) -> list[int]:
+def nvmlDeviceGetMigMode(device: c_nvmlDevice_t) -> list[int]:
     """``[current, pending]`` MIG mode."""
-    _gpu(handle, "nvmlDeviceGetMigMode")
+    _gpu(device, "nvmlDeviceGetMigMode")
     mode = NVML_DEVICE_MIG_ENABLE if _config.mig else NVML_DEVICE_MIG_DISABLE
     return [mode, mode]
 
 
-def nvmlDeviceGetMaxMigDeviceCount(handle: c_nvmlDevice_t) -> int:
+def nvmlDeviceGetMaxMigDeviceCount(device: c_nvmlDevice_t) -> int:
     """How many MIG devices the GPU can have."""
-    _gpu(handle, "nvmlDeviceGetMaxMigDeviceCount")
+    _gpu(device, "nvmlDeviceGetMaxMigDeviceCount")
     return 7 if _config.mig else 0
 
 
-def nvmlDeviceGetMigDeviceHandleByIndex(handle: c_nvmlDevice_t, index: int) -> c_nvmlDevice_t:
-    """The handle of MIG device ``index`` (two exist per GPU with ``mig``)."""
-    _gpu(handle, "nvmlDeviceGetMigDeviceHandleByIndex")
+def nvmlDeviceGetMigDeviceHandleByIndex(device: c_nvmlDevice_t, index: int) -> c_nvmlDevice_t:
+    """The device of MIG device ``index`` (two exist per GPU with ``mig``)."""
+    _gpu(device, "nvmlDeviceGetMigDeviceHandleByIndex")
     if not _config.mig or index >= 2:
         raise NVMLError(NVML_ERROR_NOT_FOUND)
-    return c_nvmlDevice_t(handle.index, mig=index)
+    return c_nvmlDevice_t(device.index, mig=index)
