@@ -582,7 +582,8 @@ class Telemetry:
         self._opened = False
         self._last_journal: float | None = None
         self._state_told = GPU_OK
-        self.cpu_seconds = 0.0
+        self.cpu_seconds = 0.0  # the thread's CPU time: opening NVML and psutil, and every tick
+        self.open_cpu_seconds = 0.0
         self.ticks = 0
         self.error: str | None = None
 
@@ -623,7 +624,8 @@ class Telemetry:
     def _loop(self) -> None:
         t0 = time.thread_time()
         self.open()
-        self.cpu_seconds += time.thread_time() - t0
+        self.open_cpu_seconds = time.thread_time() - t0
+        self.cpu_seconds += self.open_cpu_seconds
         # A schedule that does not drift: tick k is due at start + k * interval; ticks that
         # could not be kept (a suspended process, a slow NVML call) are skipped, not bunched.
         start = time.monotonic()
