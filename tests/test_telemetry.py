@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import io
 import json
 import os
 import re
@@ -498,6 +499,12 @@ def test_schedule_does_not_drift() -> None:
     # Generous: a loaded machine may skip ticks, but never bunch them up.
     assert 3 <= t.ticks <= 12, t.ticks
     assert t.error is None and t.cpu_seconds > 0
+    # Stopping journals the last reading and the totals; nothing comes after them.
+    kinds = [e.kind for e in store.events()]
+    assert kinds[-2:] == ["telemetry", "telemetry_totals"]
+    version = store.version
+    time.sleep(0.3)
+    assert store.version == version
 
 
 # ----------------------------------------------------------------- the real launcher
@@ -535,6 +542,14 @@ def test_launcher_with_fake_gpus_matching_pids(tmp_path: Path) -> None:
         assert t.peak_rss is not None and t.peak_rss >= 200 * MIB
     row = next(ln for ln in p.stderr.splitlines() if ln.startswith("│       0 │    1 │"))
     assert "8.0G" in row
+    # The journal holds a sample every second, the live run one every 0.5 s; with the totals
+    # journaled at the end, the replayed summary's resources are the live run's.
+    from tui_launch.headless import print_summary
+
+    buf = io.StringIO()
+    print_summary(snap, None, buf)
+    live = p.stderr[p.stderr.index("resources (telemetry)") : p.stderr.index("attempts")]
+    assert live in buf.getvalue()
 
 
 def test_launcher_namespace_mismatch_and_bad_interval(tmp_path: Path) -> None:

@@ -383,8 +383,46 @@ class TelemetryRecord(TelemetrySample):
     journaled: ClassVar[bool] = True
 
 
+@dataclass(frozen=True)
+class RankTotals:
+    """One rank of one attempt over the whole run, for the end summary."""
+
+    attempt: int
+    local_rank: int
+    global_rank: int
+    samples: int = 0
+    peak_rss: int | None = None
+    cpu_sum: float = 0.0
+    cpu_n: int = 0
+    peak_gpu_mem: int | None = None
+    gpu_util_sum: float = 0.0
+    gpu_util_n: int = 0
+    mapping: str | None = None
+
+    @property
+    def mean_cpu(self) -> float | None:
+        """Mean CPU % over the samples that had one."""
+        return self.cpu_sum / self.cpu_n if self.cpu_n else None
+
+    @property
+    def mean_gpu_util(self) -> float | None:
+        """Mean GPU utilisation % over the samples that had one."""
+        return self.gpu_util_sum / self.gpu_util_n if self.gpu_util_n else None
+
+
+@dataclass(frozen=True)
+class TelemetryTotals(Event):
+    """The sampler stopped: per-rank totals over every sample, live ones included, so that a
+    replayed journal (which holds only every 10 s's sample) gives the same end summary."""
+
+    kind: ClassVar[str] = "telemetry_totals"
+    totals: tuple[RankTotals, ...]
+
+
 EVENT_TYPES[TelemetrySample.kind] = TelemetrySample
 EVENT_TYPES[TelemetryRecord.kind] = TelemetryRecord
+EVENT_TYPES[TelemetryTotals.kind] = TelemetryTotals
+_NESTED[(TelemetryTotals.kind, "totals")] = RankTotals
 for _kind in (TelemetrySample.kind, TelemetryRecord.kind):
     _NESTED[(_kind, "gpus")] = GpuReading
     _NESTED[(_kind, "ranks")] = RankReading

@@ -154,8 +154,6 @@ class Runner:
         self._thread = threading.Thread(target=self._main, name="tuilaunch-agent", daemon=True)
         self._thread.start()
         threading.Thread(target=self._sample_loop, name="tuilaunch-sampler", daemon=True).start()
-        if self.telemetry is not None:
-            self.telemetry.start()
 
     def _sample_loop(self, interval: float = 1.0) -> None:
         # Live rendezvous readings for the front ends; cached state only, never the network.
@@ -457,6 +455,8 @@ class Runner:
         )
         for note in self._notes:
             self.store.post(Notice(level="info", message=note))
+        if self.telemetry is not None:
+            self.telemetry.start()  # after RunStarted: the journal begins with it
 
     def _on_reify(self, info: ReifiedLogs) -> None:
         if self.run_dir is None:

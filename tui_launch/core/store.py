@@ -30,6 +30,7 @@ from tui_launch.core.events import (
     RunStarted,
     Shutdown,
     TelemetrySample,
+    TelemetryTotals,
     WorkersStarted,
 )
 from tui_launch.core.telemetry import TelemetryView, fold
@@ -159,6 +160,10 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
         return replace(s, rendezvous_live=e, events=s.events - 1)
     if isinstance(e, TelemetrySample):  # and TelemetryRecord, its journaled twin
         return replace(s, telemetry=fold(s.telemetry, e), events=s.events - (not e.journaled))
+    if isinstance(e, TelemetryTotals):
+        if s.telemetry is None:
+            return s
+        return replace(s, telemetry=replace(s.telemetry, totals=e.totals))
     if isinstance(e, RunStarted):
         return replace(
             s, run=e, budget_left=e.max_restarts, started_wall=e.wall, started_mono=e.mono

@@ -39,8 +39,10 @@ from tui_launch.core.events import (
     GpuReading,
     Notice,
     RankReading,
+    RankTotals,
     TelemetryRecord,
     TelemetrySample,
+    TelemetryTotals,
 )
 
 FAKE_ENV = "TUILAUNCH_FAKE_NVML"
@@ -582,6 +584,8 @@ class Telemetry:
         self._opened = False
         self._last_journal: float | None = None
         self._state_told = GPU_OK
+        self._last: TelemetrySample | None = None
+        self._view: TelemetryView | None = None  # the same fold as the store's, for the totals
         self.cpu_seconds = 0.0  # the thread's CPU time: opening NVML and psutil, and every tick
         self.open_cpu_seconds = 0.0
         self.ticks = 0
@@ -609,16 +613,27 @@ class Telemetry:
             self.error = f"psutil unavailable ({_describe(e)})"
 
     def start(self) -> None:
-        """Start the sampler thread."""
+        """Start the sampler thread (once)."""
+        if self._thread is not None:
+            return
         self._thread = threading.Thread(target=self._loop, name="tuilaunch-telemetry", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 2.0) -> None:
-        """Stop the thread and shut NVML down."""
-        self._stop.set()
+        """Stop the thread, journal the last reading and the totals, shut NVML down."""
+        with self._lock:
+            first = not self._stop.is_set()
+            self._stop.set()
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join(timeout)
+        if first and self._last is not None:
+            # The journal's last word: the final reading, and totals over every live sample,
+            # so a replayed journal prints the same summary as the live run did.
+            last = self._last
+            self.post(TelemetryRecord(**{f: getattr(last, f) for f in _SAMPLE_FIELDS}))
+            if self._view is not None:
+                self.post(TelemetryTotals(totals=self._view.totals))
         self.gpu.close()
 
     def _loop(self) -> None:
@@ -740,12 +755,20 @@ class Telemetry:
             ranks=tuple(ranks),
             simulated=self.gpu.simulated,
         )
-        if self.gpu.state == GPU_LOST and self._state_told != GPU_LOST:
-            self.post(Notice(level="warning", message=f"GPU telemetry: {self.gpu.note}"))
-        self._state_told = self.gpu.state
-        self.ticks += 1
-        self.post(sample)
+        with self._lock:
+            if self._stop.is_set() and self._thread is not None:
+                return sample  # the run is over: nothing may follow its last events
+            self._last = sample
+            self._view = fold(self._view, sample)
+            if self.gpu.state == GPU_LOST and self._state_told != GPU_LOST:
+                self.post(Notice(level="warning", message=f"GPU telemetry: {self.gpu.note}"))
+            self._state_told = self.gpu.state
+            self.ticks += 1
+            self.post(sample)
         return sample
+
+
+_SAMPLE_FIELDS = ("attempt", "gpu_state", "gpu_note", "gpus", "ranks", "simulated")
 
 
 def _pid_visible(pid: int) -> bool:
@@ -759,33 +782,6 @@ def _pid_visible(pid: int) -> bool:
 
 
 # ----------------------------------------------------------------- the store's view
-
-
-@dataclass(frozen=True)
-class RankTotals:
-    """One rank of one attempt over the whole run, for the end summary."""
-
-    attempt: int
-    local_rank: int
-    global_rank: int
-    samples: int = 0
-    peak_rss: int | None = None
-    cpu_sum: float = 0.0
-    cpu_n: int = 0
-    peak_gpu_mem: int | None = None
-    gpu_util_sum: float = 0.0
-    gpu_util_n: int = 0
-    mapping: str | None = None
-
-    @property
-    def mean_cpu(self) -> float | None:
-        """Mean CPU % over the samples that had one."""
-        return self.cpu_sum / self.cpu_n if self.cpu_n else None
-
-    @property
-    def mean_gpu_util(self) -> float | None:
-        """Mean GPU utilisation % over the samples that had one."""
-        return self.gpu_util_sum / self.gpu_util_n if self.gpu_util_n else None
 
 
 @dataclass(frozen=True)
@@ -895,7 +891,6 @@ __all__ = [
     "GpuSampler",
     "ProcessSampler",
     "RankTarget",
-    "RankTotals",
     "Telemetry",
     "TelemetryView",
     "fmt_bytes",
