@@ -585,3 +585,65 @@ def test_bad_telemetry_options(
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_live_dashboard_shows_telemetry_of_a_real_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real Runner (2 workers holding 100 MiB) with telemetry on 2 fake GPUs, seen by the
+    real Dashboard: CPU, RSS, GPU and GPU memory columns and the GPUs panel fill in."""
+    import asyncio
+
+    from textual.widgets import DataTable, Static
+
+    from tui_launch.core.args import parse
+    from tui_launch.core.runner import Runner
+    from tui_launch.tui.app import Dashboard
+    from tui_launch.tui.source import LiveSource
+
+    monkeypatch.setenv(tm.FAKE_ENV, "2")
+    monkeypatch.setenv("TUILAUNCH_TEST_TOKEN", f"telemetry-live-{os.getpid()}")
+    args, _ = parse(
+        ["--standalone", "--nproc-per-node", "2", "--log-dir", str(tmp_path / "logs"),
+         str(WORKERS / "hog.py"), "--mb", "100", "--duty", "0.2", "--seconds", "30"]
+    )  # fmt: skip
+    store = RunStore()
+    tel = tm.Telemetry(store.post, interval=0.3)
+    runner = Runner(args, store, echo=False, mute_agent_console=True, telemetry=tel)
+    runner.start()
+    app = Dashboard(LiveSource(runner), refresh_hz=10, confirm=False)
+    seen: dict[str, object] = {}
+
+    async def main() -> None:
+        async with app.run_test(size=(150, 42)) as pilot:
+            table = app.query_one("#workers", DataTable)
+
+            def filled() -> bool:
+                if table.row_count != 2:
+                    return False
+                rows = [[str(c) for c in table.get_row_at(i)] for i in range(2)]
+                return all(r[9].endswith("G") and r[5].split()[-1].isdigit() for r in rows)
+
+            deadline = asyncio.get_running_loop().time() + 60
+            while not filled():
+                assert asyncio.get_running_loop().time() < deadline, "no telemetry shown"
+                await pilot.pause(0.1)
+            seen["rows"] = [[str(c) for c in table.get_row_at(i)] for i in range(2)]
+            gpus = app.query_one("#gpus", Static)
+            seen["title"] = gpus.border_title
+            seen["gpus"] = str(gpus.content)
+            app.save_screenshot("live-telemetry.svg", str(tmp_path))
+
+    try:
+        asyncio.run(main())
+    finally:
+        runner.stop(signal.SIGTERM, "test over")
+        runner.wait(60)
+    rows = seen["rows"]
+    assert [r[7] for r in rows] == ["0", "1"]  # each worker's pid is on its own fake GPU
+    assert [r[9] for r in rows] == ["6.0G", "8.0G"]
+    for r in rows:
+        mib = float(r[6][:-1]) * (1024 if r[6].endswith("G") else 1)
+        assert 100 <= mib <= 400, r[6]  # RSS: 100 MiB held, plus the interpreter
+    assert seen["title"] == "GPUs (simulated: fake NVML)"
+    assert "H100 80GB HBM3" in str(seen["gpus"]) and "rank 0" in str(seen["gpus"])
