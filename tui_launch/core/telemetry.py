@@ -816,6 +816,13 @@ class TelemetryView:
                 return h
         return ()
 
+    def gpu_history(self, local_rank: int) -> tuple[int, ...]:
+        """The GPU utilisation % history of ``local_rank``."""
+        for lr, h in self.rank_gpu:
+            if lr == local_rank:
+                return h
+        return ()
+
 
 def _push(hist: tuple[Any, ...], value: Any) -> tuple[Any, ...]:
     return (*hist[-(HISTORY - 1) :], value)

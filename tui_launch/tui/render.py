@@ -290,7 +290,8 @@ def rank_cells(
     )
     end = r.exited if r.exited is not None else now
     cpu: RenderableType = "-"
-    rss, gpu, util, gmem = "-", "-", "-", "-"
+    util: RenderableType = "-"
+    rss, gpu, gmem = "-", "-", "-"
     if tel is not None:
         hist = telemetry.history(r.local_rank) if telemetry is not None else ()
         if tel.cpu is not None:
@@ -301,7 +302,9 @@ def rank_cells(
         mark = "~" if tel.mapping == "inferred" else ""
         if tel.gpus:
             gpu = mark + ",".join(str(i) for i in tel.gpus)
-            util = f"{mark}{tel.gpu_util}" if tel.gpu_util is not None else "-"
+            if tel.gpu_util is not None and telemetry is not None:
+                ghist = telemetry.gpu_history(r.local_rank)
+                util = Text.assemble((spark(ghist, 4), "green"), f" {mark}{tel.gpu_util:>2}")
             gmem = mark + fmt_bytes(tel.gpu_mem) if tel.gpu_mem is not None else "-"
     return (
         str(r.global_rank),
