@@ -596,6 +596,7 @@ class Telemetry:
         with self._lock:
             self._attempt = attempt
             self._targets = tuple(targets)
+            self._env = {}  # the previous attempt's pids are gone
 
     def open(self) -> None:
         """Initialise NVML and psutil (the thread does it itself; tests and bench call it)."""
@@ -634,7 +635,8 @@ class Telemetry:
             self.post(TelemetryRecord(**{f: getattr(last, f) for f in _SAMPLE_FIELDS}))
             if self._view is not None:
                 self.post(TelemetryTotals(totals=self._view.totals))
-        self.gpu.close()
+        if t is None or not t.is_alive():
+            self.gpu.close()  # not under a thread still inside an NVML call
 
     def _loop(self) -> None:
         t0 = time.thread_time()
@@ -772,6 +774,8 @@ _SAMPLE_FIELDS = ("attempt", "gpu_state", "gpu_note", "gpus", "ranks", "simulate
 
 
 def _pid_visible(pid: int) -> bool:
+    if pid <= 0:
+        return False  # os.kill(0, ...) would mean our own process group
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
