@@ -552,7 +552,7 @@ def test_launcher_with_fake_gpus_matching_pids(tmp_path: Path) -> None:
     assert live in buf.getvalue()
 
 
-def test_launcher_namespace_mismatch_and_bad_interval(tmp_path: Path) -> None:
+def test_launcher_namespace_mismatch(tmp_path: Path) -> None:
     """NVML pids from another namespace, UUIDs in CUDA_VISIBLE_DEVICES: inferred, marked ~."""
     cvd = f"{fake.gpu_uuid(1)},{fake.gpu_uuid(0)}"
     env = base_env(**{tm.FAKE_ENV: "2,mismatch", "CUDA_VISIBLE_DEVICES": cvd})
