@@ -37,6 +37,7 @@ STATES: dict[str, tuple[str, ...]] = {
     "failure": ("c",),  # the root-cause tab, with the traceback
     "restarting": (),
     "finished": (),
+    "gpus8": (),  # 8 ranks, 8 fake GPUs, GPUs inferred from UUIDs (a container)
 }
 
 

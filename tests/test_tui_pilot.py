@@ -136,14 +136,24 @@ def test_healthy_panels_show_the_run() -> None:
         assert "manual 0" in restarts
         assert "0 +0:00:00" in restarts and "running" in restarts
 
-        assert "no GPU telemetry" in text_of(app.query_one("#gpus", Static))
+        gpus = text_of(app.query_one("#gpus", Static))
+        assert app.query_one("#gpus").border_title == "GPUs (simulated: fake NVML)"
+        for i in range(4):  # one fake GPU per rank, each rank's pid on its own GPU
+            assert f"{i} H100 80GB HBM3" in gpus and f"rank {i}" in gpus
+        assert "18/80G" in gpus and "700W" in gpus
 
         table = app.query_one("#workers", DataTable)
         assert table.row_count == 4
         rows = row_texts(table)
+        # Rank 3 is in uninterruptible sleep (D) in this state: flagged.
         assert [r[:5] for r in rows] == [
-            [str(i), str(i), str(5100 + i), "running", "-"] for i in range(4)
+            [str(i), str(i), str(5100 + i), "running" if i < 3 else "running D", "-"]
+            for i in range(4)
         ]
+        # Telemetry columns: RSS, GPU (mapped by pid), GPU memory (the fake's 18 + 3i GiB).
+        assert [r[7] for r in rows] == ["0", "1", "2", "3"]
+        assert [r[9] for r in rows] == ["18.0G", "21.0G", "24.0G", "27.0G"]
+        assert all(r[6].endswith("G") and r[5].split()[-1].isdigit() for r in rows)
         # Uptime: workers started 0.6 s into the run, the fake clock is at 95 s.
         assert rows[0][10] == render.ago(95.0 - 0.6)
         assert [r[11] for r in rows] == ["1s", "2s", "3s", "4s"]  # last log (settled)

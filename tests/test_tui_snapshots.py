@@ -49,3 +49,8 @@ class TestDashboardSnapshots:
     def test_help(self, snap_compare) -> None:
         """The ? help screen."""
         assert snap_compare(dashboard("healthy"), terminal_size=SIZE, press=["question_mark"])
+
+    def test_eight_gpus_in_container(self, snap_compare) -> None:
+        """8 ranks on 8 fake GPUs, NVML pids from another namespace: GPUs inferred (~) from
+        LOCAL_RANK and the UUIDs in CUDA_VISIBLE_DEVICES; compact one-line-per-GPU panel."""
+        assert snap_compare(dashboard("gpus8"), terminal_size=SIZE)

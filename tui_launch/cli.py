@@ -59,7 +59,20 @@ def run_cli(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     store = RunStore()
-    runner = Runner(args, store, journal_path=opts.journal, mute_agent_console=use_tui)
+    if opts.demo:
+        # The demo trains on CPU: its GPUs come from the fake NVML, marked as simulated.
+        os.environ.setdefault("TUILAUNCH_FAKE_NVML", "2")
+    from tui_launch.core.telemetry import Telemetry
+
+    telemetry = Telemetry(
+        store.post,
+        interval=opts.gpu_interval,
+        gpu=not opts.no_gpu,
+        journal_every=opts.journal_samples,
+    )
+    runner = Runner(
+        args, store, journal_path=opts.journal, mute_agent_console=use_tui, telemetry=telemetry
+    )
     # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.
     handled = getattr(args, "signals_to_handle", None) or DEFAULT_SIGNALS
     previous = install_signal_handlers(runner, handled)

@@ -168,6 +168,8 @@ def print_summary(s: Snapshot, runner: Runner | None, stream: TextIO) -> None:
             )
         console.print(table)
 
+    _print_resources(s, console)
+
     if s.attempts:
         t = Table(title="attempts", title_justify="left")
         for col in ("attempt", "world size", "duration", "ended by"):
@@ -197,6 +199,37 @@ def print_summary(s: Snapshot, runner: Runner | None, stream: TextIO) -> None:
             console.print(f"logs: {runner.run_dir}", soft_wrap=True)
         if runner.journal.path:
             console.print(f"journal: {runner.journal.path}", soft_wrap=True)
+
+
+def _print_resources(s: Snapshot, console: object) -> None:
+    """Per rank and attempt: peak RSS, mean CPU, peak GPU memory, mean GPU utilisation."""
+    from rich.table import Table
+
+    from tui_launch.core.telemetry import fmt_bytes
+
+    tel = s.telemetry
+    if tel is None or not tel.totals:
+        return
+    t = Table(title="resources (telemetry)", title_justify="left", expand=False)
+    for col in ("attempt", "rank", "local", "peak RSS", "mean CPU %", "peak GPU mem", "mean GPU %"):
+        t.add_column(col, justify="right")
+    for r in tel.totals:
+        mark = "~" if r.mapping == "inferred" else ""
+        cpu, util = r.mean_cpu, r.mean_gpu_util
+        t.add_row(
+            str(r.attempt),
+            str(r.global_rank),
+            str(r.local_rank),
+            fmt_bytes(r.peak_rss),
+            f"{cpu:.0f}" if cpu is not None else "-",
+            mark + fmt_bytes(r.peak_gpu_mem) if r.peak_gpu_mem is not None else "-",
+            f"{mark}{util:.0f}" if util is not None else "-",
+        )
+    console.print(t)  # type: ignore[attr-defined]
+    notes = [f"GPUs: {tel.latest.gpu_note}"]
+    if any(r.mapping == "inferred" for r in tel.totals):
+        notes.append("~ inferred from LOCAL_RANK/CUDA_VISIBLE_DEVICES (whole-GPU figures)")
+    console.print("; ".join(notes), soft_wrap=True)  # type: ignore[attr-defined]
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -38,6 +38,9 @@ class Options:
     refresh_hz: float = 4.0
     exit_on_finish: bool = False
     demo: bool = False
+    gpu_interval: float = 1.0
+    no_gpu: bool = False
+    journal_samples: float = 10.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -116,6 +119,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="Run the dashboard on a small real CPU job (the example DDP trainer, 2 workers, "
         "one injected failure). No script needed.",
     )
+    ours.add_argument(
+        "--gpu-interval",
+        dest=_OURS + "gpu_interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="Seconds between telemetry samples: every rank's CPU, RSS and state (psutil) and "
+        "every GPU (NVML); temperature and power every fifth sample (default 1).",
+    )
+    ours.add_argument(
+        "--no-gpu",
+        dest=_OURS + "no_gpu",
+        action="store_true",
+        help="Do not use NVML at all (process telemetry stays on).",
+    )
+    ours.add_argument(
+        "--journal-samples",
+        dest=_OURS + "journal_samples",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="Write a telemetry sample to the journal every SECONDS (default 10; 0: never).",
+    )
     ours.add_argument("--version", action="version", version=f"tuilaunch {__version__}")
     return parser
 
@@ -157,6 +183,10 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
     elif ns.training_script is None:
         parser.error("the following arguments are required: training_script")
     ours = {k[len(_OURS) :]: v for k, v in vars(ns).items() if k.startswith(_OURS)}
+    if not ours.get("gpu_interval", 1.0) > 0:
+        parser.error(f"--gpu-interval must be > 0, got {ours['gpu_interval']}")
+    if not ours.get("journal_samples", 0.0) >= 0:
+        parser.error(f"--journal-samples must be >= 0, got {ours['journal_samples']}")
     torch_args = argparse.Namespace(
         **{k: v for k, v in vars(ns).items() if not k.startswith(_OURS)}
     )

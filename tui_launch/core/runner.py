@@ -58,6 +58,7 @@ from tui_launch.core.logs import (
 )
 from tui_launch.core.reaper import Reaper
 from tui_launch.core.store import RunStore
+from tui_launch.core.telemetry import RankTarget, Telemetry
 
 SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 # torch's worker-side excepthook prefixes traceback lines with "[rank1]: ".
@@ -79,6 +80,7 @@ class Runner:
         echo: whether worker output that torchrun would print goes to the console sinks.
         journal_path: ``--journal``; default: ``journal.jsonl`` in the run's log directory.
         mute_agent_console: keep torch's own log lines off stderr (the dashboard shows them).
+        telemetry: the GPU/process sampler to run with the job (None: no telemetry).
     """
 
     def __init__(
@@ -89,6 +91,7 @@ class Runner:
         echo: bool = True,
         journal_path: str | None = None,
         mute_agent_console: bool = False,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.args = args
         self.store = store
@@ -136,6 +139,7 @@ class Runner:
         self.run_dir: str | None = None
         self.exit_code: int | None = None
         self.error_message: str | None = None
+        self.telemetry = telemetry
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -229,6 +233,8 @@ class Runner:
             self.exit_code = code
             self.error_message = message if outcome == "error" else None
         self.tailer.stop()
+        if self.telemetry is not None:
+            self.telemetry.stop()
         self.store.post(RunFinished(outcome=outcome, exit_code=code, message=message))
         if self.run_dir is None:
             self._ensure_run_dir()
@@ -449,6 +455,8 @@ class Runner:
         )
         for note in self._notes:
             self.store.post(Notice(level="info", message=note))
+        if self.telemetry is not None:
+            self.telemetry.start()  # after RunStarted: the journal begins with it
 
     def _on_reify(self, info: ReifiedLogs) -> None:
         if self.run_dir is None:
@@ -524,6 +532,11 @@ class Runner:
         self.store.post(
             WorkersStarted(attempt=self._attempt, workers=workers, log_dir=self._attempt_dir)
         )
+        if self.telemetry is not None:
+            self.telemetry.set_workers(
+                self._attempt,
+                (RankTarget(w.local_rank, w.global_rank, w.pid) for w in workers),
+            )
         self._phase = "monitoring"
 
     def _monitor(self, agent: Any, wg: Any, inner: Callable[[Any], Any]) -> Any:

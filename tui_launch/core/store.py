@@ -29,8 +29,11 @@ from tui_launch.core.events import (
     RunFinished,
     RunStarted,
     Shutdown,
+    TelemetrySample,
+    TelemetryTotals,
     WorkersStarted,
 )
+from tui_launch.core.telemetry import TelemetryView, fold
 
 # Rank states shown to users.
 STARTING, RUNNING, STOPPED, EXITED, FAILED, RESTARTING = (
@@ -112,6 +115,7 @@ class Snapshot:
     started_wall: float | None = None
     started_mono: float | None = None
     events: int = 0
+    telemetry: TelemetryView | None = None
 
     @property
     def restarts_used(self) -> int:
@@ -154,6 +158,12 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
     s = replace(s, version=s.version + 1, events=s.events + 1)
     if isinstance(e, RendezvousSample):
         return replace(s, rendezvous_live=e, events=s.events - 1)
+    if isinstance(e, TelemetrySample):  # and TelemetryRecord, its journaled twin
+        return replace(s, telemetry=fold(s.telemetry, e), events=s.events - (not e.journaled))
+    if isinstance(e, TelemetryTotals):
+        if s.telemetry is None:
+            return s
+        return replace(s, telemetry=replace(s.telemetry, totals=e.totals))
     if isinstance(e, RunStarted):
         return replace(
             s, run=e, budget_left=e.max_restarts, started_wall=e.wall, started_mono=e.mono

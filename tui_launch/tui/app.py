@@ -169,7 +169,11 @@ class Dashboard(App[int]):
             second if _waiting(snap) else 0,
         )
         self._set(self._rdzv, rdzv_key, render.rendezvous_panel, snap, now)
-        self._set(self._gpus, (getattr(snap, "gpus", None),), render.gpu_panel, snap)
+        self._set(self._gpus, (snap.telemetry,), render.gpu_panel, snap)
+        simulated = snap.telemetry is not None and snap.telemetry.latest.simulated
+        title = "GPUs (simulated: fake NVML)" if simulated else "GPUs"
+        if self._gpus.border_title != title:
+            self._gpus.border_title = title
         self._set(self._cause, (snap.root_cause, len(snap.failures)), render.root_cause_panel, snap)
         restarts_key = (snap.attempts, snap.budget_left, snap.restarts_used, snap.finished)
         self._set(self._restarts, restarts_key, render.restarts_panel, snap, now)
@@ -190,7 +194,9 @@ class Dashboard(App[int]):
             table.clear()
             self._cells.clear()
             for r in snap.ranks:
-                cells = render.rank_cells(r, now, self.source.logs.last_line_at.get(r.local_rank))
+                cells = render.rank_cells(
+                    r, now, self.source.logs.last_line_at.get(r.local_rank), snap.telemetry
+                )
                 table.add_row(*cells, key=str(r.local_rank))
                 for i, c in enumerate(cells):
                     self._cells[(r.local_rank, i)] = _plain(c)
@@ -199,7 +205,9 @@ class Dashboard(App[int]):
                 table.move_cursor(row=keys.index(selected))
             return
         for r in snap.ranks:
-            cells = render.rank_cells(r, now, self.source.logs.last_line_at.get(r.local_rank))
+            cells = render.rank_cells(
+                r, now, self.source.logs.last_line_at.get(r.local_rank), snap.telemetry
+            )
             for i, c in enumerate(cells):
                 plain = _plain(c)
                 if self._cells.get((r.local_rank, i)) != plain:

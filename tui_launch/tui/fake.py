@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass, field
+from typing import Any
 
 from tui_launch.core.events import (
     AttemptFailed,
@@ -19,12 +20,14 @@ from tui_launch.core.events import (
     GroupState,
     Participant,
     RankExited,
+    RankReading,
     RendezvousCompleted,
     RendezvousSample,
     RendezvousStarted,
     Restart,
     RunFinished,
     RunStarted,
+    TelemetrySample,
     WorkerInfo,
     WorkersStarted,
 )
@@ -276,9 +279,89 @@ def _fill_logs(logs: LogBuffer, nproc: int, attempt: int, epochs: int) -> None:
         logs(src, lines)
 
 
+def _telemetry(
+    attempt: int,
+    nproc: int,
+    pid0: int,
+    start: float,
+    ticks: int,
+    *,
+    gpus: int | None = None,
+    cvd: str | None = None,
+    d_state_rank: int | None = None,
+    gpu_state: str = "off",
+    note: str = "",
+    **fake: Any,
+) -> list[Event]:
+    """Telemetry samples of one attempt, one per second from ``start + 1``.
+
+    GPU readings come from the real :class:`GpuSampler` reading the fake NVML (``gpus`` GPUs,
+    configured with ``fake``), and ranks are mapped to GPUs by the same functions a live run
+    uses; CPU and memory figures are made up but fixed.
+    """
+    import math
+
+    from tui_launch.core.telemetry import GpuSampler, map_rank, visible_device
+    from tui_launch.testing import fake_pynvml
+
+    sampler = None
+    if gpus is not None:
+        procs = {i % gpus: [(pid0 + i, (18 + 3 * i) * fake_pynvml.GIB)] for i in range(nproc)}
+        fake_pynvml.configure(gpus, processes=procs if gpus else None, **fake)
+        sampler = GpuSampler(fake_pynvml)
+        sampler.open()
+    out: list[Event] = []
+    for k in range(ticks):
+        readings, nvprocs = sampler.sample() if sampler else ((), {})
+        by_index = {g.index: g for g in readings}
+        ranks = []
+        for i in range(nproc):
+            pid = pid0 + i
+            gl, mem, util = map_rank((pid,), nvprocs, by_index)
+            mapping = "pid" if gl else None
+            if not gl and cvd is not None and sampler is not None:
+                dev = visible_device(cvd, i, sampler.uuid_index, len(sampler.gpus))
+                if dev is not None and by_index[dev].state == "ok":
+                    g = by_index[dev]
+                    gl, mem, util, mapping = (dev,), g.mem_used, g.util, "inferred"
+            stuck = i == d_state_rank and k >= ticks - 3
+            ranks.append(
+                RankReading(
+                    local_rank=i,
+                    global_rank=i,
+                    pid=pid,
+                    cpu=None if k == 0 else round(92 + 7 * math.sin(0.8 * k + i), 1),
+                    rss=(2300 + 40 * i + 5 * k) * (1 << 20),
+                    threads=38 + i,
+                    status="disk-sleep" if stuck else "running",
+                    procs=3,
+                    d_state=1 if stuck else 0,
+                    gpus=gl,
+                    mapping=mapping,
+                    gpu_mem=mem,
+                    gpu_util=util,
+                )
+            )
+        out.append(
+            TelemetrySample(
+                attempt=attempt,
+                gpu_state=sampler.state if sampler else gpu_state,
+                gpu_note=sampler.note if sampler else note,
+                gpus=readings,
+                ranks=tuple(ranks),
+                simulated=sampler.simulated if sampler else False,
+                **_at(start + 1 + k),
+            )
+        )
+    if sampler is not None:
+        sampler.close()
+    return out
+
+
 def healthy(nproc: int = 4) -> FakeSource:
     """A run in its first attempt, every rank training."""
     events: list[Event] = [_run_started(nproc, 3), *_attempt(0, nproc, 0.1, 5100)]
+    events += _telemetry(0, nproc, 5100, 80.0, 14, gpus=nproc, d_state_rank=nproc - 1)
     src = FakeSource(events=events)
     _fill_logs(src.logs, nproc, 0, 6)
     src.agent = ["2026-11-21 12:00:00 I torch.distributed.elastic: rendezvous complete"]
@@ -331,6 +414,7 @@ def failed_with_traceback() -> FakeSource:
             **_at(30.4),
         ),
         *_attempt(1, 2, 30.5, 5200),
+        *_telemetry(1, 2, 5200, 60.0, 8, gpus=1, init_error=12),
         _exited(1, 1, 5201, 1, at=70),
         _exited(1, 0, 5200, -15, at=70.2, by_agent=True),
         _failure(1, 70),
@@ -347,6 +431,7 @@ def failed_with_traceback() -> FakeSource:
 def restarting() -> FakeSource:
     """Rank 1 was killed (SIGKILL); the agent is re-forming the group."""
     events: list[Event] = [_run_started(2, 3), *_attempt(0, 2, 0.1, 5100)]
+    events += _telemetry(0, 2, 5100, 66.0, 12, gpus=2, lose_after=6, lost_gpus={1})
     kill = Failure(
         attempt=0,
         local_rank=1,
@@ -404,6 +489,7 @@ def finished() -> FakeSource:
             **_at(30.4),
         ),
         *_attempt(1, 2, 30.5, 5200),
+        *_telemetry(1, 2, 5200, 78.0, 10, note="GPU sampling off (--no-gpu)"),
         _exited(1, 0, 5200, 0, at=90),
         _exited(1, 1, 5201, 0, at=90.1),
         GroupState(attempt=1, state="SUCCEEDED", **_at(90.2)),
@@ -416,10 +502,26 @@ def finished() -> FakeSource:
     return src
 
 
+def eight_gpus_in_container() -> FakeSource:
+    """8 ranks on 8 GPUs in a container: NVML's pids are the host's, so every rank's GPU is
+    inferred from LOCAL_RANK and CUDA_VISIBLE_DEVICES (GPU UUIDs, listed in reverse)."""
+    from tui_launch.testing.fake_pynvml import PID_OFFSET, gpu_uuid
+
+    nproc = 8
+    cvd = ",".join(gpu_uuid(i) for i in reversed(range(nproc)))
+    events: list[Event] = [_run_started(nproc, 3), *_attempt(0, nproc, 0.1, 5100)]
+    events += _telemetry(0, nproc, 5100, 80.0, 14, gpus=nproc, cvd=cvd, pid_offset=PID_OFFSET)
+    src = FakeSource(events=events)
+    _fill_logs(src.logs, nproc, 0, 4)
+    src.settle_logs()
+    return src
+
+
 STATES = {
     "healthy": healthy,
     "waiting": waiting_for_nodes,
     "failure": failed_with_traceback,
     "restarting": restarting,
     "finished": finished,
+    "gpus8": eight_gpus_in_container,
 }

@@ -1,0 +1,1 @@
+"""Stand-ins for what cannot exist on every machine (a GPU), shipped for tests and ``--demo``."""
