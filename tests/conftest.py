@@ -20,6 +20,14 @@ from pathlib import Path
 
 import pytest
 
+from tui_launch.core.args import torch_option_strings
+
+# Tests that use torchrun's --shutdown-timeout (torch >= 2.8) skip on the older torch we support.
+needs_shutdown_timeout = pytest.mark.skipif(
+    "--shutdown-timeout" not in torch_option_strings(),
+    reason="this torch has no --shutdown-timeout (added in torch 2.8)",
+)
+
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = ROOT / "tests" / "workers"
 EXAMPLES = ROOT / "examples"

@@ -13,7 +13,15 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import TOKEN_VAR, WORKERS, leftovers, read_journal, wait_for, wait_gone
+from conftest import (
+    TOKEN_VAR,
+    WORKERS,
+    leftovers,
+    needs_shutdown_timeout,
+    read_journal,
+    wait_for,
+    wait_gone,
+)
 
 from tui_launch.core.args import parse
 from tui_launch.core.events import Restart, WorkersStarted
@@ -186,7 +194,8 @@ def test_kill_rank_spends_budget_and_names_tuilaunch(tmp_path, harness_env):
     assert rc.exit_code == -9 and rc.signal == "SIGKILL"
     assert rc.caused_by and "SIGKILL" in rc.caused_by and "tuilaunch" in rc.caused_by
     assert not rc.collateral
-    peer = next(f for f in snap.failures if f.global_rank == 0)
+    peer = next((f for f in snap.failures if f.global_rank == 0), None)
+    assert peer is not None, (snap.failures, snap.ranks)
     assert peer.collateral and peer.pid == pid0
     assert {pid0, pid1}.isdisjoint({r.pid for r in snap.ranks})
     assert not h.runner.is_stopped(0)  # the new attempt's rank 0 is not stopped
@@ -197,6 +206,7 @@ def test_kill_rank_spends_budget_and_names_tuilaunch(tmp_path, harness_env):
     assert wait_gone(token, 10) == []
 
 
+@needs_shutdown_timeout
 def test_restart_and_stop_while_a_rank_is_stopped_are_prompt(tmp_path, harness_env):
     """Ranks paused with stop_rank() are continued before torch's own SIGTERM.
 
@@ -227,6 +237,7 @@ def test_restart_and_stop_while_a_rank_is_stopped_are_prompt(tmp_path, harness_e
     assert elapsed < 8, f"stop took {elapsed:.1f}s with a SIGSTOPped rank"
 
 
+@needs_shutdown_timeout
 def test_stop_during_a_slow_restart_starts_no_new_workers(tmp_path, harness_env):
     """stop() while the agent is blocked inside torch (a restart waiting for workers that
     ignore SIGTERM): the stop watchdog ends the run, and the agent thread must not go on to

@@ -12,15 +12,7 @@ import socket
 import time
 
 import pytest
-from conftest import WORKERS, leftovers, read_journal, wait_for, wait_gone
-
-from tui_launch.core.args import torch_option_strings
-
-# --shutdown-timeout appeared in torch 2.8; before it torch waited a fixed 30 s.
-needs_shutdown_timeout = pytest.mark.skipif(
-    "--shutdown-timeout" not in torch_option_strings(),
-    reason="this torch has no --shutdown-timeout (added in torch 2.8)",
-)
+from conftest import WORKERS, leftovers, needs_shutdown_timeout, read_journal, wait_for, wait_gone
 
 STEADY = str(WORKERS / "steady.py")
 STUBBORN = str(WORKERS / "stubborn.py")

@@ -646,13 +646,24 @@ class Runner:
     def _failures(self, wg: Any, result: Any) -> tuple[Failure, ...]:
         by_global = {w.global_rank: w for w in wg.workers}
         exit_times = {e.local_rank: e.wall for e in self._rank_exits()}
-        out = []
-        for grank, pf in sorted(result.failures.items()):
+        # (global rank, local rank, pid, exit code, torch's error file) of every failed rank.
+        failed: dict[int, tuple[int, int, int, int, str]] = {}
+        for grank, pf in result.failures.items():
             worker = by_global.get(grank)
             lr = worker.local_rank if worker is not None else pf.local_rank
-            err = errors.read_error_file(self._error_files.get(lr) or pf.error_file)
+            failed[lr] = (grank, lr, int(pf.pid), int(pf.exitcode), pf.error_file)
+        # Older torch (2.6) reports only the ranks that failed before it tore the group down; the
+        # peers it terminated are failures of this attempt too (marked collateral below).
+        with self._lock:
+            seen = dict(self._exit_seen)
+        for lr, code in seen.items():
+            if code != 0 and lr not in failed:
+                grank = self._global_ranks.get(lr, lr)
+                failed[lr] = (grank, lr, self._pids.get(lr, -1), code, "")
+        out = []
+        for grank, lr, pid, code, error_file in sorted(failed.values()):
+            err = errors.read_error_file(self._error_files.get(lr) or error_file)
             message, tb, ts = err if err else ("", None, None)
-            code = int(pf.exitcode)
             # Collateral: first seen dead only after torch began terminating the group.
             collateral = lr in self._exit_by_agent or lr not in self._exit_seen
             tail = () if tb else errors.tail_lines(self._stderr_paths.get(lr))
@@ -669,7 +680,7 @@ class Runner:
                     local_rank=lr,
                     global_rank=grank,
                     host=self.host,
-                    pid=int(pf.pid),
+                    pid=pid,
                     exit_code=code,
                     signal=errors.signal_name(code),
                     hint=errors.hint_for(code),
@@ -679,7 +690,7 @@ class Runner:
                     stderr_tail=tail,
                     error_file=(self._error_files.get(lr) or None) if err else None,
                     collateral=collateral,
-                    caused_by=self._marks.get(int(pf.pid)),
+                    caused_by=self._marks.get(pid),
                 )
             )
         return tuple(out)
