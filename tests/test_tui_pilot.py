@@ -84,6 +84,12 @@ def footer_labels(app: Dashboard) -> list[str]:
     return [k.description for k in footer.query(FooterKey)]
 
 
+async def shown_keys(pilot: Pilot, app: Dashboard) -> list[str]:
+    """The footer's keys once it has been (re)built: Quit is always among them."""
+    await wait_until(pilot, lambda: "Quit" in footer_labels(app))
+    return footer_labels(app)
+
+
 async def wait_until(pilot: Pilot, predicate: Callable[[], object], timeout: float = 5.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -177,7 +183,7 @@ def test_healthy_panels_show_the_run() -> None:
             "2026-11-21 12:00:00 I torch.distributed.elastic: rendezvous complete"
         ]
         assert app.selected_rank() == 0
-        labels = footer_labels(app)
+        labels = await shown_keys(pilot, app)
         for label in ("Kill", "SIGTERM", "Stop/Cont", "Restart", "Rank log", "Quit", "Help"):
             assert label in labels
 
@@ -588,7 +594,7 @@ def test_without_exit_on_finish_the_dashboard_stays() -> None:
         assert app.is_running
         assert "SUCCEEDED" in text_of(app._header)
         assert not app.check_action("kill", ())
-        assert "Kill" not in footer_labels(app)
+        assert "Kill" not in await shown_keys(pilot, app)
 
     drive("healthy", check)
 
@@ -600,7 +606,7 @@ def test_keys_hidden_when_the_job_is_finished() -> None:
     async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
         for action in ("kill", "term", "stop_continue", "restart"):
             assert app.check_action(action, ()) is False, action
-        labels = footer_labels(app)
+        labels = await shown_keys(pilot, app)
         for hidden in ("Kill", "SIGTERM", "Stop/Cont", "Restart"):
             assert hidden not in labels
         assert "Quit" in labels and "Rank log" in labels
@@ -615,7 +621,7 @@ def test_keys_hidden_with_no_ranks() -> None:
     async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
         for action in ("kill", "term", "stop_continue", "restart", "rank_log"):
             assert app.check_action(action, ()) is False, action
-        labels = footer_labels(app)
+        labels = await shown_keys(pilot, app)
         for hidden in ("Kill", "SIGTERM", "Stop/Cont", "Restart", "Rank log"):
             assert hidden not in labels
         assert "Quit" in labels and "All logs" in labels
@@ -634,7 +640,7 @@ def test_keys_hidden_for_an_exited_rank() -> None:
         for action in ("kill", "term", "stop_continue", "restart"):
             assert app.check_action(action, ()) is False, action
         assert app.check_action("rank_log", ())
-        assert "Kill" not in footer_labels(app)
+        assert "Kill" not in await shown_keys(pilot, app)
 
     drive("restarting", check)
 

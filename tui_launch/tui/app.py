@@ -13,12 +13,14 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from rich.cells import cell_len
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
+from textual.widgets.data_table import ColumnKey
 
 from tui_launch.core.logs import LogLine
 from tui_launch.core.store import Snapshot
@@ -83,6 +85,7 @@ class Dashboard(App[int]):
         self._second = -1
         self._logbar_text = ""
         self._panel_keys: dict[str | None, object] = {}
+        self._panel_heights: dict[str | None, int] = {}
         self._keys_state: tuple[object, ...] = ()
         self._row_keys: tuple[int, ...] = ()
         self._cells: dict[tuple[int, int], object] = {}
@@ -212,15 +215,30 @@ class Dashboard(App[int]):
                 plain = _plain(c)
                 if self._cells.get((r.local_rank, i)) != plain:
                     self._cells[(r.local_rank, i)] = plain
-                    # update_width: "SIGKILL (-9)" or a longer pid must not be cut off.
-                    table.update_cell(str(r.local_rank), str(i), c, update_width=True)
+                    # A wider cell ("SIGKILL (-9)", a longer pid) must widen its column, but
+                    # re-measuring lays out the whole screen: only when it does not fit.
+                    column = table.columns[ColumnKey(str(i))]
+                    wider = cell_len(str(plain)) > column.content_width
+                    table.update_cell(str(r.local_rank), str(i), c, update_width=wider)
 
     def _set(self, widget: Static, key: object, make, *args: object) -> None:  # type: ignore[no-untyped-def]
-        if self._panel_keys.get(widget.id) != key:
-            self._panel_keys[widget.id] = key
-            # A Static's update lays out the whole screen by default (its height may change);
-            # the one-line header cannot grow, and it changes every second.
-            widget.update(make(*args), layout=widget is not self._header)
+        if self._panel_keys.get(widget.id) == key:
+            return
+        self._panel_keys[widget.id] = key
+        # A Static's update lays out (and so repaints) the whole screen by default, in case
+        # its height changed. Panels change every second (GPU figures, the clock) but rarely
+        # change height: measure the new content and lay out only when it did.
+        widget.update(make(*args), layout=False)
+        if widget is self._header:
+            return
+        width = widget.content_region.width
+        if not width:
+            widget.refresh(layout=True)
+            return
+        height = widget.get_content_height(self.screen.size, self.screen.size, width)
+        if self._panel_heights.get(widget.id) != height:
+            self._panel_heights[widget.id] = height
+            widget.refresh(layout=True)
 
     def _refresh_keys(self, snap: Snapshot) -> None:
         # Re-checking bindings rebuilds the footer (costly): only when the answer can change.
