@@ -304,3 +304,29 @@ def from_dict(data: dict[str, Any]) -> Event:
 def _tuplify(data: dict[str, Any]) -> dict[str, Any]:
     # JSON turns tuples into lists; frozen records want tuples back so they stay hashable.
     return {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+
+
+@dataclass(frozen=True)
+class Injected(Event):
+    """A fault was injected on purpose (``--inject`` or the dashboard's inject menu).
+
+    ``spec`` is the spec as written back by ``InjectSpec.canonical``; ``count`` is which firing
+    of it this is (1 of ``times``). ``ok`` is False when it could not be done (the rank had
+    already exited, the worker has no bootstrap for ``exit``/``exception``), with ``detail``.
+    """
+
+    kind: ClassVar[str] = "injection"
+    spec: str
+    fault: str
+    attempt: int
+    global_rank: int | None
+    local_rank: int | None
+    pid: int | None
+    count: int
+    times: int
+    source: str
+    ok: bool
+    detail: str = ""
+
+
+EVENT_TYPES[Injected.kind] = Injected
