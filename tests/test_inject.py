@@ -265,7 +265,7 @@ def _schedule(tuilaunch, tmp_path: Path, seed: int) -> list[tuple[int, int]]:
         str(seed),
         "--no-python",
         "sleep",
-        "2",
+        "1",
     )
     assert launch.wait(120) == 0, launch.output[-4000:]
     events = read_journal(journal)
@@ -374,10 +374,21 @@ def _dump(tuilaunch, tmp_path: Path, name: str, extra: list[str], target: list[s
 def test_bootstrap_keeps_argv_path_main_and_env(tuilaunch, tmp_path):
     # The same worker with and without the bootstrap that exit/exception injections need
     # (--inject-ready): argv, sys.path[0], __name__, __spec__ and the environment are equal.
-    for target, cwd in (([TICKER], None), (["-m", "ticker"], WORKERS)):
-        plain = _dump(tuilaunch, tmp_path, "plain", [], target, cwd)
-        ready = _dump(tuilaunch, tmp_path, "ready", ["--inject-ready"], target, cwd)
-        assert ready == plain
-        data = plain[0]
-        assert data["name"] == "__main__"
-        assert data["argv"][-3:] == [str(tmp_path / "dump.json"), "--flag-like", "x y"]
+    plain = _dump(tuilaunch, tmp_path, "plain", [], [TICKER], None)
+    ready = _dump(tuilaunch, tmp_path, "ready", ["--inject-ready"], [TICKER], None)
+    assert ready == plain
+    data = plain[0]
+    assert data["name"] == "__main__" and data["spec"] is None
+    assert data["path0"] == str(WORKERS)
+    assert data["argv"] == [TICKER, "--dump", str(tmp_path / "dump.json"), "--flag-like", "x y"]
+    # -m MODULE through the bootstrap: what `python -m ticker` gives.
+    module, env = _dump(
+        tuilaunch, tmp_path, "module", ["--inject-ready", "-m"], ["ticker"], WORKERS
+    )
+    assert env == plain[1]
+    assert module == {
+        "argv": [TICKER, "--dump", str(tmp_path / "dump.json"), "--flag-like", "x y"],
+        "name": "__main__",
+        "path0": str(WORKERS),
+        "spec": "ticker",
+    }

@@ -75,6 +75,13 @@ def run_cli(argv: list[str] | None = None) -> int:
         injector=Injector(parse_specs(opts.inject), seed=opts.inject_seed),
         inject_ready=opts.inject_ready,
     )
+    runner.before_node_death.append(
+        lambda: print(
+            "[tuilaunch] inject node: SIGKILL to this node's workers and to tuilaunch itself",
+            file=sys.stderr,
+            flush=True,
+        )
+    )
     # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.
     handled = getattr(args, "signals_to_handle", None) or DEFAULT_SIGNALS
     previous = install_signal_handlers(runner, handled)

@@ -75,6 +75,14 @@ def run_dashboard(
         app = app_class(
             source, refresh_hz=refresh_hz, confirm=confirm, exit_on_finish=exit_on_finish
         )
+
+        def restore_terminal() -> None:
+            # A `node` injection SIGKILLs this process: give the terminal back first.
+            driver = getattr(app, "_driver", None)
+            if driver is not None:
+                driver.stop_application_mode()
+
+        runner.before_node_death.insert(0, restore_terminal)
         try:
             result = app.run(headless=headless)
         except Exception as e:  # the UI is a window onto the job: keep the job
