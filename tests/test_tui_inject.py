@@ -116,3 +116,10 @@ def test_inject_is_in_the_palette_and_hidden_when_finished() -> None:
         assert "Inject a failure into the selected rank" not in titles
 
     drive("finished", finished)
+
+
+class TestInjectSnapshots:
+    def test_inject_menu(self, snap_compare) -> None:
+        """Rank 1 selected, i pressed, hang highlighted: the menu with hang's keys."""
+        app = Dashboard(fake.STATES["healthy"]())
+        assert snap_compare(app, terminal_size=(150, 42), press=["down", "i", "down"])

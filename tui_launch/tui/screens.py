@@ -108,7 +108,7 @@ class InjectScreen(ModalScreen[str | None]):
         own = ", ".join(f"{k} ({v})" for k, v in KIND_KEYS[self.kind].items()) or "none"
         common = ", ".join(f"{k} ({v})" for k, v in COMMON_KEYS.items() if k != "rank")
         self.query_one("#inject-keys-help", Static).update(
-            f"{self.kind} keys: {own}\nall kinds: {common}; from here `after` counts from now"
+            f"{self.kind} keys: {own}\nall kinds: {common}; `after` counts from now"
         )
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
