@@ -164,7 +164,7 @@ def demo_argv() -> list[str]:
         "3",
         DEMO_SCRIPT,
         "--epochs",
-        "8",
+        "12",
         "--snapshot-path",
         os.path.join(tempfile.gettempdir(), f"tuilaunch-demo-{os.getpid()}.pt"),
     ]
@@ -172,7 +172,7 @@ def demo_argv() -> list[str]:
 
 # --demo's failure: rank 1 SIGKILLed once, a few epochs into the first attempt, so that the
 # dashboard shows a root cause and a restart that resumes from the snapshot.
-DEMO_INJECT = "kill:rank=1,after=7s,attempt=0"
+DEMO_INJECT = "kill:rank=1,after=10s,attempt=0"
 
 
 def torch_option_strings() -> set[str]:
