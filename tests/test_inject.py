@@ -232,6 +232,7 @@ def test_node_dies_with_its_agent_and_leaves_nothing(tuilaunch, tmp_path):
         "300",
     )
     assert launch.wait(120) == -signal.SIGKILL, launch.output[-4000:]
+    assert "[tuilaunch] inject node: SIGKILL to this node's workers" in launch.stderr
     events = read_journal(journal)
     (inj,) = kinds(events, "injection")
     assert inj["fault"] == "node" and inj["ok"]

@@ -75,13 +75,7 @@ def run_cli(argv: list[str] | None = None) -> int:
         injector=Injector(parse_specs(opts.inject), seed=opts.inject_seed),
         inject_ready=opts.inject_ready,
     )
-    runner.before_node_death.append(
-        lambda: print(
-            "[tuilaunch] inject node: SIGKILL to this node's workers and to tuilaunch itself",
-            file=sys.stderr,
-            flush=True,
-        )
-    )
+    runner.before_node_death.append(_say_node_dies)
     # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.
     handled = getattr(args, "signals_to_handle", None) or DEFAULT_SIGNALS
     previous = install_signal_handlers(runner, handled)
@@ -109,6 +103,13 @@ def run_cli(argv: list[str] | None = None) -> int:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)  # type: ignore[arg-type]
+
+
+def _say_node_dies() -> None:
+    # A direct write: the dashboard captures sys.stderr, and the process dies right after.
+    line = b"[tuilaunch] inject node: SIGKILL to this node's workers and to tuilaunch itself\n"
+    stream = sys.__stderr__ or sys.stderr
+    os.write(stream.fileno(), line)
 
 
 def _isatty(stream: object) -> bool:
