@@ -102,6 +102,7 @@ def test_kill_three_times_recovers_from_snapshots(tuilaunch, tmp_path):
         (2, 1, "kill", True),
     ]
     assert [e["count"] for e in injected] == [1, 2, 3]
+    assert "injected: kill:rank=1,after=2s,times=3 in attempts 0, 1, 2" in launch.stderr
     restarts = kinds(events, "restart")
     assert [r["cause"] for r in restarts] == ["failure"] * 3
     for failed in kinds(events, "attempt_failed"):
