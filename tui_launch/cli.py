@@ -12,7 +12,14 @@ import sys
 import threading
 from typing import NoReturn
 
-from tui_launch.core.args import USAGE_ERROR, UsageError, parse, validate
+from tui_launch.core.args import (
+    USAGE_ERROR,
+    UsageError,
+    parse,
+    validate,
+    validate_injections,
+)
+from tui_launch.core.inject import Injector, parse_specs
 from tui_launch.core.runner import Runner
 from tui_launch.core.store import RunStore
 
@@ -46,6 +53,7 @@ def run_cli(argv: list[str] | None = None) -> int:
     args, opts = parse(argv)
     try:
         validate(args)
+        validate_injections(args, opts.inject)
     except UsageError as e:
         print(f"tuilaunch: error: {e}", file=sys.stderr)
         return USAGE_ERROR
@@ -71,15 +79,20 @@ def run_cli(argv: list[str] | None = None) -> int:
         journal_every=opts.journal_samples,
     )
     runner = Runner(
-        args, store, journal_path=opts.journal, mute_agent_console=use_tui, telemetry=telemetry
+        args,
+        store,
+        journal_path=opts.journal,
+        mute_agent_console=use_tui,
+        telemetry=telemetry,
+        injector=Injector(parse_specs(opts.inject), seed=opts.inject_seed),
+        inject_ready=opts.inject_ready,
     )
+    runner.before_node_death.append(_say_node_dies)
     # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.
     handled = getattr(args, "signals_to_handle", None) or DEFAULT_SIGNALS
     previous = install_signal_handlers(runner, handled)
     try:
         runner.start()
-        if opts.demo:
-            _schedule_demo_failure(runner)
         if use_tui:
             from tui_launch.tui.run import run_dashboard
 
@@ -104,27 +117,18 @@ def run_cli(argv: list[str] | None = None) -> int:
             signal.signal(sig, old)  # type: ignore[arg-type]
 
 
+def _say_node_dies() -> None:
+    # A direct write: the dashboard captures sys.stderr, and the process dies right after.
+    line = b"[tuilaunch] inject node: SIGKILL to this node's workers and to tuilaunch itself\n"
+    stream = sys.__stderr__ or sys.stderr
+    os.write(stream.fileno(), line)
+
+
 def _isatty(stream: object) -> bool:
     try:
         return bool(stream.isatty())  # type: ignore[attr-defined]
     except (AttributeError, ValueError):
         return False
-
-
-def _schedule_demo_failure(runner: Runner) -> None:
-    """``--demo``: SIGKILL local rank 1 once, shortly after the first snapshot is saved."""
-    from tui_launch.core.logs import LogSource
-
-    fired = threading.Event()
-
-    def watch(src: LogSource, lines: list[str]) -> None:
-        if fired.is_set() or src.attempt != 0:
-            return
-        if any("Training snapshot saved" in ln for ln in lines):
-            fired.set()
-            threading.Timer(1.5, runner.kill_rank, (1, "demo: injected failure")).start()
-
-    runner.tailer.add_sink(watch)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

@@ -14,6 +14,7 @@ import time
 from typing import TextIO
 
 from tui_launch.core import errors
+from tui_launch.core.events import Event, Injected
 from tui_launch.core.logs import STDOUT, LogSource
 from tui_launch.core.runner import Runner
 from tui_launch.core.store import RunStore, Snapshot
@@ -183,6 +184,10 @@ def print_summary(s: Snapshot, runner: Runner | None, stream: TextIO) -> None:
         f"{s.manual_restarts} manual, {s.membership_restarts} membership"
     )
 
+    if runner is not None:
+        for line in injection_lines(runner.store.events()):
+            console.print(line, soft_wrap=True)
+
     rc = s.root_cause
     if rc is not None and outcome != "succeeded":
         console.print(Text("root cause", style="bold red"))
@@ -230,6 +235,19 @@ def _print_resources(s: Snapshot, console: object) -> None:
     if any(r.mapping == "inferred" for r in tel.totals):
         notes.append("~ inferred from LOCAL_RANK/CUDA_VISIBLE_DEVICES (whole-GPU figures)")
     console.print("; ".join(notes), soft_wrap=True)  # type: ignore[attr-defined]
+
+
+def injection_lines(events: list[Event]) -> list[str]:
+    """``injected: kill:rank=1,after=2s,times=3 in attempts 0, 1, 2`` for each spec fired."""
+    by_spec: dict[str, list[str]] = {}
+    for e in events:
+        if isinstance(e, Injected):
+            mark = str(e.attempt) if e.ok else f"{e.attempt} (not done: {e.detail})"
+            by_spec.setdefault(e.spec, []).append(mark)
+    return [
+        f"injected: {spec} in attempt{'s' if len(marks) > 1 else ''} {', '.join(marks)}"
+        for spec, marks in by_spec.items()
+    ]
 
 
 def _isatty(stream: TextIO) -> bool:

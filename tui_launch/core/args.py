@@ -41,6 +41,9 @@ class Options:
     gpu_interval: float = 1.0
     no_gpu: bool = False
     journal_samples: float = 10.0
+    inject: tuple[str, ...] = ()
+    inject_seed: int | None = None
+    inject_ready: bool = False
 
 
 class _Parser(argparse.ArgumentParser):
@@ -142,6 +145,34 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="Write a telemetry sample to the journal every SECONDS (default 10; 0: never).",
     )
+    ours.add_argument(
+        "--inject",
+        dest=_OURS + "inject",
+        action="append",
+        default=[],
+        metavar="KIND[:KEY=VALUE,...]",
+        help="Inject a failure on purpose, to rehearse recovery (repeatable). KIND: kill "
+        "(signal=SIGKILL), hang (for=), slow (duty=50, period=1s, for=), exit (code=1), "
+        "exception (message=), node (the node's workers and agent die at once). Keys for all: "
+        "rank (global rank or random; 0), after (since the attempt's start: 500ms, 10s, 2m; "
+        "0s), attempt (only in that attempt), times (in all, once per attempt; 1). E.g. "
+        "--inject kill:rank=1,after=10s,times=3",
+    )
+    ours.add_argument(
+        "--inject-seed",
+        dest=_OURS + "inject_seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Seed for rank=random in --inject: the same seed gives the same schedule.",
+    )
+    ours.add_argument(
+        "--inject-ready",
+        dest=_OURS + "inject_ready",
+        action="store_true",
+        help="Start Python workers through tuilaunch's small bootstrap so that the dashboard "
+        "can inject exit and exception faults (implied by an --inject of those kinds).",
+    )
     ours.add_argument("--version", action="version", version=f"tuilaunch {__version__}")
     return parser
 
@@ -159,10 +190,15 @@ def demo_argv() -> list[str]:
         "3",
         DEMO_SCRIPT,
         "--epochs",
-        "8",
+        "12",
         "--snapshot-path",
         os.path.join(tempfile.gettempdir(), f"tuilaunch-demo-{os.getpid()}.pt"),
     ]
+
+
+# --demo's failure: rank 1 SIGKILLed once, a few epochs into the first attempt, so that the
+# dashboard shows a root cause and a restart that resumes from the snapshot.
+DEMO_INJECT = "kill:rank=1,after=10s,attempt=0"
 
 
 def torch_option_strings() -> set[str]:
@@ -179,7 +215,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
     if ns.tl_demo:
         if ns.training_script is not None:
             parser.error("--demo runs its own script: give no training script with it")
-        ns = parser.parse_args([*(sys.argv[1:] if argv is None else argv), *demo_argv()])
+        given = [*(sys.argv[1:] if argv is None else argv)]
+        ns = parser.parse_args([*given, "--inject", DEMO_INJECT, *demo_argv()])
     elif ns.training_script is None:
         parser.error("the following arguments are required: training_script")
     ours = {k[len(_OURS) :]: v for k, v in vars(ns).items() if k.startswith(_OURS)}
@@ -187,6 +224,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
         parser.error(f"--gpu-interval must be > 0, got {ours['gpu_interval']}")
     if not ours.get("journal_samples", 0.0) >= 0:
         parser.error(f"--journal-samples must be >= 0, got {ours['journal_samples']}")
+    ours["inject"] = tuple(ours.get("inject") or ())
     torch_args = argparse.Namespace(
         **{k: v for k, v in vars(ns).items() if not k.startswith(_OURS)}
     )
@@ -234,6 +272,31 @@ def validate(args: argparse.Namespace) -> None:
     _check_script(args)
     if args.log_dir:
         _check_log_dir(args.log_dir)
+
+
+def validate_injections(args: argparse.Namespace, texts: tuple[str, ...]) -> None:
+    """Check every ``--inject`` before anything starts. Raises UsageError.
+
+    Ranks are checked against the world size here when it is already certain (a fixed
+    number of nodes and workers); otherwise the runner checks them once the rendezvous is done.
+    """
+    from tui_launch.core import inject
+
+    try:
+        specs = inject.parse_specs(texts)
+        if args.no_python:
+            for s in specs:
+                if s.kind in inject.SHIM_KINDS:
+                    raise inject.InjectError(
+                        f"--inject {s.text!r}: {s.kind} needs a Python worker, and --no-python "
+                        f"runs {args.training_script} as a plain program (use kill, hang, slow "
+                        f"or node)"
+                    )
+        lo, hi = min_max_nodes(args.nnodes)
+        if lo == hi and str(args.nproc_per_node).isdigit():
+            inject.check_world_size(specs, hi * int(args.nproc_per_node))
+    except inject.InjectError as e:
+        raise UsageError(str(e)) from None
 
 
 def _check_nproc(value: str) -> None:

@@ -426,3 +426,29 @@ _NESTED[(TelemetryTotals.kind, "totals")] = RankTotals
 for _kind in (TelemetrySample.kind, TelemetryRecord.kind):
     _NESTED[(_kind, "gpus")] = GpuReading
     _NESTED[(_kind, "ranks")] = RankReading
+
+
+@dataclass(frozen=True)
+class Injected(Event):
+    """A fault was injected on purpose (``--inject`` or the dashboard's inject menu).
+
+    ``spec`` is the spec as written back by ``InjectSpec.canonical``; ``count`` is which firing
+    of it this is (1 of ``times``). ``ok`` is False when it could not be done (the rank had
+    already exited, the worker has no bootstrap for ``exit``/``exception``), with ``detail``.
+    """
+
+    kind: ClassVar[str] = "injection"
+    spec: str
+    fault: str
+    attempt: int
+    global_rank: int | None
+    local_rank: int | None
+    pid: int | None
+    count: int
+    times: int
+    source: str
+    ok: bool
+    detail: str = ""
+
+
+EVENT_TYPES[Injected.kind] = Injected

@@ -28,13 +28,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from tui_launch.core import errors, rendezvous
+from tui_launch.core import errors, inject, rendezvous
 from tui_launch.core.events import (
     AttemptFailed,
     ControlAction,
     ExitBarrier,
     Failure,
     GroupState,
+    Injected,
     Notice,
     RankExited,
     RendezvousCompleted,
@@ -46,6 +47,7 @@ from tui_launch.core.events import (
     WorkerInfo,
     WorkersStarted,
 )
+from tui_launch.core.inject import Fired, InjectSpec
 from tui_launch.core.journal import Journal
 from tui_launch.core.logs import (
     STDERR,
@@ -81,6 +83,9 @@ class Runner:
         journal_path: ``--journal``; default: ``journal.jsonl`` in the run's log directory.
         mute_agent_console: keep torch's own log lines off stderr (the dashboard shows them).
         telemetry: the GPU/process sampler to run with the job (None: no telemetry).
+        injector: the ``--inject`` schedule (default: none, but the dashboard may add some).
+        inject_ready: start Python workers through the injection bootstrap even without an
+            ``exit``/``exception`` spec, so that the dashboard can inject those.
     """
 
     def __init__(
@@ -92,6 +97,8 @@ class Runner:
         journal_path: str | None = None,
         mute_agent_console: bool = False,
         telemetry: Telemetry | None = None,
+        injector: inject.Injector | None = None,
+        inject_ready: bool = False,
     ) -> None:
         self.args = args
         self.store = store
@@ -140,6 +147,22 @@ class Runner:
         self.exit_code: int | None = None
         self.error_message: str | None = None
         self.telemetry = telemetry
+        # Failure injection (core/inject.py): the schedule, and the worker bootstrap's order
+        # directory when Python workers run through it (only if a run asks for it).
+        self.injector = injector or inject.Injector()
+        self.injector.bind(self)
+        self._shim_dir: str | None = None
+        self._want_shim = (inject_ready or inject.needs_shim(self.injector.specs)) and not bool(
+            getattr(args, "no_python", False)
+        )
+        self._thaw_attempt = -1  # the attempt whose stopped ranks were let go for good
+        if self.injector.uses_random:
+            seed = self.injector.seed
+            self._notes += (
+                f"inject: rank=random draws use seed {seed} (--inject-seed {seed} repeats them)",
+            )
+        # Called just before `node` kills the launcher (the dashboard restores the terminal).
+        self.before_node_death: list[Callable[[], None]] = []
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -191,7 +214,7 @@ class Runner:
         if SHARE_STORE_ENV in os.environ:
             return
         os.environ[SHARE_STORE_ENV] = "1"
-        self._notes = (
+        self._notes += (
             f"restarts: tuilaunch set {SHARE_STORE_ENV}=1 (a fresh rendezvous store per "
             f"attempt; torch's shared store makes most restarts fail or hang). "
             f"Opt out with {SHARE_STORE_ENV}=0.",
@@ -205,7 +228,10 @@ class Runner:
 
         outcome, code, message = "error", 1, ""
         try:
-            with _swap_agent(launcher_api, make_agent_class(self, launcher_api.LocalElasticAgent)):
+            with (
+                _swap_agent(launcher_api, make_agent_class(self, launcher_api.LocalElasticAgent)),
+                self._worker_bootstrap(torch_run),
+            ):
                 torch_run.run(self.args)
             outcome, code = "succeeded", 0
             message = "all ranks exited 0"
@@ -216,6 +242,8 @@ class Runner:
         except SignalException as e:
             outcome, code = "stopped", signal_exit_code(e.sigval)
             message = f"stopped by {e.sigval.name}"
+        except inject.InjectError as e:  # a rank out of range, found at the rendezvous
+            outcome, code, message = "error", 2, str(e)
         except BaseException as e:  # any error of torch's becomes one line, never a traceback
             if self._stop_sig is not None:
                 outcome, code = "stopped", signal_exit_code(self._stop_sig)
@@ -235,6 +263,11 @@ class Runner:
         self.tailer.stop()
         if self.telemetry is not None:
             self.telemetry.stop()
+        self.injector.close()
+        if self._shim_dir:
+            import shutil
+
+            shutil.rmtree(self._shim_dir, ignore_errors=True)
         self.store.post(RunFinished(outcome=outcome, exit_code=code, message=message))
         if self.run_dir is None:
             self._ensure_run_dir()
@@ -362,6 +395,244 @@ class Runner:
             )
         )
         return ok
+
+    # ----------------------------------------------------------------- failure injection
+
+    def inject(self, text: str, source: str = "dashboard") -> tuple[bool, str]:
+        """Parse ``text`` (an ``--inject`` spec) and schedule it now; ``after`` counts from now.
+
+        Returns (ok, message): the message says what was scheduled or why it was refused.
+        """
+        try:
+            spec = inject.parse_spec(text)
+            world = max((w.world_size for w in self._workers_view()), default=0)
+            if world:
+                inject.check_world_size([spec], world)
+        except inject.InjectError as e:
+            return False, str(e)
+        if spec.kind in inject.SHIM_KINDS and self._shim_dir is None:
+            return False, self._no_shim_reason(spec.kind)
+        self.injector.add(spec, source)
+        return True, f"scheduled {spec.canonical()}"
+
+    def _workers_view(self) -> list[WorkerInfo]:
+        for e in reversed(self.store.events()):
+            if isinstance(e, WorkersStarted):
+                return list(e.workers)
+        return []
+
+    def _no_shim_reason(self, kind: str) -> str:
+        if getattr(self.args, "no_python", False):
+            return f"{kind} injection needs a Python worker (this run uses --no-python)"
+        return (
+            f"{kind} injection needs tuilaunch's worker bootstrap: launch with "
+            f"--inject-ready (or an --inject {kind}:... spec)"
+        )
+
+    def attempt_alive(self, attempt: int) -> bool:
+        """Whether ``attempt`` is the current one and still being monitored (not ending)."""
+        with self._lock:
+            return (
+                attempt == self._attempt
+                and self._phase == "monitoring"
+                and self._stop_sig is None
+                and self._thaw_attempt != attempt
+            )
+
+    def inject_fault(self, spec: InjectSpec, local_rank: int, fired: Fired) -> bool:
+        """Do one firing of ``spec`` on ``local_rank`` (called by the :class:`Injector`)."""
+        with self._lock:
+            pid = self._pids.get(local_rank)
+            alive = pid is not None and local_rank not in self._exit_seen
+        detail = "" if alive else "the rank is not running"
+        if alive and spec.kind in inject.SHIM_KINDS and self._shim_dir is None:
+            alive, detail = False, self._no_shim_reason(spec.kind)
+        self.store.post(
+            Injected(
+                spec=spec.canonical(),
+                fault=spec.kind,
+                attempt=fired.attempt,
+                global_rank=fired.global_rank,
+                local_rank=local_rank,
+                pid=pid,
+                count=fired.count,
+                times=spec.times,
+                source=fired.source,
+                ok=alive,
+                detail=detail,
+            )
+        )
+        if not alive:
+            return False
+        source = "inject" if fired.source == "--inject" else f"inject, {fired.source}"
+        if spec.kind == "kill":
+            return self.signal_rank(local_rank, inject.parse_signal(spec.signal), source)
+        if spec.kind == "hang":
+            ok = self.stop_rank(local_rank, source)
+            if ok and spec.duration is not None:
+                t = threading.Timer(
+                    spec.duration, self._end_hang, (local_rank, pid, fired.attempt, source)
+                )
+                t.daemon = True
+                t.start()
+            return ok
+        if spec.kind == "slow":
+            threading.Thread(
+                target=self._slow,
+                args=(local_rank, pid, fired.attempt, spec),
+                name="tuilaunch-slow",
+                daemon=True,
+            ).start()
+            return True
+        if spec.kind == "exit":
+            return self.exit_rank(local_rank, spec.code, source)
+        if spec.kind == "exception":
+            return self.raise_in_rank(local_rank, spec.message, source)
+        if spec.kind == "node":
+            self.kill_node(source)
+        return False
+
+    def _end_hang(self, local_rank: int, pid: int, attempt: int, source: str) -> None:
+        with self._lock:
+            still = (
+                self._attempt == attempt
+                and self._pids.get(local_rank) == pid
+                and local_rank in self._stopped_by_us
+            )
+        if still:
+            self.continue_rank(local_rank, source)
+
+    def _slow(self, local_rank: int, pid: int, attempt: int, spec: InjectSpec) -> None:
+        # A straggler: stopped duty % of every period. The toggles are not events (two a
+        # second would flood the journal); the Injected event says what is going on.
+        stopped_for = spec.period * spec.duty / 100.0
+        running_for = spec.period - stopped_for
+        end = time.monotonic() + spec.duration if spec.duration is not None else float("inf")
+        while time.monotonic() < end and self._pause(local_rank, pid, attempt, True):
+            self._done.wait(stopped_for)
+            self._pause(local_rank, pid, attempt, False)
+            if self._done.wait(running_for):
+                break
+
+    def _pause(self, local_rank: int, pid: int, attempt: int, stop: bool) -> bool:
+        with self._lock:  # held while signalling: _continue_stopped cannot slip in between
+            if stop and not (
+                self.attempt_alive(attempt)
+                and self._pids.get(local_rank) == pid
+                and local_rank not in self._exit_seen
+            ):
+                return False
+            if not stop and local_rank not in self._stopped_by_us:
+                return False
+            _signal_group(pid, signal.SIGSTOP if stop else signal.SIGCONT)
+            if stop:
+                self._stopped_by_us.add(local_rank)
+            else:
+                self._stopped_by_us.discard(local_rank)
+            return True
+
+    def exit_rank(self, local_rank: int, code: int, source: str = "api") -> bool:
+        """Make a Python worker exit with ``code`` (needs the worker bootstrap)."""
+        return self._order(local_rank, {"kind": "exit", "code": int(code)}, source)
+
+    def raise_in_rank(self, local_rank: int, message: str, source: str = "api") -> bool:
+        """Raise an exception with ``message`` in a Python worker's main thread (bootstrap)."""
+        return self._order(local_rank, {"kind": "exception", "message": message}, source)
+
+    def _order(self, local_rank: int, order: dict[str, Any], source: str) -> bool:
+        import json
+
+        from tui_launch.core.shim import INJECT_SIGNAL
+
+        kind = str(order["kind"])
+        with self._lock:
+            pid = self._pids.get(local_rank)
+            alive = pid is not None and local_rank not in self._exit_seen
+            grank = self._global_ranks.get(local_rank)
+            stopped = local_rank in self._stopped_by_us
+        ok, detail = alive, "" if alive else "no running worker"
+        if ok and self._shim_dir is None:
+            ok, detail = False, self._no_shim_reason(kind)
+        if ok and pid is not None and self._shim_dir is not None:
+            path = os.path.join(self._shim_dir, f"{pid}.json")
+            try:
+                with open(path + ".tmp", "w") as fp:
+                    json.dump(order, fp)
+                os.replace(path + ".tmp", path)  # the handler never reads half an order
+                with self._lock:
+                    self._marks[pid] = f"{kind} injected by tuilaunch ({source})"
+                os.kill(pid, INJECT_SIGNAL)
+                if stopped:
+                    _signal_group(pid, signal.SIGCONT)  # a stopped process cannot act on it
+            except ProcessLookupError:
+                ok, detail = False, "process already gone"
+            except OSError as e:
+                ok, detail = False, str(e)
+        self.store.post(
+            ControlAction(
+                action=kind,
+                local_rank=local_rank,
+                global_rank=grank,
+                pid=pid,
+                signal=None,
+                source=source,
+                ok=ok,
+                detail=detail,
+            )
+        )
+        return ok
+
+    def kill_node(self, source: str = "api") -> None:
+        """This node dies at once, as if the machine had gone: every worker's process group
+        and the launcher itself are SIGKILLed. The reaper makes sure nothing is left."""
+        self.store.post(
+            ControlAction(
+                action="node",
+                local_rank=None,
+                global_rank=None,
+                pid=os.getpid(),
+                signal="SIGKILL",
+                source=source,
+                ok=True,
+            )
+        )
+        for hook in list(self.before_node_death):
+            with contextlib.suppress(Exception):
+                hook()
+        with self._lock:
+            pids = list(self._pids.values())
+        for pid in pids:
+            _signal_group(pid, signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    @contextlib.contextmanager
+    def _worker_bootstrap(self, torch_run: Any) -> Iterator[None]:
+        """Start Python workers through :mod:`tui_launch.core.shim` (only when asked for)."""
+        if not self._want_shim:
+            yield
+            return
+        import tempfile
+
+        from tui_launch.core import shim
+
+        self._shim_dir = tempfile.mkdtemp(prefix="tuilaunch-inject-")
+        directory = self._shim_dir
+        original = torch_run.config_from_args
+
+        def config_from_args(args: Any) -> Any:
+            config, cmd, cmd_args = original(args)
+            cmd_args = list(cmd_args)
+            if callable(cmd):  # --run-path: a function run in a spawned interpreter
+                return config, shim.run_path_entry, [directory, *cmd_args]
+            if cmd_args[:1] == ["-u"]:
+                cmd_args = cmd_args[1:]
+            return config, cmd, ["-u", "-m", shim.__name__, directory, *cmd_args]
+
+        torch_run.config_from_args = config_from_args
+        try:
+            yield
+        finally:
+            torch_run.config_from_args = original
 
     def stop(self, sig: int = signal.SIGTERM, reason: str = "stop requested") -> None:
         """Stop the run: workers get ``sig``, then SIGKILL after the shutdown timeout.
@@ -504,6 +775,10 @@ class Runner:
                 duration=time.monotonic() - self._rdzv_t0,
             )
         )
+        if wg.workers:
+            # Ranks in --inject can only be checked once the world size is known; stop here,
+            # before any worker starts (exit status 2, as for any bad input).
+            inject.check_world_size(self.injector.cli_specs, int(wg.workers[0].world_size))
         self._phase = "starting"
 
     def _on_workers_started(self, agent: Any, wg: Any, pids: dict[int, int]) -> None:
@@ -538,6 +813,11 @@ class Runner:
                 (RankTarget(w.local_rank, w.global_rank, w.pid) for w in workers),
             )
         self._phase = "monitoring"
+        self.injector.attempt_started(
+            self._attempt,
+            {w.global_rank: w.local_rank for w in wg.workers},
+            int(wg.workers[0].world_size) if wg.workers else 0,
+        )
 
     def _monitor(self, agent: Any, wg: Any, inner: Callable[[Any], Any]) -> Any:
         from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
@@ -561,6 +841,8 @@ class Runner:
             self._continue_stopped()  # torch is about to SIGTERM the peers
         result = inner(wg)
         state = result.state.name
+        if state in ("FAILED", "SUCCEEDED"):
+            self.injector.attempt_ended(self._attempt)
         if state == "FAILED":
             self._poll_exits(agent, by_agent=True)
             failures = self._failures(wg, result)
@@ -602,8 +884,10 @@ class Runner:
 
     def _continue_stopped(self) -> None:
         # A SIGSTOPped rank leaves torch's SIGTERM pending and would cost the whole shutdown
-        # timeout: let it run again so that it can die.
+        # timeout: let it run again so that it can die (and a `slow` injection may not
+        # stop it again).
         with self._lock:
+            self._thaw_attempt = self._attempt
             pids = [self._pids[lr] for lr in self._stopped_by_us if lr in self._pids]
             self._stopped_by_us.clear()
         for pid in pids:
@@ -703,6 +987,7 @@ class Runner:
         ]
 
     def _on_restart(self, agent: Any, wg: Any) -> None:
+        self.injector.attempt_ended(self._attempt)
         cause = self._pending_cause or "membership"
         self._pending_cause = None
         if cause == "failure":
@@ -719,6 +1004,7 @@ class Runner:
         )
 
     def _on_workers_stopped(self, agent: Any) -> None:
+        self.injector.attempt_ended(self._attempt)
         self._poll_exits(agent, by_agent=True)
         if self._attempt >= 0:
             self.tailer.close_attempt(self._attempt)

@@ -13,6 +13,7 @@ from tui_launch.core.events import (
     ExitBarrier,
     Failure,
     GroupState,
+    Injected,
     Notice,
     RankExited,
     RendezvousCompleted,
@@ -90,7 +91,21 @@ def describe(e: Event) -> str | None:
         return f"shutting down: {e.reason}{sig}"
     if isinstance(e, RunFinished):
         return f"run {e.outcome} (exit code {e.exit_code}): {e.message}"
+    if isinstance(e, Injected):
+        return describe_injection(e)
     return None
+
+
+def describe_injection(e: Injected) -> str:
+    """``inject kill:rank=1,after=2s (1 of 3): rank 1 (local 1, pid 42), attempt 0``."""
+    n = f" ({e.count} of {e.times})" if e.times > 1 else ""
+    if e.fault == "node":
+        where = f"node of rank {e.global_rank}, with its agent"
+    else:
+        where = f"rank {e.global_rank} (local {e.local_rank}, pid {e.pid})"
+    status = "" if e.ok else f" failed: {e.detail}"
+    via = "" if e.source == "--inject" else f" from {e.source}"
+    return f"inject {e.spec}{n}{via}: {where}, attempt {e.attempt}{status}"
 
 
 def failure_headline(f: Failure) -> str:

@@ -26,7 +26,7 @@ from tui_launch.core.logs import LogLine
 from tui_launch.core.store import Snapshot
 from tui_launch.tui import render
 from tui_launch.tui.logview import LogView
-from tui_launch.tui.screens import ConfirmScreen, HelpScreen
+from tui_launch.tui.screens import ConfirmScreen, HelpScreen, InjectScreen
 from tui_launch.tui.source import Source
 
 LOG_LINES_SHOWN = 5000
@@ -56,6 +56,9 @@ class Dashboard(App[int]):
             "Restart",
             tooltip="Restart the worker group (no budget spent)",
             id="restart",
+        ),
+        Binding(
+            "i", "inject", "Inject", tooltip="Inject a failure into the selected rank", id="inject"
         ),
         Binding("l", "rank_log", "Rank log", tooltip="Show the selected rank's log", id="log"),
         Binding("a", "merged_log", "All logs", tooltip="All ranks' logs, merged", id="merged"),
@@ -345,7 +348,7 @@ class Dashboard(App[int]):
         """Hide keys that do not apply now (no rank selected, job finished)."""
         snap = self.source.snapshot()
         finished = snap.finished is not None
-        if action in ("kill", "term", "stop_continue"):
+        if action in ("kill", "term", "stop_continue", "inject"):
             rank = self.selected_rank()
             row = snap.rank(rank) if rank is not None else None
             return not finished and row is not None and row.state in ("running", "stopped")
@@ -401,6 +404,22 @@ class Dashboard(App[int]):
             self._signal_selected(signal.SIGCONT, "Continue (SIGCONT)")
         else:
             self._signal_selected(signal.SIGSTOP, "Stop (SIGSTOP)")
+
+    def action_inject(self) -> None:
+        """Open the inject menu for the selected rank."""
+        rank = self.selected_rank()
+        row = self.source.snapshot().rank(rank) if rank is not None else None
+        if row is None:
+            return
+        who = f"rank {row.global_rank} (local {rank}, pid {row.pid})"
+
+        def done(spec: str | None) -> None:
+            if not spec:
+                return
+            ok, message = self.source.inject(spec, "dashboard")
+            self.notify(message, severity="information" if ok else "error")
+
+        self.push_screen(InjectScreen(who, row.global_rank), done)
 
     def action_restart(self) -> None:
         """Restart the whole local worker group without spending the failure budget."""
@@ -482,6 +501,7 @@ class Dashboard(App[int]):
             ("t", "terminate the selected rank (SIGTERM)"),
             ("s", "stop / continue the selected rank (SIGSTOP / SIGCONT)"),
             ("r", "restart the whole worker group (spends no failure budget)"),
+            ("i", "inject a failure: kill, hang, slow, exit, exception, node"),
             ("l, enter", "show the selected rank's log"),
             ("a", "show all ranks' logs, merged"),
             ("/", "filter log lines by text"),
@@ -534,6 +554,12 @@ class Dashboard(App[int]):
                 self.action_stop_continue,
             ),
             ("restart", "Restart the worker group", "no failure budget spent", self.action_restart),
+            (
+                "inject",
+                "Inject a failure into the selected rank",
+                "kill, hang, slow, exit, exception, node",
+                self.action_inject,
+            ),
             ("rank_log", "Show the selected rank's log", "", self.action_rank_log),
             ("merged_log", "Show all logs merged", "", self.action_merged_log),
             ("root_cause", "Show the root cause", "", self.action_root_cause),

@@ -59,6 +59,7 @@ class FakeSource:
     actions: list[tuple[str, int | None, int | None]] = field(default_factory=list)
     stopped: set[int] = field(default_factory=set)
     exit_code: int | None = None
+    injected: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._snap = Snapshot()
@@ -113,6 +114,20 @@ class FakeSource:
 
     def is_stopped(self, local_rank: int) -> bool:
         return local_rank in self.stopped
+
+    def inject(self, spec: str, source: str = "dashboard") -> tuple[bool, str]:
+        from tui_launch.core.inject import InjectError, parse_spec
+
+        try:
+            parsed = parse_spec(spec)
+        except InjectError as e:
+            return False, str(e)
+        self.injected.append(spec)
+        if parsed.kind == "hang":  # as the runner does: a stop through the control API
+            for r in self._snap.ranks:
+                if r.global_rank == parsed.rank:
+                    self.signal_rank(r.local_rank, signal.SIGSTOP, "inject, dashboard")
+        return True, f"scheduled {parsed.canonical()}"
 
     def stop(self, sig: int = signal.SIGTERM, reason: str = "quit") -> None:
         self.actions.append(("stop", None, int(sig)))

@@ -49,6 +49,12 @@ def stderr_to_agent_log(capture: AgentLogCapture) -> Iterator[None]:
         term.close()
 
 
+# Mouse and paste modes off, kitty keys off, main screen back, cursor shown, focus events off.
+_LEAVE_APP_MODE = (
+    b"\x1b[?1000l\x1b[?1003l\x1b[?1015l\x1b[?1006l\x1b[?2004l\x1b[<u\x1b[?1049l\x1b[?25h\x1b[?1004l"
+)
+
+
 def run_dashboard(
     runner: Runner,
     *,
@@ -75,6 +81,21 @@ def run_dashboard(
         app = app_class(
             source, refresh_hz=refresh_hz, confirm=confirm, exit_on_finish=exit_on_finish
         )
+
+        def restore_terminal() -> None:
+            # A `node` injection SIGKILLs this process: give the terminal back first, with
+            # direct writes (Textual's own writer thread would not get to run).
+            driver = getattr(app, "_driver", None)
+            attrs = getattr(driver, "attrs_before", None)
+            fd = sys.__stderr__.fileno() if sys.__stderr__ is not None else 2
+            if attrs is not None:
+                import termios
+
+                with contextlib.suppress(Exception):
+                    termios.tcsetattr(driver.fileno, termios.TCSANOW, attrs)  # type: ignore[union-attr]
+            os.write(fd, _LEAVE_APP_MODE)
+
+        runner.before_node_death.insert(0, restore_terminal)
         try:
             result = app.run(headless=headless)
         except Exception as e:  # the UI is a window onto the job: keep the job

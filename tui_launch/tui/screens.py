@@ -1,4 +1,4 @@
-"""Modal screens: the y/n confirmation for destructive keys, and the help screen."""
+"""Modal screens: the y/n confirmation for destructive keys, the help screen, the inject menu."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Static
+from textual.widgets import Button, Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from tui_launch.core.inject import COMMON_KEYS, KIND_HELP, KIND_KEYS, KINDS, InjectError, parse_spec
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -55,4 +58,93 @@ class HelpScreen(ModalScreen[None]):
             )
 
     def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class InjectScreen(ModalScreen[str | None]):
+    """The inject menu: pick a fault for one rank, edit its keys, inject.
+
+    Dismisses with the full ``--inject`` spec (``kind:rank=N,key=value,...``), or None.
+    Every kind of :mod:`tui_launch.core.inject` is listed with its keys and defaults; the spec
+    is checked with the same parser as the command line before the menu closes.
+    """
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="inject-cancel")]
+
+    # What the keys field starts with for each kind: the keys worth editing, with defaults.
+    PRESETS = {
+        "kill": "signal=SIGKILL",
+        "hang": "for=10s",
+        "slow": "duty=50,period=1s,for=30s",
+        "exit": "code=1",
+        "exception": "message=injected by tuilaunch",
+        "node": "",
+    }
+
+    def __init__(self, who: str, global_rank: int) -> None:
+        super().__init__()
+        self.who = who
+        self.global_rank = global_rank
+        self.kind = KINDS[0]
+
+    def compose(self) -> ComposeResult:
+        width = max(len(k) for k in KINDS) + 2
+        options = [Option(f"{k.ljust(width)}{KIND_HELP[k]}", id=k) for k in KINDS]
+        with Vertical(id="inject-box"):
+            yield Static(f"Inject a failure into {self.who}", id="inject-title")
+            yield OptionList(*options, id="inject-kinds")
+            yield Static("", id="inject-keys-help")
+            yield Input(value=self.PRESETS[self.kind], id="inject-keys")
+            yield Static("", id="inject-error")
+            with Horizontal(id="inject-buttons"):
+                yield Button("Inject (enter)", variant="error", id="inject-go")
+                yield Button("Cancel (esc)", variant="primary", id="inject-no")
+
+    def on_mount(self) -> None:
+        self.query_one("#inject-kinds", OptionList).focus()
+        self._show_keys()
+
+    def _show_keys(self) -> None:
+        own = ", ".join(f"{k} ({v})" for k, v in KIND_KEYS[self.kind].items()) or "none"
+        common = ", ".join(f"{k} ({v})" for k, v in COMMON_KEYS.items() if k != "rank")
+        self.query_one("#inject-keys-help", Static).update(
+            f"{self.kind} keys: {own}\nall kinds: {common}; `after` counts from now"
+        )
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        kind = event.option.id or KINDS[0]
+        if kind != self.kind:
+            self.kind = kind
+            self.query_one("#inject-keys", Input).value = self.PRESETS[kind]
+            self.query_one("#inject-error", Static).update("")
+            self._show_keys()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.query_one("#inject-keys", Input).focus()
+
+    def spec(self) -> str:
+        """The spec the menu currently describes."""
+        keys = self.query_one("#inject-keys", Input).value.strip().strip(",")
+        return f"{self.kind}:rank={self.global_rank}" + (f",{keys}" if keys else "")
+
+    def _submit(self) -> None:
+        spec = self.spec()
+        try:
+            parse_spec(spec)
+        except InjectError as e:
+            self.query_one("#inject-error", Static).update(str(e))
+            return
+        self.dismiss(spec)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self._submit()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "inject-go":
+            self._submit()
+        else:
+            self.dismiss(None)
+
+    def action_cancel(self) -> None:
         self.dismiss(None)

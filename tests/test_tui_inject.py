@@ -1,0 +1,125 @@
+"""The dashboard's inject menu (``i``, and the command palette) on the deterministic FakeSource.
+
+The fake records the specs it is given (``.injected``) after checking them with the same
+parser as ``--inject``; a hang is performed as the runner does it (a SIGSTOP through the
+control API), so the row shows the rank stopped and ``s`` continues it.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from test_tui_pilot import drive, row_texts, wait_until
+from textual.pilot import Pilot
+from textual.widgets import Input, OptionList, Static
+
+from tui_launch.core.inject import KINDS
+from tui_launch.tui import fake
+from tui_launch.tui.app import Dashboard
+from tui_launch.tui.screens import ConfirmScreen, InjectScreen
+
+
+def test_i_opens_the_menu_for_the_selected_rank_with_every_kind() -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+        await pilot.press("down", "i")
+        await wait_until(pilot, lambda: isinstance(app.screen, InjectScreen))
+        screen = app.screen
+        assert isinstance(screen, InjectScreen)
+        title = str(screen.query_one("#inject-title", Static).content)
+        assert title.startswith("Inject a failure into rank 1 (local 1, pid")
+        kinds = screen.query_one("#inject-kinds", OptionList)
+        assert [kinds.get_option_at_index(i).id for i in range(kinds.option_count)] == list(KINDS)
+        keys = screen.query_one("#inject-keys", Input)
+        assert keys.value == "signal=SIGKILL"
+        assert "signal (SIGKILL)" in str(screen.query_one("#inject-keys-help", Static).content)
+        # Every kind shows its own keys when highlighted.
+        for kind in KINDS[1:]:
+            await pilot.press("down")
+            await pilot.pause()
+            assert screen.kind == kind
+            assert keys.value == InjectScreen.PRESETS[kind]
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, InjectScreen) and src.injected == []
+
+    drive("healthy", check)
+
+
+def test_menu_injects_the_spec_it_shows() -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+        await pilot.press("down", "down", "i")
+        await wait_until(pilot, lambda: isinstance(app.screen, InjectScreen))
+        await pilot.press("down", "down", "down", "down", "enter")  # exception; focus keys
+        screen = app.screen
+        assert isinstance(screen, InjectScreen) and screen.kind == "exception"
+        keys = screen.query_one("#inject-keys", Input)
+        keys.value = "after=2s,message=boom"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: src.injected)
+        assert src.injected == ["exception:rank=2,after=2s,message=boom"]
+        assert not isinstance(app.screen, InjectScreen)
+
+    drive("healthy", check)
+
+
+def test_menu_keeps_a_bad_spec_and_says_why() -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+        await pilot.press("i")
+        await wait_until(pilot, lambda: isinstance(app.screen, InjectScreen))
+        screen = app.screen
+        assert isinstance(screen, InjectScreen)
+        screen.query_one("#inject-keys", Input).value = "signal=SIGNOPE"
+        await pilot.click("#inject-go")
+        await pilot.pause()
+        assert isinstance(app.screen, InjectScreen) and src.injected == []
+        error = str(screen.query_one("#inject-error", Static).content)
+        assert "bad signal 'SIGNOPE'" in error
+
+    drive("healthy", check)
+
+
+def test_hung_rank_shows_stopped_and_s_continues_it() -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+        await pilot.press("down", "i", "down", "enter")  # hang, focus keys
+        screen = app.screen
+        assert isinstance(screen, InjectScreen) and screen.kind == "hang"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: src.injected)
+        assert src.injected == ["hang:rank=1,for=10s"]
+        await pilot.pause(0.1)
+        assert row_texts(app._table)[1][3] == "stopped"
+        await pilot.press("s")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.question.startswith("Continue (SIGCONT)")
+        await pilot.press("y")
+        await wait_until(pilot, lambda: len(src.actions) == 2)
+        assert src.actions[-1] == ("signal", 1, int(signal.SIGCONT))
+        await pilot.pause(0.1)
+        assert row_texts(app._table)[1][3] == "running"
+
+    drive("healthy", check)
+
+
+def test_inject_is_in_the_palette_and_hidden_when_finished() -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+        titles = [str(c.title) for c in app.get_system_commands(app.screen)]
+        assert "Inject a failure into the selected rank" in titles
+        entry = next(c for c in app.get_system_commands(app.screen) if c.title.startswith("Inj"))
+        app.call_later(entry.callback)
+        await wait_until(pilot, lambda: isinstance(app.screen, InjectScreen))
+
+    drive("healthy", check)
+
+    async def finished(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+        assert not app.check_action("inject", ())
+        titles = [str(c.title) for c in app.get_system_commands(app.screen)]
+        assert "Inject a failure into the selected rank" not in titles
+
+    drive("finished", finished)
+
+
+class TestInjectSnapshots:
+    def test_inject_menu(self, snap_compare) -> None:
+        """Rank 1 selected, i pressed, hang highlighted: the menu with hang's keys."""
+        app = Dashboard(fake.STATES["healthy"]())
+        assert snap_compare(app, terminal_size=(150, 42), press=["down", "i", "down"])

@@ -1,0 +1,97 @@
+"""The worker bootstrap that lets ``exit`` and ``exception`` injections reach a Python worker.
+
+Only when a run asks for such an injection (``--inject exit:...``, ``--inject exception:...`` or
+``--inject-ready``), the runner starts each Python worker as::
+
+    python -u -m tui_launch.core.shim DIR script.py ARGS...     (or DIR -m module ARGS...)
+
+instead of ``python -u script.py ARGS...``. The bootstrap installs one handler for
+:data:`INJECT_SIGNAL` and then runs the user's script or module exactly as ``python`` would:
+with ``runpy`` as ``__main__``, the same ``sys.argv`` and ``sys.path[0]``, so ``@record``,
+``if __name__ == "__main__"`` and pickling work, and tracebacks point into the user's code. The
+user's program is not changed and nothing is imported beyond the standard library. Runs that
+do not ask for these injections never see this module.
+
+To inject, the runner writes ``DIR/<pid>.json`` (``{"kind": "exit", "code": 3}`` or
+``{"kind": "exception", "message": "boom"}``) and sends :data:`INJECT_SIGNAL` to the worker.
+Python runs signal handlers in the main thread, so the exception is raised there, inside
+whatever the training loop was doing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+# A real-time signal: nothing else uses it, and its default action (terminate) never matters
+# because it is only sent to workers that installed the handler.
+INJECT_SIGNAL = signal.SIGRTMIN + 7
+
+_dir = ""
+
+
+class InjectedFailure(RuntimeError):
+    """The exception an ``exception`` injection raises in the worker's main thread."""
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    path = os.path.join(_dir, f"{os.getpid()}.json")
+    try:
+        with open(path) as fp:
+            order = json.load(fp)
+        os.unlink(path)
+    except (OSError, ValueError):
+        return  # no order for us: ignore the stray signal
+    if order.get("kind") == "exit":
+        # Exit at once, as a crash would: no finally blocks or atexit hooks that could wait
+        # on peers (a collective, destroy_process_group) and turn an exit into a hang.
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(int(order.get("code", 1)))
+    raise InjectedFailure(str(order.get("message") or "injected by tuilaunch"))
+
+
+def install(directory: str) -> None:
+    """Install the injection handler; orders are read from ``directory``."""
+    global _dir
+    _dir = directory
+    signal.signal(INJECT_SIGNAL, _on_signal)
+
+
+def run_path_entry(directory: str, training_script: str, *training_script_args: str) -> None:
+    """``--run-path`` workers: install the handler, then torch's own ``run_script_path``."""
+    from torch.distributed.run import run_script_path
+
+    install(directory)
+    run_script_path(training_script, *training_script_args)
+
+
+def main(argv: list[str]) -> None:
+    """``DIR script ARGS...`` or ``DIR -m module ARGS...``: run it as ``python`` would."""
+    import runpy
+
+    directory, rest = argv[0], argv[1:]
+    install(directory)
+    if rest and rest[0] == "-m":
+        module, args = rest[1], rest[2:]
+        # `python -m shim` already put the current directory first on sys.path, as `-m module`.
+        sys.argv = [module, *args]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    else:
+        script, args = rest[0], rest[1:]
+        sys.argv = [script, *args]
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
+        runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    # Run from the imported module, not this `__main__` copy: runpy is about to hand
+    # `__main__` to the user's script, and InjectedFailure should keep its real name.
+    from tui_launch.core import shim as _shim
+
+    _shim.main(sys.argv[1:])
