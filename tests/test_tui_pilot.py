@@ -758,7 +758,8 @@ def test_updated_cells_are_shown_whole(change: str) -> None:
                 src.post(event)
         expected = "SIGKILL (-9)" if change == "exit" else "123457"
         await wait_until(pilot, lambda: expected in row_texts(table)[1])
-        await pilot.pause()
+        # The column widens on the table's next repaint.
+        await wait_until(pilot, lambda: expected in shown_rows(table)[1])
         shown = shown_rows(table)[1]
         if change == "exit":
             assert row_texts(table)[1][4] == "SIGKILL (-9)"  # the cell holds it...
