@@ -594,12 +594,13 @@ def test_live_dashboard_shows_telemetry_of_a_real_run(
     real Dashboard: CPU, RSS, GPU and GPU memory columns and the GPUs panel fill in."""
     import asyncio
 
-    from textual.widgets import DataTable, Static
+    from textual.widgets import Static
 
     from tui_launch.core.args import parse
     from tui_launch.core.runner import Runner
     from tui_launch.tui.app import Dashboard
     from tui_launch.tui.source import LiveSource
+    from tui_launch.tui.table import WorkersTable
 
     monkeypatch.setenv(tm.FAKE_ENV, "2")
     monkeypatch.setenv("TUILAUNCH_TEST_TOKEN", f"telemetry-live-{os.getpid()}")
@@ -616,7 +617,7 @@ def test_live_dashboard_shows_telemetry_of_a_real_run(
 
     async def main() -> None:
         async with app.run_test(size=(150, 42)) as pilot:
-            table = app.query_one("#workers", DataTable)
+            table = app.query_one("#workers", WorkersTable)
 
             def filled() -> bool:
                 if table.row_count != 2:

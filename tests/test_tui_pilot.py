@@ -16,7 +16,7 @@ import pytest
 from rich.console import Console
 from textual.command import CommandList
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Footer, Input, Log, Static
+from textual.widgets import Footer, Input, Log, Static
 from textual.widgets._footer import FooterKey
 
 from tui_launch.core.events import RankExited, RunFinished
@@ -24,6 +24,7 @@ from tui_launch.core.logs import LogBuffer, LogSource
 from tui_launch.tui import fake, render
 from tui_launch.tui.app import LOG_LINES_SHOWN, Dashboard
 from tui_launch.tui.screens import ConfirmScreen, HelpScreen
+from tui_launch.tui.table import WorkersTable
 
 SIZE = (150, 42)
 Scenario = Callable[[Pilot, Dashboard, fake.FakeSource], Awaitable[None]]
@@ -73,7 +74,7 @@ def squash(text: str) -> str:
     return "\n".join(" ".join(line.split()) for line in text.splitlines())
 
 
-def row_texts(table: DataTable) -> list[list[str]]:
+def row_texts(table: WorkersTable) -> list[list[str]]:
     return [
         [getattr(c, "plain", str(c)) for c in table.get_row_at(i)] for i in range(table.row_count)
     ]
@@ -148,7 +149,7 @@ def test_healthy_panels_show_the_run() -> None:
             assert f"{i} H100 80GB HBM3" in gpus and f"rank {i}" in gpus
         assert "18/80G" in gpus and "700W" in gpus
 
-        table = app.query_one("#workers", DataTable)
+        table = app.query_one("#workers", WorkersTable)
         assert table.row_count == 4
         rows = row_texts(table)
         # Rank 3 is in uninterruptible sleep (D) in this state: flagged.
@@ -163,7 +164,7 @@ def test_healthy_panels_show_the_run() -> None:
         # Uptime: workers started 0.6 s into the run, the fake clock is at 95 s.
         assert rows[0][10] == render.ago(95.0 - 0.6)
         assert [r[11] for r in rows] == ["1s", "2s", "3s", "4s"]  # last log (settled)
-        assert [str(c.label) for c in table.columns.values()][:5] == [
+        assert list(table.column_labels)[:5] == [
             "rank",
             "local",
             "pid",
@@ -198,7 +199,7 @@ def test_waiting_panels() -> None:
         assert "state waiting" in rdzv
         assert "joined 1 of min 2" in rdzv
         assert "deadline 0:09:18 left" in rdzv  # 600 s join timeout, 42 s in, started at 0.1
-        assert app.query_one("#workers", DataTable).row_count == 0
+        assert app.query_one("#workers", WorkersTable).row_count == 0
         assert logview(app).lines == []
         assert app.selected_rank() is None
 
@@ -212,7 +213,7 @@ def test_failure_panels_show_the_root_cause() -> None:
         restarts = squash(text_of(app.query_one("#restarts", Static)))
         assert "on failure 1 / 1" in restarts
         assert "budget left 0" in restarts
-        rows = row_texts(app.query_one("#workers", DataTable))
+        rows = row_texts(app.query_one("#workers", WorkersTable))
         assert [r[:5] for r in rows] == [
             ["0", "0", "5200", "exited", "SIGTERM (-15)"],
             ["1", "1", "5201", "failed", "exit 1"],
@@ -238,13 +239,13 @@ def test_restarting_and_finished_panels() -> None:
         assert "failure" in restarts  # attempt 0 ended by a failure
         cause = text_of(app.query_one("#rootcause", Static))
         assert "SIGKILL (-9)" in cause and "OOM killer" in cause
-        states = [r[3] for r in row_texts(app.query_one("#workers", DataTable))]
+        states = [r[3] for r in row_texts(app.query_one("#workers", WorkersTable))]
         assert states == ["exited", "failed"]
 
     async def finished(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
         header = text_of(app.query_one("#header", Static))
         assert "SUCCEEDED" in header and "exit code 0" in header
-        rows = row_texts(app.query_one("#workers", DataTable))
+        rows = row_texts(app.query_one("#workers", WorkersTable))
         assert [r[:5] for r in rows] == [
             ["0", "0", "5200", "exited", "exit 0"],
             ["1", "1", "5201", "exited", "exit 0"],
@@ -729,7 +730,7 @@ def test_every_quit_path_goes_through_quit_job(how: str) -> None:
     assert app.return_value == 143 and app.clean_exit
 
 
-def shown_rows(table: DataTable) -> list[str]:
+def shown_rows(table: WorkersTable) -> list[str]:
     """The workers table's body as drawn on screen (what the user reads)."""
     return [table.render_line(y).text for y in range(1, table.row_count + 1)]
 

@@ -13,14 +13,12 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from rich.cells import cell_len
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
-from textual.widgets.data_table import ColumnKey
+from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from tui_launch.core.logs import LogLine
 from tui_launch.core.store import Snapshot
@@ -28,6 +26,7 @@ from tui_launch.tui import render
 from tui_launch.tui.logview import LogView
 from tui_launch.tui.screens import ConfirmScreen, HelpScreen, InjectScreen
 from tui_launch.tui.source import Source
+from tui_launch.tui.table import WorkersTable
 
 LOG_LINES_SHOWN = 5000
 FLOOD_LINES_PER_TICK = 200
@@ -89,9 +88,8 @@ class Dashboard(App[int]):
         self._logbar_text = ""
         self._panel_keys: dict[str | None, object] = {}
         self._panel_heights: dict[str | None, int] = {}
+        self._workers_key: tuple[object, ...] = ()
         self._keys_state: tuple[object, ...] = ()
-        self._row_keys: tuple[int, ...] = ()
-        self._cells: dict[tuple[int, int], object] = {}
         self._view_rank: int | None = None  # None: merged view
         self._stream = "both"
         self._filter = ""
@@ -111,9 +109,7 @@ class Dashboard(App[int]):
         self._rdzv = Static(id="rendezvous", classes="panel")
         self._restarts = Static(id="restarts", classes="panel")
         self._gpus = Static(id="gpus", classes="panel")
-        self._table: DataTable[object] = DataTable(
-            id="workers", cursor_type="row", zebra_stripes=True
-        )
+        self._table = WorkersTable(id="workers")
         self._tabs = TabbedContent(id="tabs", initial="logs-tab")
         self._logbar = Static(id="logbar")
         self._filter_box = Input(placeholder="filter log lines (Esc to close)", id="filter-input")
@@ -143,11 +139,9 @@ class Dashboard(App[int]):
         self._rdzv.border_title = "Rendezvous"
         self._restarts.border_title = "Restarts"
         self._gpus.border_title = "GPUs"
-        table = self._table
-        for i, name in enumerate(render.WORKER_COLUMNS):
-            table.add_column(name, key=str(i))
+        self._table.set_columns(render.WORKER_COLUMNS)
         self._filter_box.display = False
-        table.focus()
+        self._table.focus()
         self._update_logbar()
         self._tick()
         self.set_interval(1.0 / self.refresh_hz, self._tick)
@@ -184,7 +178,13 @@ class Dashboard(App[int]):
         restarts_key = (snap.attempts, snap.budget_left, snap.restarts_used, snap.finished)
         self._set(self._restarts, restarts_key, render.restarts_panel, snap, now)
         self._refresh_keys(snap)
-        self._update_workers(snap, now)
+        # The table's ages ("last log 0s/1s") would flicker on every tick that brings log
+        # lines, and a repaint of the table is the dashboard's costliest: once a second, or
+        # at once when a rank or its telemetry changes.
+        workers_key = (second, snap.ranks, snap.telemetry)
+        if workers_key != self._workers_key:
+            self._workers_key = workers_key
+            self._update_workers(snap, now)
         self._update_log()
         self._update_agent_log()
         if snap.finished is not None and not self._finished_seen:
@@ -193,36 +193,16 @@ class Dashboard(App[int]):
                 self._leave(snap.finished.exit_code)
 
     def _update_workers(self, snap: Snapshot, now: float) -> None:
-        table = self._table
-        keys = tuple(r.local_rank for r in snap.ranks)
-        if keys != self._row_keys:
-            selected = self.selected_rank()
-            table.clear()
-            self._cells.clear()
-            for r in snap.ranks:
-                cells = render.rank_cells(
-                    r, now, self.source.logs.last_line_at.get(r.local_rank), snap.telemetry
+        last_line_at = self.source.logs.last_line_at
+        self._table.set_rows(
+            [
+                (
+                    str(r.local_rank),
+                    render.rank_cells(r, now, last_line_at.get(r.local_rank), snap.telemetry),
                 )
-                table.add_row(*cells, key=str(r.local_rank))
-                for i, c in enumerate(cells):
-                    self._cells[(r.local_rank, i)] = _plain(c)
-            self._row_keys = keys
-            if selected in keys:
-                table.move_cursor(row=keys.index(selected))
-            return
-        for r in snap.ranks:
-            cells = render.rank_cells(
-                r, now, self.source.logs.last_line_at.get(r.local_rank), snap.telemetry
-            )
-            for i, c in enumerate(cells):
-                plain = _plain(c)
-                if self._cells.get((r.local_rank, i)) != plain:
-                    self._cells[(r.local_rank, i)] = plain
-                    # A wider cell ("SIGKILL (-9)", a longer pid) must widen its column, but
-                    # re-measuring lays out the whole screen: only when it does not fit.
-                    column = table.columns[ColumnKey(str(i))]
-                    wider = cell_len(str(plain)) > column.content_width
-                    table.update_cell(str(r.local_rank), str(i), c, update_width=wider)
+                for r in snap.ranks
+            ]
+        )
 
     def _set(self, widget: Static, key: object, make, *args: object) -> None:  # type: ignore[no-untyped-def]
         if self._panel_keys.get(widget.id) == key:
@@ -252,18 +232,12 @@ class Dashboard(App[int]):
             self._keys_state = key
             self.refresh_bindings()
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_workers_table_row_highlighted(self, event: WorkersTable.RowHighlighted) -> None:
         self._refresh_keys(self.source.snapshot())
 
     def selected_rank(self) -> int | None:
         """Local rank of the row under the cursor, if any."""
-        table = self._table
-        if table.row_count == 0:
-            return None
-        try:
-            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-        except Exception:
-            return None
+        key = self._table.selected_key
         return int(key) if key is not None else None
 
     # ---------------------------------------------------------------- logs
@@ -442,7 +416,7 @@ class Dashboard(App[int]):
         self._tabs.active = "logs-tab"
         self._rerender_log()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_workers_table_row_selected(self, event: WorkersTable.RowSelected) -> None:
         self.action_rank_log()
 
     def action_merged_log(self) -> None:
@@ -573,8 +547,3 @@ class Dashboard(App[int]):
 def _waiting(snap: Snapshot) -> bool:
     # The join deadline counts down every second only while the rendezvous waits.
     return snap.rendezvous is not None and snap.rendezvous.state == "waiting"
-
-
-def _plain(cell: object) -> object:
-    plain = getattr(cell, "plain", None)
-    return plain if plain is not None else cell

@@ -1,0 +1,281 @@
+"""The workers table: one row per local rank, a row cursor, cheap to update.
+
+Textual's ``DataTable`` re-renders every cell of every row through Rich whenever any cell
+changes (its caches are keyed on a global update counter), which made one repaint of eight
+ranks cost tens of milliseconds: with telemetry, ages and sparklines changing every second it
+was the dashboard's largest cost. This table keeps one rendered strip per row and rebuilds only
+the rows whose cells changed; the layout is touched only when the number of rows or the column
+widths change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import RenderableType
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+__all__ = ["WorkersTable"]
+
+PAD = 1  # spaces on each side of a cell
+
+
+def _as_text(cell: RenderableType) -> Text:
+    if isinstance(cell, Text):
+        return cell
+    return Text(str(cell))
+
+
+class WorkersTable(ScrollView, can_focus=True):
+    """Rows of cells with a sticky header and a row cursor (keys, mouse)."""
+
+    DEFAULT_CSS = """
+    WorkersTable {
+        height: auto;
+        background: $surface;
+    }
+    WorkersTable > .workers--header {
+        text-style: bold;
+        color: $text-accent;
+    }
+    WorkersTable > .workers--even-row {
+        background: $surface-lighten-1 50%;
+    }
+    WorkersTable > .workers--cursor {
+        background: $block-cursor-background;
+        color: $block-cursor-foreground;
+        text-style: bold;
+    }
+    WorkersTable:blur > .workers--cursor {
+        background: $block-cursor-blurred-background;
+        color: $block-cursor-blurred-foreground;
+        text-style: none;
+    }
+    """
+    COMPONENT_CLASSES = {"workers--header", "workers--even-row", "workers--cursor"}
+    BINDINGS = [
+        Binding("up", "cursor_up", "Up", show=False),
+        Binding("down", "cursor_down", "Down", show=False),
+        Binding("home", "cursor_first", "First", show=False),
+        Binding("end", "cursor_last", "Last", show=False),
+        Binding("enter", "select", "Select", show=False),
+    ]
+
+    cursor_row: reactive[int] = reactive(0, always_update=False, repaint=False)
+
+    class RowHighlighted(Message):
+        """The cursor moved to the row with this key."""
+
+        def __init__(self, table: WorkersTable, key: str | None) -> None:
+            super().__init__()
+            self.table = table
+            self.key = key
+
+    class RowSelected(Message):
+        """Enter, or a click on the row under the cursor."""
+
+        def __init__(self, table: WorkersTable, key: str | None) -> None:
+            super().__init__()
+            self.table = table
+            self.key = key
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self._labels: tuple[Text, ...] = ()
+        self._keys: list[str] = []
+        self._rows: list[tuple[Text, ...]] = []
+        self._widths: tuple[int, ...] = ()
+        # Row index -> (what the strip was built from, the strip).
+        self._strips: dict[int, tuple[tuple[object, ...], Strip]] = {}
+
+    # ---------------------------------------------------------------- data
+
+    @property
+    def column_labels(self) -> tuple[str, ...]:
+        """The column headers."""
+        return tuple(label.plain for label in self._labels)
+
+    @property
+    def row_count(self) -> int:
+        """Number of rows."""
+        return len(self._rows)
+
+    @property
+    def row_keys(self) -> tuple[str, ...]:
+        """Row keys, top to bottom."""
+        return tuple(self._keys)
+
+    def get_row_at(self, index: int) -> tuple[Text, ...]:
+        """The cells of row ``index``."""
+        return self._rows[index]
+
+    @property
+    def selected_key(self) -> str | None:
+        """Key of the row under the cursor, if any."""
+        if not self._rows:
+            return None
+        return self._keys[min(self.cursor_row, len(self._keys) - 1)]
+
+    def set_columns(self, labels: Sequence[str]) -> None:
+        """Set the column headers (keeps no rows)."""
+        self._labels = tuple(Text(label) for label in labels)
+        self._keys, self._rows = [], []
+        self._resize()
+
+    def set_rows(self, rows: Sequence[tuple[str, Sequence[RenderableType]]]) -> None:
+        """Replace every row with ``(key, cells)``; repaints only the rows that changed."""
+        keys = [key for key, _ in rows]
+        cells = [tuple(_as_text(c) for c in row) for _, row in rows]
+        if keys == self._keys and cells == self._rows:
+            return
+        selected = self.selected_key
+        changed = [
+            i
+            for i, row in enumerate(cells)
+            if i >= len(self._rows) or row != self._rows[i] or keys[i] != self._keys[i]
+        ]
+        count_changed = len(cells) != len(self._rows)
+        self._keys, self._rows = keys, cells
+        if self._resize() or count_changed:
+            self.refresh()
+        else:
+            for i in changed:
+                self._repaint_row(i)
+        if selected in keys:
+            self.move_cursor(keys.index(selected))
+        elif self._rows:
+            self.move_cursor(min(self.cursor_row, len(self._rows) - 1))
+
+    def clear(self) -> None:
+        """Remove every row."""
+        self.set_rows([])
+
+    def _resize(self) -> bool:
+        """Recompute column widths and the virtual size; True if the widths changed."""
+        widths = tuple(
+            max([label.cell_len, *(row[i].cell_len for row in self._rows if i < len(row))])
+            for i, label in enumerate(self._labels)
+        )
+        changed = widths != self._widths
+        self._widths = widths
+        total = sum(w + 2 * PAD for w in widths)
+        size = Size(total, len(self._rows) + 1)
+        if size != self.virtual_size:
+            if size.height != self.virtual_size.height:
+                self.refresh(layout=True)  # the table's height is auto
+            self.virtual_size = size
+        return changed
+
+    # ---------------------------------------------------------------- cursor
+
+    def move_cursor(self, row: int) -> None:
+        """Put the cursor on ``row`` (clamped) and scroll it into view."""
+        if not self._rows:
+            return
+        self.cursor_row = max(0, min(row, len(self._rows) - 1))
+
+    def watch_cursor_row(self, old: int, new: int) -> None:
+        for i in (old, new):
+            if 0 <= i < len(self._rows):
+                self._repaint_row(i)
+        visible = max(1, self.scrollable_content_region.height - 1)
+        top = int(self.scroll_offset.y)
+        if new < top:
+            self.scroll_to(y=new, animate=False)
+        elif new >= top + visible:
+            self.scroll_to(y=new - visible + 1, animate=False)
+        self.post_message(self.RowHighlighted(self, self.selected_key))
+
+    def action_cursor_up(self) -> None:
+        """Cursor one row up."""
+        self.move_cursor(self.cursor_row - 1)
+
+    def action_cursor_down(self) -> None:
+        """Cursor one row down."""
+        self.move_cursor(self.cursor_row + 1)
+
+    def action_cursor_first(self) -> None:
+        """Cursor to the first row."""
+        self.move_cursor(0)
+
+    def action_cursor_last(self) -> None:
+        """Cursor to the last row."""
+        self.move_cursor(len(self._rows) - 1)
+
+    def action_select(self) -> None:
+        """Select the row under the cursor."""
+        if self._rows:
+            self.post_message(self.RowSelected(self, self.selected_key))
+
+    def on_click(self, event: events.Click) -> None:
+        """A click moves the cursor; a click on the cursor's row selects it."""
+        offset = event.get_content_offset(self)  # inside the border and padding
+        if offset is None or offset.y < 1:
+            return
+        row = offset.y - 1 + int(self.scroll_offset.y)
+        if not 0 <= row < len(self._rows):
+            return
+        if row == self.cursor_row:
+            self.action_select()
+        else:
+            self.move_cursor(row)
+
+    # ---------------------------------------------------------------- rendering
+
+    def _repaint_row(self, index: int) -> None:
+        self.refresh_line(index + 1)  # virtual line: the header is line 0
+
+    def notify_style_update(self) -> None:
+        self._strips.clear()
+        super().notify_style_update()
+
+    def _line(self, cells: Sequence[Text]) -> Text:
+        line = Text(no_wrap=True, overflow="crop", end="")
+        for width, cell in zip(self._widths, cells, strict=False):
+            line.append(" " * PAD)
+            line.append_text(cell)
+            line.append(" " * (width - cell.cell_len + PAD))
+        return line
+
+    def render_line(self, y: int) -> Strip:
+        """Line 0 is the header; the rows below it scroll."""
+        width = self.size.width
+        scroll_x = int(self.scroll_offset.x)
+        base = self.rich_style
+        if y == 0:
+            style = base + self.get_component_rich_style("workers--header", partial=True)
+            return self._strip(-1, self._labels, style, width, scroll_x)
+        index = y - 1 + int(self.scroll_offset.y)
+        if not 0 <= index < len(self._rows):
+            return Strip.blank(width, base)
+        style = base
+        if index % 2:
+            style += self.get_component_rich_style("workers--even-row", partial=True)
+        if index == self.cursor_row:
+            style += self.get_component_rich_style("workers--cursor", partial=True)
+        return self._strip(index, self._rows[index], style, width, scroll_x)
+
+    def _strip(
+        self, index: int, cells: Sequence[Text], style: Style, width: int, scroll_x: int
+    ) -> Strip:
+        signature = (tuple(cells), self._widths, style, width, scroll_x)
+        cached = self._strips.get(index)
+        if cached is not None and cached[0] == signature:
+            return cached[1]
+        line = self._line(cells)
+        segments = [
+            Segment(seg.text, style + seg.style if seg.style else style)
+            for seg in line.render(self.app.console)
+        ]
+        strip = Strip(segments).crop_extend(scroll_x, scroll_x + width, style)
+        self._strips[index] = (signature, strip)
+        return strip
