@@ -784,3 +784,23 @@ def test_textual_logging_still_works() -> None:
             log("hello from a test")  # a plain App: returns (no devtools client attached)
 
     drive("healthy", check)
+
+
+@pytest.mark.parametrize("outcome", ["stopped", "failed"])
+def test_a_run_stopped_from_outside_closes_the_dashboard(outcome: str) -> None:
+    """SIGTERM/^C/SIGHUP to tuilaunch (outcome stopped) ends it: the terminal may be gone, and
+    nobody left to press q. A failed run keeps the dashboard open on its root cause."""
+    code = 129 if outcome == "stopped" else 1
+
+    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+        src.post(RunFinished(outcome=outcome, exit_code=code, message="", **fake._at(120)))
+        if outcome == "stopped":
+            await wait_until(pilot, lambda: not app.is_running)
+        else:
+            await pilot.pause(0.5)
+            assert app.is_running
+            await pilot.press("q")
+            await wait_until(pilot, lambda: not app.is_running)
+
+    app = drive("healthy", check)
+    assert app.return_value == code

@@ -197,8 +197,10 @@ class LogTailer:
     CHUNK = 1 << 22
     MAX_LINE = 1 << 20
 
-    def __init__(self, interval: float = 0.05) -> None:
+    def __init__(self, interval: float = 0.05, idle_interval: float = 0.2) -> None:
         self._interval = interval
+        self._idle_interval = max(interval, idle_interval)
+        self._delivered = 0  # lines delivered so far (tells the loop whether a poll found any)
         self._sources: list[LogSource] = []
         self._sinks: list[LineSink] = []
         self._lock = threading.RLock()
@@ -253,8 +255,15 @@ class LogTailer:
         # first and the tailer catches up (the files hold every line meanwhile).
         with contextlib.suppress(OSError, AttributeError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-        while not self._stop.wait(self._interval):
+        # Poll fast while lines flow; back off (doubling, up to idle_interval) while the files
+        # are quiet, as in a steady training loop that prints a line a second: most polls of
+        # every rank's files would find nothing.
+        wait = self._interval
+        while not self._stop.wait(wait):
+            before = self._delivered
             self.drain()
+            found = self._delivered != before
+            wait = self._interval if found else min(wait * 2, self._idle_interval)
 
     def _read(self, src: LogSource, final: bool) -> None:
         """Deliver every whole line written to ``src`` since the last read.
@@ -290,6 +299,7 @@ class LogTailer:
     def _deliver(self, src: LogSource, whole: bytes) -> None:
         # Split on newlines only: a progress bar's \r stays inside its line, as in the file.
         lines = whole.decode("utf-8", "replace").split("\n")[:-1]
+        self._delivered += len(lines)
         for sink in self._sinks:
             try:
                 sink(src, lines)

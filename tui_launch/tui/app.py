@@ -189,7 +189,10 @@ class Dashboard(App[int]):
         self._update_agent_log()
         if snap.finished is not None and not self._finished_seen:
             self._finished_seen = True
-            if self.exit_on_finish or self._quitting:
+            # A run stopped from outside (SIGTERM, ^C, SIGHUP when the terminal went away)
+            # ends tuilaunch too: nobody may be left to press q, and a dashboard on a closed
+            # terminal would otherwise linger.
+            if self.exit_on_finish or self._quitting or snap.finished.outcome == "stopped":
                 self._leave(snap.finished.exit_code)
 
     def _update_workers(self, snap: Snapshot, now: float) -> None:
