@@ -47,10 +47,22 @@ class LogView(Log):
         return self
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        """Render the visible lines (one ``rich_style`` lookup for all of them)."""
+        """Render the visible lines (one ``rich_style`` lookup for all of them).
+
+        Without a border, padding or scrollbars (the dashboard's log has none) the lines go
+        straight to the compositor: Textual's generic per-line styling pass would only copy
+        them, and it cost more than rendering them.
+        """
         self._paint_style = self.rich_style
         try:
-            return super().render_lines(crop)
+            if self.gutter or self.scrollbar_gutter or self.styles.has_rule("tint"):
+                return super().render_lines(crop)
+            scroll_x, scroll_y = self.scroll_offset
+            width = self.size.width
+            lines = [self._render_line(scroll_y + y, scroll_x, width) for y in crop.line_range]
+            if crop.x or crop.width != width:
+                lines = [line.crop(crop.x, crop.right) for line in lines]
+            return lines
         finally:
             self._paint_style = None
 
