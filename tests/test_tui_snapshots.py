@@ -49,3 +49,12 @@ class TestDashboardSnapshots:
     def test_help(self, snap_compare) -> None:
         """The ? help screen."""
         assert snap_compare(dashboard("healthy"), terminal_size=SIZE, press=["question_mark"])
+
+    def test_multinode(self, snap_compare) -> None:
+        """A 2:4-node job: nodes and heartbeats in the rendezvous panel, a node joined in the
+        attempt timeline, one node waiting."""
+        assert snap_compare(dashboard("multinode"), terminal_size=SIZE)
+
+    def test_cluster_tab(self, snap_compare) -> None:
+        """Key n: the Cluster tab, every node's status from the store; the silent one first."""
+        assert snap_compare(dashboard("multinode"), terminal_size=SIZE, press=["n"])
