@@ -9,7 +9,7 @@ from conftest import ROOT
 
 def _readme_commands() -> list[str]:
     text = (ROOT / "README.md").read_text()
-    return re.findall(r"```sh\n(python3 -m venv .+?)\n```", text)
+    return re.findall(r"```sh\n([^\n]*?python3 -m venv [^\n]+)\n```", text)
 
 
 def test_readme_has_exactly_two_setup_commands():

@@ -54,3 +54,12 @@ class TestDashboardSnapshots:
         """8 ranks on 8 fake GPUs, NVML pids from another namespace: GPUs inferred (~) from
         LOCAL_RANK and the UUIDs in CUDA_VISIBLE_DEVICES; compact one-line-per-GPU panel."""
         assert snap_compare(dashboard("gpus8"), terminal_size=SIZE)
+
+    def test_multinode(self, snap_compare) -> None:
+        """A 2:4-node job: nodes and heartbeats in the rendezvous panel, a node joined in the
+        attempt timeline, one node waiting."""
+        assert snap_compare(dashboard("multinode"), terminal_size=SIZE)
+
+    def test_cluster_tab(self, snap_compare) -> None:
+        """Key n: the Cluster tab, every node's status from the store; the silent one first."""
+        assert snap_compare(dashboard("multinode"), terminal_size=SIZE, press=["n"])

@@ -14,6 +14,7 @@ import time
 from typing import TextIO
 
 from tui_launch.core import errors
+from tui_launch.core.cluster import cluster_lines
 from tui_launch.core.events import Event, Injected
 from tui_launch.core.logs import STDOUT, LogSource
 from tui_launch.core.runner import Runner
@@ -21,6 +22,7 @@ from tui_launch.core.store import RunStore, Snapshot
 from tui_launch.core.text import clock, describe, failure_details, failure_headline
 
 TAG = "[tuilaunch]"
+CLUSTER_LINES_MAX = 32
 _CLEAR = "\r\x1b[2K"
 
 
@@ -45,6 +47,9 @@ class Headless:
         self._lock = threading.Lock()
         self._status = ""
         self._next_event = 0
+        self._cluster_seen: object = None
+        self._cluster_lines: dict[str, str] = {}
+        self._cluster_error: str | None = None
 
     # Called on the log tailer's thread.
     def console_sink(self, src: LogSource, lines: list[str]) -> None:
@@ -83,6 +88,27 @@ class Headless:
             line = describe(e)
             if line:
                 self._say(line)
+        self._print_cluster()
+
+    def _print_cluster(self) -> None:
+        # One line per node whenever what it says changes (not its heartbeat age). Past
+        # CLUSTER_LINES_MAX nodes, only nodes that are not running are printed (see SCALING.md).
+        sample = self.store.snapshot().cluster
+        if sample is None or sample is self._cluster_seen:
+            return
+        self._cluster_seen = sample
+        cv = self.runner.cluster
+        stale = 5 * cv.interval if cv is not None else 10.0
+        lines = cluster_lines(sample.nodes, stale)
+        many = len(lines) > CLUSTER_LINES_MAX
+        for node, line in lines.items():
+            if self._cluster_lines.get(node) != line:
+                self._cluster_lines[node] = line
+                if not many or " running " not in f" {line} ":
+                    self._say(f"cluster {line}")
+        if sample.error and sample.error != self._cluster_error:
+            self._say(f"cluster view: store unreachable: {sample.error}")
+        self._cluster_error = sample.error
 
     def run(self) -> int:
         """Start nothing, but follow the runner until it is done; print the summary."""

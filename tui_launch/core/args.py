@@ -331,6 +331,12 @@ def _check_backend(backend: str, standalone: bool) -> None:
         raise UsageError(
             f"--rdzv-backend {backend!r} is not known; choose from {', '.join(sorted(known))}"
         )
+    if backend in ("etcd", "etcd-v2") and importlib.util.find_spec("etcd") is None:
+        # torch would fail later, inside the agent, with an import error.
+        raise UsageError(
+            f"--rdzv-backend {backend} needs the python-etcd package: "
+            "pip install 'tuilaunch[etcd]' (or pip install python-etcd)"
+        )
 
 
 def _check_script(args: argparse.Namespace) -> None:

@@ -95,6 +95,8 @@ class RendezvousSample(Event):
     join_timeout: float | None
     participants: tuple[Participant, ...]
     waiting: tuple[str, ...]
+    # The last-call deadline of a round in progress (wall clock), when torch has set one.
+    deadline: float | None = None
 
 
 @dataclass(frozen=True)
@@ -257,6 +259,48 @@ class RunFinished(Event):
     message: str
 
 
+@dataclass(frozen=True)
+class NodeStatus:
+    """One node of the cluster view, as its agent last published it into the job's store."""
+
+    node: str
+    host: str
+    pid: int
+    state: str
+    group_rank: int | None
+    group_world_size: int | None
+    local_world_size: int
+    attempt: int
+    ranks: tuple[tuple[int, int, int, str], ...]  # (global rank, local rank, pid, state)
+    restarts: tuple[int, int, int]  # failure, manual, membership
+    gpu: str | None
+    error: str | None
+    age: float | None  # seconds since it published, in whole seconds
+    this_node: bool = False
+
+
+@dataclass(frozen=True)
+class ClusterSample(Event):
+    """Every node's latest status read back from the store (not journaled: a live reading)."""
+
+    kind: ClassVar[str] = "cluster_sample"
+    journaled: ClassVar[bool] = False
+    nodes: tuple[NodeStatus, ...]
+    store: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeChange(Event):
+    """Nodes joined or left the group between two rendezvous rounds."""
+
+    kind: ClassVar[str] = "node_change"
+    attempt: int
+    joined: tuple[str, ...]
+    left: tuple[str, ...]
+    group_world_size: int
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
@@ -274,6 +318,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Shutdown,
         RunFinished,
         RendezvousSample,
+        ClusterSample,
+        NodeChange,
     )
 }
 
@@ -281,6 +327,7 @@ _NESTED: dict[tuple[str, str], type[Any]] = {
     ("workers_started", "workers"): WorkerInfo,
     ("attempt_failed", "failures"): Failure,
     ("rendezvous_sample", "participants"): Participant,
+    ("cluster_sample", "nodes"): NodeStatus,
 }
 
 

@@ -13,7 +13,8 @@ from typing import Any
 from tui_launch.core.events import Participant, RendezvousSample
 
 
-def _node_name(node: Any) -> str:
+def node_name(node: Any) -> str:
+    """A rendezvous node as ``addr:pid`` (torch's ``_NodeDesc``)."""
     addr = getattr(node, "addr", None)
     return f"{addr}:{getattr(node, 'pid', '')}" if addr else str(node)
 
@@ -47,7 +48,7 @@ def sample(handler: Any, now: datetime | None = None) -> RendezvousSample | None
                 age = None
         parts.append(
             Participant(
-                node=_node_name(node), rank=int(rank), heartbeat_age=age, this_node=node == this
+                node=node_name(node), rank=int(rank), heartbeat_age=age, this_node=node == this
             )
         )
     settings = getattr(handler, "_settings", None)
@@ -61,8 +62,42 @@ def sample(handler: Any, now: datetime | None = None) -> RendezvousSample | None
         max_nodes=getattr(settings, "max_nodes", None),
         join_timeout=join.total_seconds() if join is not None else None,
         participants=tuple(parts),
-        waiting=tuple(sorted(_node_name(n) for n in getattr(state, "wait_list", ()) or ())),
+        waiting=tuple(sorted(node_name(n) for n in getattr(state, "wait_list", ()) or ())),
+        deadline=_wall(getattr(state, "deadline", None)),
     )
+
+
+def _wall(t: Any) -> float | None:
+    if not isinstance(t, datetime):
+        return None
+    return _aware(t).timestamp()
+
+
+def dead_participants(handler: Any, now: datetime | None = None) -> list[str]:
+    """Participants of the cached round whose heartbeats have expired (never the network).
+
+    torch only notices a dead node when another node next syncs the state; it then drops it
+    from the participants, but the agents of a complete round go on waiting on their workers.
+    The keep-alive thread refreshes the cached heartbeats every ``keep_alive_interval``.
+    """
+    state = cached_state(handler)
+    settings = getattr(handler, "_settings", None)
+    interval = getattr(settings, "keep_alive_interval", None)
+    attempts = getattr(settings, "keep_alive_max_attempt", None)
+    if state is None or interval is None or not attempts:
+        return []
+    now = now or datetime.now(timezone.utc)
+    limit = interval * attempts
+    out = []
+    beats = dict(getattr(state, "last_heartbeats", {}) or {})
+    for node in getattr(state, "participants", {}) or {}:
+        hb = beats.get(node)
+        try:
+            if hb is not None and now - _aware(hb) > limit:
+                out.append(node_name(node))
+        except TypeError:
+            continue
+    return out
 
 
 def _aware(t: datetime) -> datetime:

@@ -36,6 +36,7 @@ from tui_launch.core.events import (
     Failure,
     GroupState,
     Injected,
+    NodeChange,
     Notice,
     RankExited,
     RendezvousCompleted,
@@ -140,6 +141,11 @@ class Runner:
         self._failure_restarts = 0
         self._user_max_restarts = int(getattr(args, "max_restarts", 0))
         self._rdzv_t0 = 0.0
+        # Multi-node: the round and group size this node joined, and who was in it.
+        self._round: int | None = None
+        self._group_world = 1
+        self._members: tuple[str, ...] = ()
+        self.cluster: Any = None  # cluster.ClusterView once the first rendezvous is done
         self._last_group_state: str | None = None
         self._notes: tuple[str, ...] = ()
         self._attempt_dir = ""
@@ -249,9 +255,26 @@ class Runner:
                 outcome, code = "stopped", signal_exit_code(self._stop_sig)
                 message = f"stopped by {self._stop_sig.name}"
             else:
-                outcome, code, message = "error", 1, one_line_error(e)
+                outcome, code, message = "error", 1, self._rendezvous_error(e) or one_line_error(e)
         finally:
             self._finish(outcome, code, message)
+
+    def _rendezvous_error(self, e: BaseException) -> str | None:
+        """Below MIN nodes until the join timeout: say so in words, not torch's class name."""
+        if type(e).__name__ != "RendezvousTimeoutError":
+            return None
+        from tui_launch.core.args import min_max_nodes
+
+        lo, hi = min_max_nodes(self.args.nnodes)
+        live = self.store.snapshot().rendezvous_live
+        joined = len(live.participants) if live is not None and not live.complete else None
+        timeout = live.join_timeout if live is not None else None
+        have = f"; {joined} joined" if joined is not None else ""
+        within = f" within the join timeout ({timeout:g}s)" if timeout else ""
+        return (
+            f"rendezvous timed out: fewer than the minimum of {lo} node(s) (--nnodes {lo}:{hi}) "
+            f"joined{within}{have}. Start more nodes or lower MIN. ({one_line_error(e)})"
+        )
 
     def _finish(self, outcome: str, code: int, message: str) -> None:
         with self._lock:
@@ -269,6 +292,8 @@ class Runner:
 
             shutil.rmtree(self._shim_dir, ignore_errors=True)
         self.store.post(RunFinished(outcome=outcome, exit_code=code, message=message))
+        if self.cluster is not None:
+            self.cluster.stop()  # one last record: the outcome, for the other nodes
         if self.run_dir is None:
             self._ensure_run_dir()
         self.journal.close()
@@ -775,11 +800,88 @@ class Runner:
                 duration=time.monotonic() - self._rdzv_t0,
             )
         )
+        self._note_membership(wg, live)
         if wg.workers:
             # Ranks in --inject can only be checked once the world size is known; stop here,
             # before any worker starts (exit status 2, as for any bad input).
             inject.check_world_size(self.injector.cli_specs, int(wg.workers[0].world_size))
         self._phase = "starting"
+        self._start_cluster_view(handler)
+
+    def _note_membership(self, wg: Any, live: Any) -> None:
+        """Remember this round; post which nodes joined or left since the previous one."""
+        members = tuple(sorted(p.node for p in live.participants)) if live else ()
+        world = int(wg.group_world_size)
+        before, before_world = self._members, self._group_world
+        self._round = live.round if live else None
+        self._members, self._group_world = members, world
+        if self._attempt < 0:
+            return
+        joined = tuple(m for m in members if m not in before)
+        left = tuple(m for m in before if m not in members)
+        if joined or left or world != before_world:
+            self.store.post(
+                NodeChange(
+                    attempt=self._attempt + 1, joined=joined, left=left, group_world_size=world
+                )
+            )
+
+    def _start_cluster_view(self, handler: Any) -> None:
+        if self.cluster is not None:
+            self.cluster.set_handler(handler)
+            return
+        from tui_launch.core.cluster import ClusterView, interval_from_env
+
+        interval = interval_from_env()
+        if interval <= 0:
+            return
+        self.cluster = ClusterView(self, handler, interval=interval)
+        self.cluster.start()
+
+    def _node_lost(self, agent: Any) -> list[str]:
+        """Nodes of this round that are gone: dropped by torch or with expired heartbeats."""
+        if self._group_world <= 1:
+            return []
+        handler = agent._worker_group.spec.rdzv_handler
+        state = rendezvous.cached_state(handler)
+        if state is None or getattr(state, "round", None) != self._round:
+            return []  # a newer round: torch's own waiting-node check restarts us
+        dead = rendezvous.dead_participants(handler)
+        if dead:
+            return dead
+        present = {rendezvous.node_name(n) for n in getattr(state, "participants", {}) or {}}
+        if getattr(state, "complete", False) and len(present) < self._group_world:
+            return [m for m in self._members if m not in present] or ["?"]
+        return []
+
+    def _wait_node_loss(self, agent: Any) -> list[str]:
+        """After a failure in an elastic multi-node group: was it a node that went away?
+
+        A node's death shows first as a broken collective on every other node, long before
+        torch notices its missing heartbeats. Waiting for one heartbeat window (syncing the
+        state on the agent thread, as torch's own loop does) tells a lost node, which is a
+        membership change, from a failure, which spends the budget. A node that joins the wait
+        list in the meantime is alive and restarting: that was a real failure.
+        """
+        handler = agent._worker_group.spec.rdzv_handler
+        settings = getattr(handler, "_settings", None)
+        interval = getattr(settings, "keep_alive_interval", None)
+        attempts = getattr(settings, "keep_alive_max_attempt", None)
+        if interval is None or not attempts:
+            return []
+        deadline = time.monotonic() + (interval * attempts).total_seconds() + 2.0
+        while time.monotonic() < deadline and self._stop_sig is None:
+            try:
+                waiting = handler.num_nodes_waiting()  # syncs: torch drops expired nodes
+            except Exception:
+                return []
+            lost = self._node_lost(agent)
+            if lost:
+                return lost
+            if waiting:
+                return []
+            time.sleep(0.25)
+        return []
 
     def _on_workers_started(self, agent: Any, wg: Any, pids: dict[int, int]) -> None:
         with self._lock:
@@ -843,16 +945,46 @@ class Runner:
         state = result.state.name
         if state in ("FAILED", "SUCCEEDED"):
             self.injector.attempt_ended(self._attempt)
+        if state == "HEALTHY":
+            lost = self._node_lost(agent)
+            if lost:
+                # torch would wait on these workers until their collectives time out.
+                self._membership_restart(agent, wg, lost)
+                return RunResult(state=WorkerState.UNHEALTHY)
         if state == "FAILED":
             self._poll_exits(agent, by_agent=True)
             failures = self._failures(wg, result)
             self.tailer.drain()
             self.store.post(AttemptFailed(attempt=self._attempt, failures=failures))
             self._pending_cause = "failure"
+            if self._elastic() and self._group_world > 1:
+                lost = self._wait_node_loss(agent)
+                if lost:
+                    self._membership_restart(agent, wg, lost)
         elif state == "SUCCEEDED":
             self._poll_exits(agent, by_agent=False)
         self._post_group_state(state)
         return result
+
+    def _elastic(self) -> bool:
+        from tui_launch.core.args import min_max_nodes
+
+        lo, hi = min_max_nodes(self.args.nnodes)
+        return lo < hi
+
+    def _membership_restart(self, agent: Any, wg: Any, lost: list[str]) -> None:
+        # Like a manual restart: torch spends one restart, we give it back first.
+        wg.spec.max_restarts += 1
+        agent._remaining_restarts += 1
+        self._pending_cause = "membership"
+        self.store.post(
+            Notice(
+                level="warning",
+                message=f"node lost: {', '.join(lost)} (heartbeat expired); restarting with "
+                "the remaining nodes, no failure budget spent",
+            )
+        )
+        self._post_group_state("UNHEALTHY")
 
     def _hook_close(self, agent: Any) -> None:
         """Note which ranks died by themselves before torch starts terminating the group.

@@ -15,11 +15,13 @@ from dataclasses import dataclass, replace
 
 from tui_launch.core.events import (
     AttemptFailed,
+    ClusterSample,
     ControlAction,
     Event,
     ExitBarrier,
     Failure,
     GroupState,
+    NodeChange,
     Notice,
     RankExited,
     RendezvousCompleted,
@@ -116,6 +118,8 @@ class Snapshot:
     started_mono: float | None = None
     events: int = 0
     telemetry: TelemetryView | None = None
+    cluster: ClusterSample | None = None
+    node_changes: tuple[NodeChange, ...] = ()
 
     @property
     def restarts_used(self) -> int:
@@ -164,6 +168,11 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
         if s.telemetry is None:
             return s
         return replace(s, telemetry=replace(s.telemetry, totals=e.totals))
+    if isinstance(e, ClusterSample):
+        return replace(s, cluster=e, events=s.events - 1)
+    if isinstance(e, NodeChange):
+        # Shown in the attempt timeline: the attempt that starts next has these nodes.
+        return replace(s, node_changes=(*s.node_changes, e))
     if isinstance(e, RunStarted):
         return replace(
             s, run=e, budget_left=e.max_restarts, started_wall=e.wall, started_mono=e.mono

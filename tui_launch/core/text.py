@@ -14,6 +14,7 @@ from tui_launch.core.events import (
     Failure,
     GroupState,
     Injected,
+    NodeChange,
     Notice,
     RankExited,
     RendezvousCompleted,
@@ -38,6 +39,11 @@ def clock(seconds: float | None) -> str:
 
 def describe(e: Event) -> str | None:
     """One line for an event, or None for events too fine-grained to print."""
+    if isinstance(e, NodeChange):
+        parts = [f"+{n}" for n in e.joined] + [f"-{n}" for n in e.left]
+        return f"nodes: attempt {e.attempt} has {e.group_world_size} node(s)" + (
+            f" ({', '.join(parts)})" if parts else ""
+        )
     if isinstance(e, RunStarted):
         script = " ".join((e.entrypoint, *e.args))
         nodes = str(e.min_nodes) if e.min_nodes == e.max_nodes else f"{e.min_nodes}:{e.max_nodes}"

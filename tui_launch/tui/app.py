@@ -65,6 +65,7 @@ class Dashboard(App[int]):
         Binding("f", "follow", "Follow", tooltip="Follow new log lines", id="follow"),
         Binding("e", "streams", "Streams", tooltip="stdout+stderr / stdout / stderr", id="streams"),
         Binding("c", "root_cause", "Root cause", tooltip="Show the root-cause tab", id="cause"),
+        Binding("n", "cluster", "Cluster", tooltip="Every node of the job", id="cluster"),
         Binding("question_mark", "help", "Help", id="help"),
         Binding("q,ctrl+c", "quit_job", "Quit", tooltip="Stop the job and quit", id="quit"),
     ]
@@ -116,6 +117,7 @@ class Dashboard(App[int]):
         self._log_view = LogView(id="log", max_lines=LOG_LINES_SHOWN, highlight=False)
         self._cause = Static(id="rootcause")
         self._agent_view = LogView(id="agentlog", max_lines=2000, highlight=False)
+        self._cluster = Static(id="cluster")
         yield self._header
         with Horizontal(id="top"):
             with Vertical(id="side"):
@@ -133,6 +135,8 @@ class Dashboard(App[int]):
                         yield self._cause
                     with TabPane("Agent log", id="agent-tab"):
                         yield self._agent_view
+                    with TabPane("Cluster", id="cluster-tab"), VerticalScroll(id="cluster-scroll"):
+                        yield self._cluster
         yield Footer()
 
     def on_mount(self) -> None:
@@ -175,6 +179,8 @@ class Dashboard(App[int]):
         if self._gpus.border_title != title:
             self._gpus.border_title = title
         self._set(self._cause, (snap.root_cause, len(snap.failures)), render.root_cause_panel, snap)
+        if self._tabs.active == "cluster-tab":  # every node's row: only drawn when shown
+            self._set(self._cluster, (snap.cluster,), render.cluster_panel, snap, now)
         restarts_key = (snap.attempts, snap.budget_left, snap.restarts_used, snap.finished)
         self._set(self._restarts, restarts_key, render.restarts_panel, snap, now)
         self._refresh_keys(snap)
@@ -469,6 +475,19 @@ class Dashboard(App[int]):
     def action_root_cause(self) -> None:
         """Show the root-cause tab."""
         self._tabs.active = "cause-tab"
+
+    def action_cluster(self) -> None:
+        """Show the cluster tab: every node of the job."""
+        self._tabs.active = "cluster-tab"
+        self._tick_cluster()
+
+    def _tick_cluster(self) -> None:
+        snap = self.source.snapshot()
+        self._set(self._cluster, (snap.cluster,), render.cluster_panel, snap, self.source.now())
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id == "cluster-tab":
+            self._tick_cluster()
 
     def action_help(self) -> None:
         """Show every key."""

@@ -14,10 +14,13 @@ from typing import Any
 
 from tui_launch.core.events import (
     AttemptFailed,
+    ClusterSample,
     ControlAction,
     Event,
     Failure,
     GroupState,
+    NodeChange,
+    NodeStatus,
     Participant,
     RankExited,
     RankReading,
@@ -532,6 +535,110 @@ def eight_gpus_in_container() -> FakeSource:
     return src
 
 
+def _nodes_round(n: int, nodes: list[str], nproc: int, start: float, pid0: int) -> list[Event]:
+    """One rendezvous round of ``nodes`` (this node first, group rank 0) and its workers."""
+    world = nproc * len(nodes)
+    workers = tuple(
+        WorkerInfo(local_rank=i, global_rank=i, role_rank=i, world_size=world, pid=pid0 + i)
+        for i in range(nproc)
+    )
+    return [
+        RendezvousStarted(
+            attempt=n,
+            backend="c10d",
+            endpoint="node0.cluster:29400",
+            run_id="demo-run-42",
+            **_at(start),
+        ),
+        RendezvousCompleted(
+            attempt=n,
+            round=n,
+            backend="c10d",
+            endpoint="node0.cluster:29400",
+            run_id="demo-run-42",
+            group_rank=0,
+            group_world_size=len(nodes),
+            master_addr="node0.cluster",
+            master_port=41000 + n,
+            participants=tuple(nodes),
+            duration=1.2,
+            **_at(start + 1.2),
+        ),
+        WorkersStarted(
+            attempt=n, workers=workers, log_dir=f"/logs/attempt_{n}", **_at(start + 1.5)
+        ),
+    ]
+
+
+def _node(
+    i: int, state: str, attempt: int, nproc: int, world: int, age: float, **kw: object
+) -> NodeStatus:
+    rank_state = {"lost": "running", "restarting": "restarting"}.get(state, state)
+    return NodeStatus(
+        node=f"node{i}:{4242 + i}",
+        host=f"node{i}",
+        pid=4242 + i,
+        state="running" if state == "lost" else state,
+        group_rank=i,
+        group_world_size=world,
+        local_world_size=nproc,
+        attempt=attempt,
+        ranks=tuple((i * nproc + lr, lr, 5300 + 100 * i + lr, rank_state) for lr in range(nproc)),
+        restarts=(0, 0, attempt),
+        gpu=kw.get("gpu"),  # type: ignore[arg-type]
+        error=kw.get("error"),  # type: ignore[arg-type]
+        age=age,
+        this_node=i == 0,
+    )
+
+
+def multinode() -> FakeSource:
+    """A 2:4-node elastic job: node2 joined (a membership restart), node3 waits to join, and
+    the cluster view shows node2 silent for 25 s."""
+    names = [f"node{i}:{4242 + i}" for i in range(3)]
+    events: list[Event] = [_run_started(2, 3, nodes=(2, 4))]
+    events += _nodes_round(0, names[:2], 2, 0.1, 5100)
+    events += [
+        Restart(
+            cause="membership",
+            from_attempt=0,
+            to_attempt=1,
+            restarts_used=1,
+            budget_left=3,
+            **_at(40.0),
+        ),
+        NodeChange(attempt=1, joined=(names[2],), left=(), group_world_size=3, **_at(41.0)),
+        *_nodes_round(1, names, 2, 40.1, 5200),
+        RendezvousSample(
+            round=1,
+            complete=True,
+            closed=False,
+            min_nodes=2,
+            max_nodes=4,
+            join_timeout=600.0,
+            participants=tuple(
+                Participant(node=n, rank=i, heartbeat_age=(0, 0, 25)[i], this_node=i == 0)
+                for i, n in enumerate(names)
+            ),
+            waiting=("node3:4245",),
+            **_at(90),
+        ),
+        ClusterSample(
+            nodes=(
+                _node(0, "running", 1, 2, 3, 0.0, gpu="2 GPU util 97% mem 61/80G"),
+                _node(1, "running", 1, 2, 3, 1.0, gpu="2 GPU util 95% mem 60/80G"),
+                _node(2, "lost", 1, 2, 3, 25.0, error="rank 5: NCCL watchdog timeout"),
+            ),
+            store="tcpstore node0.cluster:29400",
+            **_at(94),
+        ),
+    ]
+    src = FakeSource(events=events)
+    _fill_logs(src.logs, 2, 1, 4)
+    src.settle_logs()
+    return src
+
+
 STATES = {
     "healthy": healthy,
     "waiting": waiting_for_nodes,
@@ -539,4 +646,5 @@ STATES = {
     "restarting": restarting,
     "finished": finished,
     "gpus8": eight_gpus_in_container,
+    "multinode": multinode,
 }

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tui_launch.core import errors
-from tui_launch.core.events import Failure, RankReading
+from tui_launch.core.events import Failure, NodeStatus, RankReading
 from tui_launch.core.store import RankView, Snapshot
 from tui_launch.core.telemetry import TelemetryView, fmt_bytes
 from tui_launch.core.text import clock, failure_details, failure_headline
@@ -127,12 +127,19 @@ def rendezvous_panel(s: Snapshot, now: float) -> RenderableType:
         t.add_row("this node", f"group rank {rv.group_rank} of {rv.group_world_size}")
     if rv.master_addr:
         t.add_row("master", f"{rv.master_addr}:{rv.master_port}")
+    if live and not live.complete and live.deadline is not None and s.started_wall is not None:
+        # The last call: once MIN nodes are in, torch waits this long for more.
+        wall_now = s.started_wall + (now - (s.started_mono or now))
+        t.add_row("last call", f"{clock(live.deadline - wall_now)} left")
     if live and live.participants:
+        # The cluster view knows what the rendezvous does not: each node's local world size.
+        local = {n.node: n.local_world_size for n in s.cluster.nodes} if s.cluster else {}
         for p in live.participants:
             mark = "*" if p.this_node else " "
             age = p.heartbeat_age
             hb = "" if age is None else ("hb <5s" if age < 5 else f"hb {ago(age)}")
-            t.add_row(f"{mark}node {p.rank}", f"{p.node}  {hb}")
+            lw = f"x{local[p.node]}" if p.node in local else ""
+            t.add_row(f"{mark}node {p.rank}", " ".join(x for x in (p.node, lw, hb) if x))
     elif rv.participants:
         for i, name in enumerate(rv.participants):
             t.add_row(f" node {i}", name)
@@ -173,7 +180,13 @@ def restarts_panel(s: Snapshot, now: float) -> RenderableType:
             str(a.world_size),
             Text(reason, style=style),
         )
-    return Group(head, Text(""), timeline)
+    # Nodes that joined or left, under the attempts they started (multi-node runs only).
+    changes = Text(style="magenta")
+    for c in s.node_changes[-4:]:
+        who = [f"+{n}" for n in c.joined] + [f"-{n}" for n in c.left]
+        changes.append(f"#{c.attempt} {c.group_world_size} nodes: {' '.join(who) or 'same'}\n")
+    changes.rstrip()
+    return Group(head, Text(""), timeline, *((changes,) if changes else ()))
 
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -364,3 +377,80 @@ def _failure_text(f: Failure) -> Text:
             style = "red" if line.startswith("exit") else "yellow"
         t.append(line + "\n", style=style)
     return t
+
+
+CLUSTER_ROWS = 200
+_NODE_STYLE = {
+    "running": "green",
+    "failed": "bold red",
+    "error": "bold red",
+    "restarting": "yellow",
+    "rendezvous": "yellow",
+    "stopped": "yellow",
+    "succeeded": "green",
+}
+
+
+def cluster_panel(s: Snapshot, now: float) -> RenderableType:
+    """Every node of the job as its agent last published it: one row per node.
+
+    Nodes that need attention (lost, failed, restarting) come first; past ``CLUSTER_ROWS``
+    rows the healthy rest is counted, not listed, so a 1,000-node job stays one screen of
+    problems plus a count (docs/SCALING.md).
+    """
+    c = s.cluster
+    if c is None:
+        return Text("no cluster view yet: it starts after the first rendezvous", style="dim")
+    stale_after = 10.0
+    t = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim")
+    t.add_column("node", no_wrap=True, min_width=12)
+    t.add_column("rank", no_wrap=True, min_width=4)
+    t.add_column("state", no_wrap=True, min_width=10)
+    t.add_column("att", no_wrap=True, min_width=3)
+    t.add_column("ranks", no_wrap=True, min_width=14)
+    t.add_column("f/m/n", no_wrap=True, min_width=5)  # restarts: failure, manual, membership
+    t.add_column("gpu", no_wrap=True, overflow="ellipsis", max_width=24)
+    t.add_column("seen", no_wrap=True, min_width=4)
+    t.add_column("error", overflow="ellipsis", no_wrap=True, max_width=48)
+
+    def lost(n: NodeStatus) -> bool:
+        return n.age is not None and n.age > stale_after
+
+    def attention(n: NodeStatus) -> int:
+        return 0 if lost(n) else 1 if n.state not in ("running", "succeeded") else 2
+
+    nodes = sorted(c.nodes, key=lambda n: (attention(n), n.group_rank or 0, n.node))
+    for n in nodes[:CLUSTER_ROWS]:
+        states: dict[str, int] = {}
+        for _g, _lr, _pid, st in n.ranks:
+            states[st] = states.get(st, 0) + 1
+        ranks = " ".join(f"{k} {v}" for k, v in sorted(states.items())) or "-"
+        if n.ranks:
+            lo, hi = min(r[0] for r in n.ranks), max(r[0] for r in n.ranks)
+            ranks = f"{lo}-{hi}: {ranks}" if lo != hi else f"{lo}: {ranks}"
+        f, m, mb = (*n.restarts, 0, 0, 0)[:3]
+        state = Text("lost" if lost(n) else n.state, style="bold red" if lost(n) else "")
+        if not lost(n):
+            state.stylize(_NODE_STYLE.get(n.state, ""))
+        name = n.node if n.node.startswith(n.host) else f"{n.node} ({n.host})"
+        t.add_row(
+            ("* " if n.this_node else "  ") + name,
+            "-" if n.group_rank is None else f"{n.group_rank}/{n.group_world_size}",
+            state,
+            str(n.attempt),
+            ranks,
+            f"{f}/{m}/{mb}",
+            n.gpu or "-",
+            "now" if not n.age else ago(n.age),
+            Text(n.error or "", style="red"),
+        )
+    more = len(nodes) - CLUSTER_ROWS
+    head = Text(f"{len(nodes)} node(s)", style="bold")
+    if c.store:
+        head.append(f" - via {c.store}", style="dim")
+    if c.error:
+        head.append(f" - store unreachable: {c.error}", style="red")
+    parts: list[RenderableType] = [head, t]
+    if more > 0:
+        parts.append(Text(f"... and {more} more healthy node(s)", style="dim"))
+    return Group(*parts)

@@ -1,0 +1,380 @@
+"""Several agents as nodes: c10d, static, etcd and etcd-v2 rendezvous, elasticity, cluster view.
+
+Every node is a real ``tuilaunch --no-tui`` process on this machine (one test puts them in
+separate network namespaces, as separate hosts); workers are real gloo jobs
+(``tests/workers/elastic.py``): each rank appends ``RANK WORLD_SIZE RESTART GROUP_RANK PID`` to
+a log once its process group has formed, then steps until the test creates a stop file. etcd
+tests start a real ``etcd --enable-v2`` on a free loopback port. Short join, last-call and
+heartbeat timeouts keep the set fast.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import (
+    WORKERS,
+    Launch,
+    _launch,
+    base_env,
+    journal_path,
+    read_journal,
+    tuilaunch_cmd,
+    wait_for,
+)
+
+from tui_launch.core.cluster import EtcdKV, TCPStoreKV, read_cluster
+
+ELASTIC = str(WORKERS / "elastic.py")
+# Heartbeats every second, dead after 3 missed: a lost node is noticed in ~3-5 s.
+RDZV_CONF = "join_timeout=40,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+COMMON = ("--nproc-per-node", "1", "--monitor-interval", "0.2")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def node_env(**extra: str) -> dict[str, str]:
+    return base_env(TUILAUNCH_CLUSTER_INTERVAL="0.5", **extra)
+
+
+class Job:
+    """One elastic job's files: the workers' log and the stop file."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.log = tmp / "ranks.log"
+        self.stop = tmp / "stop"
+        self.log.touch()
+
+    def lines(self) -> list[tuple[int, int, int, int, int]]:
+        out = []
+        for ln in self.log.read_text().splitlines():
+            rank, world, restart, group, pid = ln.split()
+            out.append((int(rank), int(world), int(restart), int(group), int(pid)))
+        return out
+
+    def worlds(self, size: int) -> list[tuple[int, int, int, int, int]]:
+        return [x for x in self.lines() if x[1] == size]
+
+    def wait_world(self, size: int, count: int, timeout: float = 60) -> list:
+        return wait_for(
+            lambda: len(self.worlds(size)) >= count and self.worlds(size),
+            timeout,
+            what=f"{count} rank(s) in a world of {size}; log: {self.lines()}",
+        )
+
+    def script(self) -> tuple[str, ...]:
+        return (ELASTIC, str(self.log), str(self.stop))
+
+
+def start(launches: list[Launch], args: list[str], prefix: tuple[str, ...] = ()) -> Launch:
+    launch = _launch([*prefix, *tuilaunch_cmd(*args)], None, node_env())
+    launches.append(launch)
+    return launch
+
+
+def c10d_args(port: int, run_id: str, nnodes: str) -> list[str]:
+    return [
+        *COMMON,
+        "--nnodes",
+        nnodes,
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        run_id,
+        "--rdzv-conf",
+        RDZV_CONF,
+    ]
+
+
+def finish(job: Job, nodes: list[Launch], timeout: float = 60) -> None:
+    job.stop.touch()
+    for n in nodes:
+        code = n.wait(timeout)
+        assert code == 0, n.output[-4000:]
+
+
+def restarts(launch: Launch) -> dict[str, int]:
+    events = read_journal(journal_path(launch.output))
+    counts = {"failure": 0, "manual": 0, "membership": 0}
+    for e in events:
+        if e["kind"] == "restart":
+            counts[e["cause"]] += 1
+    return counts
+
+
+def check_cluster(kv, run_id: str, job: Job, nodes: int) -> None:
+    """The cluster view's records, read back from the job's store, match the workers."""
+    pids = {pid: rank for rank, world, _r, _g, pid in job.worlds(nodes)}
+
+    def complete():
+        recs = read_cluster(kv, run_id)
+        running = [r for r in recs if r.state == "running" and r.group_world_size == nodes]
+        return len(running) == nodes and running
+
+    recs = wait_for(complete, 30, what=f"{nodes} running nodes in the cluster view")
+    assert sorted(r.group_rank for r in recs) == list(range(nodes))
+    seen = {pid: g for r in recs for g, _lr, pid, st in r.ranks if st == "running"}
+    assert seen == {pid: rank for pid, rank in pids.items()}, (seen, pids)
+    for r in recs:
+        assert r.local_world_size == 1
+        # With MIN:MAX, a node that came late makes one membership restart: never a failure.
+        assert r.restarts[:2] == (0, 0)
+        assert r.host and r.pid > 0 and r.age is not None
+
+
+# ----------------------------------------------------------------------------- c10d / static
+
+
+def test_static_two_nodes(launches, tmp_path):
+    """--node-rank/--master-addr/--master-port; the cluster view lives in rank 0's store."""
+    job, port, run_id = Job(tmp_path), free_port(), f"st{uuid.uuid4().hex[:6]}"
+    nodes = [
+        start(
+            launches,
+            [
+                *COMMON,
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(i),
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+                "--rdzv-id",
+                run_id,
+                *job.script(),
+            ],
+        )
+        for i in (0, 1)
+    ]
+    ranks = job.wait_world(2, 2)
+    assert sorted((r, g) for r, _w, _x, g, _p in ranks) == [(0, 0), (1, 1)]
+    check_cluster(TCPStoreKV("127.0.0.1", port), run_id, job, 2)
+    finish(job, nodes)
+
+
+# ----------------------------------------------------------------------------- etcd
+
+
+@pytest.fixture(scope="module")
+def etcd_server(tmp_path_factory) -> Iterator[tuple[str, int]]:
+    """A real etcd (v2 API on) on free loopback ports, for this module's tests."""
+    exe = shutil.which("etcd")
+    if exe is None:
+        pytest.skip("etcd is not installed (Debian: apt-get install etcd-server)")
+    pytest.importorskip("etcd", reason="python-etcd (the test extra) is not installed")
+    data = tmp_path_factory.mktemp("etcd")
+    client, peer = free_port(), free_port()
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--enable-v2",
+            "--data-dir",
+            str(data / "data"),
+            "--listen-client-urls",
+            f"http://127.0.0.1:{client}",
+            "--advertise-client-urls",
+            f"http://127.0.0.1:{client}",
+            "--listen-peer-urls",
+            f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls",
+            f"http://127.0.0.1:{peer}",
+            "--initial-cluster",
+            f"default=http://127.0.0.1:{peer}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(data / "etcd.log", "w"),  # noqa: SIM115 - closed with the process
+    )
+    try:
+        import etcd
+
+        def up() -> bool:
+            try:
+                etcd.Client(host="127.0.0.1", port=client).read("/")
+                return True
+            except Exception:
+                return False
+
+        wait_for(up, 20, what="etcd to answer")
+        yield "127.0.0.1", client
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.mark.parametrize("backend", ["etcd-v2", "etcd"])
+def test_etcd_two_nodes(launches, tmp_path, etcd_server, backend):
+    """Both etcd backends against a real etcd; the cluster view's records are in etcd."""
+    host, port = etcd_server
+    job, run_id = Job(tmp_path), f"{backend.replace('-', '')}{uuid.uuid4().hex[:6]}"
+    args = [
+        *COMMON,
+        "--nnodes",
+        "2",
+        "--rdzv-backend",
+        backend,
+        "--rdzv-endpoint",
+        f"{host}:{port}",
+        "--rdzv-id",
+        run_id,
+        "--rdzv-conf",
+        RDZV_CONF if backend == "etcd-v2" else "last_call_timeout=1,timeout=40",
+        *job.script(),
+    ]
+    nodes = [start(launches, args) for _ in range(2)]
+    ranks = job.wait_world(2, 2)
+    assert sorted(r for r, *_ in ranks) == [0, 1]
+    check_cluster(EtcdKV(host, port), run_id, job, 2)
+    finish(job, nodes)
+
+
+# ----------------------------------------------------------------------------- elasticity
+
+
+def test_scale_up_is_a_membership_restart(launches, tmp_path):
+    """--nnodes 1:2: a node that joins mid-run restarts the group as a world of 2, free."""
+    job, port, run_id = Job(tmp_path), free_port(), f"up{uuid.uuid4().hex[:6]}"
+    a = start(launches, [*c10d_args(port, run_id, "1:2"), *job.script()])
+    job.wait_world(1, 1)
+    b = start(launches, [*c10d_args(port, run_id, "1:2"), *job.script()])
+    ranks = job.wait_world(2, 2)
+    assert sorted(r for r, *_ in ranks) == [0, 1]
+    finish(job, [a, b])
+    assert restarts(a) == {"failure": 0, "manual": 0, "membership": 1}
+    assert restarts(b) == {"failure": 0, "manual": 0, "membership": 0}
+    assert "nodes: attempt 1 has 2 node(s) (+" in a.stderr
+
+
+def test_c10d_two_nodes_cluster_view_and_scale_down(launches, tmp_path):
+    """Two agents on one c10d endpoint form one world of two, and each node's status is in the
+    store. Then, with --nnodes 1:2 --max-restarts 0, one agent is SIGKILLed: its node is lost,
+    and the other goes on alone as a world of 1 without spending the failure budget."""
+    job, port, run_id = Job(tmp_path), free_port(), f"down{uuid.uuid4().hex[:6]}"
+    a = start(launches, [*c10d_args(port, run_id, "1:2"), *job.script()])
+    time.sleep(0.5)  # the first agent hosts the store
+    b = start(launches, [*c10d_args(port, run_id, "1:2"), *job.script()])
+    ranks = job.wait_world(2, 2)
+    assert sorted((r, g) for r, _w, _x, g, _p in ranks) == [(0, 0), (1, 1)]
+    check_cluster(TCPStoreKV("127.0.0.1", port), run_id, job, 2)
+    os.kill(b.pid, signal.SIGKILL)
+    b.wait(30)
+    job.wait_world(1, 1)
+    finish(job, [a])
+    counts = restarts(a)  # 2 membership restarts if b came after a's last call
+    assert counts["failure"] == counts["manual"] == 0 and counts["membership"] >= 1, counts
+    assert "node lost:" in a.stderr and "nodes: attempt 1 has 1 node(s) (-" in a.stderr
+    # The surviving node printed both nodes' lines: "cluster <id> node <group rank> of 2 ...".
+    lines = [ln for ln in a.stderr.splitlines() if "] cluster " in ln and " of 2 " in ln]
+    assert {ln.split(" node ")[1].split()[0] for ln in lines} == {"0", "1"}, a.stderr[-3000:]
+
+
+def test_below_min_nodes_fails_clearly(launches, tmp_path):
+    """--nnodes 2:3 and one of two nodes dies: the other waits for the join timeout, then fails
+    with a sentence that says why."""
+    job, port, run_id = Job(tmp_path), free_port(), f"min{uuid.uuid4().hex[:6]}"
+    args = c10d_args(port, run_id, "2:3")
+    args[args.index(RDZV_CONF)] = RDZV_CONF.replace("join_timeout=40", "join_timeout=6")
+    a = start(launches, [*args, *job.script()])
+    time.sleep(0.5)
+    b = start(launches, [*args, *job.script()])
+    job.wait_world(2, 2)
+    os.kill(b.pid, signal.SIGKILL)
+    b.wait(30)
+    assert a.wait(90) == 1
+    assert "fewer than the minimum of 2 node(s) (--nnodes 2:3) joined" in a.stderr, a.stderr[-3000:]
+    assert "dynamic_rendezvous.py" not in a.stderr  # one line, not the agent's traceback
+
+
+# ----------------------------------------------------------------------------- separate hosts
+
+
+def _netns_ok() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root to create network namespaces"
+    if shutil.which("ip") is None:
+        return "no `ip` command (iproute2)"
+    name = f"tlprobe{os.getpid()}"
+    r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"cannot create a network namespace: {r.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return None
+
+
+@pytest.fixture
+def two_hosts() -> Iterator[list[tuple[str, str, str]]]:
+    """Two network namespaces joined by a veth pair: (namespace, address, interface) each."""
+    why = _netns_ok()
+    if why:
+        pytest.skip(why)
+    tag = uuid.uuid4().hex[:5]
+    net = f"10.211.{int(tag[:2], 16) % 250}"
+    hosts = [(f"tl{tag}{i}", f"{net}.{i + 1}", f"tl{tag}v{i}") for i in (0, 1)]
+    cmds = [
+        ["ip", "netns", "add", hosts[0][0]],
+        ["ip", "netns", "add", hosts[1][0]],
+        ["ip", "link", "add", hosts[0][2], "type", "veth", "peer", "name", hosts[1][2]],
+    ]
+    for ns, addr, dev in hosts:
+        cmds += [
+            ["ip", "link", "set", dev, "netns", ns],
+            ["ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev],
+            ["ip", "-n", ns, "link", "set", dev, "up"],
+            ["ip", "-n", ns, "link", "set", "lo", "up"],
+        ]
+    try:
+        for c in cmds:
+            subprocess.run(c, check=True, capture_output=True, text=True)
+        yield hosts
+    except subprocess.CalledProcessError as e:
+        pytest.skip(f"cannot set up network namespaces: {' '.join(e.cmd)}: {e.stderr.strip()}")
+    finally:
+        for ns, _a, _d in hosts:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_separate_hosts_in_network_namespaces(launches, tmp_path, two_hosts):
+    """Each agent in its own network namespace (its own address, no shared loopback): the
+    rendezvous, the workers' gloo group and the cluster view all go over the veth link."""
+    job, port, run_id = Job(tmp_path), 29500, f"ns{uuid.uuid4().hex[:6]}"
+    (_ns0, addr0, _d0), (_ns1, addr1, _d1) = two_hosts
+    nodes = []
+    for ns, addr, dev in two_hosts:
+        args = [*c10d_args(port, run_id, "2"), "--local-addr", addr, *job.script()]
+        args[args.index("--rdzv-endpoint") + 1] = f"{addr0}:{port}"
+        # torch decides who hosts the c10d store by matching the endpoint against the
+        # machine's hostname, which a namespace does not change: say it.
+        args[args.index(RDZV_CONF)] = f"{RDZV_CONF},is_host={int(addr == addr0)}"
+        env = node_env(GLOO_SOCKET_IFNAME=dev)
+        cmd = ["ip", "netns", "exec", ns, *tuilaunch_cmd(*args)]
+        launch = _launch(cmd, None, env)
+        launches.append(launch)
+        nodes.append(launch)
+        time.sleep(0.5)
+    ranks = job.wait_world(2, 2)
+    assert sorted(r for r, *_ in ranks) == [0, 1]
+    finish(job, nodes)
+    for n in nodes:
+        assert f"master {addr0}:" in n.stderr, n.stderr[-3000:]
+        cluster = [ln for ln in n.stderr.splitlines() if "] cluster " in ln]
+        assert any(f" {addr0}:" in ln for ln in cluster), cluster
+        assert any(f" {addr1}:" in ln for ln in cluster), cluster

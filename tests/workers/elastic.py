@@ -1,0 +1,40 @@
+"""Test worker for elastic runs: report the world this rank sees, step until told to stop.
+
+Usage: ``elastic.py LOG STOP_FILE``. At start, appends
+``<RANK> <WORLD_SIZE> <TORCHELASTIC_RESTART_COUNT> <GROUP_RANK> <pid>`` to LOG. Then runs small
+all_reduce steps; every step also sums "has STOP_FILE appeared" over all ranks, so every rank of
+the group stops at the same step (no rank leaves its peers in a broken collective) and exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> None:
+    log, stop_file = sys.argv[1], sys.argv[2]
+    env = os.environ
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    # Written after the group formed: a line means this rank really is in a world this size.
+    with open(log, "a") as f:
+        f.write(
+            f"{env['RANK']} {env['WORLD_SIZE']} {env.get('TORCHELASTIC_RESTART_COUNT', '0')} "
+            f"{env.get('GROUP_RANK', '')} {os.getpid()}\n"
+        )
+    while True:
+        flag = torch.tensor([1.0 if os.path.exists(stop_file) else 0.0])
+        dist.all_reduce(flag)
+        if flag.item() > 0:
+            break
+        time.sleep(0.05)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,403 @@
+"""The cluster view: every agent publishes its node's status into the job's own store.
+
+No new server and no new port: each agent opens its own client connection to the store the
+rendezvous already uses (the c10d ``TCPStore``; the etcd server of the ``etcd``/``etcd-v2``
+backends; for ``static``, the ``TCPStore`` that node rank 0 hosts) and, every ``interval``
+seconds (2 s by default, ``TUILAUNCH_CLUSTER_INTERVAL``; 0 turns it off), writes one compact JSON
+record of its node and reads every node's record back. The result is posted to the run store
+as a :class:`~tui_launch.core.events.ClusterSample`, which the dashboard's Cluster tab and the
+headless ``[tuilaunch] cluster`` lines render.
+
+Keys (all under ``tuilaunch/<run id>/cluster/``):
+
+* ``n``       a counter (``add``): how many nodes have registered;
+* ``i/<k>``   the id of the k-th node to register (written once);
+* ``s/<id>``  that node's latest status (overwritten; ~300-600 bytes).
+
+A ``TCPStore`` cannot list keys, hence the counter and index; etcd can, and its records carry a
+TTL so that a dead node's record disappears. Everything runs on one daemon thread with short
+store timeouts: the agent thread never waits for the cluster view, and a store that is gone
+(its host died) only leaves the view stale, marked with an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, Protocol
+
+from tui_launch.core.events import ClusterSample, NodeStatus
+from tui_launch.core.rendezvous import node_name
+from tui_launch.core.store import Snapshot
+
+ENV_INTERVAL = "TUILAUNCH_CLUSTER_INTERVAL"
+DEFAULT_INTERVAL = 2.0
+# Past this many nodes, readers poll more slowly (see docs/SCALING.md): the store serves
+# N writers and N readers of N records, which grows as N squared.
+READ_BUDGET_NODES = 50
+_TIMEOUT_S = 3.0
+_ERROR_CHARS = 160
+
+
+def interval_from_env() -> float:
+    """The publish interval in seconds from ``TUILAUNCH_CLUSTER_INTERVAL`` (0 = off)."""
+    try:
+        return max(0.0, float(os.environ.get(ENV_INTERVAL, DEFAULT_INTERVAL)))
+    except ValueError:
+        return DEFAULT_INTERVAL
+
+
+def prefix(run_id: str) -> str:
+    """The key prefix of one run's cluster view."""
+    return f"tuilaunch/{run_id}/cluster/"
+
+
+def read_interval(interval: float, nodes: int) -> float:
+    """How often to read every node's record: ``interval`` up to 50 nodes, then slower in
+    proportion, so that each reader fetches at most ~25 records per second."""
+    return interval * max(1.0, nodes / READ_BUDGET_NODES)
+
+
+class KV(Protocol):
+    """The few store operations the cluster view needs."""
+
+    def set(self, key: str, value: bytes) -> None: ...
+
+    def add(self, key: str, amount: int) -> int: ...
+
+    def get_many(self, keys: list[str]) -> list[bytes | None]: ...
+
+    def list_status(self, pfx: str) -> list[bytes] | None: ...
+
+    def describe(self) -> str: ...
+
+
+class TCPStoreKV:
+    """Our own client connection to a job's ``TCPStore`` (never the agent's own object)."""
+
+    def __init__(self, host: str, port: int, timeout: float = _TIMEOUT_S) -> None:
+        from torch.distributed import TCPStore
+
+        self.host, self.port = host, port
+        self._store = TCPStore(
+            host, port, is_master=False, timeout=timedelta(seconds=timeout), wait_for_workers=False
+        )
+
+    def set(self, key: str, value: bytes) -> None:
+        self._store.set(key, value.decode())
+
+    def add(self, key: str, amount: int) -> int:
+        return int(self._store.add(key, amount))
+
+    def get_many(self, keys: list[str]) -> list[bytes | None]:
+        if not keys:
+            return []
+        # get() blocks until a key exists: only fetch what check() says is there.
+        if self._store.check(keys):
+            multi = getattr(self._store, "multi_get", None)
+            if multi is not None:
+                return [bytes(v) for v in multi(keys)]
+            return [bytes(self._store.get(k)) for k in keys]
+        return [bytes(self._store.get(k)) if self._store.check([k]) else None for k in keys]
+
+    def list_status(self, pfx: str) -> list[bytes] | None:
+        return None  # a TCPStore cannot list keys: the caller uses the index
+
+    def describe(self) -> str:
+        return f"tcpstore {self.host}:{self.port}"
+
+
+class EtcdKV:
+    """Our own python-etcd (v2 API) client to the job's etcd server; records have a TTL."""
+
+    def __init__(self, host: str, port: int, protocol: str = "http", ttl: int = 30) -> None:
+        import etcd
+
+        self.host, self.port, self.ttl = host, port, ttl
+        self._etcd = etcd
+        self._client = etcd.Client(
+            host=host, port=port, protocol=protocol, read_timeout=int(_TIMEOUT_S)
+        )
+
+    def set(self, key: str, value: bytes) -> None:
+        self._client.write("/" + key, value.decode(), ttl=self.ttl)
+
+    def add(self, key: str, amount: int) -> int:
+        return 0  # etcd lists keys: no index needed
+
+    def get_many(self, keys: list[str]) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        for k in keys:
+            try:
+                out.append(str(self._client.read("/" + k).value).encode())
+            except self._etcd.EtcdKeyNotFound:
+                out.append(None)
+        return out
+
+    def list_status(self, pfx: str) -> list[bytes] | None:
+        try:
+            res = self._client.read("/" + pfx + "s", recursive=True)
+        except self._etcd.EtcdKeyNotFound:
+            return []
+        return [str(c.value).encode() for c in res.leaves if c.value]
+
+    def describe(self) -> str:
+        return f"etcd {self.host}:{self.port}"
+
+
+def connect(handler: Any, endpoint: str) -> KV:
+    """A client to the store that ``handler``'s rendezvous uses. Raises if there is none."""
+    backend = _call(handler, "get_backend") or ""
+    if backend in ("etcd", "etcd-v2"):
+        client = getattr(getattr(handler, "_rdzv_impl", None), "client", None)
+        if client is None:
+            backend_obj = getattr(getattr(handler, "_state_holder", None), "_backend", None)
+            client = getattr(backend_obj, "_client", None)
+        if client is None:
+            raise RuntimeError(f"no etcd client in the {backend} handler")
+        return EtcdKV(str(client.host), int(client.port), str(client.protocol))
+    if backend == "static":
+        return TCPStoreKV(str(handler.master_addr), int(handler.master_port))
+    store = getattr(handler, "_store", None)
+    store = getattr(store, "underlying_store", store)
+    host, port = getattr(store, "host", None), getattr(store, "port", None)
+    if not host or not port:
+        host, _, p = endpoint.rpartition(":")
+        port = int(p)
+    return TCPStoreKV(str(host), int(port))
+
+
+def _call(obj: Any, name: str) -> Any:
+    try:
+        return getattr(obj, name)()
+    except Exception:
+        return None
+
+
+def status_record(
+    s: Snapshot, node: str, host: str, pid: int, seq: int, gpu: str | None = None
+) -> dict[str, Any]:
+    """This node's compact status, as published (short keys: it is sent every interval)."""
+    rv = s.rendezvous
+    rc = s.root_cause
+    err = None
+    if s.finished is not None and s.finished.outcome == "error":
+        err = s.finished.message
+    elif rc is not None and (rc.attempt == s.attempt or s.finished is not None):
+        err = f"rank {rc.global_rank}: {rc.message}"  # a recovered failure is history
+    return {
+        "v": 1,
+        "id": node,
+        "h": host,
+        "p": pid,
+        "t": round(time.time(), 1),
+        "q": seq,
+        "st": s.phase,
+        "gr": rv.group_rank if rv else None,
+        "gw": rv.group_world_size if rv else None,
+        "lw": s.run.nproc_per_node if s.run else len(s.ranks),
+        "a": max(s.attempt, 0),
+        "r": [[r.global_rank, r.local_rank, r.pid, r.state] for r in s.ranks],
+        "rs": [s.failure_restarts, s.manual_restarts, s.membership_restarts],
+        "g": gpu,
+        "e": err[:_ERROR_CHARS] if err else None,
+    }
+
+
+def parse_record(raw: bytes, me: str, now: float | None = None) -> NodeStatus | None:
+    """A published record back as a :class:`NodeStatus` (None if it is not one of ours)."""
+    try:
+        d = json.loads(raw)
+        now = time.time() if now is None else now
+        age = float(max(0, int(now - float(d["t"]))))
+        return NodeStatus(
+            node=str(d["id"]),
+            host=str(d["h"]),
+            pid=int(d["p"]),
+            state=str(d["st"]),
+            group_rank=d.get("gr"),
+            group_world_size=d.get("gw"),
+            local_world_size=int(d.get("lw") or 0),
+            attempt=int(d.get("a") or 0),
+            ranks=tuple((int(g), int(lr), int(p), str(st)) for g, lr, p, st in d.get("r", ())),
+            restarts=tuple(int(x) for x in d.get("rs", (0, 0, 0)))[:3],  # type: ignore[arg-type]
+            gpu=d.get("g"),
+            error=d.get("e"),
+            age=age,
+            this_node=str(d["id"]) == me,
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def gpu_summary(s: Snapshot) -> str | None:
+    """A short GPU summary from the store's telemetry (None without GPU readings)."""
+    gpus = s.telemetry.latest.gpus if s.telemetry is not None else ()
+    if not gpus:
+        return None
+    utils, used, total = [], 0.0, 0.0
+    for g in gpus:
+        if g.util is not None:
+            utils.append(float(g.util))
+        used += float(g.mem_used or 0)
+        total += float(g.mem_total or 0)
+    util = f"{sum(utils) / len(utils):.0f}%" if utils else "-"
+    mem = f" mem {used / 2**30:.0f}/{total / 2**30:.0f}G" if total else ""
+    return f"{len(gpus)} GPU util {util}{mem}"
+
+
+class ClusterView:
+    """Publish this node's status and read every node's, on one daemon thread.
+
+    Args:
+        runner: the :class:`~tui_launch.core.runner.Runner` (its store, host and args).
+        handler: the rendezvous handler, to find the store it uses.
+        interval: seconds between two publications.
+        connector: builds the store client (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        runner: Any,
+        handler: Any,
+        interval: float = DEFAULT_INTERVAL,
+        connector: Callable[[Any, str], KV] | None = None,
+    ) -> None:
+        self.runner = runner
+        self.interval = interval
+        # The rendezvous's own name for this node (addr:pid) where it has one, so that the
+        # rendezvous panel and the cluster view name nodes alike.
+        this = getattr(handler, "_this_node", None)
+        self.node = node_name(this) if this is not None else f"{runner.host}:{os.getpid()}"
+        self._connector = connector or connect
+        self._handler = handler
+        self._kv: KV | None = None
+        self._registered = False
+        self._ids: list[str] = []
+        self._seq = 0
+        self._last_read = 0.0
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        run_id = _call(handler, "get_run_id") or str(getattr(runner.args, "rdzv_id", "none"))
+        self.prefix = prefix(str(run_id))
+
+    def set_handler(self, handler: Any) -> None:
+        """A new rendezvous round: publish at once (the group rank may have changed)."""
+        self._handler = handler
+        self._wake.set()
+
+    def start(self) -> None:
+        """Start the publishing thread."""
+        self._thread = threading.Thread(target=self._loop, name="tuilaunch-cluster", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Publish a last record (the run's outcome) if quick, then stop."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            self.tick()
+            if self._stop.is_set():
+                return
+            self._wake.wait(self.interval)
+            self._wake.clear()
+
+    def tick(self) -> ClusterSample | None:
+        """One publish (and, when due, read); posts and returns the sample. Never raises."""
+        from tui_launch.core.runner import _endpoint, one_line_error
+
+        try:
+            if self._kv is None:
+                endpoint = _endpoint(self._handler, self.runner.args)
+                self._kv = self._connector(self._handler, endpoint)
+            self._publish(self._kv)
+            nodes = self._read(self._kv)
+            if nodes is None:
+                return None
+            sample = ClusterSample(nodes=nodes, store=self._kv.describe())
+        except Exception as e:
+            self._kv = None  # reconnect next time (the store's host may be back)
+            self._registered = False
+            old = self.runner.store.snapshot().cluster
+            sample = ClusterSample(
+                nodes=old.nodes if old is not None else (),
+                store=old.store if old is not None else "",
+                error=one_line_error(e)[:_ERROR_CHARS],
+            )
+        self.runner.store.post(sample)
+        return sample
+
+    def _publish(self, kv: KV) -> None:
+        snap = self.runner.store.snapshot()
+        self._seq += 1
+        record = status_record(
+            snap, self.node, self.runner.host, os.getpid(), self._seq, gpu_summary(snap)
+        )
+        kv.set(self.prefix + "s/" + self.node, json.dumps(record, separators=(",", ":")).encode())
+        if not self._registered:
+            if kv.list_status(self.prefix) is None:  # no listing: register in the index
+                k = kv.add(self.prefix + "n", 1) - 1
+                kv.set(self.prefix + f"i/{k}", self.node.encode())
+            self._registered = True
+
+    def _read(self, kv: KV) -> tuple[NodeStatus, ...] | None:
+        now = time.monotonic()
+        due = read_interval(self.interval, len(self._ids) or 1)
+        if now - self._last_read < due * 0.95 and not self._stop.is_set() and self._last_read:
+            return None
+        self._last_read = now
+        raws = kv.list_status(self.prefix)
+        if raws is None:
+            n = kv.add(self.prefix + "n", 0)
+            if n > len(self._ids):
+                new = kv.get_many([self.prefix + f"i/{k}" for k in range(len(self._ids), n)])
+                for v in new:
+                    if v is None:
+                        break  # registered but not yet indexed: next time
+                    self._ids.append(v.decode())
+            raws = [r for r in kv.get_many([self.prefix + "s/" + i for i in self._ids]) if r]
+        parsed = (parse_record(r, self.node) for r in raws)
+        nodes = [n for n in parsed if n is not None]
+        nodes.sort(key=lambda n: (n.group_rank is None, n.group_rank or 0, n.node))
+        return tuple(nodes)
+
+
+def read_cluster(kv: KV, run_id: str, me: str = "") -> list[NodeStatus]:
+    """Every node's record of run ``run_id`` from a store (for tools and tests)."""
+    pfx = prefix(run_id)
+    raws = kv.list_status(pfx)
+    if raws is None:
+        n = kv.add(pfx + "n", 0)
+        ids = [v.decode() for v in kv.get_many([pfx + f"i/{k}" for k in range(n)]) if v]
+        raws = [r for r in kv.get_many([pfx + "s/" + i for i in ids]) if r]
+    return [n for n in (parse_record(r, me) for r in raws) if n is not None]
+
+
+def cluster_lines(nodes: tuple[NodeStatus, ...], stale_after: float) -> dict[str, str]:
+    """One plain line per node for the headless output (keyed by node id)."""
+    out = {}
+    for n in nodes:
+        ranks = " ".join(f"{g}:{st}" for g, _lr, _p, st in n.ranks) or "-"
+        where = f"node {n.group_rank} of {n.group_world_size}" if n.group_rank is not None else ""
+        where += f" on {n.host}" if not n.node.startswith(n.host + ":") else ""
+        f, m, mb = (*n.restarts, 0, 0, 0)[:3]
+        lost = n.age is not None and n.age > stale_after
+        line = (
+            f"{n.node} {where} {'LOST ' if lost else ''}{n.state} attempt {n.attempt} "
+            f"ranks [{ranks}] restarts {f} failure {m} manual {mb} membership"
+        )
+        if n.gpu:
+            line += f" gpu {n.gpu}"
+        if n.error:
+            line += f" error: {n.error}"
+        out[n.node] = " ".join(line.split())
+    return out
