@@ -38,6 +38,11 @@ STATES: dict[str, tuple[str, ...]] = {
     "restarting": (),
     "finished": (),
     "gpus8": (),  # 8 ranks, 8 fake GPUs, GPUs inferred from UUIDs (a container)
+    "multinode": (),  # an elastic 2:4-node job: nodes, heartbeats, a node joined
+}
+# extra screenshots: file name -> (state, keys)
+EXTRA: dict[str, tuple[str, tuple[str, ...]]] = {
+    "cluster": ("multinode", ("n",)),  # the Cluster tab: every node's status from the store
 }
 
 
@@ -66,8 +71,9 @@ def fake_states(names: list[str]) -> list[Path]:
     written = []
     for name in names:
         path = OUT / f"{name}.svg"
-        app = Dashboard(fake.STATES[name]())
-        asyncio.run(_shoot(app, path, STATES[name]))
+        state, keys = EXTRA.get(name) or (name, STATES[name])
+        app = Dashboard(fake.STATES[state]())
+        asyncio.run(_shoot(app, path, keys))
         _stable_ids(path, name)
         written.append(path)
     return written
@@ -124,15 +130,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-live", action="store_true", help="skip the live demo run")
     parser.add_argument(
-        "states", nargs="*", metavar="STATE", help=f"only these of {', '.join(STATES)}"
+        "states", nargs="*", metavar="STATE", help=f"only these of {', '.join([*STATES, *EXTRA])}"
     )
     ns = parser.parse_args(argv)
-    unknown = [s for s in ns.states if s not in STATES]
+    unknown = [s for s in ns.states if s not in STATES and s not in EXTRA]
     if unknown:
         parser.error(f"unknown state(s): {', '.join(unknown)}")
     OUT.mkdir(exist_ok=True)
     os.chdir(ROOT)
-    for path in fake_states(ns.states or list(STATES)):
+    for path in fake_states(ns.states or [*STATES, *EXTRA]):
         print(f"wrote {path.relative_to(ROOT)}")
     if not ns.no_live and not ns.states:
         try:
