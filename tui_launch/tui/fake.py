@@ -178,35 +178,8 @@ def _run_started(nproc: int, max_restarts: int, nodes: tuple[int, int] = (1, 1))
 
 
 def _attempt(n: int, nproc: int, start: float, pid0: int) -> list[Event]:
-    workers = tuple(
-        WorkerInfo(local_rank=i, global_rank=i, role_rank=i, world_size=nproc, pid=pid0 + i)
-        for i in range(nproc)
-    )
     return [
-        RendezvousStarted(
-            attempt=n,
-            backend="c10d",
-            endpoint="node0.cluster:29400",
-            run_id="demo-run-42",
-            **_at(start),
-        ),
-        RendezvousCompleted(
-            attempt=n,
-            round=n,
-            backend="c10d",
-            endpoint="node0.cluster:29400",
-            run_id="demo-run-42",
-            group_rank=0,
-            group_world_size=1,
-            master_addr="node0.cluster",
-            master_port=41000 + n,
-            participants=("node0.cluster:4242",),
-            duration=0.4,
-            **_at(start + 0.4),
-        ),
-        WorkersStarted(
-            attempt=n, workers=workers, log_dir=f"/logs/attempt_{n}", **_at(start + 0.5)
-        ),
+        *_nodes_round(n, ["node0.cluster:4242"], nproc, start, pid0, rdzv_s=0.4, start_s=0.5),
         RendezvousSample(
             round=n,
             complete=True,
@@ -535,8 +508,17 @@ def eight_gpus_in_container() -> FakeSource:
     return src
 
 
-def _nodes_round(n: int, nodes: list[str], nproc: int, start: float, pid0: int) -> list[Event]:
-    """One rendezvous round of ``nodes`` (this node first, group rank 0) and its workers."""
+def _nodes_round(
+    n: int,
+    nodes: list[str],
+    nproc: int,
+    start: float,
+    pid0: int,
+    rdzv_s: float = 1.2,
+    start_s: float = 1.5,
+) -> list[Event]:
+    """One rendezvous round of ``nodes`` (this node first, group rank 0) and its workers:
+    the rendezvous takes ``rdzv_s``, the workers start ``start_s`` after ``start``."""
     world = nproc * len(nodes)
     workers = tuple(
         WorkerInfo(local_rank=i, global_rank=i, role_rank=i, world_size=world, pid=pid0 + i)
@@ -561,11 +543,11 @@ def _nodes_round(n: int, nodes: list[str], nproc: int, start: float, pid0: int) 
             master_addr="node0.cluster",
             master_port=41000 + n,
             participants=tuple(nodes),
-            duration=1.2,
-            **_at(start + 1.2),
+            duration=rdzv_s,
+            **_at(start + rdzv_s),
         ),
         WorkersStarted(
-            attempt=n, workers=workers, log_dir=f"/logs/attempt_{n}", **_at(start + 1.5)
+            attempt=n, workers=workers, log_dir=f"/logs/attempt_{n}", **_at(start + start_s)
         ),
     ]
 
