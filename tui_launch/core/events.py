@@ -350,7 +350,12 @@ def from_dict(data: dict[str, Any]) -> Event:
 
 def _tuplify(data: dict[str, Any]) -> dict[str, Any]:
     # JSON turns tuples into lists; frozen records want tuples back so they stay hashable.
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    return {k: _deep_tuple(v) for k, v in data.items()}
+
+
+def _deep_tuple(value: Any) -> Any:
+    # Nested too: a node's ranks are tuples of tuples.
+    return tuple(_deep_tuple(v) for v in value) if isinstance(value, list) else value
 
 
 # ----------------------------------------------------------------- telemetry (issue 4)
