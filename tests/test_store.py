@@ -562,6 +562,50 @@ def test_tailer_five_megabytes_of_long_lines(tmp_path):
     assert got == lines
 
 
+def _flood(p: Path, first: int, count: int) -> list[str]:
+    lines = [f"line {i:07d} " + "x" * 88 for i in range(first, first + count)]
+    with p.open("a") as fp:
+        fp.write("\n".join(lines) + "\n")
+    return lines
+
+
+def test_tailer_lossy_sinks_skip_a_flood_to_its_last_lines(tmp_path):
+    p = tmp_path / "flood.log"
+    t = LogTailer()
+    c = Collect()
+    t.add_sink(c, lossy=True)
+    t.add_sources([_source(p)])
+    small = _flood(p, 0, 100)  # 10 kB behind: read in full
+    t.drain()
+    assert c.of(p) == small
+    big = _flood(p, 100, 20_000)  # 2 MB behind: only the tail
+    t.drain()
+    got = c.of(p)[len(small) :]
+    note, tail = got[0], got[1:]
+    assert note.startswith("... ") and "MB not shown here" in note and str(p) in note
+    # Whole lines only, the newest ones, in order, and no more than the kept bytes hold.
+    assert tail == big[-len(tail) :]
+    assert 0 < len(tail) * 100 <= LogTailer.SKIP_KEEP
+    skipped_mb = float(note.split()[1])
+    assert abs(skipped_mb - (len(big) - len(tail)) * 100 / 1e6) < 0.06
+    more = _flood(p, 20_100, 50)  # caught up: back to every line
+    t.drain()
+    assert c.of(p)[-50:] == more
+
+
+def test_tailer_never_skips_while_a_sink_needs_every_line(tmp_path):
+    p = tmp_path / "flood.log"
+    t = LogTailer()
+    view, console = Collect(), Collect()
+    t.add_sink(view, lossy=True)
+    t.add_sink(console)  # e.g. the headless console taking over from a failed dashboard
+    t.add_sources([_source(p)])
+    big = _flood(p, 0, 20_000)
+    t.drain()
+    assert console.of(p) == big
+    assert view.of(p) == big
+
+
 def test_tailer_thread_follows_a_growing_file(tmp_path):
     p = tmp_path / "grow.log"
     t, c = _tailer(_source(p))

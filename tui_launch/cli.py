@@ -6,10 +6,11 @@ Exit status: 0 when every worker succeeded, 1 when workers failed or torch repor
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import signal
 import sys
-import threading
 from typing import NoReturn
 
 from tui_launch.core.args import (
@@ -134,10 +135,14 @@ def _isatty(stream: object) -> bool:
 def main(argv: list[str] | None = None) -> NoReturn:
     """Console-script entry point."""
     code = run_cli(argv)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if any(t.name == "tuilaunch-agent" and t.is_alive() for t in threading.enumerate()):
-        # The agent thread is stuck inside torch (a rendezvous, a store wait) and the run is
-        # already over: leave without waiting for it.
-        os._exit(code)
-    sys.exit(code)
+    # The run is over: its workers are reaped and every file it wrote is closed. What is
+    # left is tearing down an interpreter that holds torch (module and C++ static teardown,
+    # 0.6-1 s on a small machine; torchrun pays it before its shell prompt comes back) and
+    # joining an agent thread that may be stuck inside torch (a rendezvous, a store wait).
+    # Neither does anything for the user: run the atexit handlers (logging's flush), flush,
+    # and leave.
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe must not change the exit code
+            stream.flush()
+    os._exit(code)

@@ -196,21 +196,34 @@ class LogTailer:
 
     CHUNK = 1 << 22
     MAX_LINE = 1 << 20
+    # With only lossy sinks, a stream more than SKIP_OVER bytes behind is read from its last
+    # SKIP_KEEP bytes: a view can show a screenful of a flood, never all of it.
+    SKIP_OVER = 1 << 18
+    SKIP_KEEP = 1 << 15
 
     def __init__(self, interval: float = 0.05, idle_interval: float = 0.2) -> None:
         self._interval = interval
         self._idle_interval = max(interval, idle_interval)
         self._delivered = 0  # lines delivered so far (tells the loop whether a poll found any)
+        self._skipped = False  # a poll skipped ahead: polling faster would not catch up
         self._sources: list[LogSource] = []
         self._sinks: list[LineSink] = []
+        self._lossless_sinks = 0
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def add_sink(self, sink: LineSink) -> None:
-        """Deliver lines to ``sink(source, lines)`` from now on."""
+    def add_sink(self, sink: LineSink, lossy: bool = False) -> None:
+        """Deliver lines to ``sink(source, lines)`` from now on.
+
+        A ``lossy`` sink (a view that shows the latest lines) accepts that, in a flood, the
+        tailer jumps over what it has fallen behind by and hands it a line saying so instead:
+        the files keep every line. While any sink is lossless (a console, a filter file),
+        every line is read and delivered.
+        """
         with self._lock:
             self._sinks.append(sink)
+            self._lossless_sinks += not lossy
 
     def add_sources(self, sources: list[LogSource]) -> None:
         """Start tailing ``sources`` (a new attempt's files)."""
@@ -261,9 +274,13 @@ class LogTailer:
         wait = self._interval
         while not self._stop.wait(wait):
             before = self._delivered
+            self._skipped = False
             self.drain()
             found = self._delivered != before
-            wait = self._interval if found else min(wait * 2, self._idle_interval)
+            if self._skipped:
+                wait = self._idle_interval
+            else:
+                wait = self._interval if found else min(wait * 2, self._idle_interval)
 
     def _read(self, src: LogSource, final: bool) -> None:
         """Deliver every whole line written to ``src`` since the last read.
@@ -277,6 +294,8 @@ class LogTailer:
                 if src.fp is None:
                     src.fp = open(src.path, "rb")  # noqa: SIM115 (kept open across polls)
                     src.fp.seek(src.offset)
+                if not final and self._sinks and not self._lossless_sinks:
+                    self._skip_ahead(src)
                 data = src.fp.read(self.CHUNK)
             except OSError:  # not created yet, or gone with a deleted attempt
                 return
@@ -295,6 +314,20 @@ class LogTailer:
                 self._deliver(src, whole)
             if not more:
                 return
+
+    def _skip_ahead(self, src: LogSource) -> None:
+        """Jump to the last ``SKIP_KEEP`` bytes of a stream far behind; say so in a line."""
+        end = os.fstat(src.fp.fileno()).st_size
+        if end - src.offset <= self.SKIP_OVER:
+            return
+        src.fp.seek(end - self.SKIP_KEEP)
+        head = src.fp.readline()  # the rest of a line cut in two: skipped with the others
+        skipped = end - self.SKIP_KEEP + len(head) - src.offset + len(src.partial)
+        src.offset = end - self.SKIP_KEEP + len(head)
+        src.partial = b""
+        self._skipped = True
+        note = f"... {skipped / 1e6:.1f} MB not shown here; every line is in {src.path} ..."
+        self._deliver(src, note.encode() + b"\n")
 
     def _deliver(self, src: LogSource, whole: bytes) -> None:
         # Split on newlines only: a progress bar's \r stays inside its line, as in the file.
@@ -368,7 +401,6 @@ class LogBuffer:
         self._attempt: dict[int, int] = {}
         self._merged_attempt = 0
         self.seq = 0
-        self.counts: dict[int, int] = collections.defaultdict(int)
         self.last_line_at: dict[int, float] = {}
 
     def __call__(self, src: LogSource, lines: list[str]) -> None:
@@ -393,7 +425,6 @@ class LogBuffer:
             self.seq = seq + len(lines)
             dq.extend(kept)
             self._merged.extend(kept)
-            self.counts[lr] += len(lines)
             self.last_line_at[lr] = now
 
     def since(self, seq: int, local_rank: int | None = None) -> list[LogLine]:

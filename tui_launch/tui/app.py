@@ -17,6 +17,7 @@ from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
@@ -34,6 +35,10 @@ FLOOD_LINES_PER_TICK = 200
 # view is repainted whole (every visible line), the dashboard's main steady-state cost.
 LOG_WRITES_HZ = 2.0
 STREAMS = ("both", "stdout", "stderr")
+
+
+class RunEnded(Message):
+    """The run has finished (posted from the agent's thread)."""
 
 
 class Dashboard(App[int]):
@@ -149,6 +154,12 @@ class Dashboard(App[int]):
         self._update_logbar()
         self._tick()
         self.set_interval(1.0 / self.refresh_hz, self._tick)
+        # The end of the run is shown (and, with --exit-on-finish, acted on) at once, not at
+        # the next tick. post_message is safe from the agent's thread.
+        self.source.on_finished(lambda: self.post_message(RunEnded()))
+
+    def on_run_ended(self, _: RunEnded) -> None:
+        self._tick()
 
     # ---------------------------------------------------------------- refresh
 

@@ -9,6 +9,7 @@ records what was asked instead of signalling processes.
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +67,7 @@ class FakeSource:
 
     def __post_init__(self) -> None:
         self._snap = Snapshot()
+        self._on_finished: list[Callable[[], None]] = []
         for e in self.events:
             self._snap = reduce(self._snap, e)
 
@@ -78,6 +80,14 @@ class FakeSource:
         """Apply one more event (tests use this to move the fake run on)."""
         self.events.append(event)
         self._snap = reduce(self._snap, event)
+        if isinstance(event, RunFinished):
+            for callback in self._on_finished:
+                callback()
+
+    def on_finished(self, callback: Callable[[], None]) -> None:
+        if self._snap.finished is not None:
+            callback()
+        self._on_finished.append(callback)
 
     def snapshot(self) -> Snapshot:
         return self._snap

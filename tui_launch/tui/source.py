@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from typing import Protocol
 
+from tui_launch.core.events import Event, RunFinished
 from tui_launch.core.logs import LogBuffer
 from tui_launch.core.runner import Runner
 from tui_launch.core.store import Snapshot
@@ -30,6 +32,7 @@ class Source(Protocol):
     def is_stopped(self, local_rank: int) -> bool: ...
     def stop(self, sig: int = signal.SIGTERM, reason: str = "quit") -> None: ...
     def wait(self, timeout: float | None = None) -> int | None: ...
+    def on_finished(self, callback: Callable[[], None]) -> None: ...
     @property
     def done(self) -> bool: ...
 
@@ -40,7 +43,7 @@ class LiveSource:
     def __init__(self, runner: Runner, logs: LogBuffer | None = None) -> None:
         self.runner = runner
         self.logs = logs or LogBuffer()
-        runner.tailer.add_sink(self.logs)
+        runner.tailer.add_sink(self.logs, lossy=True)
 
     def snapshot(self) -> Snapshot:
         return self.runner.store.snapshot()
@@ -68,6 +71,15 @@ class LiveSource:
 
     def wait(self, timeout: float | None = None) -> int | None:
         return self.runner.wait(timeout)
+
+    def on_finished(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the agent's thread) once the run has finished."""
+
+        def listener(event: Event) -> None:
+            if isinstance(event, RunFinished):
+                callback()
+
+        self.runner.store.subscribe(listener)
 
     @property
     def done(self) -> bool:
