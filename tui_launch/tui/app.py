@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -94,6 +95,7 @@ class Dashboard(App[int]):
         self._logbar_text = ""
         self._panel_keys: dict[str | None, object] = {}
         self._panel_heights: dict[str | None, int] = {}
+        self._panel_texts: dict[str | None, Text | None] = {}
         self._workers_key: tuple[object, ...] = ()
         self._keys_state: tuple[object, ...] = ()
         self._view_rank: int | None = None  # None: merged view
@@ -228,10 +230,14 @@ class Dashboard(App[int]):
         if self._panel_keys.get(widget.id) == key:
             return
         self._panel_keys[widget.id] = key
+        content = make(*args)
+        if isinstance(content, Text) and content == self._panel_texts.get(widget.id):
+            return  # a new key, the same words (the GPU panel's "no GPU" line, every sample)
+        self._panel_texts[widget.id] = content if isinstance(content, Text) else None
         # A Static's update lays out (and so repaints) the whole screen by default, in case
         # its height changed. Panels change every second (GPU figures, the clock) but rarely
         # change height: measure the new content and lay out only when it did.
-        widget.update(make(*args), layout=False)
+        widget.update(content, layout=False)
         if widget is self._header:
             return
         width = widget.content_region.width

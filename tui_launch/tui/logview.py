@@ -19,6 +19,7 @@ from rich.cells import cell_len
 from rich.style import Style
 from textual.geometry import Region, Size
 from textual.reactive import Reactive
+from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 from textual.widgets import Log
 
@@ -45,6 +46,17 @@ class LogView(Log):
         super().clear()
         self._scroll_update(self.virtual_size)
         return self
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        """Scroll; a scrollbar that is not drawn (size 0) takes its position silently.
+
+        Told its new position the usual way, a hidden scrollbar becomes a dirty widget that
+        the compositor does not show, and that makes it rebuild the whole screen's map on
+        every frame in which the log scrolled.
+        """
+        if self.show_vertical_scrollbar and not self.styles.scrollbar_size_vertical:
+            self.vertical_scrollbar.set_reactive(ScrollBar.position, new_value)
+        super().watch_scroll_y(old_value, new_value)
 
     def render_lines(self, crop: Region) -> list[Strip]:
         """Render the visible lines (one ``rich_style`` lookup for all of them).
@@ -84,6 +96,13 @@ class LogView(Log):
             strip = super()._render_line_strip(y, rich_style)
             self._render_line_cache[y] = strip
         return strip
+
+    def _prune_max_lines(self) -> None:
+        # Pruning renumbers every line, and a line's rendered strip carries its number (for
+        # text selection): pruning on every write made every visible line render again. Let
+        # the log run a tenth over max_lines, then prune back to it in one go.
+        if self.max_lines is not None and len(self._lines) > self.max_lines * 1.1:
+            super()._prune_max_lines()
 
     def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
         # Inline, not a thread worker per write: measuring a screenful of lines is cheap.

@@ -18,7 +18,7 @@ from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
@@ -96,6 +96,9 @@ class WorkersTable(ScrollView, can_focus=True):
         self._widths: tuple[int, ...] = ()
         # Row index -> (what the strip was built from, the strip).
         self._strips: dict[int, tuple[tuple[object, ...], Strip]] = {}
+        self._paint_styles: dict[str, Style] | None = None
+        # (row, column) -> (width, cell, its rendered segments).
+        self._cells: dict[tuple[int, int], tuple[int, Text, list[Segment]]] = {}
 
     # ---------------------------------------------------------------- data
 
@@ -144,6 +147,8 @@ class WorkersTable(ScrollView, can_focus=True):
             if i >= len(self._rows) or row != self._rows[i] or keys[i] != self._keys[i]
         ]
         count_changed = len(cells) != len(self._rows)
+        if count_changed:
+            self._cells = {k: v for k, v in self._cells.items() if k[0] < len(cells)}
         self._keys, self._rows = keys, cells
         if self._resize() or count_changed:
             self.refresh()
@@ -238,30 +243,40 @@ class WorkersTable(ScrollView, can_focus=True):
         self._strips.clear()
         super().notify_style_update()
 
-    def _line(self, cells: Sequence[Text]) -> Text:
-        line = Text(no_wrap=True, overflow="crop", end="")
-        for width, cell in zip(self._widths, cells, strict=False):
-            line.append(" " * PAD)
-            line.append_text(cell)
-            line.append(" " * (width - cell.cell_len + PAD))
-        return line
+    def _styles(self) -> dict[str, Style]:
+        # Each of these walks the DOM (background colours of every ancestor): once a paint,
+        # not once a line.
+        base = self.rich_style
+        return {
+            "base": base,
+            "header": base + self.get_component_rich_style("workers--header", partial=True),
+            "even": self.get_component_rich_style("workers--even-row", partial=True),
+            "cursor": self.get_component_rich_style("workers--cursor", partial=True),
+        }
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """Render the lines in ``crop`` with the styles looked up once."""
+        self._paint_styles = self._styles()
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._paint_styles = None
 
     def render_line(self, y: int) -> Strip:
         """Line 0 is the header; the rows below it scroll."""
+        styles = self._paint_styles or self._styles()
         width = self.size.width
         scroll_x = int(self.scroll_offset.x)
-        base = self.rich_style
         if y == 0:
-            style = base + self.get_component_rich_style("workers--header", partial=True)
-            return self._strip(-1, self._labels, style, width, scroll_x)
+            return self._strip(-1, self._labels, styles["header"], width, scroll_x)
         index = y - 1 + int(self.scroll_offset.y)
         if not 0 <= index < len(self._rows):
-            return Strip.blank(width, base)
-        style = base
+            return Strip.blank(width, styles["base"])
+        style = styles["base"]
         if index % 2:
-            style += self.get_component_rich_style("workers--even-row", partial=True)
+            style += styles["even"]
         if index == self.cursor_row:
-            style += self.get_component_rich_style("workers--cursor", partial=True)
+            style += styles["cursor"]
         return self._strip(index, self._rows[index], style, width, scroll_x)
 
     def _strip(
@@ -271,11 +286,27 @@ class WorkersTable(ScrollView, can_focus=True):
         cached = self._strips.get(index)
         if cached is not None and cached[0] == signature:
             return cached[1]
-        line = self._line(cells)
+        segments: list[Segment] = []
+        for column, (cell_width, cell) in enumerate(zip(self._widths, cells, strict=False)):
+            segments.extend(self._cell_segments(index, column, cell, cell_width))
         segments = [
-            Segment(seg.text, style + seg.style if seg.style else style)
-            for seg in line.render(self.app.console)
+            Segment(seg.text, style + seg.style if seg.style else style) for seg in segments
         ]
         strip = Strip(segments).crop_extend(scroll_x, scroll_x + width, style)
         self._strips[index] = (signature, strip)
         return strip
+
+    def _cell_segments(self, index: int, column: int, cell: Text, width: int) -> list[Segment]:
+        """One padded cell through Rich, cached: a second's update changes few cells of a row
+        (its CPU, its ages), and rendering every cell again was most of a row's cost."""
+        key = (index, column)
+        cached = self._cells.get(key)
+        if cached is not None and cached[0] == width and cached[1] == cell:
+            return cached[2]
+        line = Text(no_wrap=True, overflow="crop", end="")
+        line.append(" " * PAD)
+        line.append_text(cell)
+        line.append(" " * (width - cell.cell_len + PAD))
+        segments = list(line.render(self.app.console))
+        self._cells[key] = (width, cell, segments)
+        return segments
