@@ -59,6 +59,7 @@ import platform
 import resource
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -187,6 +188,54 @@ def settle(token: str, grace: float) -> int:
             return killed
         time.sleep(0.05)
     return 0
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    """Whether some process of this network namespace listens on TCP ``port``.
+
+    Read from ``/proc/net/tcp{,6}`` (state 0A), so probing never connects to the server: a
+    c10d store would log a stray client.
+    """
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fp:
+                next(fp, None)
+                for line in fp:
+                    fields = line.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        return True
+        except OSError:
+            continue
+    return False
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants (a killed agent's workers) this process's children.
+
+    Their CPU then reaches ``RUSAGE_CHILDREN`` once :func:`reap_orphans` waits for them, so the
+    "other processes" share stays honest when a benchmark SIGKILLs an agent on purpose.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(36, 1, 0, 0, 0)) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def reap_orphans() -> None:
+    """Wait for every exited child (call only when no ``Popen`` of ours is still unwaited)."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
 
 
 def busy_cpu_s() -> float:
