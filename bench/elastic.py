@@ -9,10 +9,12 @@ one ``all_reduce`` each writes ``up_<pid>`` (``time.time()``, world size, rank, 
 appears.
 
 ``down`` (scale-down)
-    Agent A is started and hosts the store, then agent B; both nodes' workers come up in a
-    world of 2 nodes. Then every process of B (agent and workers, by its own session and the
-    token in its environment) is SIGKILLed at once, as a machine that vanished. Recovery = from
-    the kill until all of A's workers are up again in a world of 1 node. Also recorded: whether
+    Agents A and B are started at once; their workers come up in a world of 2 nodes (if one
+    node started alone, that took a scale-up first: torchrun's default cannot, see ``up``).
+    Then every process of the agent that does not host the c10d store (agent and workers, by
+    its own session and the token in its environment) is SIGKILLed at once, as a machine that
+    vanished. Recovery = from the kill until all of the survivor's workers are up again in a
+    world of 1 node. Also recorded: whether
     A recovered at all, and how much failure budget that cost (see the workload: ``--max-restarts``
     minus ``MAX_RESTARTS - RESTART_COUNT`` of the recovered workers).
 
@@ -70,8 +72,9 @@ from run import (
     busy_cpu_s,
     children_cpu_s,
     free_port,
+    holds_socket,
     kill_token,
-    listening,
+    listening_sockets,
     median,
     reap_orphans,
     settle,
@@ -220,26 +223,33 @@ def budget_spent(recs: Sequence[dict[str, Any]]) -> int:
 
 
 def sample_down(job: Job, opts: argparse.Namespace) -> Sample:
-    a = job.start_agent()
-    # B must not be the store's host: wait until A listens on the endpoint.
-    deadline = time.monotonic() + opts.timeout
-    while not listening(job.port) and time.monotonic() < deadline and a.proc.poll() is None:
-        time.sleep(0.02)
-    b = job.start_agent()
+    # Both agents at once, so that the first round already has both nodes: torchrun with its
+    # shared store cannot scale up (the "up" scenario), and the setup must not depend on it.
+    first, second = job.start_agent(), job.start_agent()
     if job.wait_world(2, 0.0, opts.timeout) is None:
-        return {"ok": False, "reason": "never formed a world of 2 nodes"}
+        scaled = any(r["world"] == opts.nproc for r in job.records())
+        why = " (one node started alone, then the scale-up failed)" if scaled else ""
+        return {"ok": False, "reason": f"never formed a world of 2 nodes{why}"}
+    # The node that goes is the one not hosting the c10d store (the store dies with its host).
+    sockets = listening_sockets(job.port)
+    host = first if holds_socket(first.proc.pid, sockets) else second
+    lost = second if host is first else first
     time.sleep(opts.settle)
     t_kill = time.time()
-    job.kill_agent(b)
+    job.kill_agent(lost)
     recs = job.wait_world(1, t_kill, opts.timeout)
     if recs is None:
-        why = "A exited" if a.proc.poll() is not None else f"not within {opts.timeout:g}s"
+        why = "the host exited" if host.proc.poll() is not None else f"not in {opts.timeout:g}s"
         return {"ok": False, "reason": f"no world of 1 node after the kill ({why})"}
     return {
         "ok": True,
         "recovery_s": max(r["t"] for r in recs) - t_kill,
         "budget_spent": budget_spent(recs),
         "restart_count": max(r["restart"] for r in recs),
+        # One node ran alone before the other joined (a scale-up happened first).
+        "started_alone_first": any(
+            r["world"] == opts.nproc and r["t"] < t_kill for r in job.records()
+        ),
     }
 
 

@@ -197,12 +197,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def listening(port: int) -> bool:
-    """Whether some process of this network namespace listens on TCP ``port``.
+def listening_sockets(port: int) -> set[int]:
+    """Inodes of the TCP sockets listening on ``port`` in this network namespace.
 
     Read from ``/proc/net/tcp{,6}`` (state 0A), so probing never connects to the server: a
     c10d store would log a stray client.
     """
+    found = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table) as fp:
@@ -210,9 +211,28 @@ def listening(port: int) -> bool:
                 for line in fp:
                     fields = line.split()
                     if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                        return True
+                        found.add(int(fields[9]))
         except OSError:
             continue
+    return found
+
+
+def listening(port: int) -> bool:
+    """Whether some process of this network namespace listens on TCP ``port``."""
+    return bool(listening_sockets(port))
+
+
+def holds_socket(pid: int, inodes: set[int]) -> bool:
+    """Whether process ``pid`` has one of these sockets open (its fds in ``/proc``)."""
+    wanted = {f"socket:[{i}]" for i in inodes}
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                return True
     return False
 
 
