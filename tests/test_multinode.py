@@ -133,6 +133,13 @@ def restarts(launch: Launch) -> dict[str, int]:
     return counts
 
 
+def causes_after_failure(launch: Launch) -> list[str]:
+    """The causes of the restarts that followed this node's first failed attempt."""
+    events = read_journal(journal_path(launch.output))
+    failed = next(e["attempt"] for e in events if e["kind"] == "attempt_failed")
+    return [e["cause"] for e in events if e["kind"] == "restart" and e["from_attempt"] >= failed]
+
+
 def check_cluster(kv, run_id: str, job: Job, nodes: int) -> None:
     """The cluster view's records, read back from the job's store, match the workers."""
     pids = {pid: rank for rank, world, _r, _g, pid in job.worlds(nodes)}
@@ -303,6 +310,65 @@ def test_c10d_two_nodes_cluster_view_and_scale_down(launches, tmp_path):
     # The surviving node printed both nodes' lines: "cluster <id> node <group rank> of 2 ...".
     lines = [ln for ln in a.stderr.splitlines() if "] cluster " in ln and " of 2 " in ln]
     assert {ln.split(" node ")[1].split()[0] for ln in lines} == {"0", "1"}, a.stderr[-3000:]
+
+
+def test_genuine_failure_restarts_without_the_lost_node_wait(launches, tmp_path):
+    """--nnodes 1:2, one rank fails by itself: its node is evidently alive, so it re-rendezvouses
+    at once instead of waiting a heartbeat window to rule out a lost node, and the other node
+    (whose rank only saw the collective break) sees it waiting and restarts too. The failing
+    node spends its budget once, neither reports a lost node, and the group is back well
+    inside the 15 s heartbeat window (before, the nodes waited out the window, ~17 s, unless
+    one mistook the other's re-rendezvous for a lost node)."""
+    job, port, run_id = Job(tmp_path), free_port(), f"gen{uuid.uuid4().hex[:6]}"
+    marker = tmp_path / "failed_at"
+    args = c10d_args(port, run_id, "1:2")
+    # A long heartbeat window, so that waiting it out would show.
+    slow_beats = "keep_alive_interval=5,keep_alive_max_attempt=3"
+    args[args.index(RDZV_CONF)] = f"join_timeout=40,last_call_timeout=1,{slow_beats}"
+    args = [*args, "--max-restarts", "3", *job.script()]
+    env = node_env(TL_FAIL_ONCE=str(marker))
+    a = _launch(tuilaunch_cmd(*args), None, env)
+    launches.append(a)
+    wait_hosting(a, port)
+    b = _launch(tuilaunch_cmd(*args), None, env)
+    launches.append(b)
+    first = {pid for *_x, pid in job.wait_world(2, 2)}
+    failed_at = float(wait_for(lambda: marker.exists() and marker.read_text(), 60, what="failure"))
+
+    def back() -> float | None:
+        again = [x for x in job.worlds(2) if x[4] not in first]
+        return time.time() if len(again) >= 2 else None
+
+    up_at = wait_for(back, 60, interval=0.05, what="both ranks back in a world of 2")
+    latency = up_at - failed_at
+    finish(job, [a, b])
+    started = [
+        next(
+            e["wall"]
+            for e in read_journal(journal_path(n.output))
+            if e["kind"] == "workers_started" and e["wall"] > failed_at
+        )
+        for n in (a, b)
+    ]
+    print(
+        f"failure -> both nodes' workers started {max(started) - failed_at:.2f}s, "
+        f"-> both up (past init_process_group) {latency:.2f}s"
+    )
+    own = re.compile(r"\] attempt \d+ failed: rank 1 .*failed by itself \(TL_FAIL_ONCE\)")
+    failed, other = (a, b) if own.search(a.stderr) else (b, a)
+    assert own.search(failed.stderr) and not own.search(other.stderr)
+    # The node whose rank failed spends one restart of its budget, at once.
+    assert causes_after_failure(failed) == ["failure"], failed.stderr[-3000:]
+    # The other restarts once: a failure if its rank's broken collective was seen first, else
+    # torch's own "a node is waiting" membership restart; never a lost node.
+    assert causes_after_failure(other) in (["failure"], ["membership"]), other.stderr[-3000:]
+    for node in (a, b):
+        assert "node lost:" not in node.stderr, node.stderr[-3000:]
+    # Waiting out the window took >= 17 s before any worker was restarted. From there to
+    # past init_process_group is two interpreters importing torch: seconds, many more on a
+    # busy machine, so that part only gets a sanity bound.
+    assert max(started) - failed_at < 10, f"{max(started) - failed_at:.1f}s to restarted workers"
+    assert latency < 60, f"{latency:.1f}s from the failure to both workers up again"
 
 
 def test_below_min_nodes_fails_clearly(launches, tmp_path):
