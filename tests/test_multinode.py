@@ -388,6 +388,33 @@ def test_below_min_nodes_fails_clearly(launches, tmp_path):
     assert "dynamic_rendezvous.py" not in a.stderr  # one line, not the agent's traceback
 
 
+# ----------------------------------------------------------------------------- store host
+
+
+def test_store_host_by_address(monkeypatch):
+    """Who hosts the c10d store without is_host: torch's hostname check, plus an IP literal
+    that an interface of this network namespace holds (a bind test); nothing else changes."""
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
+
+    from tui_launch.core.rendezvous import is_local_address, local_store_host
+
+    assert is_local_address("127.0.0.1") and not is_local_address("0.0.0.0")
+    assert not is_local_address("198.51.100.77")  # TEST-NET-2: nobody's address
+    assert not is_local_address("localhost")  # hostnames stay torch's business
+    torch_says = {"localhost": True, "node0": True}
+    monkeypatch.setattr(backend, "_matches_machine_hostname", lambda h: torch_says.get(h, False))
+    original = backend._matches_machine_hostname
+    decided: list[str] = []
+    with local_store_host(decided.append):
+        check = backend._matches_machine_hostname
+        assert check("localhost") and check("node0")  # torch's yes is kept
+        assert not check("node1") and not check("198.51.100.77")
+        assert decided == []
+        assert check("127.0.0.1")  # torch (faked here) said no; the address is ours
+        assert decided == ["127.0.0.1"]
+    assert backend._matches_machine_hostname is original
+
+
 # ----------------------------------------------------------------------------- separate hosts
 
 
@@ -445,9 +472,8 @@ def test_separate_hosts_in_network_namespaces(launches, tmp_path, two_hosts):
     for ns, addr, dev in two_hosts:
         args = [*c10d_args(port, run_id, "2"), "--local-addr", addr, *job.script()]
         args[args.index("--rdzv-endpoint") + 1] = f"{addr0}:{port}"
-        # torch decides who hosts the c10d store by matching the endpoint against the
-        # machine's hostname, which a namespace does not change: say it.
-        args[args.index(RDZV_CONF)] = f"{RDZV_CONF},is_host={int(addr == addr0)}"
+        # No is_host: torch's hostname check says no in both namespaces (they keep the
+        # machine's hostname); tuilaunch sees that addr0 is an address of the first one.
         env = node_env(GLOO_SOCKET_IFNAME=dev)
         cmd = ["ip", "netns", "exec", ns, *tuilaunch_cmd(*args)]
         launch = _launch(cmd, None, env)
@@ -457,6 +483,9 @@ def test_separate_hosts_in_network_namespaces(launches, tmp_path, two_hosts):
     ranks = job.wait_world(2, 2)
     assert sorted(r for r, *_ in ranks) == [0, 1]
     finish(job, nodes)
+    hosting = "this node hosts the c10d store"
+    assert f"{hosting}: {addr0} is an address" in nodes[0].stderr, nodes[0].stderr[-3000:]
+    assert hosting not in nodes[1].stderr, nodes[1].stderr[-3000:]
     for n in nodes:
         assert f"master {addr0}:" in n.stderr, n.stderr[-3000:]
         cluster = [ln for ln in n.stderr.splitlines() if "] cluster " in ln]

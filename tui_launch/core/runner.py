@@ -239,6 +239,7 @@ class Runner:
             with (
                 _swap_agent(launcher_api, make_agent_class(self, launcher_api.LocalElasticAgent)),
                 self._worker_bootstrap(torch_run),
+                rendezvous.local_store_host(self._hosting_by_address),
             ):
                 torch_run.run(self.args)
             outcome, code = "succeeded", 0
@@ -260,6 +261,13 @@ class Runner:
                 outcome, code, message = "error", 1, self._rendezvous_error(e) or one_line_error(e)
         finally:
             self._finish(outcome, code, message)
+
+    def _hosting_by_address(self, host: str) -> None:
+        # Called while torch creates the rendezvous handler, before RunStarted: a note.
+        self._notes += (
+            f"rendezvous: this node hosts the c10d store: {host} is an address of one of its "
+            f"interfaces (torch's hostname check said no; --rdzv-conf is_host=0 overrides)",
+        )
 
     def _rendezvous_error(self, e: BaseException) -> str | None:
         """Below MIN nodes until the join timeout: say so in words, not torch's class name."""
