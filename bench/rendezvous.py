@@ -12,8 +12,8 @@ Both run with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (what tuilaunch sets by d
 
     .venv/bin/python bench/rendezvous.py --repeat 3 [--agents 1,2,4]
 
-Scale-up and scale-down recovery are covered by ``tests/test_multinode.py`` but not timed
-here yet. Markdown on stdout; every sample in ``bench/results/rendezvous-<time>.json``.
+Scale-up and scale-down recovery are timed by ``bench/elastic.py``, which reuses
+:func:`c10d_command`. Markdown on stdout; every sample in ``bench/results/rendezvous-<time>.json``.
 """
 
 from __future__ import annotations
@@ -22,14 +22,15 @@ import argparse
 import json
 import os
 import signal
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
+
+from run import free_port, median
 
 ROOT = Path(__file__).resolve().parent.parent
 UP = ROOT / "bench" / "workloads" / "up.py"
@@ -39,11 +40,33 @@ LAUNCHERS = {
 }
 
 
-def free_port() -> int:
-    """A free TCP port on the loopback interface."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def c10d_command(
+    python: str,
+    module_args: Sequence[str],
+    nnodes: str,
+    nproc: int,
+    port: int,
+    run_id: str,
+    script: Sequence[str],
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """One agent of a c10d job on ``127.0.0.1:port``; the same flags for either launcher."""
+    return [
+        python,
+        *module_args,
+        "--nnodes",
+        nnodes,
+        "--nproc-per-node",
+        str(nproc),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        run_id,
+        *extra,
+        *script,
+    ]
 
 
 def run_once(python: str, launcher: str, agents: int, timeout: float) -> dict[str, float | None]:
@@ -51,22 +74,9 @@ def run_once(python: str, launcher: str, agents: int, timeout: float) -> dict[st
     port, run_id = free_port(), f"bench{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory(prefix="tl-rdzv-") as tmp:
         env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "PYTHONUNBUFFERED": "1"}
-        cmd = [
-            python,
-            *LAUNCHERS[launcher],
-            "--nnodes",
-            str(agents),
-            "--nproc-per-node",
-            "1",
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            f"127.0.0.1:{port}",
-            "--rdzv-id",
-            run_id,
-            str(UP),
-            tmp,
-        ]
+        cmd = c10d_command(
+            python, LAUNCHERS[launcher], str(agents), 1, port, run_id, [str(UP), tmp]
+        )
         t0 = time.time()
         procs = [
             subprocess.Popen(
@@ -97,8 +107,7 @@ def run_once(python: str, launcher: str, agents: int, timeout: float) -> dict[st
 
 def med(xs: list[float | None]) -> float | None:
     """Median of the successful samples."""
-    vals = [x for x in xs if x is not None]
-    return statistics.median(vals) if vals else None
+    return median([x for x in xs if x is not None])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,6 +59,7 @@ import platform
 import resource
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -187,6 +188,74 @@ def settle(token: str, grace: float) -> int:
             return killed
         time.sleep(0.05)
     return 0
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def listening_sockets(port: int) -> set[int]:
+    """Inodes of the TCP sockets listening on ``port`` in this network namespace.
+
+    Read from ``/proc/net/tcp{,6}`` (state 0A), so probing never connects to the server: a
+    c10d store would log a stray client.
+    """
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fp:
+                next(fp, None)
+                for line in fp:
+                    fields = line.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        found.add(int(fields[9]))
+        except OSError:
+            continue
+    return found
+
+
+def listening(port: int) -> bool:
+    """Whether some process of this network namespace listens on TCP ``port``."""
+    return bool(listening_sockets(port))
+
+
+def holds_socket(pid: int, inodes: set[int]) -> bool:
+    """Whether process ``pid`` has one of these sockets open (its fds in ``/proc``)."""
+    wanted = {f"socket:[{i}]" for i in inodes}
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                return True
+    return False
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants (a killed agent's workers) this process's children.
+
+    Their CPU then reaches ``RUSAGE_CHILDREN`` once :func:`reap_orphans` waits for them, so the
+    "other processes" share stays honest when a benchmark SIGKILLs an agent on purpose.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(36, 1, 0, 0, 0)) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def reap_orphans() -> None:
+    """Wait for every exited child (call only when no ``Popen`` of ours is still unwaited)."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
 
 
 def busy_cpu_s() -> float:

@@ -133,6 +133,15 @@ def restarts(launch: Launch) -> dict[str, int]:
     return counts
 
 
+def causes_since(launch: Launch, since: float) -> list[str]:
+    """The causes of this node's restarts after the wall-clock time ``since``.
+
+    (A node can restart with no failed attempt of its own: torch's "a node is waiting" check
+    can come before its rank's broken collective.)"""
+    events = read_journal(journal_path(launch.output))
+    return [e["cause"] for e in events if e["kind"] == "restart" and e["wall"] >= since]
+
+
 def check_cluster(kv, run_id: str, job: Job, nodes: int) -> None:
     """The cluster view's records, read back from the job's store, match the workers."""
     pids = {pid: rank for rank, world, _r, _g, pid in job.worlds(nodes)}
@@ -305,6 +314,65 @@ def test_c10d_two_nodes_cluster_view_and_scale_down(launches, tmp_path):
     assert {ln.split(" node ")[1].split()[0] for ln in lines} == {"0", "1"}, a.stderr[-3000:]
 
 
+def test_genuine_failure_restarts_without_the_lost_node_wait(launches, tmp_path):
+    """--nnodes 1:2, one rank fails by itself: its node is evidently alive, so it re-rendezvouses
+    at once instead of waiting a heartbeat window to rule out a lost node, and the other node
+    (whose rank only saw the collective break) sees it waiting and restarts too. The failing
+    node spends its budget once, neither reports a lost node, and the group is back well
+    inside the 15 s heartbeat window (before, the nodes waited out the window, ~17 s, unless
+    one mistook the other's re-rendezvous for a lost node)."""
+    job, port, run_id = Job(tmp_path), free_port(), f"gen{uuid.uuid4().hex[:6]}"
+    marker = tmp_path / "failed_at"
+    args = c10d_args(port, run_id, "1:2")
+    # A long heartbeat window, so that waiting it out would show.
+    slow_beats = "keep_alive_interval=5,keep_alive_max_attempt=3"
+    args[args.index(RDZV_CONF)] = f"join_timeout=40,last_call_timeout=1,{slow_beats}"
+    args = [*args, "--max-restarts", "3", *job.script()]
+    env = node_env(TL_FAIL_ONCE=str(marker))
+    a = _launch(tuilaunch_cmd(*args), None, env)
+    launches.append(a)
+    wait_hosting(a, port)
+    b = _launch(tuilaunch_cmd(*args), None, env)
+    launches.append(b)
+    first = {pid for *_x, pid in job.wait_world(2, 2)}
+    failed_at = float(wait_for(lambda: marker.exists() and marker.read_text(), 60, what="failure"))
+
+    def back() -> float | None:
+        again = [x for x in job.worlds(2) if x[4] not in first]
+        return time.time() if len(again) >= 2 else None
+
+    up_at = wait_for(back, 60, interval=0.05, what="both ranks back in a world of 2")
+    latency = up_at - failed_at
+    finish(job, [a, b])
+    started = [
+        next(
+            e["wall"]
+            for e in read_journal(journal_path(n.output))
+            if e["kind"] == "workers_started" and e["wall"] > failed_at
+        )
+        for n in (a, b)
+    ]
+    print(
+        f"failure -> both nodes' workers started {max(started) - failed_at:.2f}s, "
+        f"-> both up (past init_process_group) {latency:.2f}s"
+    )
+    own = re.compile(r"\] attempt \d+ failed: rank 1 .*failed by itself \(TL_FAIL_ONCE\)")
+    failed, other = (a, b) if own.search(a.stderr) else (b, a)
+    assert own.search(failed.stderr) and not own.search(other.stderr)
+    # The node whose rank failed spends one restart of its budget, at once.
+    assert causes_since(failed, failed_at) == ["failure"], failed.stderr[-3000:]
+    # The other restarts once: a failure if its rank's broken collective was seen first, else
+    # torch's own "a node is waiting" membership restart; never a lost node.
+    assert causes_since(other, failed_at) in (["failure"], ["membership"]), other.stderr[-3000:]
+    for node in (a, b):
+        assert "node lost:" not in node.stderr, node.stderr[-3000:]
+    # Waiting out the window took >= 17 s before any worker was restarted. From there to
+    # past init_process_group is two interpreters importing torch: seconds, many more on a
+    # busy machine, so that part only gets a sanity bound.
+    assert max(started) - failed_at < 10, f"{max(started) - failed_at:.1f}s to restarted workers"
+    assert latency < 60, f"{latency:.1f}s from the failure to both workers up again"
+
+
 def test_below_min_nodes_fails_clearly(launches, tmp_path):
     """--nnodes 2:3 and one of two nodes dies: the other waits for the join timeout, then fails
     with a sentence that says why."""
@@ -320,6 +388,33 @@ def test_below_min_nodes_fails_clearly(launches, tmp_path):
     assert a.wait(90) == 1
     assert "fewer than the minimum of 2 node(s) (--nnodes 2:3) joined" in a.stderr, a.stderr[-3000:]
     assert "dynamic_rendezvous.py" not in a.stderr  # one line, not the agent's traceback
+
+
+# ----------------------------------------------------------------------------- store host
+
+
+def test_store_host_by_address(monkeypatch):
+    """Who hosts the c10d store without is_host: torch's hostname check, plus an IP literal
+    that an interface of this network namespace holds (a bind test); nothing else changes."""
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
+
+    from tui_launch.core.rendezvous import is_local_address, local_store_host
+
+    assert is_local_address("127.0.0.1") and not is_local_address("0.0.0.0")
+    assert not is_local_address("198.51.100.77")  # TEST-NET-2: nobody's address
+    assert not is_local_address("localhost")  # hostnames stay torch's business
+    torch_says = {"localhost": True, "node0": True}
+    monkeypatch.setattr(backend, "_matches_machine_hostname", lambda h: torch_says.get(h, False))
+    original = backend._matches_machine_hostname
+    decided: list[str] = []
+    with local_store_host(decided.append):
+        check = backend._matches_machine_hostname
+        assert check("localhost") and check("node0")  # torch's yes is kept
+        assert not check("node1") and not check("198.51.100.77")
+        assert decided == []
+        assert check("127.0.0.1")  # torch (faked here) said no; the address is ours
+        assert decided == ["127.0.0.1"]
+    assert backend._matches_machine_hostname is original
 
 
 # ----------------------------------------------------------------------------- separate hosts
@@ -379,9 +474,8 @@ def test_separate_hosts_in_network_namespaces(launches, tmp_path, two_hosts):
     for ns, addr, dev in two_hosts:
         args = [*c10d_args(port, run_id, "2"), "--local-addr", addr, *job.script()]
         args[args.index("--rdzv-endpoint") + 1] = f"{addr0}:{port}"
-        # torch decides who hosts the c10d store by matching the endpoint against the
-        # machine's hostname, which a namespace does not change: say it.
-        args[args.index(RDZV_CONF)] = f"{RDZV_CONF},is_host={int(addr == addr0)}"
+        # No is_host: torch's hostname check says no in both namespaces (they keep the
+        # machine's hostname); tuilaunch sees that addr0 is an address of the first one.
         env = node_env(GLOO_SOCKET_IFNAME=dev)
         cmd = ["ip", "netns", "exec", ns, *tuilaunch_cmd(*args)]
         launch = _launch(cmd, None, env)
@@ -391,6 +485,9 @@ def test_separate_hosts_in_network_namespaces(launches, tmp_path, two_hosts):
     ranks = job.wait_world(2, 2)
     assert sorted(r for r, *_ in ranks) == [0, 1]
     finish(job, nodes)
+    hosting = "this node hosts the c10d store"
+    assert f"{hosting}: {addr0} is an address" in nodes[0].stderr, nodes[0].stderr[-3000:]
+    assert hosting not in nodes[1].stderr, nodes[1].stderr[-3000:]
     for n in nodes:
         assert f"master {addr0}:" in n.stderr, n.stderr[-3000:]
         cluster = [ln for ln in n.stderr.splitlines() if "] cluster " in ln]

@@ -97,3 +97,36 @@ def describe_exit(exit_code: int | None) -> str:
     if name:
         return f"{name} ({exit_code})"
     return f"exit {exit_code}"
+
+
+# What a rank prints when a peer on another node went away mid-collective, or its store did:
+# gloo's socket errors and timeouts, NCCL's remote errors and watchdog aborts, the TCPStore
+# client losing its server. Lower case; matched anywhere in the rank's last words.
+_PEER_SIGNS: tuple[str, ...] = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "broken pipe",
+    "connection refused",
+    "no route to host",
+    "network is unreachable",
+    "socket timeout",
+    "timed out waiting",  # gloo: "Timed out waiting 1800000ms for recv operation"
+    "failed to recv, got 0 bytes",  # TCPStore client: the server went away
+    "ncclremoteerror",
+    "remote process exited",
+    "communicator was aborted",
+    "watchdog caught collective operation timeout",
+    "process group watchdog",
+)
+
+
+def peer_failure(*texts: str | None) -> bool:
+    """Whether a failed rank's message, traceback or stderr tail says a *peer* broke.
+
+    A rank whose partner on another node died fails too, with a socket error inside a
+    collective: that says nothing about this node. A rank that failed with anything else (its
+    own exception, a signal, an exit code) failed by itself. When in doubt this says "peer",
+    which only costs a lost-node check.
+    """
+    text = "\n".join(t for t in texts if t).lower()
+    return any(sign in text for sign in _PEER_SIGNS)

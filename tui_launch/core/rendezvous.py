@@ -1,12 +1,19 @@
-"""Reading a rendezvous handler's state without touching the network.
+"""Reading a rendezvous handler's state without touching the network; who hosts the c10d store.
 
 ``DynamicRendezvousHandler`` (c10d, etcd-v2) caches the last synced state in
 ``_state_holder._state``; reading it is free. ``num_nodes_waiting()`` and ``is_closed()`` sync
 with the backend under the agent's lock, so front ends must never call them.
+
+:func:`local_store_host` widens torch's guess of whether this node hosts the c10d store (see
+there).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
+import socket
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -103,3 +110,84 @@ def dead_participants(handler: Any, now: datetime | None = None) -> list[str]:
 def _aware(t: datetime) -> datetime:
     # torch stores naive UTC datetimes from datetime.utcnow().
     return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+
+
+# ----------------------------------------------------------------------------- store host
+
+
+def _nonlocal_bind_allowed(family: int) -> bool:
+    # With this sysctl on, binding any address succeeds: a bind test proves nothing.
+    path = (
+        "/proc/sys/net/ipv4/ip_nonlocal_bind"
+        if family == socket.AF_INET
+        else "/proc/sys/net/ipv6/ip_nonlocal_bind"
+    )
+    try:
+        with open(path) as fp:
+            return fp.read().strip() not in ("", "0")
+    except OSError:
+        return False
+
+
+def is_local_address(host: str) -> bool:
+    """Whether ``host`` is an IP address literal held by an interface of this network namespace.
+
+    Binding ``(host, 0)`` says so without sending anything: the kernel refuses an address that
+    is not ours (EADDRNOTAVAIL). Hostnames, the wildcard and multicast addresses answer False;
+    so does every address where ``ip_nonlocal_bind`` would make the test meaningless.
+    """
+    try:
+        addr = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    if addr.is_unspecified or addr.is_multicast:
+        return False
+    family = socket.AF_INET if addr.version == 4 else socket.AF_INET6
+    if _nonlocal_bind_allowed(family):
+        return False
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((str(addr), 0))
+    except OSError:  # EADDRNOTAVAIL: not ours; anything else: no evidence that it is
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def local_store_host(decided: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Let a node host the c10d store when the endpoint is an IP address of its own.
+
+    Without ``is_host`` in ``--rdzv-conf``, torch's c10d backend hosts the store on the node
+    whose hostname (or the addresses that hostname resolves to) matches the endpoint
+    (``utils._matches_machine_hostname``). An address on a second interface, or in a network
+    namespace of its own (which keeps the machine's hostname), matches no node: none hosts, all
+    wait for a store that never comes. This adds one case to torch's guess: an IP literal that
+    an interface of this network namespace holds. Every case torch already said yes to is kept,
+    hostnames are left to torch, and torch's own fallback stays (a node that guessed "host"
+    but finds the port taken becomes a client). ``decided(host)`` is called when the addition
+    made the difference. Torch without the function is left alone.
+    """
+    try:
+        from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
+    except ImportError:
+        yield
+        return
+    original = getattr(backend, "_matches_machine_hostname", None)
+    if original is None:
+        yield
+        return
+
+    def matches(host: str) -> bool:
+        if original(host):
+            return True
+        if is_local_address(host):
+            if decided is not None:
+                decided(host)
+            return True
+        return False
+
+    backend._matches_machine_hostname = matches
+    try:
+        yield
+    finally:
+        backend._matches_machine_hostname = original

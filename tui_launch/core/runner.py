@@ -145,6 +145,8 @@ class Runner:
         self._round: int | None = None
         self._group_world = 1
         self._members: tuple[str, ...] = ()
+        # Members missing from this complete round at the last look (see _node_lost).
+        self._gone_once: tuple[str, ...] = ()
         self.cluster: Any = None  # cluster.ClusterView once the first rendezvous is done
         self._last_group_state: str | None = None
         self._notes: tuple[str, ...] = ()
@@ -237,6 +239,7 @@ class Runner:
             with (
                 _swap_agent(launcher_api, make_agent_class(self, launcher_api.LocalElasticAgent)),
                 self._worker_bootstrap(torch_run),
+                rendezvous.local_store_host(self._hosting_by_address),
             ):
                 torch_run.run(self.args)
             outcome, code = "succeeded", 0
@@ -258,6 +261,13 @@ class Runner:
                 outcome, code, message = "error", 1, self._rendezvous_error(e) or one_line_error(e)
         finally:
             self._finish(outcome, code, message)
+
+    def _hosting_by_address(self, host: str) -> None:
+        # Called while torch creates the rendezvous handler, before RunStarted: a note.
+        self._notes += (
+            f"rendezvous: this node hosts the c10d store: {host} is an address of one of its "
+            f"interfaces (torch's hostname check said no; --rdzv-conf is_host=0 overrides)",
+        )
 
     def _rendezvous_error(self, e: BaseException) -> str | None:
         """Below MIN nodes until the join timeout: say so in words, not torch's class name."""
@@ -815,6 +825,7 @@ class Runner:
         before, before_world = self._members, self._group_world
         self._round = live.round if live else None
         self._members, self._group_world = members, world
+        self._gone_once = ()
         if self._attempt < 0:
             return
         joined = tuple(m for m in members if m not in before)
@@ -850,8 +861,16 @@ class Runner:
         if dead:
             return dead
         present = {rendezvous.node_name(n) for n in getattr(state, "participants", {}) or {}}
-        if getattr(state, "complete", False) and len(present) < self._group_world:
-            return [m for m in self._members if m not in present] or ["?"]
+        waiting = getattr(state, "wait_list", None)
+        if getattr(state, "complete", False) and len(present) < self._group_world and not waiting:
+            # Dropped by torch (another node's sync removed its expired heartbeat) - or a node
+            # that left on purpose to re-rendezvous after its own rank failed: torch removes it
+            # from the participants, then adds it to the wait list, in two writes. Believe an
+            # absence only when the next look (a monitor tick or a poll later) still sees it.
+            gone = tuple(m for m in self._members if m not in present) or ("?",)
+            seen_before, self._gone_once = self._gone_once == gone, gone
+            return list(gone) if seen_before else []
+        self._gone_once = ()
         return []
 
     def _wait_node_loss(self, agent: Any) -> list[str]:
@@ -861,7 +880,9 @@ class Runner:
         torch notices its missing heartbeats. Waiting for one heartbeat window (syncing the
         state on the agent thread, as torch's own loop does) tells a lost node, which is a
         membership change, from a failure, which spends the budget. A node that joins the wait
-        list in the meantime is alive and restarting: that was a real failure.
+        list in the meantime is alive and restarting: that was a real failure. Only nodes whose
+        ranks died of broken collectives wait here; the node where a rank failed by itself
+        skips it (see ``_failed_here``).
         """
         handler = agent._worker_group.spec.rdzv_handler
         settings = getattr(handler, "_settings", None)
@@ -957,7 +978,10 @@ class Runner:
             self.tailer.drain()
             self.store.post(AttemptFailed(attempt=self._attempt, failures=failures))
             self._pending_cause = "failure"
-            if self._elastic() and self._group_world > 1:
+            # A rank of this node failed by itself: this node is alive and the failure is real.
+            # Re-rendezvous at once (no lost-node wait): the other nodes, which only saw their
+            # collectives break, see this node on the wait list and restart too.
+            if self._elastic() and self._group_world > 1 and not _failed_here(failures):
                 lost = self._wait_node_loss(agent)
                 if lost:
                     self._membership_restart(agent, wg, lost)
@@ -1304,6 +1328,17 @@ def one_line_error(e: BaseException) -> str:
         line += f" <- {first_line(inner)}"
         inner = inner.__cause__ or inner.__context__
     return line
+
+
+def _failed_here(failures: tuple[Failure, ...]) -> bool:
+    """Whether some rank failed by itself: not terminated by torch (collateral), and not
+    killed by a peer's broken collective (a socket error from a rank on another node)."""
+    return any(
+        not f.collateral
+        and f.exit_code != 0
+        and not errors.peer_failure(f.message, f.traceback, *f.stderr_tail)
+        for f in failures
+    )
 
 
 def _failure_line(f: Failure) -> str:
