@@ -277,7 +277,9 @@ class LogTailer:
             self._skipped = False
             self.drain()
             found = self._delivered != before
-            if self._skipped:
+            if self._skipped or (self._sinks and not self._lossless_sinks):
+                # Only views (which redraw a few times a second) read the lines, or a flood
+                # is being skipped: polling faster would not show anything sooner.
                 wait = self._idle_interval
             else:
                 wait = self._interval if found else min(wait * 2, self._idle_interval)

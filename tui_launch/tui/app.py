@@ -198,9 +198,10 @@ class Dashboard(App[int]):
         self._set(self._restarts, restarts_key, render.restarts_panel, snap, now)
         self._refresh_keys(snap)
         # The table's ages ("last log 0s/1s") would flicker on every tick that brings log
-        # lines, and a repaint of the table is the dashboard's costliest: once a second, or
-        # at once when a rank or its telemetry changes.
-        workers_key = (second, snap.ranks, snap.telemetry)
+        # lines, and a repaint of the table is among the dashboard's costliest: once a
+        # second, with the clock (telemetry samples arrive mid-second and wait for it), or at
+        # once when a rank changes.
+        workers_key = (second, snap.ranks)
         if workers_key != self._workers_key:
             self._workers_key = workers_key
             self._update_workers(snap, now)
