@@ -488,7 +488,15 @@ def test_the_log_view_and_buffer_stay_bounded() -> None:
         for i in range(20):
             add_lines(fsrc, i % 4, [f"flood {i}-{j}" for j in range(5000)])
         await wait_until(pilot, lambda: logview(app).lines[-1:] == ["[3] flood 19-4999"])
-        assert len(logview(app).lines) <= LOG_LINES_SHOWN
+        # The view prunes in batches (see LogView._prune_max_lines): a tenth over at most.
+        assert len(logview(app).lines) <= LOG_LINES_SHOWN * 1.1
+        view = logview(app)
+        for i in range(300):  # written 100 at a time, as the dashboard does
+            view.write_lines([f"steady {i}-{j}" for j in range(100)], scroll_end=True)
+            assert len(view.lines) <= LOG_LINES_SHOWN * 1.1
+        assert view.lines[-1] == "steady 299-99"
+        await pilot.pause()
+        assert view.is_vertical_scroll_end
         assert len(fsrc.logs.since(0)) <= 20_000
 
     drive("healthy", check)
@@ -586,6 +594,25 @@ def test_exit_on_finish() -> None:
     app = drive("healthy", check, exit_on_finish=True)
     assert app.return_value == 1
     assert app.clean_exit
+
+
+def test_the_end_of_the_run_is_acted_on_at_once_not_at_the_next_tick() -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+        await pilot.pause(0.2)
+        for timer in list(app._timers):  # no more ticks: only the notification is left
+            timer.pause()
+        loop = asyncio.get_running_loop()
+        posted = loop.time()
+        # From another thread, as the agent's thread posts it.
+        await asyncio.to_thread(
+            src.post,
+            RunFinished(outcome="succeeded", exit_code=0, message="ok", mono=1096.0, wall=0),
+        )
+        await wait_until(pilot, lambda: not app.is_running)
+        assert loop.time() - posted < 2.0
+
+    app = drive("healthy", check, exit_on_finish=True)
+    assert app.return_value == 0
 
 
 def test_without_exit_on_finish_the_dashboard_stays() -> None:

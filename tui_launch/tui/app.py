@@ -32,9 +32,10 @@ from tui_launch.tui.table import WorkersTable
 
 LOG_LINES_SHOWN = 5000
 FLOOD_LINES_PER_TICK = 200
-# New log lines are appended at most this often: each append scrolls the view, and a scrolled
-# view is repainted whole (every visible line), the dashboard's main steady-state cost.
-LOG_WRITES_HZ = 2.0
+# New log lines are appended once a second, in the frame that redraws the clocks anyway (the
+# header's elapsed time, the table's ages and telemetry). Each append scrolls the view, and a
+# scrolled view is repainted whole; a frame of its own for it cost as much as the clock frame.
+LOG_WRITES_HZ = 1.0
 STREAMS = ("both", "stdout", "stderr")
 
 
@@ -170,8 +171,9 @@ class Dashboard(App[int]):
         now = self.source.now()
         second = int(now)
         if snap.version == self._version and second == self._second:
-            self._update_log()  # nothing else can have changed within the same second
+            self._update_log(due=False)  # nothing else can have changed within the same second
             return
+        clock = second != self._second
         self._second = second
         self._version = snap.version
         # Each panel is redrawn only when what it shows changed: a Textual refresh costs far
@@ -205,7 +207,7 @@ class Dashboard(App[int]):
         if workers_key != self._workers_key:
             self._workers_key = workers_key
             self._update_workers(snap, now)
-        self._update_log()
+        self._update_log(due=clock)
         self._update_agent_log()
         if snap.finished is not None and not self._finished_seen:
             self._finished_seen = True
@@ -293,12 +295,14 @@ class Dashboard(App[int]):
         self._follow = True
         self._update_logbar()
 
-    def _update_log(self) -> None:
+    def _update_log(self, due: bool = False) -> None:
+        """Append what arrived; ``due``: this tick draws the clocks, so it is time anyway."""
         logs = self.source.logs
         if logs.seq == self._shown_seq and not self._pending:
             return
         now = time.monotonic()
-        if now - self._log_written_at < 1.0 / LOG_WRITES_HZ - 0.01:
+        # A tick that is not due writes only when the clock frame is late (1.25 periods).
+        if not due and now - self._log_written_at < 1.25 / LOG_WRITES_HZ:
             return
         self._log_written_at = now
         log = self._log_view
