@@ -64,6 +64,7 @@ from tui_launch.core.store import RunStore
 from tui_launch.core.telemetry import RankTarget, Telemetry
 
 SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+SINGLE_NODE_CLUSTER_INTERVAL = 10.0  # s between cluster-view records when the job has one node
 # torch's worker-side excepthook prefixes traceback lines with "[rank1]: ".
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")
 _TORCH_THREAD_WARNING = "Failed to register signal handlers since torchelastic is running"
@@ -841,11 +842,16 @@ class Runner:
         if self.cluster is not None:
             self.cluster.set_handler(handler)
             return
+        from tui_launch.core.args import min_max_nodes
         from tui_launch.core.cluster import ClusterView, interval_from_env
 
         interval = interval_from_env()
         if interval <= 0:
             return
+        if min_max_nodes(self.args.nnodes)[1] == 1:
+            # A job of one node: its Cluster tab repeats this node's own panels, so a store
+            # round trip every few seconds buys nothing (and was a tenth of the steady CPU).
+            interval = max(interval, SINGLE_NODE_CLUSTER_INTERVAL)
         self.cluster = ClusterView(self, handler, interval=interval)
         self.cluster.start()
 

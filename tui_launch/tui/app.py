@@ -39,6 +39,29 @@ LOG_WRITES_HZ = 1.0
 STREAMS = ("both", "stdout", "stderr")
 
 
+class KeyFooter(Footer):
+    """Textual's footer, rebuilt only when the keys it would show change.
+
+    The footer rebuilds every key widget whenever its screen's bindings are refreshed,
+    including when a dialog or the help closes and the dashboard resumes with the very keys it
+    had: that rebuild was most of what closing a dialog cost.
+    """
+
+    _shown: tuple[object, ...] | None = None
+
+    def bindings_changed(self, screen: Screen) -> None:
+        """Recompose (as Footer does) unless the same keys would be shown again."""
+        keys = tuple(
+            (binding.key, binding.description, enabled, tooltip)
+            for (_, binding, enabled, tooltip) in screen.active_bindings.values()
+            if binding.show
+        )
+        if keys == self._shown and self.children:
+            return
+        self._shown = keys
+        super().bindings_changed(screen)
+
+
 class RunEnded(Message):
     """The run has finished (posted from the agent's thread)."""
 
@@ -145,7 +168,7 @@ class Dashboard(App[int]):
                         yield self._agent_view
                     with TabPane("Cluster", id="cluster-tab"), VerticalScroll(id="cluster-scroll"):
                         yield self._cluster
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self._rdzv.border_title = "Rendezvous"
