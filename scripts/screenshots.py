@@ -92,7 +92,13 @@ def live_demo(timeout: float = 180.0) -> Path:
     args, _ = parse([*argv, "--seconds", "120"])
     # Workers inherit this: no import-time UserWarnings of the local torch build in the picture.
     os.environ.setdefault("PYTHONWARNINGS", "ignore::UserWarning")
-    runner = Runner(args, RunStore(), echo=False, mute_agent_console=True)
+    from tui_launch.core.telemetry import Telemetry
+
+    store = RunStore()
+    # As the command line builds it: CPU and memory per rank; on this GPU-less machine the
+    # GPU panel says why it is empty.
+    telemetry = Telemetry(store.post, interval=1.0, gpu=True, journal_every=10.0)
+    runner = Runner(args, store, echo=False, mute_agent_console=True, telemetry=telemetry)
     path = OUT / "live-demo.svg"
 
     async def shoot() -> None:
@@ -111,7 +117,7 @@ def live_demo(timeout: float = 180.0) -> Path:
                         f"{source.logs.seq} log lines, done={runner.done})"
                     )
                 await pilot.pause(0.2)
-            await pilot.pause(0.5)  # a few refreshes at 10 Hz: every panel drawn
+            await pilot.pause(2.5)  # telemetry samples (1 s) and the clock frame: every panel drawn
             await pilot.wait_for_scheduled_animations()
             app.save_screenshot(filename=path.name, path=str(path.parent))
 
