@@ -205,7 +205,6 @@ class LogTailer:
         self._interval = interval
         self._idle_interval = max(interval, idle_interval)
         self._delivered = 0  # lines delivered so far (tells the loop whether a poll found any)
-        self._skipped = False  # a poll skipped ahead: polling faster would not catch up
         self._sources: list[LogSource] = []
         self._sinks: list[LineSink] = []
         self._lossless_sinks = 0
@@ -224,6 +223,11 @@ class LogTailer:
         with self._lock:
             self._sinks.append(sink)
             self._lossless_sinks += not lossy
+
+    @property
+    def _views_only(self) -> bool:
+        """Only lossy sinks (views) read the lines: a flood may be skipped, polls may be slow."""
+        return bool(self._sinks) and not self._lossless_sinks
 
     def add_sources(self, sources: list[LogSource]) -> None:
         """Start tailing ``sources`` (a new attempt's files)."""
@@ -270,18 +274,16 @@ class LogTailer:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
         # Poll fast while lines flow; back off (doubling, up to idle_interval) while the files
         # are quiet, as in a steady training loop that prints a line a second: most polls of
-        # every rank's files would find nothing.
+        # every rank's files would find nothing. When only views read the lines (they redraw
+        # about once a second), polling faster than idle_interval would show nothing sooner.
         wait = self._interval
         while not self._stop.wait(wait):
             before = self._delivered
-            self._skipped = False
             self.drain()
-            found = self._delivered != before
-            if self._skipped or (self._sinks and not self._lossless_sinks):
-                # Only views (which redraw a few times a second) read the lines, or a flood
-                # is being skipped: polling faster would not show anything sooner.
+            if self._views_only:
                 wait = self._idle_interval
             else:
+                found = self._delivered != before
                 wait = self._interval if found else min(wait * 2, self._idle_interval)
 
     def _read(self, src: LogSource, final: bool) -> None:
@@ -296,7 +298,7 @@ class LogTailer:
                 if src.fp is None:
                     src.fp = open(src.path, "rb")  # noqa: SIM115 (kept open across polls)
                     src.fp.seek(src.offset)
-                if not final and self._sinks and not self._lossless_sinks:
+                if not final and self._views_only:
                     self._skip_ahead(src)
                 data = src.fp.read(self.CHUNK)
             except OSError:  # not created yet, or gone with a deleted attempt
@@ -327,7 +329,6 @@ class LogTailer:
         skipped = end - self.SKIP_KEEP + len(head) - src.offset + len(src.partial)
         src.offset = end - self.SKIP_KEEP + len(head)
         src.partial = b""
-        self._skipped = True
         note = f"... {skipped / 1e6:.1f} MB not shown here; every line is in {src.path} ..."
         self._deliver(src, note.encode() + b"\n")
 

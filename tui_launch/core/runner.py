@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from tui_launch.core import errors, inject, rendezvous
+from tui_launch.core.args import min_max_nodes
 from tui_launch.core.events import (
     AttemptFailed,
     ControlAction,
@@ -274,8 +275,6 @@ class Runner:
         """Below MIN nodes until the join timeout: say so in words, not torch's class name."""
         if type(e).__name__ != "RendezvousTimeoutError":
             return None
-        from tui_launch.core.args import min_max_nodes
-
         lo, hi = min_max_nodes(self.args.nnodes)
         live = self.store.snapshot().rendezvous_live
         joined = len(live.participants) if live is not None and not live.complete else None
@@ -732,8 +731,6 @@ class Runner:
     def _on_agent_created(self, agent: Any) -> None:
         import torch
 
-        from tui_launch.core.args import min_max_nodes
-
         self._agent = agent
         spec = agent._worker_group.spec
         handler = spec.rdzv_handler
@@ -842,7 +839,6 @@ class Runner:
         if self.cluster is not None:
             self.cluster.set_handler(handler)
             return
-        from tui_launch.core.args import min_max_nodes
         from tui_launch.core.cluster import ClusterView, interval_from_env
 
         interval = interval_from_env()
@@ -997,8 +993,6 @@ class Runner:
         return result
 
     def _elastic(self) -> bool:
-        from tui_launch.core.args import min_max_nodes
-
         lo, hi = min_max_nodes(self.args.nnodes)
         return lo < hi
 

@@ -14,11 +14,9 @@ Its ``rich_style`` (a walk up the DOM) is also taken once per repaint rather tha
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from rich.cells import cell_len
 from rich.style import Style
-from textual.cache import LRUCache
 from textual.geometry import Region, Size
 from textual.reactive import Reactive
 from textual.scrollbar import ScrollBar
@@ -35,12 +33,7 @@ class LogView(Log):
     # scrollbar, which write_lines updates itself.
     virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
     _cached_style: Style | None = None
-    _painted: LRUCache[int, tuple[Strip, tuple[int, int, Style], Strip]]
     _paint_style: Style | None = None
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._painted = LRUCache(1024)
 
     def write_lines(self, lines: Iterable[str], scroll_end: bool | None = None) -> LogView:
         """Append lines; scroll to the end when following (see ``Log.write_lines``)."""
@@ -89,16 +82,11 @@ class LogView(Log):
         rich_style = self._paint_style or self.rich_style
         if y >= len(self._lines):
             return Strip.blank(width, rich_style)
+        # Both steps are cached on the strip (by crop, and by line number for the offsets text
+        # selection needs), so a scroll re-uses every line already rendered - as long as line
+        # numbers stay put (see _prune_max_lines).
         line = self._render_line_strip(y, rich_style)
-        # The finished strip (cropped, with the offsets text selection needs) is kept by line:
-        # a scroll moves a screenful of lines that are all rendered already.
-        key = (scroll_x, width, rich_style)
-        done = self._painted.get(y)
-        if done is not None and done[0] is line and done[1] == key:
-            return done[2]
-        strip = line.crop_extend(scroll_x, scroll_x + width, rich_style).apply_offsets(scroll_x, y)
-        self._painted[y] = (line, key, strip)
-        return strip
+        return line.crop_extend(scroll_x, scroll_x + width, rich_style).apply_offsets(scroll_x, y)
 
     def _render_line_strip(self, y: int, rich_style: Style) -> Strip:
         if self.text_selection is not None:
