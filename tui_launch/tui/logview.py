@@ -8,7 +8,9 @@ virtual size changes without a layout (the log's own region does not move; only 
 needs to know, and is told directly) and the width is measured inline. And ``Log`` (Textual 8)
 stores a rendered line in its cache only when text is *selected*, so every repaint re-renders
 every visible line through Rich; here lines are cached when nothing is selected, as intended.
-Its ``rich_style`` (a walk up the DOM) is also taken once per repaint rather than once per line.
+Its ``rich_style`` (a walk up the DOM) is also taken once per repaint rather than once per line,
+and a line's final strip (cropped to the view, with the offsets text selection needs) is kept,
+so a scroll costs a dictionary lookup per line already shown and one small strip per new line.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from rich.cells import cell_len
+from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Region, Size
 from textual.reactive import Reactive
@@ -35,6 +38,12 @@ class LogView(Log):
     _cached_style: Style | None = None
     _paint_style: Style | None = None
 
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        # Line number -> ((scroll_x, width, style), the line as painted). Emptied whenever
+        # Log empties its own cache (and on pruning, which renumbers the lines).
+        self._painted: dict[int, tuple[tuple[int, int, Style], Strip]] = {}
+
     def write_lines(self, lines: Iterable[str], scroll_end: bool | None = None) -> LogView:
         """Append lines; scroll to the end when following (see ``Log.write_lines``)."""
         super().write_lines(lines, scroll_end)
@@ -44,8 +53,25 @@ class LogView(Log):
     def clear(self) -> LogView:
         """Remove every line."""
         super().clear()
+        self._painted.clear()
         self._scroll_update(self.virtual_size)
         return self
+
+    def notify_style_update(self) -> None:
+        """Styles changed: every painted line is stale."""
+        super().notify_style_update()
+        self._painted.clear()
+
+    def selection_updated(self, selection: object) -> None:
+        """Selected lines paint differently."""
+        self._painted.clear()
+        super().selection_updated(selection)  # type: ignore[arg-type]
+
+    def refresh_lines(self, y_start: int, line_count: int = 1) -> None:
+        """Repaint these lines from their text."""
+        for y in range(y_start, y_start + line_count):
+            self._painted.pop(y, None)
+        super().refresh_lines(y_start, line_count)
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         """Scroll; a scrollbar that is not drawn (size 0) takes its position silently.
@@ -70,13 +96,43 @@ class LogView(Log):
             if self.gutter or self.scrollbar_gutter or self.styles.has_rule("tint"):
                 return super().render_lines(crop)
             scroll_x, scroll_y = self.scroll_offset
-            width = self.size.width
-            lines = [self._render_line(scroll_y + y, scroll_x, width) for y in crop.line_range]
+            width, height = self.size
+            if len(self._painted) > 4 * max(height, 64):
+                self._painted.clear()  # lines scrolled far out of view
+            if self.text_selection is not None or self.highlight:
+                render = self._render_line
+            else:
+                render = self._render_plain_line
+            lines = [render(scroll_y + y, scroll_x, width) for y in crop.line_range]
             if crop.x or crop.width != width:
                 lines = [line.crop(crop.x, crop.right) for line in lines]
             return lines
         finally:
             self._paint_style = None
+
+    def _render_plain_line(self, y: int, scroll_x: int, width: int) -> Strip:
+        """Line ``y`` as painted, when no text is selected and nothing is highlighted."""
+        rich_style = self._paint_style or self.rich_style
+        if y >= len(self._lines):
+            return Strip.blank(width, rich_style)
+        key = (scroll_x, width, rich_style)
+        painted = self._painted.get(y)
+        if painted is not None and painted[0] == key:
+            return painted[1]
+        text = self._process_line(self._lines[y])
+        length = cell_len(text)
+        if scroll_x == 0 and length <= width:
+            # What the generic path makes of a plain line that fits, in one strip instead of
+            # four: the text, then the padding, each carrying its offset for text selection.
+            segments = [Segment(text, rich_style + Style.from_meta({"offset": (0, y)}))]
+            if length < width:
+                pad = rich_style + Style.from_meta({"offset": (len(text), y)})
+                segments.append(Segment(" " * (width - length), pad))
+            strip = Strip(segments if text else segments[1:], width)
+        else:
+            strip = self._render_line(y, scroll_x, width)
+        self._painted[y] = (key, strip)
+        return strip
 
     def _render_line(self, y: int, scroll_x: int, width: int) -> Strip:
         rich_style = self._paint_style or self.rich_style
@@ -106,6 +162,7 @@ class LogView(Log):
         # the log run a tenth over max_lines, then prune back to it in one go.
         if self.max_lines is not None and len(self._lines) > self.max_lines * 1.1:
             super()._prune_max_lines()
+            self._painted.clear()
 
     def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
         # Inline, not a thread worker per write: measuring a screenful of lines is cheap.

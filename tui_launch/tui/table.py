@@ -18,7 +18,7 @@ from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
-from textual.geometry import Region, Size
+from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
@@ -94,11 +94,14 @@ class WorkersTable(ScrollView, can_focus=True):
         self._keys: list[str] = []
         self._rows: list[tuple[Text, ...]] = []
         self._widths: tuple[int, ...] = ()
-        # Row index -> (what the strip was built from, the strip).
+        # Row index -> (the styles and geometry it was built with, the strip); a row whose
+        # cells change loses its entry in set_rows, so a cached strip is never compared cell
+        # by cell again when painting.
         self._strips: dict[int, tuple[tuple[object, ...], Strip]] = {}
-        self._paint_styles: dict[str, Style] | None = None
-        # (row, column) -> (width, cell, its rendered segments).
-        self._cells: dict[tuple[int, int], tuple[int, Text, list[Segment]]] = {}
+        # (row, column) -> (width, row style, the cell's padded, styled segments); dropped
+        # by set_rows when the cell changes.
+        self._cells: dict[tuple[int, int], tuple[int, Style, list[Segment]]] = {}
+        self._paint_styles: tuple[object, dict[str, Style]] | None = None
 
     # ---------------------------------------------------------------- data
 
@@ -132,6 +135,8 @@ class WorkersTable(ScrollView, can_focus=True):
         """Set the column headers (keeps no rows)."""
         self._labels = tuple(Text(label) for label in labels)
         self._keys, self._rows = [], []
+        self._strips.clear()
+        self._cells.clear()
         self._resize()
 
     def set_rows(self, rows: Sequence[tuple[str, Sequence[RenderableType]]]) -> None:
@@ -141,14 +146,20 @@ class WorkersTable(ScrollView, can_focus=True):
         if keys == self._keys and cells == self._rows:
             return
         selected = self.selected_key
-        changed = [
-            i
-            for i, row in enumerate(cells)
-            if i >= len(self._rows) or row != self._rows[i] or keys[i] != self._keys[i]
-        ]
+        changed = []
+        for i, row in enumerate(cells):
+            old = self._rows[i] if i < len(self._rows) else ()
+            if row == old and keys[i] == self._keys[i]:
+                continue
+            changed.append(i)
+            self._strips.pop(i, None)
+            for column, cell in enumerate(row):
+                if column >= len(old) or cell != old[column]:
+                    self._cells.pop((i, column), None)
         count_changed = len(cells) != len(self._rows)
         if count_changed:
             self._cells = {k: v for k, v in self._cells.items() if k[0] < len(cells)}
+            self._strips = {k: v for k, v in self._strips.items() if k < len(cells)}
         self._keys, self._rows = keys, cells
         if self._resize() or count_changed:
             self.refresh()
@@ -240,31 +251,28 @@ class WorkersTable(ScrollView, can_focus=True):
         self.refresh_line(index + 1)  # virtual line: the header is line 0
 
     def notify_style_update(self) -> None:
-        self._strips.clear()
+        self._paint_styles = None
         super().notify_style_update()
 
     def _styles(self) -> dict[str, Style]:
-        # Each of these walks the DOM (background colours of every ancestor): once a paint,
-        # not once a line.
+        """The row styles, looked up again only when styles, focus or theme changed: each
+        lookup walks the DOM (the background of every ancestor), and a paint needs four."""
+        key = (self.has_focus, self.app.theme, self.app.ansi_color)
+        if self._paint_styles is not None and self._paint_styles[0] == key:
+            return self._paint_styles[1]
         base = self.rich_style
-        return {
+        styles = {
             "base": base,
             "header": base + self.get_component_rich_style("workers--header", partial=True),
             "even": self.get_component_rich_style("workers--even-row", partial=True),
             "cursor": self.get_component_rich_style("workers--cursor", partial=True),
         }
-
-    def render_lines(self, crop: Region) -> list[Strip]:
-        """Render the lines in ``crop`` with the styles looked up once."""
-        self._paint_styles = self._styles()
-        try:
-            return super().render_lines(crop)
-        finally:
-            self._paint_styles = None
+        self._paint_styles = (key, styles)
+        return styles
 
     def render_line(self, y: int) -> Strip:
         """Line 0 is the header; the rows below it scroll."""
-        styles = self._paint_styles or self._styles()
+        styles = self._styles()
         width = self.size.width
         scroll_x = int(self.scroll_offset.x)
         if y == 0:
@@ -282,31 +290,39 @@ class WorkersTable(ScrollView, can_focus=True):
     def _strip(
         self, index: int, cells: Sequence[Text], style: Style, width: int, scroll_x: int
     ) -> Strip:
-        signature = (tuple(cells), self._widths, style, width, scroll_x)
+        signature = (self._widths, style, width, scroll_x)
         cached = self._strips.get(index)
         if cached is not None and cached[0] == signature:
             return cached[1]
         segments: list[Segment] = []
         for column, (cell_width, cell) in enumerate(zip(self._widths, cells, strict=False)):
-            segments.extend(self._cell_segments(index, column, cell, cell_width))
-        segments = [
-            Segment(seg.text, style + seg.style if seg.style else style) for seg in segments
-        ]
-        strip = Strip(segments).crop_extend(scroll_x, scroll_x + width, style)
+            segments.extend(self._cell_segments(index, column, cell, cell_width, style))
+        total = sum(w + 2 * PAD for w in self._widths[: len(cells)])
+        # Cells in the row's style run together: fewer segments for every step after this
+        # (the colour filter, the compositor's cuts, the terminal output).
+        strip = Strip(Segment.simplify(segments), total).crop_extend(
+            scroll_x, scroll_x + width, style
+        )
         self._strips[index] = (signature, strip)
         return strip
 
-    def _cell_segments(self, index: int, column: int, cell: Text, width: int) -> list[Segment]:
-        """One padded cell through Rich, cached: a second's update changes few cells of a row
-        (its CPU, its ages), and rendering every cell again was most of a row's cost."""
+    def _cell_segments(
+        self, index: int, column: int, cell: Text, width: int, style: Style
+    ) -> list[Segment]:
+        """One padded cell through Rich, in the row's style, cached: a second's update
+        changes few cells of a row (its CPU, its ages), and rendering every cell again was
+        most of a row's cost."""
         key = (index, column)
         cached = self._cells.get(key)
-        if cached is not None and cached[0] == width and cached[1] == cell:
+        if cached is not None and cached[0] == width and cached[1] == style:
             return cached[2]
         line = Text(no_wrap=True, overflow="crop", end="")
         line.append(" " * PAD)
         line.append_text(cell)
         line.append(" " * (width - cell.cell_len + PAD))
-        segments = list(line.render(self.app.console))
-        self._cells[key] = (width, cell, segments)
+        segments = [
+            Segment(seg.text, style + seg.style if seg.style else style)
+            for seg in line.render(self.app.console)
+        ]
+        self._cells[key] = (width, style, segments)
         return segments
