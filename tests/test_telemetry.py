@@ -429,6 +429,33 @@ def test_process_figures_of_a_real_worker(tmp_path: Path) -> None:
                 c.kill()
 
 
+def test_proc_reader_agrees_with_psutil(sleepers: list[subprocess.Popen[bytes]]) -> None:
+    """The one-read /proc/<pid>/stat path against psutil (the fallback where there is no
+    /proc): same state, threads, RSS and CPU seconds for a live and a stopped process."""
+    (pid,) = spawn(sleepers, 1)
+    ps = tm.ProcessSampler()
+    for stopped in (False, True):
+        if stopped:
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(0.2)
+        try:
+            fast, slow = ps._read_proc(pid), ps._read_psutil(pid)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert fast is not None and slow is not None
+        assert fast[0] == slow[0] == ("stopped" if stopped else "sleeping")
+        assert fast[3] == slow[3] >= 1  # threads
+        assert abs(fast[2] - slow[2]) <= 256 * 1024  # RSS, read a moment apart
+        assert abs(fast[1] - slow[1]) <= 0.05  # CPU seconds
+    assert ps._read_proc(2**22 + 1) is None and ps._read_psutil(2**22 + 1) is None
+    z = subprocess.Popen(["true"])
+    time.sleep(0.3)  # exited, not yet reaped
+    try:
+        assert ps._read_proc(z.pid)[0] == ps._read_psutil(z.pid)[0] == "zombie"  # type: ignore[index]
+    finally:
+        z.wait()
+
+
 def test_zombie_rank_is_reported_as_zombie() -> None:
     p = subprocess.Popen(["true"])
     time.sleep(0.3)  # exited, not yet reaped: a zombie

@@ -1,13 +1,14 @@
 """GPU and process telemetry: NVML (nvidia-ml-py) and psutil, mapped to ranks.
 
 One background thread (``tuilaunch-telemetry``) ticks on a schedule that does not drift
-(``--gpu-interval``, 1 s by default). Each tick reads every rank's process tree with psutil
-(:class:`ProcessSampler`) and every GPU with NVML (:class:`GpuSampler`; temperature and power
-only every Nth tick), works out which rank is on which GPU, and posts one compact
-:class:`~tui_launch.core.events.TelemetrySample` to the store; every ``journal_every`` seconds
-the tick posts a :class:`~tui_launch.core.events.TelemetryRecord` instead, which the journal
-keeps. :func:`fold` turns samples into the store's :class:`TelemetryView` (latest readings,
-short histories for sparklines, per-rank totals for the end summary).
+(``--gpu-interval``, 1 s by default). Each tick reads every rank's process tree from ``/proc``
+(psutil where there is none; :class:`ProcessSampler`) and every GPU with NVML
+(:class:`GpuSampler`; temperature and power only every Nth tick), works out which rank is on
+which GPU, and posts one compact :class:`~tui_launch.core.events.TelemetrySample` to the store;
+every ``journal_every`` seconds the tick posts a
+:class:`~tui_launch.core.events.TelemetryRecord` instead, which the journal keeps. :func:`fold`
+turns samples into the store's :class:`TelemetryView` (latest readings, short histories for
+sparklines, per-rank totals for the end summary).
 
 Rank ↔ GPU: first by pid — the rank's pid and all its descendants against NVML's process lists
 (a rank's GPU memory is the sum over its tree). When none of them is there and NVML lists pids
@@ -353,6 +354,27 @@ def _short(fname: str) -> str:
 # ----------------------------------------------------------------- psutil
 
 
+# Process states as psutil names them (``/proc/<pid>/stat``'s letters).
+STATUS_ZOMBIE = "zombie"
+STATUS_DISK_SLEEP = "disk-sleep"
+_STATES = {
+    b"R": "running",
+    b"S": "sleeping",
+    b"D": STATUS_DISK_SLEEP,
+    b"Z": STATUS_ZOMBIE,
+    b"T": "stopped",
+    b"t": "tracing-stop",
+    b"X": "dead",
+    b"x": "dead",
+    b"K": "wake-kill",
+    b"W": "waking",
+    b"P": "parked",
+    b"I": "idle",
+}
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
 @dataclass(frozen=True)
 class TreeReading:
     """A rank's process tree at one tick."""
@@ -366,13 +388,14 @@ class TreeReading:
 
 
 class ProcessSampler:
-    """Per rank CPU %, RSS, threads and state over the rank's whole process tree (psutil).
+    """Per rank CPU %, RSS, threads and state over the rank's whole process tree.
 
-    Children are found each tick through ``/proc/<pid>/task/<pid>/children`` (cheap: one
-    small read per process); every ``full_scan_every`` ticks a scan of every process's parent
-    also catches children forked from other threads. RSS is summed over the tree, so pages
-    shared between a rank and its forked data-loader workers count more than once, as in
-    ``top``.
+    Each process is one read of ``/proc/<pid>/stat`` (psutil, where there is no ``/proc``, reads
+    three files for the same figures). Children are found each tick through
+    ``/proc/<pid>/task/<pid>/children`` (cheap: one small read per process); every
+    ``full_scan_every`` ticks a scan of every process's parent also catches children forked from
+    other threads. RSS is summed over the tree, so pages shared between a rank and its forked
+    data-loader workers count more than once, as in ``top``.
     """
 
     def __init__(self, full_scan_every: int = 10) -> None:
@@ -384,6 +407,7 @@ class ProcessSampler:
         self._cpu: dict[int, tuple[float, float]] = {}
         self._ticks = 0
         self._children_file = True
+        self._proc_stat = os.path.exists(f"/proc/{os.getpid()}/stat")
 
     def sample(self, pids: Iterable[int]) -> dict[int, TreeReading]:
         """Read each root pid's tree; a pid that is gone gives a reading of Nones."""
@@ -434,7 +458,6 @@ class ProcessSampler:
         return tree
 
     def _read_tree(self, root: int, tree: list[int], now: float) -> TreeReading:
-        psutil = self._psutil
         cpu_total: float | None = None
         rss_total: int | None = None
         threads: int | None = None
@@ -442,39 +465,26 @@ class ProcessSampler:
         d_state = 0
         alive: list[int] = []
         for pid in tree:
-            p = self._procs.get(pid)
-            try:
-                if p is None:
-                    p = self._procs[pid] = psutil.Process(pid)
-                with p.oneshot():
-                    st = p.status()
-                    if st == psutil.STATUS_ZOMBIE:
-                        if pid == root:
-                            status = st
-                        continue
-                    t = p.cpu_times()
-                    rss = p.memory_info().rss
-                    nth = p.num_threads()
-            except psutil.ZombieProcess:
-                if pid == root:
-                    status = psutil.STATUS_ZOMBIE
+            reading = self._read_proc(pid) if self._proc_stat else self._read_psutil(pid)
+            if reading is None:
                 continue
-            except (psutil.Error, OSError):
-                self._procs.pop(pid, None)
+            st, used, rss, nth = reading
+            if st == STATUS_ZOMBIE:
+                if pid == root:
+                    status = st
                 continue
             alive.append(pid)
             if pid == root:
                 status = st
-            if st == psutil.STATUS_DISK_SLEEP:
+            if st == STATUS_DISK_SLEEP:
                 d_state += 1
-            used = t.user + t.system
             last = self._cpu.get(pid)
             self._cpu[pid] = (used, now)
             if last is not None and now > last[1]:
                 pct = max(0.0, (used - last[0]) / (now - last[1]) * 100.0)
                 cpu_total = (cpu_total or 0.0) + pct
-            rss_total = (rss_total or 0) + int(rss)
-            threads = (threads or 0) + int(nth)
+            rss_total = (rss_total or 0) + rss
+            threads = (threads or 0) + nth
         return TreeReading(
             pids=tuple(alive) or (root,),
             cpu=round(cpu_total, 1) if cpu_total is not None else None,
@@ -483,6 +493,37 @@ class ProcessSampler:
             status=status,
             d_state=d_state,
         )
+
+    def _read_proc(self, pid: int) -> tuple[str, float, int, int] | None:
+        """(state, CPU seconds, RSS bytes, threads) from one read of ``/proc/<pid>/stat``:
+        what psutil reads from three files, at a third of its cost."""
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fp:
+                data = fp.read()
+            f = data[data.rindex(b")") + 2 :].split()  # the name may hold spaces and ")"
+            used = (int(f[11]) + int(f[12])) / _CLOCK_TICKS  # utime, stime
+            return _STATES.get(f[0], f[0].decode()), used, int(f[21]) * _PAGE_SIZE, int(f[17])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _read_psutil(self, pid: int) -> tuple[str, float, int, int] | None:
+        """The same through psutil, where there is no ``/proc``."""
+        psutil = self._psutil
+        p = self._procs.get(pid)
+        try:
+            if p is None:
+                p = self._procs[pid] = psutil.Process(pid)
+            with p.oneshot():
+                st = p.status()
+                if st == STATUS_ZOMBIE:
+                    return st, 0.0, 0, 0
+                t = p.cpu_times()
+                return st, t.user + t.system, int(p.memory_info().rss), int(p.num_threads())
+        except psutil.ZombieProcess:
+            return STATUS_ZOMBIE, 0.0, 0, 0
+        except (psutil.Error, OSError):
+            self._procs.pop(pid, None)
+            return None
 
 
 # ----------------------------------------------------------------- rank <-> GPU
