@@ -201,9 +201,14 @@ class LogTailer:
     SKIP_OVER = 1 << 18
     SKIP_KEEP = 1 << 15
 
-    def __init__(self, interval: float = 0.05, idle_interval: float = 0.2) -> None:
+    def __init__(
+        self, interval: float = 0.05, idle_interval: float = 0.2, view_interval: float = 0.5
+    ) -> None:
         self._interval = interval
         self._idle_interval = max(interval, idle_interval)
+        # Views redraw their logs once a second and show ages in whole seconds: two polls a
+        # second keep them current.
+        self._view_interval = max(interval, view_interval)
         self._delivered = 0  # lines delivered so far (tells the loop whether a poll found any)
         self._sources: list[LogSource] = []
         self._sinks: list[LineSink] = []
@@ -275,13 +280,13 @@ class LogTailer:
         # Poll fast while lines flow; back off (doubling, up to idle_interval) while the files
         # are quiet, as in a steady training loop that prints a line a second: most polls of
         # every rank's files would find nothing. When only views read the lines (they redraw
-        # about once a second), polling faster than idle_interval would show nothing sooner.
+        # about once a second), polling faster than view_interval would show nothing sooner.
         wait = self._interval
         while not self._stop.wait(wait):
             before = self._delivered
             self.drain()
             if self._views_only:
-                wait = self._idle_interval
+                wait = self._view_interval
             else:
                 found = self._delivered != before
                 wait = self._interval if found else min(wait * 2, self._idle_interval)
