@@ -520,6 +520,37 @@ def test_root_cause_key_and_tabs() -> None:
     drive("failure", check)
 
 
+def test_tab_bar_mouse_and_keys() -> None:
+    """Every tab by mouse (a click on its label) and by keys (Tab to the bar, then
+    left/right); exactly one pane is shown at a time."""
+
+    def shown(app: Dashboard) -> list[str]:
+        return [t for t in app._tabs.tab_ids if app.query_one(f"#{t}").display]
+
+    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+        bar = app._tabs
+        assert shown(app) == ["logs-tab"]
+        x = 1
+        for tab_id, label in zip(
+            bar.tab_ids, ("Logs", "Root cause", "Agent log", "Cluster"), strict=True
+        ):
+            await pilot.click("#tabs", offset=(x + len(label) // 2, 0))
+            await pilot.pause()
+            assert bar.active == tab_id and shown(app) == [tab_id]
+            x += len(label) + 2
+        assert "node" in text_of(app._cluster)  # the cluster tab draws when shown
+        await pilot.click("#tabs", offset=(x + 30, 0))  # past the labels: nothing changes
+        assert bar.active == "cluster-tab"
+        bar.focus()
+        await pilot.press("right")  # wraps round to the first
+        assert bar.active == "logs-tab" and shown(app) == ["logs-tab"]
+        await pilot.press("left", "left")
+        assert bar.active == "agent-tab"
+        assert app.query_one("#agentlog").region.height > 0
+
+    drive("multinode", check)
+
+
 def test_help_screen() -> None:
     async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
         await pilot.press("question_mark")

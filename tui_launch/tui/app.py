@@ -20,7 +20,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Input, Static
 
 from tui_launch.core.logs import LogLine
 from tui_launch.core.store import Snapshot
@@ -29,6 +29,7 @@ from tui_launch.tui.logview import LogView
 from tui_launch.tui.screens import ConfirmScreen, HelpScreen, InjectScreen
 from tui_launch.tui.source import Source
 from tui_launch.tui.table import WorkersTable
+from tui_launch.tui.tabs import TabBar
 
 LOG_LINES_SHOWN = 5000
 FLOOD_LINES_PER_TICK = 200
@@ -142,7 +143,6 @@ class Dashboard(App[int]):
         self._restarts = Static(id="restarts", classes="panel")
         self._gpus = Static(id="gpus", classes="panel")
         self._table = WorkersTable(id="workers")
-        self._tabs = TabbedContent(id="tabs", initial="logs-tab")
         self._logbar = Static(id="logbar")
         self._filter_box = Input(placeholder="filter log lines (Esc to close)", id="filter-input")
         self._log_view = LogView(id="log", max_lines=LOG_LINES_SHOWN, highlight=False)
@@ -157,17 +157,19 @@ class Dashboard(App[int]):
                 yield self._gpus
             with Vertical(id="main"):
                 yield self._table
-                with self._tabs:
-                    with TabPane("Logs", id="logs-tab"):
-                        yield self._logbar
-                        yield self._filter_box
-                        yield self._log_view
-                    with TabPane("Root cause", id="cause-tab"), VerticalScroll(id="cause-scroll"):
-                        yield self._cause
-                    with TabPane("Agent log", id="agent-tab"):
-                        yield self._agent_view
-                    with TabPane("Cluster", id="cluster-tab"), VerticalScroll(id="cluster-scroll"):
-                        yield self._cluster
+                logs = Vertical(self._logbar, self._filter_box, self._log_view, id="logs-tab")
+                cause = VerticalScroll(self._cause, id="cause-tab")
+                agent = Vertical(self._agent_view, id="agent-tab")
+                cluster = VerticalScroll(self._cluster, id="cluster-tab")
+                panes = (logs, cause, agent, cluster)
+                labels = ("Logs", "Root cause", "Agent log", "Cluster")
+                self._tabs = TabBar(
+                    [(pane.id or "", label) for pane, label in zip(panes, labels, strict=True)],
+                    panes,
+                    id="tabs",
+                )
+                yield self._tabs
+                yield from panes
         yield KeyFooter()
 
     def on_mount(self) -> None:
@@ -530,8 +532,8 @@ class Dashboard(App[int]):
         snap = self.source.snapshot()
         self._set(self._cluster, (snap.cluster,), render.cluster_panel, snap, self.source.now())
 
-    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        if event.pane.id == "cluster-tab":
+    def on_tab_bar_activated(self, event: TabBar.Activated) -> None:
+        if event.tab_id == "cluster-tab":
             self._tick_cluster()
 
     def action_help(self) -> None:
