@@ -28,7 +28,7 @@ DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 
 
 def _signals(names: str) -> list[signal.Signals]:
-    out = []
+    out: list[signal.Signals] = []
     for name in names.split(","):
         sig = getattr(signal, name.strip(), None)
         if isinstance(sig, signal.Signals) and sig not in (signal.SIGKILL, signal.SIGSTOP):
@@ -43,7 +43,7 @@ def install_signal_handlers(runner: Runner, names: str) -> dict[signal.Signals, 
         sig = signal.Signals(signum)
         runner.stop(sig, reason=f"tuilaunch received {sig.name}")
 
-    previous = {}
+    previous: dict[signal.Signals, object] = {}
     for sig in _signals(names):
         previous[sig] = signal.signal(sig, handler)
     return previous

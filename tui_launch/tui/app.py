@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from rich.console import RenderableType
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -133,6 +134,7 @@ class Dashboard(App[int]):
         self._agent_key: tuple[int, str | None] = (-1, None)
         self._quitting = False
         self._finished_seen = False
+        self._gpu_shape: tuple[object, ...] | None = None
 
     # ---------------------------------------------------------------- layout
 
@@ -170,7 +172,7 @@ class Dashboard(App[int]):
                 )
                 yield self._tabs
                 yield from panes
-        yield KeyFooter()
+        yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
         self._rdzv.border_title = "Rendezvous"
@@ -182,9 +184,13 @@ class Dashboard(App[int]):
         self._update_logbar()
         self._tick()
         self.set_interval(1.0 / self.refresh_hz, self._tick)
+
         # The end of the run is shown (and, with --exit-on-finish, acted on) at once, not at
         # the next tick. post_message is safe from the agent's thread.
-        self.source.on_finished(lambda: self.post_message(RunEnded()))
+        def finished() -> None:
+            self.post_message(RunEnded())
+
+        self.source.on_finished(finished)
 
     def on_run_ended(self, _: RunEnded) -> None:
         self._tick()
@@ -213,7 +219,13 @@ class Dashboard(App[int]):
             second if _waiting(snap) else 0,
         )
         self._set(self._rdzv, rdzv_key, render.rendezvous_panel, snap, now)
-        self._set(self._gpus, (snap.telemetry,), render.gpu_panel, snap)
+        # GPU figures arrive mid-second: they wait for the clock's frame, as the table's do,
+        # unless what the panel shows changes shape (GPUs appear, go, or are lost).
+        tel = snap.telemetry
+        shape = None if tel is None else (tel.latest.gpu_state, len(tel.latest.gpus))
+        if clock or shape != self._gpu_shape:
+            self._gpu_shape = shape
+            self._set(self._gpus, (tel,), render.gpu_panel, snap)
         simulated = snap.telemetry is not None and snap.telemetry.latest.simulated
         title = "GPUs (simulated: fake NVML)" if simulated else "GPUs"
         if self._gpus.border_title != title:
@@ -254,7 +266,9 @@ class Dashboard(App[int]):
             ]
         )
 
-    def _set(self, widget: Static, key: object, make, *args: object) -> None:  # type: ignore[no-untyped-def]
+    def _set(
+        self, widget: Static, key: object, make: Callable[..., RenderableType], *args: object
+    ) -> None:
         if self._panel_keys.get(widget.id) == key:
             return
         self._panel_keys[widget.id] = key
@@ -388,7 +402,7 @@ class Dashboard(App[int]):
             return self.selected_rank() is not None
         return True
 
-    def _confirm_then(self, question: str, act) -> None:  # type: ignore[no-untyped-def]
+    def _confirm_then(self, question: str, act: Callable[[], object]) -> None:
         if not self.confirm:
             act()
             return
@@ -509,7 +523,7 @@ class Dashboard(App[int]):
         if event.input.id == "filter-input":
             self._table.focus()
 
-    def on_key(self, event) -> None:  # type: ignore[no-untyped-def]
+    def on_key(self, event: events.Key) -> None:
         box = self._filter_box
         if event.key == "escape" and box.has_focus:
             self._filter = ""

@@ -164,7 +164,7 @@ class FakeSource:
         return self._snap.finished is not None
 
 
-def _at(seconds: float) -> dict[str, float]:
+def _at(seconds: float) -> dict[str, Any]:
     return {"mono": T0_MONO + seconds, "wall": T0_WALL + seconds}
 
 

@@ -163,9 +163,10 @@ class WorkersTable(ScrollView, can_focus=True):
         self._keys, self._rows = keys, cells
         if self._resize() or count_changed:
             self.refresh()
-        else:
-            for i in changed:
-                self._repaint_row(i)
+        elif changed:
+            # One dirty region from the first changed row to the last: a second's update
+            # changes most rows, and each refresh has its own cost.
+            self.refresh_lines(changed[0] + 1, changed[-1] - changed[0] + 1)
         if selected in keys:
             self.move_cursor(keys.index(selected))
         elif self._rows:
