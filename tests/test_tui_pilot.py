@@ -862,3 +862,22 @@ def test_a_run_stopped_from_outside_closes_the_dashboard(outcome: str) -> None:
 
     app = drive("healthy", check)
     assert app.return_value == code
+
+
+def test_on_ready_runs_once_after_the_first_frame() -> None:
+    """``on_ready`` (run_dashboard passes gc.freeze) comes once, with the panels on screen."""
+    calls: list[int] = []
+    src = fake.STATES["healthy"]()
+
+    def ready() -> None:
+        calls.append(app.query_one("#header", Static).region.height)  # laid out: > 0
+
+    app = Dashboard(src, refresh_hz=20.0, on_ready=ready)
+
+    async def main() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            await pilot.pause(0.2)
+
+    asyncio.run(main())
+    assert len(calls) == 1 and calls[0] > 0, calls

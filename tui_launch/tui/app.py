@@ -69,7 +69,10 @@ class RunEnded(Message):
 
 
 class Dashboard(App[int]):
-    """tuilaunch's dashboard. ``App.run()`` returns the job's exit code."""
+    """tuilaunch's dashboard. ``App.run()`` returns the job's exit code.
+
+    ``on_ready`` is called once, after the first frame is on the screen.
+    """
 
     # Absolute, so that subclasses defined elsewhere find it too.
     CSS_PATH = Path(__file__).with_name("dashboard.tcss")
@@ -109,9 +112,11 @@ class Dashboard(App[int]):
         refresh_hz: float = 4.0,
         confirm: bool = True,
         exit_on_finish: bool = False,
+        on_ready: Callable[[], None] | None = None,
     ) -> None:
         super().__init__()
         self.source = source
+        self._on_ready = on_ready
         self.refresh_hz = max(0.5, refresh_hz)
         self.confirm = confirm
         self.exit_on_finish = exit_on_finish
@@ -184,6 +189,8 @@ class Dashboard(App[int]):
         self._update_logbar()
         self._tick()
         self.set_interval(1.0 / self.refresh_hz, self._tick)
+        if self._on_ready is not None:
+            self.call_after_refresh(self._on_ready)
 
         # The end of the run is shown (and, with --exit-on-finish, acted on) at once, not at
         # the next tick. post_message is safe from the agent's thread.

@@ -10,6 +10,7 @@ with an exception.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 import threading
@@ -79,7 +80,13 @@ def run_dashboard(
     code: int | None = None
     with stderr_to_agent_log(runner.agent_log):
         app = app_class(
-            source, refresh_hz=refresh_hz, confirm=confirm, exit_on_finish=exit_on_finish
+            source,
+            refresh_hz=refresh_hz,
+            confirm=confirm,
+            exit_on_finish=exit_on_finish,
+            # The dashboard's widgets, styles and Textual itself live as long as the run:
+            # out of the cyclic GC's reach too (see the gc.freeze() in cli.run_cli).
+            on_ready=gc.freeze,
         )
 
         def restore_terminal() -> None:
