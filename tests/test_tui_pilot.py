@@ -556,14 +556,18 @@ def test_help_screen() -> None:
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         help_text = text_of(app.screen.query_one("#help-text", Static))
-        for key in ("up/down", "k ", "t ", "s ", "r ", "l, enter", "a ", "/ ", "f ", "q ", "?"):
-            assert key in help_text
+        keys = ("up/down", "k ", "t ", "s ", "r ", "i ", "l, enter", "a ", "/ ", "f ", "e ", "c ")
+        for key in (*keys, "n ", "ctrl+p", "q ", "?"):
+            assert key in help_text, key
+        first = app.screen
         assert "SIGKILL" in help_text and "no failure budget" in help_text
         await pilot.press("k")  # keys of the dashboard do nothing under the help
         assert isinstance(app.screen, HelpScreen) and src.actions == []
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
-        await pilot.press("question_mark", "question_mark")
+        await pilot.press("question_mark")  # the same screen again, not built anew
+        assert app.screen is first and "SIGKILL" in text_of(first.query_one("#help-text", Static))
+        await pilot.press("question_mark")
         assert not isinstance(app.screen, HelpScreen)
         assert app.is_running
 
