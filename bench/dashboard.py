@@ -1056,7 +1056,7 @@ def bench_flood(opts: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     torch_kind = Kind("torchrun --redirects 3", TORCHRUN.module, False, ("--redirects", "3"))
     dash = tuilaunch("tuilaunch", "--no-confirm")
     probed = tuilaunch("tuilaunch + keys", "--no-confirm")
-    kinds = [torch_kind, dash, probed]
+    kinds = [torch_kind, dash, *([probed] if opts.probes else [])]  # --probes 0: no probed run
     samples = []
     for r in range(opts.repeat):
         order = kinds[:2][::-1] + kinds[2:] if opts.abba and r % 2 else kinds
@@ -1304,6 +1304,8 @@ def table_flood(res: dict[str, Any]) -> str:
             f"| {_f(row['foreign_share'], '.0%')} | {_f(row['loadavg1'], '.2f')} |"
         )
     k = res["keys"]
+    if not k["probes"]:
+        return "\n".join(lines)
     ok = (
         "yes"
         if k["max_s"] is not None and k["max_s"] <= KEY_TARGET_S and not k["timed_out"]
@@ -1385,7 +1387,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     g = p.add_argument_group("flood")
     g.add_argument("--flood-nproc", type=int, default=4)
     g.add_argument("--lines", type=int, default=200_000, help="lines per rank (200000)")
-    g.add_argument("--probes", type=int, default=3, help="key probes per probed launch (3)")
+    g.add_argument(
+        "--probes",
+        type=int,
+        default=3,
+        help="key probes per probed launch (3; 0: no probed launch)",
+    )
     g.add_argument("--probe-gap", type=float, default=0.2, help="s between probes (0.2)")
     g.add_argument("--poll", type=float, default=0.01, help="pane capture interval (0.01)")
     g.add_argument(
