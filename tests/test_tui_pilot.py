@@ -225,6 +225,9 @@ def test_failure_panels_show_the_root_cause() -> None:
         assert '    File "examples/train_ddp.py", line 87, in _run_batch' in cause  # indentation
         assert "RuntimeError: CUDA error: an illegal memory access was encountered" in cause
         assert "other failures" in cause and "attempt 0:" in cause
+        # The fake NVML failed to open: nothing simulated is shown, so the title says nothing.
+        assert "NVML not found" in text_of(app.query_one("#gpus", Static))
+        assert app.query_one("#gpus").border_title == "GPUs"
         # The logs carry both attempts, separated by a marker.
         assert "---- attempt 1 ----" in logview(app).lines
 

@@ -252,7 +252,8 @@ class Dashboard(App[int]):
         if clock or shape != self._gpu_shape:
             self._gpu_shape = shape
             self._set(self._gpus, (tel,), render.gpu_panel, snap)
-        simulated = snap.telemetry is not None and snap.telemetry.latest.simulated
+        # "Simulated" labels readings; a fake NVML that failed to open has none to label.
+        simulated = tel is not None and tel.latest.simulated and bool(tel.latest.gpus)
         title = "GPUs (simulated: fake NVML)" if simulated else "GPUs"
         if self._gpus.border_title != title:
             self._gpus.border_title = title
