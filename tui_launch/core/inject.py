@@ -265,9 +265,13 @@ def needs_shim(specs: Iterable[InjectSpec]) -> bool:
 class Target(Protocol):
     """What the scheduler acts on: the runner's control API (see ``Runner``)."""
 
-    def inject_fault(self, spec: InjectSpec, local_rank: int, fired: Fired) -> bool: ...
+    def inject_fault(self, spec: InjectSpec, local_rank: int, fired: Fired) -> bool:
+        """Fire ``spec`` on ``local_rank`` now; False if it could not (the rank is not running)."""
+        ...
 
-    def attempt_alive(self, attempt: int) -> bool: ...
+    def attempt_alive(self, attempt: int) -> bool:
+        """Whether ``attempt`` is current and monitored (faults of an ended attempt are dropped)."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -369,6 +369,7 @@ class DuplicateFilter:
         self._paths = dict(paths)
 
     def __call__(self, src: LogSource, lines: list[str]) -> None:
+        """Tailer sink: append the lines of ``src`` that pass its stream's filter."""
         needles = self._filters.get(src.stream)
         path = self._paths.get(src.stream)
         if not needles or not path or not src.teed or path.startswith(os.devnull):
