@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from conftest import PY, ROOT, WORKERS, base_env, leftovers, read_journal
@@ -198,8 +200,9 @@ def test_help_shows_both_groups():
 @pytest.mark.parametrize("how", ["console-script", "python-m"])
 def test_version(how):
     if how == "console-script":
-        exe = ROOT / ".venv" / "bin" / "tuilaunch"
-        assert exe.is_file()
+        # The console script installed beside the interpreter running the tests (any venv).
+        exe = Path(sys.executable).parent / "tuilaunch"
+        assert exe.is_file(), f"tuilaunch is not installed in {exe.parent}"
         p = subprocess.run(
             [str(exe), "--version"],
             cwd=ROOT,

@@ -7,6 +7,7 @@ process gets a unique token in its environment so that the workers can be found 
 from __future__ import annotations
 
 import signal
+import threading
 import time
 import types
 import uuid
@@ -24,7 +25,7 @@ from conftest import (
 )
 
 from tui_launch.core.args import parse
-from tui_launch.core.events import Restart, WorkersStarted
+from tui_launch.core.events import RankExited, Restart, WorkersStarted
 from tui_launch.core.runner import SHARE_STORE_ENV, Runner
 from tui_launch.core.store import RunStore
 
@@ -44,6 +45,20 @@ def _restart_log(path: Path) -> list[tuple[int, int, int]]:
         for ln in path.read_text().splitlines()
         if len(ln.split()) == 3
     ]
+
+
+def _last_step(h: Harness, local_rank: int) -> int:
+    """The last ``rank R step N`` that ``local_rank`` wrote to its stdout log (-1: none yet)."""
+    started = h.events(WorkersStarted)
+    if not started:
+        return -1
+    path = Path(started[-1].log_dir) / str(local_rank) / "stdout.log"
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return -1
+    steps = [int(ln.split()[-1]) for ln in lines if ln.startswith("rank ") and " step " in ln]
+    return steps[-1] if steps else -1
 
 
 class Harness:
@@ -135,8 +150,12 @@ def test_stop_continue_restart_and_stop(tmp_path, harness_env):
     assert h.store.snapshot().rank(0).state == "running"
     wait_for(lambda: _proc_state(pid0) != "T", 5, what="rank 0 continued")
     assert not h.runner.is_stopped(0)
-    time.sleep(0.5)
-    assert h.store.snapshot().phase == "running"  # nothing failed
+    # Nothing failed: rank 0 takes more all_reduce steps after SIGCONT (so rank 1 is alive
+    # and in step with it), and the group is still running with no rank exited.
+    after = _last_step(h, 0)
+    wait_for(lambda: _last_step(h, 0) >= after + 2, 30, what="rank 0 stepping again")
+    assert h.store.snapshot().phase == "running"
+    assert h.events(RankExited) == []
 
     # A manual restart: new processes with the next restart count, no budget spent.
     assert h.runner.restart() is True
@@ -279,7 +298,12 @@ def test_stop_during_a_slow_restart_starts_no_new_workers(tmp_path, harness_env)
     runner.stop()
     assert runner.wait(30) == 143
     finished_at = len(store.events())
-    time.sleep(6)  # enough for a rendezvous and a spawn
+    # The agent thread leaves torch's restart once the workers are gone; from then on it can
+    # spawn nothing. Wait for that end, not for a guessed time.
+    agent = next((t for t in threading.enumerate() if t.name == "tuilaunch-agent"), None)
+    if agent is not None:
+        agent.join(60)
+        assert not agent.is_alive(), "the agent thread is still inside torch"
     late = [e for e in store.events()[finished_at:] if isinstance(e, WorkersStarted)]
     assert late == [], f"workers started after the run finished: {late}"
     assert set(first).isdisjoint(leftovers(token))

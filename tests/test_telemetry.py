@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import WORKERS, base_env, tuilaunch_cmd
 
-from tests.conftest import WORKERS, base_env, tuilaunch_cmd
 from tui_launch.core import telemetry as tm
 from tui_launch.core.events import (
     Notice,

@@ -1,0 +1,36 @@
+"""``tuilaunch --demo``: the README's showcase, run for real (headless, so no terminal needed).
+
+The demo is the example trainer on 2 CPU workers with rank 1 SIGKILLed ten seconds into the
+first attempt; it must show that failure with its cause, restart once, resume and succeed,
+with the simulated GPUs of the fake NVML, and leave no process behind.
+"""
+
+from __future__ import annotations
+
+from conftest import base_env, read_journal
+
+
+def test_demo_fails_restarts_and_succeeds(tuilaunch, tmp_path) -> None:
+    journal = tmp_path / "demo.jsonl"
+    env = base_env()
+    env.pop("TUILAUNCH_FAKE_NVML", None)  # the demo chooses its own simulated GPUs
+    launch = tuilaunch("--demo", "--journal", str(journal), cwd=tmp_path, env=env)
+    assert launch.wait(240) == 0, launch.output
+    events = read_journal(journal)
+    kinds = [e["kind"] for e in events]
+    injected = [e for e in events if e["kind"] == "injection"]
+    assert [(e["fault"], e["global_rank"], e["attempt"], e["ok"]) for e in injected] == [
+        ("kill", 1, 0, True)
+    ]
+    failed = next(e for e in events if e["kind"] == "attempt_failed")
+    root = [f for f in failed["failures"] if not f["collateral"]]
+    assert [(f["global_rank"], f["signal"]) for f in root] == [(1, "SIGKILL")]
+    assert "sent by tuilaunch" in (root[0]["caused_by"] or "")
+    restarts = [e for e in events if e["kind"] == "restart"]
+    assert [(r["cause"], r["to_attempt"]) for r in restarts] == [("failure", 1)]
+    assert kinds[-1] == "run_finished" and events[-1]["outcome"] == "succeeded"
+    # Telemetry from the fake NVML: two simulated GPUs.
+    samples = [e for e in events if e["kind"] == "telemetry"]
+    assert samples and len(samples[-1]["gpus"]) == 2
+    # The trainer resumed from its snapshot in attempt 1 (the example prints where it resumed).
+    assert "Resuming training from snapshot" in launch.output, launch.output[-3000:]
