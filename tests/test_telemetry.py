@@ -26,6 +26,7 @@ import pytest
 
 from tests.conftest import WORKERS, base_env, tuilaunch_cmd
 from tui_launch.core import telemetry as tm
+from tui_launch.core.telemetry import nvml as nvml_module
 from tui_launch.core.events import (
     Notice,
     TelemetryRecord,
@@ -107,11 +108,10 @@ def test_fake_has_the_real_modules_surface() -> None:
         assert isinstance(e, mod.NVMLError_GpuIsLost) and e.value == 15
         assert str(e) == "GPU is lost"
     # Every NVML call the sampler makes is one the fake has.
-    src = inspect.getsource(tm)
-    for name in set(re.findall(r'"(nvml(?:Device|System)Get[A-Z]\w+)"', src)) | {
-        "nvmlInit",
-        "nvmlShutdown",
-    }:
+    src = inspect.getsource(nvml_module)  # the one module that calls NVML
+    called = set(re.findall(r'"(nvml(?:Device|System)Get[A-Z]\w+)"', src))
+    assert "nvmlDeviceGetComputeRunningProcesses" in called  # the pattern finds the calls
+    for name in called | {"nvmlInit", "nvmlShutdown"}:
         assert hasattr(fake, name) and hasattr(real, name), name
 
 
