@@ -91,6 +91,11 @@ class Telemetry:
         self.error: str | None = None
 
     @property
+    def running(self) -> bool:
+        """Whether the sampler thread is alive."""
+        return self._loop is not None and self._loop.running
+
+    @property
     def cpu_seconds(self) -> float:
         """The thread's CPU time: opening NVML and psutil, and every tick."""
         return self._loop.cpu_seconds if self._loop is not None else 0.0
