@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import WORKERS, base_env, tuilaunch_cmd
+from tests.conftest import WORKERS, base_env, read_journal, tuilaunch_cmd
 from tui_launch.core import telemetry as tm
 from tui_launch.core.events import (
     Notice,
@@ -656,6 +656,51 @@ def test_launcher_namespace_mismatch(tmp_path: Path) -> None:
     assert "~ inferred from LOCAL_RANK/CUDA_VISIBLE_DEVICES" in p.stderr
     rows = [ln for ln in p.stderr.splitlines() if ln.startswith("│       0 │")]
     assert len(rows) == 2 and all("~" in r for r in rows), rows
+
+
+@pytest.mark.parametrize("no_gpu", [True, False], ids=["no-gpu", "gpu"])
+def test_launcher_no_gpu_opens_no_nvml(tmp_path: Path, no_gpu: bool) -> None:
+    """``--no-gpu``: the fake NVML would give 2 GPUs (as the run without it shows), but the
+    journal holds no GPU reading and says why; process telemetry goes on."""
+    journal = tmp_path / "j.jsonl"
+    env = base_env(**{tm.FAKE_ENV: "2"})
+    p = _run(
+        [*(["--no-gpu"] if no_gpu else []), "--standalone", "--nproc-per-node", "1",
+         "--gpu-interval", "0.2", "--journal-samples", "0.2", "--journal", str(journal),
+         "--log-dir", str(tmp_path / "logs"),
+         str(WORKERS / "hog.py"), "--mb", "20", "--duty", "0.1", "--seconds", "1"],
+        env,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    tel = [r for r in read_journal(journal) if r["kind"] == "telemetry"]
+    assert tel, "no telemetry journaled"
+    ranks = [r for rec in tel for r in rec["ranks"]]
+    assert any(r["rss"] for r in ranks)  # process telemetry is on either way
+    if no_gpu:
+        assert {(rec["gpu_state"], rec["gpu_note"]) for rec in tel} == {
+            ("off", "GPU sampling off (--no-gpu)")
+        }
+        assert all(rec["gpus"] == [] for rec in tel)
+        assert all(r["gpus"] == [] and r["gpu_mem"] is None for r in ranks)
+        assert "GPU(s)" not in p.stderr
+    else:
+        assert {rec["gpu_state"] for rec in tel} == {"ok"}
+        assert all(len(rec["gpus"]) == 2 for rec in tel)
+        assert "2 GPU(s) (simulated: fake NVML)" in p.stderr
+
+
+def test_no_gpu_never_initialises_nvml(sleepers: list[subprocess.Popen[bytes]]) -> None:
+    """The sampler thread with ``gpu=False`` does not call NVML at all."""
+    pids = spawn(sleepers, 1)
+    store = RunStore()
+    t = tm.Telemetry(store.post, nvml=fake, gpu=False, interval=0.05, journal_every=0)
+    t.set_workers(0, targets(pids))
+    t.start()
+    wait_until(lambda: t.ticks >= 2, 30, "two ticks")
+    t.stop()
+    assert sum(fake.calls.values()) == 0, dict(fake.calls)
+    last = store.snapshot().telemetry.latest  # type: ignore[union-attr]
+    assert last.gpu_state == "off" and last.gpus == () and last.ranks[0].rss
 
 
 @pytest.mark.parametrize(
