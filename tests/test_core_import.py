@@ -66,3 +66,40 @@ def test_ui_packages_are_importable():
     )
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "['rich', 'textual']"
+
+
+HEAVY = r"""
+import json, sys
+{code}
+print(json.dumps(sorted(m for m in ("pynvml", "psutil") if m in sys.modules)))
+"""
+
+
+def _loaded_after(code: str) -> list[str]:
+    """Which of pynvml and psutil a fresh interpreter has loaded after running ``code``."""
+    env = base_env()
+    env.pop("TUILAUNCH_FAKE_NVML", None)  # the real module, as in a real run
+    p = subprocess.run(
+        [PY, "-c", HEAVY.format(code=code)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_the_store_and_the_telemetry_package_load_neither_nvml_nor_psutil():
+    """The pure reducer needs only the telemetry view; the package's names load on first use;
+    the samplers' modules load NVML and psutil only when a sampler opens."""
+    assert _loaded_after("import tui_launch.core.store") == []
+    assert _loaded_after("import tui_launch.core.telemetry, tui_launch.core.telemetry_view") == []
+    assert _loaded_after("from tui_launch.core.telemetry import Telemetry, RankTarget") == []
+
+
+def test_the_check_above_sees_nvml_and_psutil_when_they_load():
+    """Opening the sampler does load them, so the empty lists above mean something."""
+    code = "from tui_launch.core.telemetry import Telemetry\nTelemetry(print).open()"
+    assert _loaded_after(code) == ["psutil", "pynvml"]

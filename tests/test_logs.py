@@ -9,7 +9,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from conftest import WORKERS, journal_path, read_journal, wait_for
+
+from tui_launch.core.args import torch_option_strings
 
 CHATTY = str(WORKERS / "chatty.py")
 LINES = 20000
@@ -177,3 +180,52 @@ def test_summary_prints_long_paths_on_one_line(tuilaunch, tmp_path):
     assert len(str(journals[0])) > 120
     assert f"logs: {journals[0].parent}\n" in launch.stderr
     assert journal_path(launch.stderr) == journals[0]
+
+
+FRUIT = str(WORKERS / "fruit.py")
+
+
+def _filtered(log_dir: Path) -> dict[str, dict[str, list[str]]]:
+    """The ``filtered_std*.log`` lines of the one attempt under ``log_dir``, by stream, then
+    by prefix (``[default0]:``): ranks interleave differently from run to run, each rank's
+    lines keep their order."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for stream in ("stdout", "stderr"):
+        (path,) = log_dir.glob(f"*/attempt_0/filtered_{stream}.log")
+        by_rank: dict[str, list[str]] = {}
+        for line in path.read_text().splitlines():
+            prefix, _, text = line.partition(":")
+            by_rank.setdefault(prefix, []).append(text)
+        out[stream] = by_rank
+    return out
+
+
+@pytest.mark.skipif(
+    "--duplicate-stdout-filters" not in torch_option_strings(),
+    reason="this torch has no --duplicate-*-filters (added in torch 2.8)",
+)
+def test_duplicate_filters_write_what_torchrun_writes(tuilaunch, torchrun, tmp_path):
+    """``--duplicate-stdout/stderr-filters`` (torch's tee threads, replaced by tuilaunch's
+    DuplicateFilter sink): the filtered files hold exactly the lines torchrun puts there,
+    with the same prefixes; the per-rank files still hold every line."""
+    opts = [
+        *("--standalone", "--nproc-per-node", "2", "--tee", "3"),
+        *("--duplicate-stdout-filters", "apple,orange", "--duplicate-stderr-filters", "pear"),
+    ]
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    t = torchrun(*opts, "--log-dir", str(theirs), FRUIT)
+    assert t.wait() == 0, t.stderr[-3000:]
+    u = tuilaunch(*opts, "--log-dir", str(ours), FRUIT)
+    assert u.wait() == 0, u.stderr[-3000:]
+    expected = {
+        "stdout": {
+            f"[default{r}]": [f"apple {r}", f"an orange for rank {r}", f"apple pie {r}"]
+            for r in (0, 1)
+        },
+        "stderr": {f"[default{r}]": [f"pear {r}", f"pear tree {r}"] for r in (0, 1)},
+    }
+    assert _filtered(theirs) == expected  # what torchrun does, as this test understands it
+    assert _filtered(ours) == _filtered(theirs)
+    for r in (0, 1):
+        (out,) = ours.glob(f"*/attempt_0/{r}/stdout.log")
+        assert "banana" in out.read_text() and "kiwi" in out.read_text()

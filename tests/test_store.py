@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import threading
 import time
 import types
@@ -629,6 +630,51 @@ def test_tailer_thread_follows_a_growing_file(tmp_path):
         if i % 100 == 0:
             expected.append("half-line")
     assert c.of(p) == expected
+
+
+def test_tailer_backs_off_while_quiet_and_polls_views_slowly(tmp_path):
+    """The tailer's poll returns its next delay: the fast interval while lines flow, doubling
+    up to the idle interval while quiet, and the view interval when only views read."""
+    p = tmp_path / "out.log"
+    t = LogTailer(interval=0.05, idle_interval=0.2, view_interval=0.5)
+    c = Collect()
+    t.add_sink(c)
+    t.add_sources([_source(p)])
+    p.write_text("one\n")
+    assert t._poll() == 0.05  # a line came: keep polling fast
+    assert [t._poll() for _ in range(4)] == [0.1, 0.2, 0.2, 0.2]  # quiet: back off
+    with p.open("a") as fp:
+        fp.write("two\n")
+    assert t._poll() == 0.05
+    assert c.of(p) == ["one", "two"]
+    views = LogTailer(interval=0.05, idle_interval=0.2, view_interval=0.5)
+    views.add_sink(Collect(), lossy=True)
+    views.add_sources([_source(p)])
+    assert views._poll() == views._poll() == 0.5
+
+
+def test_tailer_runs_on_one_named_low_priority_thread(tmp_path):
+    p = tmp_path / "out.log"
+    names: list[tuple[str, int]] = []
+
+    def sink(src: object, lines: list[str]) -> None:
+        names.append((threading.current_thread().name, os.getpriority(os.PRIO_PROCESS, 0)))
+
+    t = LogTailer(interval=0.01)
+    t.add_sink(sink)
+    t.add_sources([_source(p)])
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    t.start()
+    t.start()  # once
+    try:
+        p.write_text("hello\n")
+        deadline = time.monotonic() + 10
+        while not names and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        t.stop()
+    assert names == [("tuilaunch-logs", min(before + 10, 19))]
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before  # the caller's thread is untouched
 
 
 def test_tailer_close_attempt_reads_to_end_and_stops(tmp_path):

@@ -19,11 +19,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import WORKERS, base_env, tuilaunch_cmd
+from conftest import WORKERS, base_env, read_journal, tuilaunch_cmd
 
 from tui_launch.core import telemetry as tm
 from tui_launch.core.events import (
@@ -34,6 +34,7 @@ from tui_launch.core.events import (
     to_dict,
 )
 from tui_launch.core.store import RunStore, replay
+from tui_launch.core.telemetry import nvml as nvml_module
 from tui_launch.testing import fake_pynvml as fake
 
 GIB = 1 << 30
@@ -59,12 +60,48 @@ def sleepers() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def spawn(procs: list[subprocess.Popen[bytes]], n: int, **env: str) -> list[int]:
-    """Start ``n`` sleeping processes, rank i with LOCAL_RANK=i and ``env``."""
+    """Start ``n`` sleeping processes, rank i with LOCAL_RANK=i and ``env``.
+
+    ``Popen`` returns once the child has exec'd, so ``/proc/<pid>/environ`` is already the
+    new program's; it returns once every one is asleep (state ``S``), as a rank waiting on
+    work would be.
+    """
     for i in range(n):
         e = {**os.environ, "LOCAL_RANK": str(i), **env}
         procs.append(subprocess.Popen(["sleep", "60"], env=e))
-    time.sleep(0.05)  # let exec finish, so /proc/<pid>/environ is the new program's
-    return [p.pid for p in procs[-n:]]
+    pids = [p.pid for p in procs[-n:]]
+    wait_until(lambda: all(proc_state(p) == "S" for p in pids), 30, "the sleepers to sleep")
+    return pids
+
+
+def exited_unreaped(cmd: list[str]) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` and return once it has exited but is not reaped yet: a zombie."""
+    p = subprocess.Popen(cmd)
+    os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)  # waits for the exit, reaps nothing
+    return p
+
+
+def proc_state(pid: int) -> str:
+    """The state letter of ``/proc/<pid>/stat``."""
+    with open(f"/proc/{pid}/stat", "rb") as fp:
+        return fp.read().rsplit(b")", 1)[1].split()[0].decode()
+
+
+def tree_cpu_seconds(pids: Iterable[int]) -> float:
+    """utime + stime of ``pids`` read straight from ``/proc`` (an independent reader)."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat", "rb") as fp:
+            f = fp.read().rsplit(b")", 1)[1].split()
+        total += int(f[11]) + int(f[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def wait_until(cond: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(0.02)
 
 
 def telemetry(**kw: object) -> tuple[tm.Telemetry, RunStore]:
@@ -107,11 +144,10 @@ def test_fake_has_the_real_modules_surface() -> None:
         assert isinstance(e, mod.NVMLError_GpuIsLost) and e.value == 15
         assert str(e) == "GPU is lost"
     # Every NVML call the sampler makes is one the fake has.
-    src = inspect.getsource(tm)
-    for name in set(re.findall(r'"(nvml(?:Device|System)Get[A-Z]\w+)"', src)) | {
-        "nvmlInit",
-        "nvmlShutdown",
-    }:
+    src = inspect.getsource(nvml_module)  # the one module that calls NVML
+    called = set(re.findall(r'"(nvml(?:Device|System)Get[A-Z]\w+)"', src))
+    assert "nvmlDeviceGetComputeRunningProcesses" in called  # the pattern finds the calls
+    for name in called | {"nvmlInit", "nvmlShutdown"}:
         assert hasattr(fake, name) and hasattr(real, name), name
 
 
@@ -404,18 +440,31 @@ def test_process_figures_of_a_real_worker(tmp_path: Path) -> None:
             time.sleep(0.05)
         assert ready.exists()
         ps = tm.ProcessSampler()
+        pids = ps.sample([hog.pid])[hog.pid].pids
+        assert len(pids) == 2  # the rank and its child
+        # Bracket each sample with independent /proc reads (time, CPU seconds): whatever the
+        # load on this machine, the sampler's CPU % lies between what the brackets allow.
+        t_a1, c_a1 = time.monotonic(), tree_cpu_seconds(pids)
         ps.sample([hog.pid])
-        time.sleep(2.0)
+        t_b1, c_b1 = time.monotonic(), tree_cpu_seconds(pids)
+        # Half a core asked for; however starved, wait until it has had 0.2 s of CPU.
+        wait_until(lambda: tree_cpu_seconds(pids) - c_b1 >= 0.2, 60, "the hog to use CPU")
+        t_a2, c_a2 = time.monotonic(), tree_cpu_seconds(pids)
         tree = ps.sample([hog.pid])[hog.pid]
-        assert len(tree.pids) == 2  # the rank and its child
+        t_b2, c_b2 = time.monotonic(), tree_cpu_seconds(pids)
+        assert tree.pids == pids
         # RSS: 200 + 50 MiB touched, plus two interpreters (generous bounds).
         assert 250 * MIB <= tree.rss <= 450 * MIB, tree.rss / MIB
-        # CPU: half a core asked for; other agents share this machine, so generous bounds.
-        assert 15 <= tree.cpu <= 90, tree.cpu
+        # CPU: it did run, no more than the machine's cores, and as /proc says.
+        tick = 2 / os.sysconf("SC_CLK_TCK")  # one clock tick of rounding per process
+        low = 100 * (c_a2 - c_b1 - tick) / (t_b2 - t_a1)
+        high = 100 * (c_b2 - c_a1 + tick) / (t_a2 - t_b1)
+        assert tree.cpu is not None and 0 < tree.cpu <= 100 * (os.cpu_count() or 1)
+        assert low - 0.1 <= tree.cpu <= high + 0.1, (low, tree.cpu, high)
         assert tree.threads >= 2 and tree.status in ("running", "sleeping")
         # SIGSTOP from outside tuilaunch: psutil's state says stopped.
         os.kill(hog.pid, signal.SIGSTOP)
-        time.sleep(0.2)
+        wait_until(lambda: proc_state(hog.pid) == "T", 10, "the hog to stop")
         tree = ps.sample([hog.pid])[hog.pid]
         assert tree.status == "stopped"
         os.kill(hog.pid, signal.SIGCONT)
@@ -437,7 +486,7 @@ def test_proc_reader_agrees_with_psutil(sleepers: list[subprocess.Popen[bytes]])
     for stopped in (False, True):
         if stopped:
             os.kill(pid, signal.SIGSTOP)
-            time.sleep(0.2)
+            wait_until(lambda: proc_state(pid) == "T", 10, "the process to stop")
         try:
             fast, slow = ps._read_proc(pid), ps._read_psutil(pid)
         finally:
@@ -448,8 +497,7 @@ def test_proc_reader_agrees_with_psutil(sleepers: list[subprocess.Popen[bytes]])
         assert abs(fast[2] - slow[2]) <= 256 * 1024  # RSS, read a moment apart
         assert abs(fast[1] - slow[1]) <= 0.05  # CPU seconds
     assert ps._read_proc(2**22 + 1) is None and ps._read_psutil(2**22 + 1) is None
-    z = subprocess.Popen(["true"])
-    time.sleep(0.3)  # exited, not yet reaped
+    z = exited_unreaped(["true"])
     try:
         assert ps._read_proc(z.pid)[0] == ps._read_psutil(z.pid)[0] == "zombie"  # type: ignore[index]
     finally:
@@ -457,8 +505,7 @@ def test_proc_reader_agrees_with_psutil(sleepers: list[subprocess.Popen[bytes]])
 
 
 def test_zombie_rank_is_reported_as_zombie() -> None:
-    p = subprocess.Popen(["true"])
-    time.sleep(0.3)  # exited, not yet reaped: a zombie
+    p = exited_unreaped(["true"])
     try:
         tree = tm.ProcessSampler().sample([p.pid])[p.pid]
         assert tree.status == "zombie" and tree.rss is None
@@ -516,21 +563,37 @@ def test_fold_totals_history_and_attempts() -> None:
 
 
 def test_schedule_does_not_drift() -> None:
-    """The thread ticks at start + k * interval; 0.1 s for ~1 s gives about 10 ticks."""
+    """The thread ticks at start + k * interval: never more ticks than grid slots, however
+    late a loaded machine runs it (missed ticks are skipped, not bunched)."""
     fake.configure(1)
     store = RunStore()
+    starts: list[float] = []
     t = tm.Telemetry(store.post, nvml=fake, interval=0.1, journal_every=0)
+    tick = t.tick
+
+    def timed() -> TelemetrySample:
+        starts.append(time.monotonic())
+        return tick()
+
+    t.tick = timed  # type: ignore[method-assign]
+    t0 = time.monotonic()
     t.start()
-    time.sleep(1.05)
+    wait_until(lambda: len(starts) >= 6, 60, "six ticks")
     t.stop()
-    # Generous: a loaded machine may skip ticks, but never bunch them up.
-    assert 3 <= t.ticks <= 12, t.ticks
-    assert t.error is None and t.cpu_seconds > 0
-    # Stopping journals the last reading and the totals; nothing comes after them.
+    assert not t.running
+    n = len(starts)
+    assert t.ticks in (n - 1, n)  # each tick posted once; one under way at stop posts nothing
+    # Tick k starts at or after t0 + k * 0.1 (t0: before the thread opened NVML), so n ticks
+    # need (n - 1) * 0.1 s at least (a millisecond of slack for the timer).
+    assert n <= (starts[-1] - t0 + 0.001) / 0.1 + 1, (n, starts[-1] - t0)
+    assert t.error is None and t.cpu_seconds >= t.open_cpu_seconds > 0
+    # Stopping journals the last reading and the totals; nothing comes after them, not even
+    # a tick that was under way when the run ended.
     kinds = [e.kind for e in store.events()]
     assert kinds[-2:] == ["telemetry", "telemetry_totals"]
     version = store.version
-    time.sleep(0.3)
+    tick()
+    t.stop()
     assert store.version == version
 
 
@@ -595,6 +658,51 @@ def test_launcher_namespace_mismatch(tmp_path: Path) -> None:
     assert len(rows) == 2 and all("~" in r for r in rows), rows
 
 
+@pytest.mark.parametrize("no_gpu", [True, False], ids=["no-gpu", "gpu"])
+def test_launcher_no_gpu_opens_no_nvml(tmp_path: Path, no_gpu: bool) -> None:
+    """``--no-gpu``: the fake NVML would give 2 GPUs (as the run without it shows), but the
+    journal holds no GPU reading and says why; process telemetry goes on."""
+    journal = tmp_path / "j.jsonl"
+    env = base_env(**{tm.FAKE_ENV: "2"})
+    p = _run(
+        [*(["--no-gpu"] if no_gpu else []), "--standalone", "--nproc-per-node", "1",
+         "--gpu-interval", "0.2", "--journal-samples", "0.2", "--journal", str(journal),
+         "--log-dir", str(tmp_path / "logs"),
+         str(WORKERS / "hog.py"), "--mb", "20", "--duty", "0.1", "--seconds", "1"],
+        env,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    tel = [r for r in read_journal(journal) if r["kind"] == "telemetry"]
+    assert tel, "no telemetry journaled"
+    ranks = [r for rec in tel for r in rec["ranks"]]
+    assert any(r["rss"] for r in ranks)  # process telemetry is on either way
+    if no_gpu:
+        assert {(rec["gpu_state"], rec["gpu_note"]) for rec in tel} == {
+            ("off", "GPU sampling off (--no-gpu)")
+        }
+        assert all(rec["gpus"] == [] for rec in tel)
+        assert all(r["gpus"] == [] and r["gpu_mem"] is None for r in ranks)
+        assert "GPU(s)" not in p.stderr
+    else:
+        assert {rec["gpu_state"] for rec in tel} == {"ok"}
+        assert all(len(rec["gpus"]) == 2 for rec in tel)
+        assert "2 GPU(s) (simulated: fake NVML)" in p.stderr
+
+
+def test_no_gpu_never_initialises_nvml(sleepers: list[subprocess.Popen[bytes]]) -> None:
+    """The sampler thread with ``gpu=False`` does not call NVML at all."""
+    pids = spawn(sleepers, 1)
+    store = RunStore()
+    t = tm.Telemetry(store.post, nvml=fake, gpu=False, interval=0.05, journal_every=0)
+    t.set_workers(0, targets(pids))
+    t.start()
+    wait_until(lambda: t.ticks >= 2, 30, "two ticks")
+    t.stop()
+    assert sum(fake.calls.values()) == 0, dict(fake.calls)
+    last = store.snapshot().telemetry.latest  # type: ignore[union-attr]
+    assert last.gpu_state == "off" and last.gpus == () and last.ranks[0].rss
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -646,17 +754,24 @@ def test_live_dashboard_shows_telemetry_of_a_real_run(
         async with app.run_test(size=(150, 42)) as pilot:
             table = app.query_one("#workers", WorkersTable)
 
+            def rows() -> list[dict[str, str]]:
+                labels = table.column_labels
+                return [
+                    dict(zip(labels, (str(c) for c in table.get_row_at(i)), strict=True))
+                    for i in range(table.row_count)
+                ]
+
             def filled() -> bool:
-                if table.row_count != 2:
-                    return False
-                rows = [[str(c) for c in table.get_row_at(i)] for i in range(2)]
-                return all(r[9].endswith("G") and r[5].split()[-1].isdigit() for r in rows)
+                got = rows()
+                return len(got) == 2 and all(
+                    r["GPU mem"].endswith("G") and r["CPU %"].split()[-1].isdigit() for r in got
+                )
 
             deadline = asyncio.get_running_loop().time() + 60
             while not filled():
                 assert asyncio.get_running_loop().time() < deadline, "no telemetry shown"
                 await pilot.pause(0.1)
-            seen["rows"] = [[str(c) for c in table.get_row_at(i)] for i in range(2)]
+            seen["rows"] = rows()
             gpus = app.query_one("#gpus", Static)
             seen["title"] = gpus.border_title
             seen["gpus"] = str(gpus.content)
@@ -667,11 +782,12 @@ def test_live_dashboard_shows_telemetry_of_a_real_run(
     finally:
         runner.stop(signal.SIGTERM, "test over")
         runner.wait(60)
-    rows = seen["rows"]
-    assert [r[7] for r in rows] == ["0", "1"]  # each worker's pid is on its own fake GPU
-    assert [r[9] for r in rows] == ["6.0G", "8.0G"]
+    rows: list[dict[str, str]] = seen["rows"]  # type: ignore[assignment]
+    assert [r["GPU"] for r in rows] == ["0", "1"]  # each worker's pid is on its own fake GPU
+    assert [r["GPU mem"] for r in rows] == ["6.0G", "8.0G"]
     for r in rows:
-        mib = float(r[6][:-1]) * (1024 if r[6].endswith("G") else 1)
-        assert 100 <= mib <= 400, r[6]  # RSS: 100 MiB held, plus the interpreter
+        rss = r["RSS"]
+        mib = float(rss[:-1]) * (1024 if rss.endswith("G") else 1)
+        assert 100 <= mib <= 400, rss  # RSS: 100 MiB held, plus the interpreter
     assert seen["title"] == "GPUs (simulated: fake NVML)"
     assert "H100 80GB HBM3" in str(seen["gpus"]) and "rank 0" in str(seen["gpus"])

@@ -236,7 +236,7 @@ def _print_resources(s: Snapshot, console: object) -> None:
     """Per rank and attempt: peak RSS, mean CPU, peak GPU memory, mean GPU utilisation."""
     from rich.table import Table
 
-    from tui_launch.core.telemetry import fmt_bytes
+    from tui_launch.core.text import fmt_bytes
 
     tel = s.telemetry
     if tel is None or not tel.totals:

@@ -11,7 +11,6 @@ chunks (torch's ``--tee`` polls one thread per stream and reads line by line).
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import os
 import tempfile
@@ -22,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, Std, to_map
+
+from tui_launch.core.periodic import Periodic
 
 STDOUT, STDERR = "stdout", "stderr"
 
@@ -214,8 +215,8 @@ class LogTailer:
         self._sinks: list[LineSink] = []
         self._lossless_sinks = 0
         self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._wait = interval  # the delay before the next poll (the back-off's state)
+        self._loop: Periodic | None = None
 
     def add_sink(self, sink: LineSink, lossy: bool = False) -> None:
         """Deliver lines to ``sink(source, lines)`` from now on.
@@ -240,15 +241,19 @@ class LogTailer:
             self._sources.extend(sources)
 
     def start(self) -> None:
-        """Start the tailer thread."""
-        self._thread = threading.Thread(target=self._loop, name="tuilaunch-logs", daemon=True)
-        self._thread.start()
+        """Start the tailer thread (once)."""
+        if self._loop is not None:
+            return
+        # The observer must not slow the observed (nice 10): on a busy machine the workers get
+        # the CPU first and the tailer catches up (the files hold every line meanwhile).
+        self._loop = Periodic(
+            "tuilaunch-logs", self._interval, self._poll, first_delay=self._interval, nice=10
+        ).start()
 
     def stop(self) -> None:
         """Read what is left, flush partial lines, and stop the thread."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        if self._loop is not None:
+            self._loop.stop(timeout=5)
         self.drain(final=True)
         with self._lock:
             for src in self._sources:
@@ -272,24 +277,22 @@ class LogTailer:
                     src.close()
             self._sources = [s for s in self._sources if not s.closed]
 
-    def _loop(self) -> None:
-        # The observer must not slow the observed: on a busy machine the workers get the CPU
-        # first and the tailer catches up (the files hold every line meanwhile).
-        with contextlib.suppress(OSError, AttributeError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-        # Poll fast while lines flow; back off (doubling, up to idle_interval) while the files
-        # are quiet, as in a steady training loop that prints a line a second: most polls of
-        # every rank's files would find nothing. When only views read the lines (they redraw
-        # about once a second), polling faster than view_interval would show nothing sooner.
-        wait = self._interval
-        while not self._stop.wait(wait):
-            before = self._delivered
-            self.drain()
-            if self._views_only:
-                wait = self._view_interval
-            else:
-                found = self._delivered != before
-                wait = self._interval if found else min(wait * 2, self._idle_interval)
+    def _poll(self) -> float:
+        """One poll of every file; returns the delay before the next one.
+
+        Poll fast while lines flow; back off (doubling, up to idle_interval) while the files
+        are quiet, as in a steady training loop that prints a line a second: most polls of
+        every rank's files would find nothing. When only views read the lines (they redraw
+        about once a second), polling faster than view_interval would show nothing sooner.
+        """
+        before = self._delivered
+        self.drain()
+        if self._views_only:
+            self._wait = self._view_interval
+        else:
+            found = self._delivered != before
+            self._wait = self._interval if found else min(self._wait * 2, self._idle_interval)
+        return self._wait
 
     def _read(self, src: LogSource, final: bool) -> None:
         """Deliver every whole line written to ``src`` since the last read.

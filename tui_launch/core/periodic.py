@@ -4,6 +4,8 @@ Every sampler and watcher of the core (telemetry, the rendezvous sampler, the cl
 publisher, the log tailer, the stop watchdog, the hang detector) runs on a :class:`Periodic`,
 so that each has the same stop, wake and error conventions:
 
+- ``setup`` (optional) runs once on the loop's own thread before anything else (opening a
+  library whose handles belong to the thread that uses them); the grid starts after it.
 - ``fn`` is called on the loop's own thread, first at ``start() + first_delay``, then every
   ``interval`` seconds on a fixed grid (tick k is due at ``t0 + k * interval``). A tick that
   could not be kept (a suspended process, a slow call) is skipped, not bunched.
@@ -33,6 +35,9 @@ class Periodic:
         final_call: call ``fn`` once more when stopped (a last publish, a last drain).
         nice: lower the thread's scheduling priority by this much (the observer must not slow
             the observed); 0 leaves it.
+        setup: called once on the thread before the first delay; its CPU time counts in
+            ``cpu_seconds`` and is kept in ``setup_cpu_seconds``. An exception from it goes to
+            ``on_error`` and the loop goes on.
     """
 
     def __init__(
@@ -45,6 +50,7 @@ class Periodic:
         on_error: Callable[[BaseException], None] | None = None,
         final_call: bool = False,
         nice: int = 0,
+        setup: Callable[[], object] | None = None,
     ) -> None:
         self.name = name
         self.interval = float(interval)
@@ -53,12 +59,14 @@ class Periodic:
         self._on_error = on_error
         self._final_call = final_call
         self._nice = nice
+        self._setup = setup
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.ticks = 0
-        self.cpu_seconds = 0.0  # thread CPU spent in fn: what the loop costs
+        self.cpu_seconds = 0.0  # thread CPU spent in setup and fn: what the loop costs
+        self.setup_cpu_seconds = 0.0
 
     @property
     def running(self) -> bool:
@@ -97,19 +105,34 @@ class Periodic:
         """
         return self._stop.wait(seconds)
 
+    def _failed(self, e: BaseException) -> None:
+        if self._on_error is not None:
+            self._on_error(e)
+        else:
+            self.error = e
+
     def _call(self) -> float | None:
         c0 = time.thread_time()
         try:
             return self._fn()
         except Exception as e:  # a loop never takes anything down
-            if self._on_error is not None:
-                self._on_error(e)
-            else:
-                self.error = e
+            self._failed(e)
             return None
         finally:
             self.cpu_seconds += time.thread_time() - c0
             self.ticks += 1
+
+    def _run_setup(self) -> None:
+        if self._setup is None:
+            return
+        c0 = time.thread_time()
+        try:
+            self._setup()
+        except Exception as e:
+            self._failed(e)
+        finally:
+            self.setup_cpu_seconds = time.thread_time() - c0
+            self.cpu_seconds += self.setup_cpu_seconds
 
     def _sleep(self, seconds: float) -> bool:
         """Wait for the next tick; True when the loop must end."""
@@ -125,6 +148,7 @@ class Periodic:
 
             with contextlib.suppress(OSError, AttributeError):
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._nice)
+        self._run_setup()
         if self._sleep(self._first_delay):
             if self._final_call:
                 self._call()

@@ -35,7 +35,7 @@ from tui_launch.core.events import (
     TelemetryTotals,
     WorkersStarted,
 )
-from tui_launch.core.telemetry import TelemetryView, fold
+from tui_launch.core.telemetry_view import TelemetryView, fold
 
 # Rank states shown to users.
 STARTING, RUNNING, STOPPED, EXITED, FAILED, RESTARTING = (

@@ -37,6 +37,17 @@ def clock(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}"
 
 
+def fmt_bytes(n: int | None) -> str:
+    """``512M``, ``12.3G`` (or ``-``)."""
+    if n is None:
+        return "-"
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.1f}G"
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.0f}M"
+    return f"{n / 1024:.0f}K"
+
+
 def describe(e: Event) -> str | None:
     """One line for an event, or None for events too fine-grained to print."""
     if isinstance(e, NodeChange):

@@ -13,8 +13,8 @@ from rich.text import Text
 from tui_launch.core import errors
 from tui_launch.core.events import Failure, NodeStatus, RankReading
 from tui_launch.core.store import RankView, Snapshot
-from tui_launch.core.telemetry import TelemetryView, fmt_bytes
-from tui_launch.core.text import clock, failure_details, failure_headline
+from tui_launch.core.telemetry_view import TelemetryView
+from tui_launch.core.text import clock, failure_details, failure_headline, fmt_bytes
 
 PHASE_STYLE = {
     "starting": ("starting", "bold cyan"),
