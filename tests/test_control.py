@@ -282,7 +282,7 @@ def test_stop_during_a_slow_restart_starts_no_new_workers(tmp_path, harness_env)
     store = RunStore()
     runner = Runner(args, store, echo=False, journal_path=str(tmp_path / "j.jsonl"))
     h = types.SimpleNamespace(runner=runner)
-    made.append(h)  # type: ignore[arg-type]
+    made.append(h)
     runner.start()
 
     def ready_pids():

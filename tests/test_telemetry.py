@@ -172,7 +172,7 @@ def test_one_gpu_readings_and_slow_fields() -> None:
         gpus, procs = g.sample()
     (r,) = gpus
     assert r.index == 0 and r.name == "NVIDIA H100 80GB HBM3" and r.uuid == fake.gpu_uuid(0)
-    assert 0 <= r.util <= 100
+    assert r.util is not None and 0 <= r.util <= 100
     assert r.mem_total == 80 * GIB and r.mem_used == 3 * GIB + 512 * MIB
     assert r.temp is not None and r.power is not None and r.power_limit == 700.0
     # Temperature and power are slow fields: ticks 1 and 6 of 6.
@@ -454,14 +454,14 @@ def test_process_figures_of_a_real_worker(tmp_path: Path) -> None:
         t_b2, c_b2 = time.monotonic(), tree_cpu_seconds(pids)
         assert tree.pids == pids
         # RSS: 200 + 50 MiB touched, plus two interpreters (generous bounds).
-        assert 250 * MIB <= tree.rss <= 450 * MIB, tree.rss / MIB
+        assert tree.rss is not None and 250 * MIB <= tree.rss <= 450 * MIB, tree.rss
         # CPU: it did run, no more than the machine's cores, and as /proc says.
         tick = 2 / os.sysconf("SC_CLK_TCK")  # one clock tick of rounding per process
         low = 100 * (c_a2 - c_b1 - tick) / (t_b2 - t_a1)
         high = 100 * (c_b2 - c_a1 + tick) / (t_a2 - t_b1)
         assert tree.cpu is not None and 0 < tree.cpu <= 100 * (os.cpu_count() or 1)
         assert low - 0.1 <= tree.cpu <= high + 0.1, (low, tree.cpu, high)
-        assert tree.threads >= 2 and tree.status in ("running", "sleeping")
+        assert tree.threads is not None and tree.threads >= 2 and tree.status in ("running", "sleeping")
         # SIGSTOP from outside tuilaunch: psutil's state says stopped.
         os.kill(hog.pid, signal.SIGSTOP)
         wait_until(lambda: proc_state(hog.pid) == "T", 10, "the hog to stop")
