@@ -461,7 +461,11 @@ def test_process_figures_of_a_real_worker(tmp_path: Path) -> None:
         high = 100 * (c_b2 - c_a1 + tick) / (t_a2 - t_b1)
         assert tree.cpu is not None and 0 < tree.cpu <= 100 * (os.cpu_count() or 1)
         assert low - 0.1 <= tree.cpu <= high + 0.1, (low, tree.cpu, high)
-        assert tree.threads is not None and tree.threads >= 2 and tree.status in ("running", "sleeping")
+        assert (
+            tree.threads is not None
+            and tree.threads >= 2
+            and tree.status in ("running", "sleeping")
+        )
         # SIGSTOP from outside tuilaunch: psutil's state says stopped.
         os.kill(hog.pid, signal.SIGSTOP)
         wait_until(lambda: proc_state(hog.pid) == "T", 10, "the hog to stop")
