@@ -1,22 +1,22 @@
-"""A deterministic stand-in for a live run, for snapshot tests and screenshots of states.
+"""The deterministic runs the dashboard is tested and pictured in, and the builders they share.
 
-:class:`FakeSource` has the dashboard's :class:`~tui_launch.tui.source.Source` surface: a fixed
-clock, snapshots built by folding real events through the store's own reducer (so the
-dashboard sees exactly what a real run would produce), kept log lines, and a control API that
-records what was asked instead of signalling processes.
+Each scenario (:data:`STATES`) is a :class:`~tui_launch.testing.fake_source.FakeSource` made of
+real events: the run starting, an attempt's rendezvous and workers, exits, failures, restarts,
+telemetry read from the fake NVML. The small builders (:func:`run_started`,
+:func:`workers_started`, :func:`attempt`, :func:`exited`, :func:`failure`,
+:func:`failed_attempt`) are public: the store's tests build their runs from them too. A builder
+given ``at`` (seconds after the scenario's start) stamps its events on the fake clock; without
+it the events carry the real clocks, as posted.
 """
 
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from tui_launch.core.events import (
     AttemptFailed,
     ClusterSample,
-    ControlAction,
     Event,
     Failure,
     GroupState,
@@ -36,10 +36,22 @@ from tui_launch.core.events import (
     WorkersStarted,
 )
 from tui_launch.core.logs import LogBuffer, LogSource
-from tui_launch.core.store import Snapshot, reduce
+from tui_launch.testing.fake_source import T0_MONO, T0_WALL, FakeSource
 
-T0_MONO = 1000.0
-T0_WALL = 1_790_000_000.0
+__all__ = [
+    "STATES",
+    "T0_MONO",
+    "T0_WALL",
+    "FakeSource",
+    "at",
+    "attempt",
+    "exited",
+    "failed_attempt",
+    "failure",
+    "run_started",
+    "workers_started",
+]
+
 TRACEBACK = """Traceback (most recent call last):
   File "examples/train_ddp.py", line 182, in main
     trainer.train(args.epochs)
@@ -52,123 +64,24 @@ TRACEBACK = """Traceback (most recent call last):
 RuntimeError: CUDA error: an illegal memory access was encountered"""
 
 
-@dataclass
-class FakeSource:
-    """A run frozen at one moment, built from events; controls are recorded, not performed."""
-
-    events: list[Event] = field(default_factory=list)
-    clock: float = T0_MONO + 95.0
-    logs: LogBuffer = field(default_factory=LogBuffer)
-    agent: list[str] = field(default_factory=list)
-    actions: list[tuple[str, int | None, int | None]] = field(default_factory=list)
-    stopped: set[int] = field(default_factory=set)
-    exit_code: int | None = None
-    injected: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self._snap = Snapshot()
-        self._on_finished: list[Callable[[], None]] = []
-        for e in self.events:
-            self._snap = reduce(self._snap, e)
-
-    def settle_logs(self) -> None:
-        """Pin every rank's last-log time to the fake clock (deterministic 'last log')."""
-        for rank in list(self.logs.last_line_at):
-            self.logs.last_line_at[rank] = self.clock - 1.0 - rank
-
-    def post(self, event: Event) -> None:
-        """Apply one more event (tests use this to move the fake run on)."""
-        self.events.append(event)
-        self._snap = reduce(self._snap, event)
-        if isinstance(event, RunFinished):
-            for callback in self._on_finished:
-                callback()
-
-    def on_finished(self, callback: Callable[[], None]) -> None:
-        if self._snap.finished is not None:
-            callback()
-        self._on_finished.append(callback)
-
-    def snapshot(self) -> Snapshot:
-        return self._snap
-
-    def now(self) -> float:
-        return self.clock
-
-    def agent_lines(self) -> list[str]:
-        return list(self.agent)
-
-    def signal_rank(self, local_rank: int, sig: int, source: str = "dashboard") -> bool:
-        self.actions.append(("signal", local_rank, int(sig)))
-        row = self._snap.rank(local_rank)
-        if sig == signal.SIGSTOP:
-            self.stopped.add(local_rank)
-        elif sig == signal.SIGCONT:
-            self.stopped.discard(local_rank)
-        action = {signal.SIGSTOP: "stop", signal.SIGCONT: "continue", signal.SIGKILL: "kill"}
-        self.post(
-            ControlAction(
-                action=action.get(signal.Signals(sig), "signal"),
-                local_rank=local_rank,
-                global_rank=row.global_rank if row else None,
-                pid=row.pid if row else None,
-                signal=signal.Signals(sig).name,
-                source=source,
-                ok=row is not None,
-                mono=self.clock,
-                wall=T0_WALL + self.clock - T0_MONO,
-            )
-        )
-        return row is not None
-
-    def restart(self, source: str = "dashboard") -> bool:
-        self.actions.append(("restart", None, None))
-        return True
-
-    def is_stopped(self, local_rank: int) -> bool:
-        return local_rank in self.stopped
-
-    def inject(self, spec: str, source: str = "dashboard") -> tuple[bool, str]:
-        from tui_launch.core.inject import InjectError, parse_spec
-
-        try:
-            parsed = parse_spec(spec)
-        except InjectError as e:
-            return False, str(e)
-        self.injected.append(spec)
-        if parsed.kind == "hang":  # as the runner does: a stop through the control API
-            for r in self._snap.ranks:
-                if r.global_rank == parsed.rank:
-                    self.signal_rank(r.local_rank, signal.SIGSTOP, "inject, dashboard")
-        return True, f"scheduled {parsed.canonical()}"
-
-    def stop(self, sig: int = signal.SIGTERM, reason: str = "quit") -> None:
-        self.actions.append(("stop", None, int(sig)))
-        self.exit_code = 128 + int(sig)
-        self.post(
-            RunFinished(
-                outcome="stopped",
-                exit_code=self.exit_code,
-                message=reason,
-                mono=self.clock,
-                wall=T0_WALL + self.clock - T0_MONO,
-            )
-        )
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        fin = self._snap.finished
-        return fin.exit_code if fin else self.exit_code
-
-    @property
-    def done(self) -> bool:
-        return self._snap.finished is not None
-
-
-def _at(seconds: float) -> dict[str, Any]:
+def at(seconds: float | None) -> dict[str, Any]:
+    """The ``mono``/``wall`` keywords of an event ``seconds`` after the start (none for None)."""
+    if seconds is None:
+        return {}
     return {"mono": T0_MONO + seconds, "wall": T0_WALL + seconds}
 
 
-def _run_started(nproc: int, max_restarts: int, nodes: tuple[int, int] = (1, 1)) -> RunStarted:
+# The builders below take an ``at`` argument of their own.
+_at = at
+
+
+def run_started(
+    nproc: int = 2,
+    max_restarts: int = 3,
+    nodes: tuple[int, int] = (1, 1),
+    at: float | None = 0.0,
+) -> RunStarted:
+    """The run's first event: ``nproc`` ranks per node, ``nodes`` (min, max), a budget."""
     return RunStarted(
         entrypoint="examples/train_ddp.py",
         args=("--epochs", "20"),
@@ -183,11 +96,27 @@ def _run_started(nproc: int, max_restarts: int, nodes: tuple[int, int] = (1, 1))
         host="node0",
         launcher_pid=4242,
         torch_version="2.13.0",
-        **_at(0),
+        **_at(at),
     )
 
 
-def _attempt(n: int, nproc: int, start: float, pid0: int) -> list[Event]:
+def workers_started(
+    attempt: int, nproc: int, pid0: int, *, world: int | None = None, at: float | None = None
+) -> WorkersStarted:
+    """An attempt's workers: local rank ``i`` is global rank ``i`` with pid ``pid0 + i``."""
+    workers = tuple(
+        WorkerInfo(
+            local_rank=i, global_rank=i, role_rank=i, world_size=world or nproc, pid=pid0 + i
+        )
+        for i in range(nproc)
+    )
+    return WorkersStarted(
+        attempt=attempt, workers=workers, log_dir=f"/logs/attempt_{attempt}", **_at(at)
+    )
+
+
+def attempt(n: int, nproc: int, start: float, pid0: int) -> list[Event]:
+    """Attempt ``n`` on one node: its rendezvous, its workers (pids from ``pid0``), a sample."""
     return [
         *_nodes_round(n, ["node0.cluster:4242"], nproc, start, pid0, rdzv_s=0.4, start_s=0.5),
         RendezvousSample(
@@ -206,9 +135,10 @@ def _attempt(n: int, nproc: int, start: float, pid0: int) -> list[Event]:
     ]
 
 
-def _exited(
-    attempt: int, rank: int, pid: int, code: int, at: float, by_agent: bool = False
+def exited(
+    attempt: int, rank: int, pid: int, code: int, at: float | None = None, by_agent: bool = False
 ) -> RankExited:
+    """Rank ``rank`` exited with ``code`` (negative: killed by that signal)."""
     sig = signal.Signals(-code).name if code < 0 else None
     return RankExited(
         attempt=attempt,
@@ -222,36 +152,59 @@ def _exited(
     )
 
 
-def _failure(attempt: int, at: float) -> AttemptFailed:
-    real = Failure(
+def failure(
+    attempt: int,
+    rank: int,
+    *,
+    pid: int,
+    at: float,
+    code: int = 1,
+    message: str | None = None,
+    traceback: str | None = None,
+    collateral: bool = False,
+    host: str = "node0",
+    hint: str | None = None,
+    error_file: str | None = None,
+    stderr_tail: tuple[str, ...] = (),
+) -> Failure:
+    """One failed rank, ``at`` seconds after the start (its message: the exit by default)."""
+    sig = signal.Signals(-code).name if code < 0 else None
+    return Failure(
         attempt=attempt,
-        local_rank=1,
-        global_rank=1,
-        host="node0",
-        pid=5101,
-        exit_code=1,
-        signal=None,
-        hint=None,
+        local_rank=rank,
+        global_rank=rank,
+        host=host,
+        pid=pid,
+        exit_code=code,
+        signal=sig,
+        hint=hint,
         time=T0_WALL + at,
+        message=message if message is not None else f"{sig} ({code})" if sig else f"exit {code}",
+        traceback=traceback,
+        stderr_tail=stderr_tail,
+        error_file=error_file,
+        collateral=collateral,
+    )
+
+
+def failed_attempt(attempt: int, at: float) -> AttemptFailed:
+    """Rank 1 raised (with its traceback) ``at`` seconds in; the agent then SIGTERMed rank 0."""
+    real = failure(
+        attempt,
+        1,
+        pid=5101,
+        at=at,
         message="RuntimeError: CUDA error: an illegal memory access was encountered",
         traceback=TRACEBACK,
-        stderr_tail=(),
         error_file=f"/logs/attempt_{attempt}/1/error.json",
     )
-    peer = Failure(
-        attempt=attempt,
-        local_rank=0,
-        global_rank=0,
-        host="node0",
+    peer = failure(
+        attempt,
+        0,
         pid=5100,
-        exit_code=-15,
-        signal="SIGTERM",
+        at=at + 0.2,
+        code=-15,
         hint="terminated by a signal from outside (a scheduler, a user, the agent)",
-        time=T0_WALL + at + 0.2,
-        message="SIGTERM (-15)",
-        traceback=None,
-        stderr_tail=(),
-        error_file=None,
         collateral=True,
     )
     return AttemptFailed(attempt=attempt, failures=(real, peer), **_at(at + 0.2))
@@ -269,7 +222,7 @@ def _fill_logs(logs: LogBuffer, nproc: int, attempt: int, epochs: int) -> None:
             prefix=None,
         )
         lines = [
-            # Matches _attempt's pids: the first attempt's base is 5100, the next 5200, ...
+            # Matches attempt()'s pids: the first attempt's base is 5100, the next 5200, ...
             f"[RANK {rank}] start: restart_count={attempt} world_size={nproc} "
             f"pid={5100 + 100 * attempt + rank}"
         ]
@@ -361,7 +314,7 @@ def _telemetry(
 
 def healthy(nproc: int = 4) -> FakeSource:
     """A run in its first attempt, every rank training."""
-    events: list[Event] = [_run_started(nproc, 3), *_attempt(0, nproc, 0.1, 5100)]
+    events: list[Event] = [run_started(nproc, 3), *attempt(0, nproc, 0.1, 5100)]
     events += _telemetry(0, nproc, 5100, 80.0, 14, gpus=nproc, d_state_rank=nproc - 1)
     src = FakeSource(events=events)
     _fill_logs(src.logs, nproc, 0, 6)
@@ -373,7 +326,7 @@ def healthy(nproc: int = 4) -> FakeSource:
 def waiting_for_nodes() -> FakeSource:
     """One node of a 2:4 job waiting in the rendezvous for the others."""
     events: list[Event] = [
-        _run_started(2, 3, nodes=(2, 4)),
+        run_started(2, 3, nodes=(2, 4)),
         RendezvousStarted(
             attempt=0,
             backend="c10d",
@@ -400,11 +353,11 @@ def waiting_for_nodes() -> FakeSource:
 
 def failed_with_traceback() -> FakeSource:
     """Rank 1 raised; the budget was spent: the run failed with its root cause."""
-    events: list[Event] = [_run_started(2, 1), *_attempt(0, 2, 0.1, 5100)]
+    events: list[Event] = [run_started(2, 1), *attempt(0, 2, 0.1, 5100)]
     events += [
-        _exited(0, 1, 5101, 1, at=30),
-        _exited(0, 0, 5100, -15, at=30.2, by_agent=True),
-        _failure(0, 30),
+        exited(0, 1, 5101, 1, at=30),
+        exited(0, 0, 5100, -15, at=30.2, by_agent=True),
+        failed_attempt(0, 30),
         GroupState(attempt=0, state="FAILED", **_at(30.3)),
         Restart(
             cause="failure",
@@ -414,11 +367,11 @@ def failed_with_traceback() -> FakeSource:
             budget_left=0,
             **_at(30.4),
         ),
-        *_attempt(1, 2, 30.5, 5200),
+        *attempt(1, 2, 30.5, 5200),
         *_telemetry(1, 2, 5200, 60.0, 8, gpus=1, init_error=12),
-        _exited(1, 1, 5201, 1, at=70),
-        _exited(1, 0, 5200, -15, at=70.2, by_agent=True),
-        _failure(1, 70),
+        exited(1, 1, 5201, 1, at=70),
+        exited(1, 0, 5200, -15, at=70.2, by_agent=True),
+        failed_attempt(1, 70),
         GroupState(attempt=1, state="FAILED", **_at(70.3)),
         RunFinished(outcome="failed", exit_code=1, message="rank 1 failed", **_at(70.5)),
     ]
@@ -431,26 +384,20 @@ def failed_with_traceback() -> FakeSource:
 
 def restarting() -> FakeSource:
     """Rank 1 was killed (SIGKILL); the agent is re-forming the group."""
-    events: list[Event] = [_run_started(2, 3), *_attempt(0, 2, 0.1, 5100)]
+    events: list[Event] = [run_started(2, 3), *attempt(0, 2, 0.1, 5100)]
     events += _telemetry(0, 2, 5100, 66.0, 12, gpus=2, lose_after=6, lost_gpus={1})
-    kill = Failure(
-        attempt=0,
-        local_rank=1,
-        global_rank=1,
-        host="node0",
+    kill = failure(
+        0,
+        1,
         pid=5101,
-        exit_code=-9,
-        signal="SIGKILL",
+        at=80,
+        code=-9,
         hint="killed: often the kernel's OOM killer (check `dmesg`), or a scheduler",
-        time=T0_WALL + 80,
-        message="SIGKILL (-9)",
-        traceback=None,
         stderr_tail=("[RANK 1] Epoch 5 | Batchsize: 32 | Steps: 20 | loss 0.1500",),
-        error_file=None,
     )
     events += [
-        _exited(0, 1, 5101, -9, at=80),
-        _exited(0, 0, 5100, -15, at=80.2, by_agent=True),
+        exited(0, 1, 5101, -9, at=80),
+        exited(0, 0, 5100, -15, at=80.2, by_agent=True),
         AttemptFailed(attempt=0, failures=(kill,), **_at(80.3)),
         GroupState(attempt=0, state="FAILED", **_at(80.3)),
         Restart(
@@ -477,10 +424,10 @@ def restarting() -> FakeSource:
 
 def finished() -> FakeSource:
     """A run that recovered from one failure and succeeded."""
-    events: list[Event] = [_run_started(2, 3), *_attempt(0, 2, 0.1, 5100)]
+    events: list[Event] = [run_started(2, 3), *attempt(0, 2, 0.1, 5100)]
     events += [
-        _exited(0, 1, 5101, 1, at=30),
-        _failure(0, 30),
+        exited(0, 1, 5101, 1, at=30),
+        failed_attempt(0, 30),
         Restart(
             cause="failure",
             from_attempt=0,
@@ -489,10 +436,10 @@ def finished() -> FakeSource:
             budget_left=2,
             **_at(30.4),
         ),
-        *_attempt(1, 2, 30.5, 5200),
+        *attempt(1, 2, 30.5, 5200),
         *_telemetry(1, 2, 5200, 78.0, 10, note="GPU sampling off (--no-gpu)"),
-        _exited(1, 0, 5200, 0, at=90),
-        _exited(1, 1, 5201, 0, at=90.1),
+        exited(1, 0, 5200, 0, at=90),
+        exited(1, 1, 5201, 0, at=90.1),
         GroupState(attempt=1, state="SUCCEEDED", **_at(90.2)),
         RunFinished(outcome="succeeded", exit_code=0, message="all ranks exited 0", **_at(90.5)),
     ]
@@ -510,7 +457,7 @@ def eight_gpus_in_container() -> FakeSource:
 
     nproc = 8
     cvd = ",".join(gpu_uuid(i) for i in reversed(range(nproc)))
-    events: list[Event] = [_run_started(nproc, 3), *_attempt(0, nproc, 0.1, 5100)]
+    events: list[Event] = [run_started(nproc, 3), *attempt(0, nproc, 0.1, 5100)]
     events += _telemetry(0, nproc, 5100, 80.0, 14, gpus=nproc, cvd=cvd, pid_offset=PID_OFFSET)
     src = FakeSource(events=events)
     _fill_logs(src.logs, nproc, 0, 4)
@@ -529,11 +476,6 @@ def _nodes_round(
 ) -> list[Event]:
     """One rendezvous round of ``nodes`` (this node first, group rank 0) and its workers:
     the rendezvous takes ``rdzv_s``, the workers start ``start_s`` after ``start``."""
-    world = nproc * len(nodes)
-    workers = tuple(
-        WorkerInfo(local_rank=i, global_rank=i, role_rank=i, world_size=world, pid=pid0 + i)
-        for i in range(nproc)
-    )
     return [
         RendezvousStarted(
             attempt=n,
@@ -556,9 +498,7 @@ def _nodes_round(
             duration=rdzv_s,
             **_at(start + rdzv_s),
         ),
-        WorkersStarted(
-            attempt=n, workers=workers, log_dir=f"/logs/attempt_{n}", **_at(start + start_s)
-        ),
+        workers_started(n, nproc, pid0, world=nproc * len(nodes), at=start + start_s),
     ]
 
 
@@ -588,7 +528,7 @@ def multinode() -> FakeSource:
     """A 2:4-node elastic job: node2 joined (a membership restart), node3 waits to join, and
     the cluster view shows node2 silent for 25 s."""
     names = [f"node{i}:{4242 + i}" for i in range(3)]
-    events: list[Event] = [_run_started(2, 3, nodes=(2, 4))]
+    events: list[Event] = [run_started(2, 3, nodes=(2, 4))]
     events += _nodes_round(0, names[:2], 2, 0.1, 5100)
     events += [
         Restart(
