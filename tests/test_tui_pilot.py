@@ -24,7 +24,8 @@ from tui_launch.core.logs import LogBuffer, LogSource
 from tui_launch.testing import scenarios
 from tui_launch.testing.fake_source import FakeSource
 from tui_launch.tui import render
-from tui_launch.tui.app import LOG_LINES_SHOWN, Dashboard
+from tui_launch.tui.app import Dashboard
+from tui_launch.tui.logpane import LOG_LINES_SHOWN
 from tui_launch.tui.screens import ConfirmScreen, HelpScreen
 from tui_launch.tui.table import WorkersTable
 
@@ -375,15 +376,15 @@ def test_no_confirm_acts_at_once() -> None:
 def test_rank_log_and_merged_log() -> None:
     async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("down", "down", "l")
-        assert "log: local rank 2" in text_of(app._logbar)
+        assert "log: local rank 2" in app.log_pane.bar_text
         assert logview(app).lines == src.logs.lines(2)  # untagged, this rank only
         assert logview(app).lines[0] == "[RANK 2] start: restart_count=0 world_size=4 pid=5102"
         await pilot.press("a")
-        assert "log: all ranks" in text_of(app._logbar)
+        assert "log: all ranks" in app.log_pane.bar_text
         assert len(logview(app).lines) == 28
         assert {ln.split()[0] for ln in logview(app).lines} == {"[0]", "[1]", "[2]", "[3]"}
         await pilot.press("up", "enter")  # enter on a row: that rank's log
-        assert "log: local rank 1" in text_of(app._logbar)
+        assert "log: local rank 1" in app.log_pane.bar_text
         assert all(ln.startswith("[RANK 1]") for ln in logview(app).lines)
 
     drive("healthy", check)
@@ -407,7 +408,7 @@ def test_filter_input() -> None:
         assert box.display and box.has_focus
         await pilot.press(*"epoch 3")
         assert box.value == "epoch 3"
-        assert "filter: 'epoch 3'" in text_of(app._logbar)
+        assert "filter: 'epoch 3'" in app.log_pane.bar_text
         assert len(logview(app).lines) == 4
         assert all("Epoch 3" in ln for ln in logview(app).lines)
         # While typing, letters go to the input, not to the dashboard's keys.
@@ -420,7 +421,7 @@ def test_filter_input() -> None:
         await pilot.press("escape")  # clears and closes
         assert not box.display
         assert app._table.has_focus
-        assert "filter" not in text_of(app._logbar)
+        assert "filter" not in app.log_pane.bar_text
         assert len(logview(app).lines) == 28
 
     drive("healthy", check)
@@ -435,13 +436,13 @@ def test_streams_cycle() -> None:
         assert "[0 err] a warning on stderr" in logview(app).lines
         assert len(logview(app).lines) == 29
         await pilot.press("e")
-        assert "streams: stdout" in text_of(app._logbar)
+        assert "streams: stdout" in app.log_pane.bar_text
         assert len(logview(app).lines) == 28
         await pilot.press("e")
-        assert "streams: stderr" in text_of(app._logbar)
+        assert "streams: stderr" in app.log_pane.bar_text
         assert logview(app).lines == ["[0 err] a warning on stderr"]
         await pilot.press("e")
-        assert "streams: both" in text_of(app._logbar)
+        assert "streams: both" in app.log_pane.bar_text
         assert len(logview(app).lines) == 29
 
     drive(src, check)
@@ -452,19 +453,19 @@ def test_follow_pauses_when_scrolled_up_and_f_resumes() -> None:
         add_lines(src, 0, [f"filler {i}" for i in range(60)])
         await wait_until(pilot, lambda: len(logview(app).lines) == 88)
         assert logview(app).is_vertical_scroll_end
-        assert text_of(app._logbar).endswith("following")
+        assert app.log_pane.bar_text.endswith("following")
 
         logview(app).scroll_home(animate=False)
         await pilot.pause()
         add_lines(src, 1, [f"late line {i}" for i in range(7)])
-        await wait_until(pilot, lambda: "paused" in text_of(app._logbar))
-        assert "paused, 7 new line(s)" in text_of(app._logbar)
+        await wait_until(pilot, lambda: "paused" in app.log_pane.bar_text)
+        assert "paused, 7 new line(s)" in app.log_pane.bar_text
         assert len(logview(app).lines) == 88  # nothing written while paused
         add_lines(src, 2, ["later still"])
-        await wait_until(pilot, lambda: "paused, 8 new line(s)" in text_of(app._logbar))
+        await wait_until(pilot, lambda: "paused, 8 new line(s)" in app.log_pane.bar_text)
 
         await pilot.press("f")
-        assert text_of(app._logbar).endswith("following")
+        assert app.log_pane.bar_text.endswith("following")
         assert len(logview(app).lines) == 96
         assert logview(app).lines[-1] == "[2] later still"
         await pilot.pause()
@@ -696,7 +697,7 @@ def test_keys_hidden_with_no_ranks() -> None:
         await pilot.press("k", "l")
         assert not isinstance(app.screen, ConfirmScreen)
         assert src.actions == []
-        assert "all ranks" in text_of(app._logbar)
+        assert "all ranks" in app.log_pane.bar_text
 
     drive("waiting", check)
 
