@@ -87,16 +87,14 @@ def test_hung_rank_shows_stopped_and_s_continues_it() -> None:
         await pilot.press("enter")
         await wait_until(pilot, lambda: src.injected)
         assert src.injected == ["hang:rank=1,for=10s"]
-        await pilot.pause(0.1)
-        assert row_texts(app._table)[1][3] == "stopped"
+        await wait_until(pilot, lambda: row_texts(app._table)[1][3] == "stopped")
         await pilot.press("s")
         assert isinstance(app.screen, ConfirmScreen)
         assert app.screen.question.startswith("Continue (SIGCONT)")
         await pilot.press("y")
         await wait_until(pilot, lambda: len(src.actions) == 2)
         assert src.actions[-1] == ("signal", 1, int(signal.SIGCONT))
-        await pilot.pause(0.1)
-        assert row_texts(app._table)[1][3] == "running"
+        await wait_until(pilot, lambda: row_texts(app._table)[1][3] == "running")
 
     drive("healthy", check)
 

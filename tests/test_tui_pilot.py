@@ -327,8 +327,8 @@ def test_stop_then_continue() -> None:
         await pilot.press("down", "down", "s", "y")
         await wait_until(pilot, lambda: src.actions)
         assert src.actions == [("signal", 2, int(signal.SIGSTOP))]
-        await pilot.pause(0.1)  # a refresh shows the new state
-        assert row_texts(app._table)[2][3] == "stopped"
+        # A refresh shows the new state.
+        await wait_until(pilot, lambda: row_texts(app._table)[2][3] == "stopped")
         assert app.check_action("kill", ())  # a stopped rank can still be killed
         await pilot.press("s")
         assert isinstance(app.screen, ConfirmScreen)
@@ -336,8 +336,7 @@ def test_stop_then_continue() -> None:
         await pilot.press("y")
         await wait_until(pilot, lambda: len(src.actions) == 2)
         assert src.actions[1] == ("signal", 2, int(signal.SIGCONT))
-        await pilot.pause(0.1)
-        assert row_texts(app._table)[2][3] == "running"
+        await wait_until(pilot, lambda: row_texts(app._table)[2][3] == "running")
 
     drive("healthy", check)
 
@@ -841,15 +840,40 @@ def test_updated_cells_are_shown_whole(change: str) -> None:
 
 
 def test_textual_logging_still_works() -> None:
+    """``textual.log`` reaches Textual's logger (``App._log``) and a connected devtools client.
+
+    The dashboard once kept its log widget in ``self._log``, shadowing ``App._log``: every
+    ``textual.log`` call then failed while devtools was attached. Here a stand-in client is
+    attached (``App.devtools``, and a stand-in ``textual_dev.client`` where it is not
+    installed) and the message must arrive at it.
+    """
+    import sys
+    import types
     from unittest import mock
 
     from textual import log
-    from textual.app import App
+
+    received: list[object] = []
+
+    class Client:
+        is_connected = True
+        verbose = False
+
+        def log(self, message: object, *_: object) -> None:
+            received.append(message)
+
+    class DevtoolsLog:
+        def __init__(self, objects: object, caller: object = None) -> None:
+            self.objects = objects
+
+    stub = types.ModuleType("textual_dev.client")
+    stub.DevtoolsLog = DevtoolsLog  # type: ignore[attr-defined]
+    modules = {"textual_dev": types.ModuleType("textual_dev"), "textual_dev.client": stub}
 
     async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
-        devtools = mock.PropertyMock(return_value=True)
-        with mock.patch.object(App, "_is_devtools_connected", new_callable=devtools):
-            log("hello from a test")  # a plain App: returns (no devtools client attached)
+        with mock.patch.object(app, "devtools", Client()), mock.patch.dict(sys.modules, modules):
+            log("hello from a test")
+        assert [getattr(m, "objects", None) for m in received] == [("hello from a test",)]
 
     drive("healthy", check)
 
