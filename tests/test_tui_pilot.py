@@ -23,7 +23,7 @@ from tui_launch.core.events import RankExited, RunFinished
 from tui_launch.core.logs import LogBuffer, LogSource
 from tui_launch.testing import scenarios
 from tui_launch.testing.fake_source import FakeSource
-from tui_launch.tui import render
+from tui_launch.tui import actions, render
 from tui_launch.tui.app import Dashboard
 from tui_launch.tui.logpane import LOG_LINES_SHOWN
 from tui_launch.tui.screens import ConfirmScreen, HelpScreen
@@ -711,6 +711,101 @@ def test_keys_hidden_for_an_exited_rank() -> None:
         assert "Kill" not in await shown_keys(pilot, app)
 
     drive("restarting", check)
+
+
+# ------------------------------------------------------------------------------ action table
+
+BOUND = [a for a in actions.ACTIONS if a.name and a.bound_keys]
+
+
+def test_the_app_is_built_from_the_action_table() -> None:
+    """Bindings (the footer's order), help rows and palette entries all come from the table."""
+    assert [b.action for b in Dashboard.BINDINGS] == [a.name for a in BOUND]  # type: ignore[union-attr]
+    for a in actions.ACTIONS:
+        if a.name:
+            assert callable(getattr(Dashboard, f"action_{a.name}", None)), a.name
+    rows = actions.help_rows()
+    assert rows[0] == ("up/down", "select a rank (mouse works too)")
+    assert rows[-1] == ("?", "this help")  # the help's own key last
+    assert ("l, enter", "show the selected rank's log") in rows
+    assert len(rows) == len(actions.ACTIONS)
+
+
+def _recording_dashboard(calls: list[str]) -> type[Dashboard]:
+    """A Dashboard whose every table action only records that it ran."""
+
+    def recorder(name: str) -> Callable[[Dashboard], None]:
+        return lambda self: calls.append(name)
+
+    methods = {f"action_{a.name}": recorder(a.name) for a in actions.ACTIONS if a.name}
+    return type("RecordingDashboard", (Dashboard,), methods)
+
+
+def test_every_action_is_reachable_by_its_keys_and_the_palette() -> None:
+    calls: list[str] = []
+    app = _recording_dashboard(calls)(scenarios.healthy(), refresh_hz=20.0)
+
+    async def main() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            for action in BOUND:
+                for key in action.bound_keys:
+                    calls.clear()
+                    await pilot.press(key)
+                    await wait_until(pilot, lambda: calls)
+                    assert calls == [action.name], (key, calls)
+            calls.clear()
+            await pilot.press("enter")  # enter on a row: the rank's log, through the table
+            await wait_until(pilot, lambda: calls)
+            assert calls == ["rank_log"]
+            commands = {str(c.title): c for c in app.get_system_commands(app.screen)}
+            for action in actions.palette():
+                calls.clear()
+                app.call_later(commands[action.palette].callback)  # as the palette runs it
+                await wait_until(pilot, lambda: calls)
+                assert calls == [action.name], action.palette
+
+    asyncio.run(main())
+
+
+def test_destructive_actions_ask_first_and_the_others_do_not() -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        main = app.screen
+        for action in BOUND:
+            await pilot.press(action.bound_keys[0])
+            await pilot.pause()
+            asked = isinstance(app.screen, ConfirmScreen)
+            assert asked == action.destructive, action.name
+            await pilot.press("n" if asked else "escape")  # no / close what opened
+            await wait_until(pilot, lambda: app.screen is main)
+            if not asked:
+                app._table.focus()  # the filter box, say, keeps the keys otherwise
+        assert src.actions == []  # nothing was done without a yes
+        assert app.is_running
+
+    drive("healthy", check)
+
+
+def test_rank_actions_are_hidden_with_no_rank_selected() -> None:
+    needs_rank = (actions.Needs.RANK, actions.Needs.LIVE_RANK)
+    rank_actions = [a for a in actions.ACTIONS if a.name and a.needs in needs_rank]
+    assert {a.name for a in rank_actions} >= {"kill", "term", "stop_continue", "inject"}
+
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        assert app.selected_rank() is None
+        labels = await shown_keys(pilot, app)
+        titles = _palette_titles(app)
+        for a in rank_actions:
+            assert app.check_action(a.name, ()) is False, a.name
+            assert a.label not in labels, a.name
+            assert not a.palette or a.palette not in titles, a.name
+        for a in actions.ACTIONS:
+            if a.name and a.needs is actions.Needs.NOTHING and a.footer:
+                assert a.label in labels, a.name
+        await pilot.press(*(a.bound_keys[0] for a in rank_actions))
+        assert app.screen is app.screen_stack[0] and src.actions == []
+
+    drive("waiting", check)
 
 
 # ------------------------------------------------------------------------------------ palette
