@@ -34,7 +34,7 @@ from tui_launch.core.store import (
     reduce,
     replay,
 )
-from tui_launch.testing import scenarios
+from tui_launch.testing import builders
 
 # ----------------------------------------------------------------------------- real run
 
@@ -136,7 +136,7 @@ def _failure(
     rank: int, time: float, collateral: bool = False, attempt: int = 0, code: int = 1
 ) -> ev.Failure:
     """A failure of ``rank`` at ``time`` (pid 1000 + rank), from the shared builder."""
-    return scenarios.failure(
+    return builders.failure(
         attempt, rank, pid=1000 + rank, at=time, code=code, collateral=collateral
     )
 
@@ -160,12 +160,12 @@ def test_pick_root_cause_never_collateral_and_earliest_real():
 
 def _workers(attempt: int, n: int = 2) -> ev.WorkersStarted:
     """Attempt ``attempt``'s ``n`` workers, pids 100 * (attempt + 1) + i, on the real clocks."""
-    return scenarios.workers_started(attempt, n, 100 * (attempt + 1))
+    return builders.workers_started(attempt, n, 100 * (attempt + 1))
 
 
 def _run_started(max_restarts: int = 2) -> ev.RunStarted:
     """The run's first event (2 ranks per node), on the real clocks."""
-    return scenarios.run_started(2, max_restarts, at=None)
+    return builders.run_started(2, max_restarts, at=None)
 
 
 def test_reduce_follows_a_run_and_snapshots_are_immutable():
@@ -221,7 +221,7 @@ def test_reduce_follows_a_run_and_snapshots_are_immutable():
     assert s.rank(0).state == RUNNING
     assert len(s.controls) == 2 and len(s2.controls) == 2
 
-    s = reduce(s, scenarios.exited(0, 1, 101, -9))
+    s = reduce(s, builders.exited(0, 1, 101, -9))
     assert s.rank(1).state == FAILED and s.rank(1).signal == "SIGKILL"
     f_real = _failure(1, 2.0, code=-9)
     f_peer = _failure(0, 1.0, collateral=True, code=-15)
@@ -238,7 +238,7 @@ def test_reduce_follows_a_run_and_snapshots_are_immutable():
     s = reduce(s, _workers(1))
     assert s.attempt == 1 and {r.pid for r in s.ranks} == {200, 201}
     # A late exit of the previous attempt does not touch the new ranks.
-    late = reduce(s, scenarios.exited(0, 0, 100, -15, by_agent=True))
+    late = reduce(s, builders.exited(0, 0, 100, -15, by_agent=True))
     assert late.ranks == s.ranks
 
     s = reduce(

@@ -21,7 +21,7 @@ from textual.widgets._footer import FooterKey
 
 from tui_launch.core.events import RankExited, RunFinished
 from tui_launch.core.logs import LogBuffer, LogSource
-from tui_launch.testing import scenarios
+from tui_launch.testing import builders, scenarios
 from tui_launch.testing.fake_source import FakeSource
 from tui_launch.tui import actions, render
 from tui_launch.tui.app import Dashboard
@@ -913,11 +913,11 @@ def test_updated_cells_are_shown_whole(change: str) -> None:
                 exit_code=-9,
                 signal="SIGKILL",
                 by_agent=False,
-                **scenarios.at(94),
+                **builders.at(94),
             )
         )
         if change == "pid":
-            for event in scenarios.attempt(1, 2, 94.5, 123456):  # the next attempt, longer pids
+            for event in builders.attempt(1, 2, 94.5, 123456):  # the next attempt, longer pids
                 src.post(event)
         expected = "SIGKILL (-9)" if change == "exit" else "123457"
         await wait_until(pilot, lambda: expected in row_texts(table)[1])
@@ -980,7 +980,7 @@ def test_a_run_stopped_from_outside_closes_the_dashboard(outcome: str) -> None:
     code = 129 if outcome == "stopped" else 1
 
     async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
-        src.post(RunFinished(outcome=outcome, exit_code=code, message="", **scenarios.at(120)))
+        src.post(RunFinished(outcome=outcome, exit_code=code, message="", **builders.at(120)))
         if outcome == "stopped":
             await wait_until(pilot, lambda: not app.is_running)
         else:
