@@ -4,6 +4,10 @@ It reads store snapshots at a bounded rate (``--refresh-hz``, 4 Hz by default) a
 what changed on a new store version; it never blocks the agent, and workers never wait on it.
 Commands go through the runner's control API. Quitting stops the workers cleanly; the CLI then
 prints the headless summary and exits with the job's exit code.
+
+Every key, footer label, help row and palette entry, and when each applies, comes from the
+action table (:mod:`tui_launch.tui.actions`); the Logs tab is a widget of its own
+(:mod:`tui_launch.tui.logpane`), and the panels cache what they show (:class:`CachedPanel`).
 """
 
 from __future__ import annotations
@@ -235,8 +239,9 @@ class Dashboard(App[int]):
             return True
         return actions.applies(spec.needs, self.source.snapshot(), self.selected_rank())
 
-    def _confirm_then(self, question: str, act: Callable[[], object]) -> None:
-        if not self.confirm:
+    def _confirm_then(self, action: str, question: str, act: Callable[[], object]) -> None:
+        # Destructive actions (the action table says which) ask y/n, unless --no-confirm.
+        if not (self.confirm and actions.BY_NAME[action].destructive):
             act()
             return
 
@@ -246,7 +251,7 @@ class Dashboard(App[int]):
 
         self.push_screen(ConfirmScreen(question), done)
 
-    def _signal_selected(self, sig: signal.Signals, verb: str) -> None:
+    def _signal_selected(self, action: str, sig: signal.Signals, verb: str) -> None:
         rank = self.selected_rank()
         if rank is None:
             return
@@ -262,15 +267,15 @@ class Dashboard(App[int]):
                 severity="information" if ok else "error",
             )
 
-        self._confirm_then(f"{verb} {who}?", act)
+        self._confirm_then(action, f"{verb} {who}?", act)
 
     def action_kill(self) -> None:
         """SIGKILL the selected rank."""
-        self._signal_selected(signal.SIGKILL, "Kill (SIGKILL)")
+        self._signal_selected("kill", signal.SIGKILL, "Kill (SIGKILL)")
 
     def action_term(self) -> None:
         """SIGTERM the selected rank."""
-        self._signal_selected(signal.SIGTERM, "Terminate (SIGTERM)")
+        self._signal_selected("term", signal.SIGTERM, "Terminate (SIGTERM)")
 
     def action_stop_continue(self) -> None:
         """SIGSTOP the selected rank, or SIGCONT it when it is stopped."""
@@ -278,9 +283,9 @@ class Dashboard(App[int]):
         if rank is None:
             return
         if self.source.is_stopped(rank):
-            self._signal_selected(signal.SIGCONT, "Continue (SIGCONT)")
+            self._signal_selected("stop_continue", signal.SIGCONT, "Continue (SIGCONT)")
         else:
-            self._signal_selected(signal.SIGSTOP, "Stop (SIGSTOP)")
+            self._signal_selected("stop_continue", signal.SIGSTOP, "Stop (SIGSTOP)")
 
     def action_inject(self) -> None:
         """Open the inject menu for the selected rank."""
@@ -308,7 +313,9 @@ class Dashboard(App[int]):
                 severity="information" if ok else "error",
             )
 
-        self._confirm_then("Restart the whole worker group? (no failure budget spent)", act)
+        self._confirm_then(
+            "restart", "Restart the whole worker group? (no failure budget spent)", act
+        )
 
     def action_rank_log(self) -> None:
         """Show the selected rank's log."""
@@ -377,7 +384,7 @@ class Dashboard(App[int]):
             self.source.stop(signal.SIGTERM, "quit from the dashboard")
             self._wait_for_end()
 
-        self._confirm_then("The job is running. Stop the workers and quit?", act)
+        self._confirm_then("quit_job", "The job is running. Stop the workers and quit?", act)
 
     async def action_quit(self) -> None:
         """Textual's own quit (ctrl+q, the palette's Quit) must stop the job cleanly too."""
