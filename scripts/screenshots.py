@@ -5,10 +5,10 @@ Run from the repository root::
     .venv/bin/python scripts/screenshots.py             # the five states + a live demo run
     .venv/bin/python scripts/screenshots.py --no-live   # only the five deterministic states
 
-Each state of :mod:`tui_launch.tui.fake` (healthy, waiting, failure, restarting, finished) is
-shown by the real :class:`~tui_launch.tui.app.Dashboard` under ``App.run_test`` at 150x42 and
-saved with ``App.save_screenshot``; the failure is shown on its root-cause tab. These are
-deterministic (a fixed clock): running the script again rewrites the same files.
+Each state of :mod:`tui_launch.testing.scenarios` (healthy, waiting, failure, restarting,
+finished) is shown by the real :class:`~tui_launch.tui.app.Dashboard` under ``App.run_test``
+at 150x42 and saved with ``App.save_screenshot``; the failure is shown on its root-cause tab.
+These are deterministic (a fixed clock): running the script again rewrites the same files.
 
 ``live-demo.svg`` comes from a real job instead: a :class:`~tui_launch.core.runner.Runner`
 running ``tests/workers/steady.py`` on 2 CPU ranks, seen through
@@ -65,14 +65,14 @@ async def _shoot(app: Any, path: Path, press: tuple[str, ...] = ()) -> None:
 
 def fake_states(names: list[str]) -> list[Path]:
     """Screenshots of the deterministic fake states."""
-    from tui_launch.tui import fake
+    from tui_launch.testing import scenarios
     from tui_launch.tui.app import Dashboard
 
     written = []
     for name in names:
         path = OUT / f"{name}.svg"
         state, keys = EXTRA.get(name) or (name, STATES[name])
-        app = Dashboard(fake.STATES[state]())
+        app = Dashboard(scenarios.STATES[state]())
         asyncio.run(_shoot(app, path, keys))
         _stable_ids(path, name)
         written.append(path)

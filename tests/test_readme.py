@@ -27,3 +27,47 @@ def test_ci_runs_the_readme_test_command():
 
 def test_demo_script_exists():
     assert (ROOT / "examples" / "train_ddp.py").is_file()
+
+
+# How the README writes a key -> how the action table does.
+_README_KEY = {"↑": "up", "↓": "down"}
+
+
+def _dashboard_section() -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## The dashboard")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else None]
+
+
+def _readme_key_table() -> dict[str, str]:
+    """The README's ``| key | action |`` table: each documented key -> its row's action."""
+    lines = _dashboard_section().splitlines()
+    first = lines.index("| key | action |") + 2  # past the |---|---| line
+    keys: dict[str, str] = {}
+    for line in lines[first:]:
+        if not line.startswith("|"):
+            break
+        key_cell, action_cell = line.strip("|").split("|", 1)
+        for key in re.findall(r"`([^`]+)`", key_cell):
+            keys[_README_KEY.get(key, key)] = action_cell.strip()
+    return keys
+
+
+def test_readme_key_table_matches_the_action_table():
+    """Every key of the dashboard's action table is in the README, and nothing else is."""
+    from tui_launch.tui.actions import ACTIONS
+
+    documented = _readme_key_table()
+    ours = {key for action in ACTIONS for key in action.keys}
+    assert sorted(ours - documented.keys()) == [], "keys missing from the README's table"
+    assert sorted(documented.keys() - ours) == [], "README keys the dashboard does not have"
+
+
+def test_readme_destructive_keys_match_the_action_table():
+    from tui_launch.tui.actions import ACTIONS
+
+    sentence = re.search(r"Destructive keys \(([^)]*)\)", _dashboard_section())
+    assert sentence is not None
+    documented = set(re.findall(r"`([^`]+)`", sentence.group(1)))
+    assert documented == {key for a in ACTIONS if a.destructive for key in a.keys}

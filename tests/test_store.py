@@ -35,6 +35,7 @@ from tui_launch.core.store import (
     reduce,
     replay,
 )
+from tui_launch.testing import builders
 
 # ----------------------------------------------------------------------------- real run
 
@@ -135,21 +136,9 @@ def test_journal_lines_have_kind_seq_and_clocks(failed_run):
 def _failure(
     rank: int, time: float, collateral: bool = False, attempt: int = 0, code: int = 1
 ) -> ev.Failure:
-    return ev.Failure(
-        attempt=attempt,
-        local_rank=rank,
-        global_rank=rank,
-        host="h",
-        pid=1000 + rank,
-        exit_code=code,
-        signal=None,
-        hint=None,
-        time=time,
-        message=f"m{rank}",
-        traceback=None,
-        stderr_tail=(),
-        error_file=None,
-        collateral=collateral,
+    """A failure of ``rank`` at ``time`` (pid 1000 + rank), from the shared builder."""
+    return builders.failure(
+        attempt, rank, pid=1000 + rank, at=time, code=code, collateral=collateral
     )
 
 
@@ -171,34 +160,13 @@ def test_pick_root_cause_never_collateral_and_earliest_real():
 
 
 def _workers(attempt: int, n: int = 2) -> ev.WorkersStarted:
-    return ev.WorkersStarted(
-        attempt=attempt,
-        workers=tuple(
-            ev.WorkerInfo(
-                local_rank=i, global_rank=i, role_rank=i, world_size=n, pid=100 * (attempt + 1) + i
-            )
-            for i in range(n)
-        ),
-        log_dir=f"/x/attempt_{attempt}",
-    )
+    """Attempt ``attempt``'s ``n`` workers, pids 100 * (attempt + 1) + i, on the real clocks."""
+    return builders.workers_started(attempt, n, 100 * (attempt + 1))
 
 
 def _run_started(max_restarts: int = 2) -> ev.RunStarted:
-    return ev.RunStarted(
-        entrypoint="t.py",
-        args=(),
-        role="default",
-        nproc_per_node=2,
-        min_nodes=1,
-        max_nodes=1,
-        max_restarts=max_restarts,
-        backend="c10d",
-        endpoint="localhost:1",
-        run_id="r",
-        host="h",
-        launcher_pid=1,
-        torch_version="x",
-    )
+    """The run's first event (2 ranks per node), on the real clocks."""
+    return builders.run_started(2, max_restarts, at=None)
 
 
 def test_reduce_follows_a_run_and_snapshots_are_immutable():
@@ -254,18 +222,7 @@ def test_reduce_follows_a_run_and_snapshots_are_immutable():
     assert s.rank(0).state == RUNNING
     assert len(s.controls) == 2 and len(s2.controls) == 2
 
-    s = reduce(
-        s,
-        ev.RankExited(
-            attempt=0,
-            local_rank=1,
-            global_rank=1,
-            pid=101,
-            exit_code=-9,
-            signal="SIGKILL",
-            by_agent=False,
-        ),
-    )
+    s = reduce(s, builders.exited(0, 1, 101, -9))
     assert s.rank(1).state == FAILED and s.rank(1).signal == "SIGKILL"
     f_real = _failure(1, 2.0, code=-9)
     f_peer = _failure(0, 1.0, collateral=True, code=-15)
@@ -282,18 +239,7 @@ def test_reduce_follows_a_run_and_snapshots_are_immutable():
     s = reduce(s, _workers(1))
     assert s.attempt == 1 and {r.pid for r in s.ranks} == {200, 201}
     # A late exit of the previous attempt does not touch the new ranks.
-    late = reduce(
-        s,
-        ev.RankExited(
-            attempt=0,
-            local_rank=0,
-            global_rank=0,
-            pid=100,
-            exit_code=-15,
-            signal="SIGTERM",
-            by_agent=True,
-        ),
-    )
+    late = reduce(s, builders.exited(0, 0, 100, -15, by_agent=True))
     assert late.ranks == s.ranks
 
     s = reduce(

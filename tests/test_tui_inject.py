@@ -14,13 +14,14 @@ from textual.pilot import Pilot
 from textual.widgets import Input, OptionList, Static
 
 from tui_launch.core.inject import KINDS
-from tui_launch.tui import fake
+from tui_launch.testing import scenarios
+from tui_launch.testing.fake_source import FakeSource
 from tui_launch.tui.app import Dashboard
 from tui_launch.tui.screens import ConfirmScreen, InjectScreen
 
 
 def test_i_opens_the_menu_for_the_selected_rank_with_every_kind() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("down", "i")
         await wait_until(pilot, lambda: isinstance(app.screen, InjectScreen))
         screen = app.screen
@@ -46,7 +47,7 @@ def test_i_opens_the_menu_for_the_selected_rank_with_every_kind() -> None:
 
 
 def test_menu_injects_the_spec_it_shows() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("down", "down", "i")
         await wait_until(pilot, lambda: isinstance(app.screen, InjectScreen))
         await pilot.press("down", "down", "down", "down", "enter")  # exception; focus keys
@@ -63,7 +64,7 @@ def test_menu_injects_the_spec_it_shows() -> None:
 
 
 def test_menu_keeps_a_bad_spec_and_says_why() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("i")
         await wait_until(pilot, lambda: isinstance(app.screen, InjectScreen))
         screen = app.screen
@@ -79,29 +80,27 @@ def test_menu_keeps_a_bad_spec_and_says_why() -> None:
 
 
 def test_hung_rank_shows_stopped_and_s_continues_it() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("down", "i", "down", "enter")  # hang, focus keys
         screen = app.screen
         assert isinstance(screen, InjectScreen) and screen.kind == "hang"
         await pilot.press("enter")
         await wait_until(pilot, lambda: src.injected)
         assert src.injected == ["hang:rank=1,for=10s"]
-        await pilot.pause(0.1)
-        assert row_texts(app._table)[1][3] == "stopped"
+        await wait_until(pilot, lambda: row_texts(app._table)[1][3] == "stopped")
         await pilot.press("s")
         assert isinstance(app.screen, ConfirmScreen)
         assert app.screen.question.startswith("Continue (SIGCONT)")
         await pilot.press("y")
         await wait_until(pilot, lambda: len(src.actions) == 2)
         assert src.actions[-1] == ("signal", 1, int(signal.SIGCONT))
-        await pilot.pause(0.1)
-        assert row_texts(app._table)[1][3] == "running"
+        await wait_until(pilot, lambda: row_texts(app._table)[1][3] == "running")
 
     drive("healthy", check)
 
 
 def test_inject_is_in_the_palette_and_hidden_when_finished() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         titles = [str(c.title) for c in app.get_system_commands(app.screen)]
         assert "Inject a failure into the selected rank" in titles
         entry = next(c for c in app.get_system_commands(app.screen) if c.title.startswith("Inj"))
@@ -110,7 +109,7 @@ def test_inject_is_in_the_palette_and_hidden_when_finished() -> None:
 
     drive("healthy", check)
 
-    async def finished(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def finished(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         assert not app.check_action("inject", ())
         titles = [str(c.title) for c in app.get_system_commands(app.screen)]
         assert "Inject a failure into the selected rank" not in titles
@@ -121,5 +120,5 @@ def test_inject_is_in_the_palette_and_hidden_when_finished() -> None:
 class TestInjectSnapshots:
     def test_inject_menu(self, snap_compare) -> None:
         """Rank 1 selected, i pressed, hang highlighted: the menu with hang's keys."""
-        app = Dashboard(fake.STATES["healthy"]())
+        app = Dashboard(scenarios.STATES["healthy"]())
         assert snap_compare(app, terminal_size=(150, 42), press=["down", "i", "down"])

@@ -1,6 +1,6 @@
 """Pilot tests of the dashboard: every panel and every key, on the deterministic FakeSource.
 
-No process is started: :class:`~tui_launch.tui.fake.FakeSource` records the control calls
+No process is started: :class:`~tui_launch.testing.fake_source.FakeSource` records the control calls
 (``.actions``) instead of signalling anything, and ``post()`` moves the fake run on. Each test
 runs the real :class:`~tui_launch.tui.app.Dashboard` headless under ``App.run_test()``.
 """
@@ -21,17 +21,20 @@ from textual.widgets._footer import FooterKey
 
 from tui_launch.core.events import RankExited, RunFinished
 from tui_launch.core.logs import LogBuffer, LogSource
-from tui_launch.tui import fake, render
-from tui_launch.tui.app import LOG_LINES_SHOWN, Dashboard
+from tui_launch.testing import builders, scenarios
+from tui_launch.testing.fake_source import FakeSource
+from tui_launch.tui import actions, render
+from tui_launch.tui.app import Dashboard
+from tui_launch.tui.logpane import LOG_LINES_SHOWN
 from tui_launch.tui.screens import ConfirmScreen, HelpScreen
 from tui_launch.tui.table import WorkersTable
 
 SIZE = (150, 42)
-Scenario = Callable[[Pilot, Dashboard, fake.FakeSource], Awaitable[None]]
+Scenario = Callable[[Pilot, Dashboard, FakeSource], Awaitable[None]]
 
 
 def drive(
-    state: str | fake.FakeSource,
+    state: str | FakeSource,
     scenario: Scenario,
     *,
     confirm: bool = True,
@@ -39,7 +42,7 @@ def drive(
     refresh_hz: float = 20.0,
 ) -> Dashboard:
     """Run the dashboard on a fake state under ``run_test`` and play ``scenario`` on it."""
-    src = fake.STATES[state]() if isinstance(state, str) else state
+    src = scenarios.STATES[state]() if isinstance(state, str) else state
     app = Dashboard(src, refresh_hz=refresh_hz, confirm=confirm, exit_on_finish=exit_on_finish)
 
     async def main() -> None:
@@ -100,7 +103,7 @@ async def wait_until(pilot: Pilot, predicate: Callable[[], object], timeout: flo
         await pilot.pause(0.02)
 
 
-def add_lines(src: fake.FakeSource, rank: int, lines: list[str], stream: str = "stdout") -> None:
+def add_lines(src: FakeSource, rank: int, lines: list[str], stream: str = "stdout") -> None:
     """What the log tailer does for a live run: hand new lines to the LogBuffer sink."""
     src.logs(
         LogSource(
@@ -120,7 +123,7 @@ def add_lines(src: fake.FakeSource, rank: int, lines: list[str], stream: str = "
 
 
 def test_healthy_panels_show_the_run() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         header = text_of(app.query_one("#header", Static))
         assert "RUNNING" in header
         assert "examples/train_ddp.py --epochs 20" in header
@@ -192,7 +195,7 @@ def test_healthy_panels_show_the_run() -> None:
 
 
 def test_waiting_panels() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         assert "WAITING FOR NODES" in text_of(app.query_one("#header", Static))
         rdzv = squash(text_of(app.query_one("#rendezvous", Static)))
         assert "nodes 2:4" in rdzv
@@ -207,7 +210,7 @@ def test_waiting_panels() -> None:
 
 
 def test_failure_panels_show_the_root_cause() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         header = text_of(app.query_one("#header", Static))
         assert "FAILED" in header and "exit code 1" in header and "0:01:10" in header
         restarts = squash(text_of(app.query_one("#restarts", Static)))
@@ -235,7 +238,7 @@ def test_failure_panels_show_the_root_cause() -> None:
 
 
 def test_restarting_and_finished_panels() -> None:
-    async def restarting(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def restarting(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         assert "RESTARTING" in text_of(app.query_one("#header", Static))
         restarts = squash(text_of(app.query_one("#restarts", Static)))
         assert "on failure 1 / 3" in restarts and "budget left 2" in restarts
@@ -245,7 +248,7 @@ def test_restarting_and_finished_panels() -> None:
         states = [r[3] for r in row_texts(app.query_one("#workers", WorkersTable))]
         assert states == ["exited", "failed"]
 
-    async def finished(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def finished(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         header = text_of(app.query_one("#header", Static))
         assert "SUCCEEDED" in header and "exit code 0" in header
         rows = row_texts(app.query_one("#workers", WorkersTable))
@@ -261,7 +264,7 @@ def test_restarting_and_finished_panels() -> None:
 
 
 def test_screenshot_text_contains_the_panels() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         svg = app.export_screenshot()
         for text in ("Rendezvous", "Restarts", "GPUs", "Logs", "Root", "Agent"):
             assert text in svg
@@ -276,7 +279,7 @@ def test_screenshot_text_contains_the_panels() -> None:
     ("key", "sig"), [("k", signal.SIGKILL), ("t", signal.SIGTERM), ("s", signal.SIGSTOP)]
 )
 def test_signal_keys_ask_then_signal_the_selected_rank(key: str, sig: int) -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("down")
         assert app.selected_rank() == 1
         await pilot.press(key)
@@ -291,7 +294,7 @@ def test_signal_keys_ask_then_signal_the_selected_rank(key: str, sig: int) -> No
 
 
 def test_kill_answered_no_does_nothing() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("k")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("n")
@@ -305,7 +308,7 @@ def test_kill_answered_no_does_nothing() -> None:
 
 
 def test_confirm_dialog_buttons_work_with_the_mouse() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("k")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.click("#no")
@@ -320,12 +323,12 @@ def test_confirm_dialog_buttons_work_with_the_mouse() -> None:
 
 
 def test_stop_then_continue() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("down", "down", "s", "y")
         await wait_until(pilot, lambda: src.actions)
         assert src.actions == [("signal", 2, int(signal.SIGSTOP))]
-        await pilot.pause(0.1)  # a refresh shows the new state
-        assert row_texts(app._table)[2][3] == "stopped"
+        # A refresh shows the new state.
+        await wait_until(pilot, lambda: row_texts(app._table)[2][3] == "stopped")
         assert app.check_action("kill", ())  # a stopped rank can still be killed
         await pilot.press("s")
         assert isinstance(app.screen, ConfirmScreen)
@@ -333,14 +336,13 @@ def test_stop_then_continue() -> None:
         await pilot.press("y")
         await wait_until(pilot, lambda: len(src.actions) == 2)
         assert src.actions[1] == ("signal", 2, int(signal.SIGCONT))
-        await pilot.pause(0.1)
-        assert row_texts(app._table)[2][3] == "running"
+        await wait_until(pilot, lambda: row_texts(app._table)[2][3] == "running")
 
     drive("healthy", check)
 
 
 def test_restart_key() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("r")
         assert isinstance(app.screen, ConfirmScreen)
         assert "no failure budget spent" in app.screen.question
@@ -352,7 +354,7 @@ def test_restart_key() -> None:
 
 
 def test_no_confirm_acts_at_once() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("down", "k")
         assert not isinstance(app.screen, ConfirmScreen)
         assert src.actions == [("signal", 1, 9)]
@@ -371,24 +373,24 @@ def test_no_confirm_acts_at_once() -> None:
 
 
 def test_rank_log_and_merged_log() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("down", "down", "l")
-        assert "log: local rank 2" in text_of(app._logbar)
+        assert "log: local rank 2" in app.log_pane.bar_text
         assert logview(app).lines == src.logs.lines(2)  # untagged, this rank only
         assert logview(app).lines[0] == "[RANK 2] start: restart_count=0 world_size=4 pid=5102"
         await pilot.press("a")
-        assert "log: all ranks" in text_of(app._logbar)
+        assert "log: all ranks" in app.log_pane.bar_text
         assert len(logview(app).lines) == 28
         assert {ln.split()[0] for ln in logview(app).lines} == {"[0]", "[1]", "[2]", "[3]"}
         await pilot.press("up", "enter")  # enter on a row: that rank's log
-        assert "log: local rank 1" in text_of(app._logbar)
+        assert "log: local rank 1" in app.log_pane.bar_text
         assert all(ln.startswith("[RANK 1]") for ln in logview(app).lines)
 
     drive("healthy", check)
 
 
 def test_clicking_a_row_selects_its_rank() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         # The table has a round border and a header row: row i is at y = 2 + i inside it.
         await pilot.click("#workers", offset=(5, 2 + 3))
         await pilot.pause()
@@ -398,14 +400,14 @@ def test_clicking_a_row_selects_its_rank() -> None:
 
 
 def test_filter_input() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         box = app.query_one("#filter-input", Input)
         assert not box.display
         await pilot.press("slash")
         assert box.display and box.has_focus
         await pilot.press(*"epoch 3")
         assert box.value == "epoch 3"
-        assert "filter: 'epoch 3'" in text_of(app._logbar)
+        assert "filter: 'epoch 3'" in app.log_pane.bar_text
         assert len(logview(app).lines) == 4
         assert all("Epoch 3" in ln for ln in logview(app).lines)
         # While typing, letters go to the input, not to the dashboard's keys.
@@ -418,51 +420,51 @@ def test_filter_input() -> None:
         await pilot.press("escape")  # clears and closes
         assert not box.display
         assert app._table.has_focus
-        assert "filter" not in text_of(app._logbar)
+        assert "filter" not in app.log_pane.bar_text
         assert len(logview(app).lines) == 28
 
     drive("healthy", check)
 
 
 def test_streams_cycle() -> None:
-    src = fake.healthy()
+    src = scenarios.healthy()
     add_lines(src, 0, ["a warning on stderr"], stream="stderr")
     src.settle_logs()
 
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         assert "[0 err] a warning on stderr" in logview(app).lines
         assert len(logview(app).lines) == 29
         await pilot.press("e")
-        assert "streams: stdout" in text_of(app._logbar)
+        assert "streams: stdout" in app.log_pane.bar_text
         assert len(logview(app).lines) == 28
         await pilot.press("e")
-        assert "streams: stderr" in text_of(app._logbar)
+        assert "streams: stderr" in app.log_pane.bar_text
         assert logview(app).lines == ["[0 err] a warning on stderr"]
         await pilot.press("e")
-        assert "streams: both" in text_of(app._logbar)
+        assert "streams: both" in app.log_pane.bar_text
         assert len(logview(app).lines) == 29
 
     drive(src, check)
 
 
 def test_follow_pauses_when_scrolled_up_and_f_resumes() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         add_lines(src, 0, [f"filler {i}" for i in range(60)])
         await wait_until(pilot, lambda: len(logview(app).lines) == 88)
         assert logview(app).is_vertical_scroll_end
-        assert text_of(app._logbar).endswith("following")
+        assert app.log_pane.bar_text.endswith("following")
 
         logview(app).scroll_home(animate=False)
         await pilot.pause()
         add_lines(src, 1, [f"late line {i}" for i in range(7)])
-        await wait_until(pilot, lambda: "paused" in text_of(app._logbar))
-        assert "paused, 7 new line(s)" in text_of(app._logbar)
+        await wait_until(pilot, lambda: "paused" in app.log_pane.bar_text)
+        assert "paused, 7 new line(s)" in app.log_pane.bar_text
         assert len(logview(app).lines) == 88  # nothing written while paused
         add_lines(src, 2, ["later still"])
-        await wait_until(pilot, lambda: "paused, 8 new line(s)" in text_of(app._logbar))
+        await wait_until(pilot, lambda: "paused, 8 new line(s)" in app.log_pane.bar_text)
 
         await pilot.press("f")
-        assert text_of(app._logbar).endswith("following")
+        assert app.log_pane.bar_text.endswith("following")
         assert len(logview(app).lines) == 96
         assert logview(app).lines[-1] == "[2] later still"
         await pilot.pause()
@@ -487,7 +489,7 @@ def test_the_log_view_and_buffer_stay_bounded() -> None:
     assert len(default.since(0)) == 20_000
     assert len(default.since(0, 0)) == 5000
 
-    async def check(pilot: Pilot, app: Dashboard, fsrc: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, fsrc: FakeSource) -> None:
         for i in range(20):
             add_lines(fsrc, i % 4, [f"flood {i}-{j}" for j in range(5000)])
         await wait_until(pilot, lambda: logview(app).lines[-1:] == ["[3] flood 19-4999"])
@@ -509,7 +511,7 @@ def test_the_log_view_and_buffer_stay_bounded() -> None:
 
 
 def test_root_cause_key_and_tabs() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         assert app._tabs.active == "logs-tab"
         await pilot.press("c")
         assert app._tabs.active == "cause-tab"
@@ -530,7 +532,7 @@ def test_tab_bar_mouse_and_keys() -> None:
     def shown(app: Dashboard) -> list[str]:
         return [t for t in app._tabs.tab_ids if app.query_one(f"#{t}").display]
 
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         bar = app._tabs
         assert shown(app) == ["logs-tab"]
         x = 1
@@ -555,7 +557,7 @@ def test_tab_bar_mouse_and_keys() -> None:
 
 
 def test_help_screen() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         help_text = text_of(app.screen.query_one("#help-text", Static))
@@ -581,7 +583,7 @@ def test_help_screen() -> None:
 
 
 def test_quit_running_job_asks_stops_and_exits_with_its_code() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("q")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("n")
@@ -592,14 +594,14 @@ def test_quit_running_job_asks_stops_and_exits_with_its_code() -> None:
 
     app = drive("healthy", check)
     src = app.source
-    assert isinstance(src, fake.FakeSource)
+    assert isinstance(src, FakeSource)
     assert src.actions == [("stop", None, int(signal.SIGTERM))]
     assert app.return_value == 143
     assert app.clean_exit
 
 
 def test_quit_without_confirm() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("q")
         await wait_until(pilot, lambda: not app.is_running)
 
@@ -610,7 +612,7 @@ def test_quit_without_confirm() -> None:
 
 @pytest.mark.parametrize(("state", "code"), [("finished", 0), ("failure", 1)])
 def test_quit_finished_job_exits_at_once_with_its_code(state: str, code: int) -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("q")
         await wait_until(pilot, lambda: not app.is_running)
 
@@ -621,7 +623,7 @@ def test_quit_finished_job_exits_at_once_with_its_code(state: str, code: int) ->
 
 
 def test_exit_on_finish() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.pause(0.2)
         assert app.is_running
         src.post(
@@ -635,7 +637,7 @@ def test_exit_on_finish() -> None:
 
 
 def test_the_end_of_the_run_is_acted_on_at_once_not_at_the_next_tick() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.pause(0.2)
         for timer in list(app._timers):  # no more ticks: only the notification is left
             timer.pause()
@@ -654,7 +656,7 @@ def test_the_end_of_the_run_is_acted_on_at_once_not_at_the_next_tick() -> None:
 
 
 def test_without_exit_on_finish_the_dashboard_stays() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         src.post(RunFinished(outcome="succeeded", exit_code=0, message="ok", mono=1096.0, wall=0))
         await pilot.pause(0.3)
         assert app.is_running
@@ -669,7 +671,7 @@ def test_without_exit_on_finish_the_dashboard_stays() -> None:
 
 
 def test_keys_hidden_when_the_job_is_finished() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         for action in ("kill", "term", "stop_continue", "restart"):
             assert app.check_action(action, ()) is False, action
         labels = await shown_keys(pilot, app)
@@ -684,7 +686,7 @@ def test_keys_hidden_when_the_job_is_finished() -> None:
 
 
 def test_keys_hidden_with_no_ranks() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         for action in ("kill", "term", "stop_continue", "restart", "rank_log"):
             assert app.check_action(action, ()) is False, action
         labels = await shown_keys(pilot, app)
@@ -694,13 +696,13 @@ def test_keys_hidden_with_no_ranks() -> None:
         await pilot.press("k", "l")
         assert not isinstance(app.screen, ConfirmScreen)
         assert src.actions == []
-        assert "all ranks" in text_of(app._logbar)
+        assert "all ranks" in app.log_pane.bar_text
 
     drive("waiting", check)
 
 
 def test_keys_hidden_for_an_exited_rank() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         # Restarting: the ranks of attempt 0 are gone; no signal, no manual restart.
         assert app.selected_rank() == 0
         for action in ("kill", "term", "stop_continue", "restart"):
@@ -711,6 +713,101 @@ def test_keys_hidden_for_an_exited_rank() -> None:
     drive("restarting", check)
 
 
+# ------------------------------------------------------------------------------ action table
+
+BOUND = [a for a in actions.ACTIONS if a.name and a.bound_keys]
+
+
+def test_the_app_is_built_from_the_action_table() -> None:
+    """Bindings (the footer's order), help rows and palette entries all come from the table."""
+    assert [b.action for b in Dashboard.BINDINGS] == [a.name for a in BOUND]  # type: ignore[union-attr]
+    for a in actions.ACTIONS:
+        if a.name:
+            assert callable(getattr(Dashboard, f"action_{a.name}", None)), a.name
+    rows = actions.help_rows()
+    assert rows[0] == ("up/down", "select a rank (mouse works too)")
+    assert rows[-1] == ("?", "this help")  # the help's own key last
+    assert ("l, enter", "show the selected rank's log") in rows
+    assert len(rows) == len(actions.ACTIONS)
+
+
+def _recording_dashboard(calls: list[str]) -> type[Dashboard]:
+    """A Dashboard whose every table action only records that it ran."""
+
+    def recorder(name: str) -> Callable[[Dashboard], None]:
+        return lambda self: calls.append(name)
+
+    methods = {f"action_{a.name}": recorder(a.name) for a in actions.ACTIONS if a.name}
+    return type("RecordingDashboard", (Dashboard,), methods)
+
+
+def test_every_action_is_reachable_by_its_keys_and_the_palette() -> None:
+    calls: list[str] = []
+    app = _recording_dashboard(calls)(scenarios.healthy(), refresh_hz=20.0)
+
+    async def main() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            for action in BOUND:
+                for key in action.bound_keys:
+                    calls.clear()
+                    await pilot.press(key)
+                    await wait_until(pilot, lambda: calls)
+                    assert calls == [action.name], (key, calls)
+            calls.clear()
+            await pilot.press("enter")  # enter on a row: the rank's log, through the table
+            await wait_until(pilot, lambda: calls)
+            assert calls == ["rank_log"]
+            commands = {str(c.title): c for c in app.get_system_commands(app.screen)}
+            for action in actions.palette():
+                calls.clear()
+                app.call_later(commands[action.palette].callback)  # as the palette runs it
+                await wait_until(pilot, lambda: calls)
+                assert calls == [action.name], action.palette
+
+    asyncio.run(main())
+
+
+def test_destructive_actions_ask_first_and_the_others_do_not() -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        main = app.screen
+        for action in BOUND:
+            await pilot.press(action.bound_keys[0])
+            await pilot.pause()
+            asked = isinstance(app.screen, ConfirmScreen)
+            assert asked == action.destructive, action.name
+            await pilot.press("n" if asked else "escape")  # no / close what opened
+            await wait_until(pilot, lambda: app.screen is main)
+            if not asked:
+                app._table.focus()  # the filter box, say, keeps the keys otherwise
+        assert src.actions == []  # nothing was done without a yes
+        assert app.is_running
+
+    drive("healthy", check)
+
+
+def test_rank_actions_are_hidden_with_no_rank_selected() -> None:
+    needs_rank = (actions.Needs.RANK, actions.Needs.LIVE_RANK)
+    rank_actions = [a for a in actions.ACTIONS if a.name and a.needs in needs_rank]
+    assert {a.name for a in rank_actions} >= {"kill", "term", "stop_continue", "inject"}
+
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        assert app.selected_rank() is None
+        labels = await shown_keys(pilot, app)
+        titles = _palette_titles(app)
+        for a in rank_actions:
+            assert app.check_action(a.name, ()) is False, a.name
+            assert a.label not in labels, a.name
+            assert not a.palette or a.palette not in titles, a.name
+        for a in actions.ACTIONS:
+            if a.name and a.needs is actions.Needs.NOTHING and a.footer:
+                assert a.label in labels, a.name
+        await pilot.press(*(a.bound_keys[0] for a in rank_actions))
+        assert app.screen is app.screen_stack[0] and src.actions == []
+
+    drive("waiting", check)
+
+
 # ------------------------------------------------------------------------------------ palette
 
 
@@ -719,7 +816,7 @@ def _palette_titles(app: Dashboard) -> list[str]:
 
 
 def test_command_palette_entries() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         titles = _palette_titles(app)
         for title in (
             "Kill the selected rank",
@@ -741,7 +838,7 @@ def test_command_palette_entries() -> None:
         await wait_until(pilot, lambda: src.actions)
         assert src.actions == [("signal", 0, 9)]
 
-    async def finished(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def finished(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         titles = _palette_titles(app)
         assert "Kill the selected rank" not in titles
         assert "Restart the worker group" not in titles
@@ -752,7 +849,7 @@ def test_command_palette_entries() -> None:
 
 
 def test_command_palette_opens_and_finds_kill() -> None:
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("ctrl+p")
         await wait_until(pilot, lambda: type(app.screen).__name__ == "CommandPalette")
         await pilot.press(*"kill")
@@ -778,7 +875,7 @@ def test_command_palette_opens_and_finds_kill() -> None:
 def test_every_quit_path_goes_through_quit_job(how: str) -> None:
     """ctrl+q (Textual's priority quit) and the palette's Quit confirm and stop like q."""
 
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         if how == "ctrl+q":
             await pilot.press("ctrl+q")
         else:
@@ -804,7 +901,7 @@ def shown_rows(table: WorkersTable) -> list[str]:
 def test_updated_cells_are_shown_whole(change: str) -> None:
     """A cell that grows (an exit, a longer pid in the next attempt) widens its column."""
 
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         table = app._table
         assert "5101" in shown_rows(table)[1]
         src.post(
@@ -816,11 +913,11 @@ def test_updated_cells_are_shown_whole(change: str) -> None:
                 exit_code=-9,
                 signal="SIGKILL",
                 by_agent=False,
-                **fake._at(94),
+                **builders.at(94),
             )
         )
         if change == "pid":
-            for event in fake._attempt(1, 2, 94.5, 123456):  # the next attempt, longer pids
+            for event in builders.attempt(1, 2, 94.5, 123456):  # the next attempt, longer pids
                 src.post(event)
         expected = "SIGKILL (-9)" if change == "exit" else "123457"
         await wait_until(pilot, lambda: expected in row_texts(table)[1])
@@ -834,19 +931,44 @@ def test_updated_cells_are_shown_whole(change: str) -> None:
             assert row_texts(table)[1][2] == "123457"
             assert "123457" in shown
 
-    drive(fake.healthy(2), check)
+    drive(scenarios.healthy(2), check)
 
 
 def test_textual_logging_still_works() -> None:
+    """``textual.log`` reaches Textual's logger (``App._log``) and a connected devtools client.
+
+    The dashboard once kept its log widget in ``self._log``, shadowing ``App._log``: every
+    ``textual.log`` call then failed while devtools was attached. Here a stand-in client is
+    attached (``App.devtools``, and a stand-in ``textual_dev.client`` where it is not
+    installed) and the message must arrive at it.
+    """
+    import sys
+    import types
     from unittest import mock
 
     from textual import log
-    from textual.app import App
 
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
-        devtools = mock.PropertyMock(return_value=True)
-        with mock.patch.object(App, "_is_devtools_connected", new_callable=devtools):
-            log("hello from a test")  # a plain App: returns (no devtools client attached)
+    received: list[object] = []
+
+    class Client:
+        is_connected = True
+        verbose = False
+
+        def log(self, message: object, *_: object) -> None:
+            received.append(message)
+
+    class DevtoolsLog:
+        def __init__(self, objects: object, caller: object = None) -> None:
+            self.objects = objects
+
+    stub = types.ModuleType("textual_dev.client")
+    stub.DevtoolsLog = DevtoolsLog  # type: ignore[attr-defined]
+    modules = {"textual_dev": types.ModuleType("textual_dev"), "textual_dev.client": stub}
+
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        with mock.patch.object(app, "devtools", Client()), mock.patch.dict(sys.modules, modules):
+            log("hello from a test")
+        assert [getattr(m, "objects", None) for m in received] == [("hello from a test",)]
 
     drive("healthy", check)
 
@@ -857,8 +979,8 @@ def test_a_run_stopped_from_outside_closes_the_dashboard(outcome: str) -> None:
     nobody left to press q. A failed run keeps the dashboard open on its root cause."""
     code = 129 if outcome == "stopped" else 1
 
-    async def check(pilot: Pilot, app: Dashboard, src: fake.FakeSource) -> None:
-        src.post(RunFinished(outcome=outcome, exit_code=code, message="", **fake._at(120)))
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        src.post(RunFinished(outcome=outcome, exit_code=code, message="", **builders.at(120)))
         if outcome == "stopped":
             await wait_until(pilot, lambda: not app.is_running)
         else:
@@ -874,7 +996,7 @@ def test_a_run_stopped_from_outside_closes_the_dashboard(outcome: str) -> None:
 def test_on_ready_runs_once_after_the_first_frame() -> None:
     """``on_ready`` (run_dashboard passes gc.freeze) comes once, with the panels on screen."""
     calls: list[int] = []
-    src = fake.STATES["healthy"]()
+    src = scenarios.STATES["healthy"]()
 
     def ready() -> None:
         calls.append(app.query_one("#header", Static).region.height)  # laid out: > 0

@@ -11,14 +11,14 @@ and look at the changed SVGs before committing them.
 
 from __future__ import annotations
 
-from tui_launch.tui import fake
+from tui_launch.testing import scenarios
 from tui_launch.tui.app import Dashboard
 
 SIZE = (150, 42)
 
 
 def dashboard(state: str) -> Dashboard:
-    return Dashboard(fake.STATES[state]())
+    return Dashboard(scenarios.STATES[state]())
 
 
 class TestDashboardSnapshots:

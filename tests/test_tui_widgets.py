@@ -17,6 +17,7 @@ from textual.widgets import Log
 
 from tui_launch.tui.logview import LogView
 from tui_launch.tui.table import WorkersTable
+from tui_launch.tui.widgets import CachedPanel
 
 LINES = [
     "[0] rank 0 step   1103 loss 1.1492 elapsed   82.5s",
@@ -130,5 +131,37 @@ def test_table_repaints_exactly_the_cells_that_changed() -> None:
             table.set_rows([("0", ["0", "1", "0s"])])
             await pilot.pause()
             assert _row_text(table, 2).strip() == ""
+
+    asyncio.run(main())
+
+
+class _Panels(App[None]):
+    def compose(self) -> ComposeResult:
+        yield CachedPanel(id="panel")
+
+
+def test_cached_panel_makes_content_only_for_a_new_key_and_lays_out_only_on_a_new_height():
+    made: list[str] = []
+
+    def make(text: str) -> Text:
+        made.append(text)
+        return Text(text)
+
+    async def main() -> None:
+        app = _Panels()
+        async with app.run_test(size=(60, 20)) as pilot:
+            panel = app.query_one(CachedPanel)
+            await pilot.pause()
+            panel.show(("a",), make, "one line")
+            await pilot.pause()
+            assert made == ["one line"] and panel.region.height == 1
+            panel.show(("a",), make, "not asked for")  # the same key: make is not called
+            assert made == ["one line"]
+            panel.show(("b",), make, "one line")  # a new key, the same words: no update
+            assert made == ["one line", "one line"]
+            panel.show(("c",), make, "two\nlines")  # taller: laid out again
+            await pilot.pause()
+            assert panel.region.height == 2
+            assert str(panel.content) == "two\nlines"
 
     asyncio.run(main())

@@ -11,6 +11,15 @@ every visible line through Rich; here lines are cached when nothing is selected,
 Its ``rich_style`` (a walk up the DOM) is also taken once per repaint rather than once per line,
 and a line's final strip (cropped to the view, with the offsets text selection needs) is kept,
 so a scroll costs a dictionary lookup per line already shown and one small strip per new line.
+
+Textual internals used here; checked against the pinned range (``textual>=8.2,<9``):
+
+- ``Log`` methods overridden or called: ``_render_line``, ``_render_line_strip``,
+  ``_prune_max_lines``, ``_update_size``, ``_update_maximum_width``, ``_process_line``;
+  ``ScrollView._scroll_update``; ``Widget.render_lines`` (overridden for the plain path).
+- ``Log`` attributes read: ``_lines``, ``_render_line_cache``.
+- ``Log.virtual_size`` redeclared as a reactive without ``layout=True``; the vertical
+  scrollbar's ``position`` reactive set silently (``set_reactive``).
 """
 
 from __future__ import annotations

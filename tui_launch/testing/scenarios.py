@@ -1,0 +1,245 @@
+"""The deterministic runs the dashboard is tested and pictured in (:data:`STATES`).
+
+Each scenario is a :class:`~tui_launch.testing.fake_source.FakeSource` made of real events,
+built with :mod:`tui_launch.testing.builders`: the run starting, an attempt's rendezvous and
+workers, exits, failures, restarts, telemetry read from the fake NVML, log lines.
+"""
+
+from __future__ import annotations
+
+from tui_launch.core.events import (
+    AttemptFailed,
+    ClusterSample,
+    Event,
+    GroupState,
+    NodeChange,
+    Participant,
+    RendezvousSample,
+    RendezvousStarted,
+    Restart,
+    RunFinished,
+)
+from tui_launch.testing.builders import (
+    at,
+    attempt,
+    exited,
+    failed_attempt,
+    failure,
+    fill_logs,
+    node_status,
+    nodes_round,
+    run_started,
+    telemetry,
+)
+from tui_launch.testing.fake_source import T0_MONO, FakeSource
+
+
+def healthy(nproc: int = 4) -> FakeSource:
+    """A run in its first attempt, every rank training."""
+    events: list[Event] = [run_started(nproc, 3), *attempt(0, nproc, 0.1, 5100)]
+    events += telemetry(0, nproc, 5100, 80.0, 14, gpus=nproc, d_state_rank=nproc - 1)
+    src = FakeSource(events=events)
+    fill_logs(src.logs, nproc, 0, 6)
+    src.agent = ["2026-11-21 12:00:00 I torch.distributed.elastic: rendezvous complete"]
+    src.settle_logs()
+    return src
+
+
+def waiting_for_nodes() -> FakeSource:
+    """One node of a 2:4 job waiting in the rendezvous for the others."""
+    events: list[Event] = [
+        run_started(2, 3, nodes=(2, 4)),
+        RendezvousStarted(
+            attempt=0,
+            backend="c10d",
+            endpoint="node0.cluster:29400",
+            run_id="demo-run-42",
+            **at(0.1),
+        ),
+        RendezvousSample(
+            round=0,
+            complete=False,
+            closed=False,
+            min_nodes=2,
+            max_nodes=4,
+            join_timeout=600.0,
+            participants=(
+                Participant(node="node0.cluster:4242", rank=0, heartbeat_age=1, this_node=True),
+            ),
+            waiting=(),
+            **at(1),
+        ),
+    ]
+    return FakeSource(events=events, clock=T0_MONO + 42.0)
+
+
+def failed_with_traceback() -> FakeSource:
+    """Rank 1 raised; the budget was spent: the run failed with its root cause."""
+    events: list[Event] = [run_started(2, 1), *attempt(0, 2, 0.1, 5100)]
+    events += [
+        exited(0, 1, 5101, 1, at=30),
+        exited(0, 0, 5100, -15, at=30.2, by_agent=True),
+        failed_attempt(0, 30),
+        GroupState(attempt=0, state="FAILED", **at(30.3)),
+        Restart(
+            cause="failure",
+            from_attempt=0,
+            to_attempt=1,
+            restarts_used=1,
+            budget_left=0,
+            **at(30.4),
+        ),
+        *attempt(1, 2, 30.5, 5200),
+        *telemetry(1, 2, 5200, 60.0, 8, gpus=1, init_error=12),
+        exited(1, 1, 5201, 1, at=70),
+        exited(1, 0, 5200, -15, at=70.2, by_agent=True),
+        failed_attempt(1, 70),
+        GroupState(attempt=1, state="FAILED", **at(70.3)),
+        RunFinished(outcome="failed", exit_code=1, message="rank 1 failed", **at(70.5)),
+    ]
+    src = FakeSource(events=events)
+    fill_logs(src.logs, 2, 0, 3)
+    fill_logs(src.logs, 2, 1, 2)
+    src.settle_logs()
+    return src
+
+
+def restarting() -> FakeSource:
+    """Rank 1 was killed (SIGKILL); the agent is re-forming the group."""
+    events: list[Event] = [run_started(2, 3), *attempt(0, 2, 0.1, 5100)]
+    events += telemetry(0, 2, 5100, 66.0, 12, gpus=2, lose_after=6, lost_gpus={1})
+    kill = failure(
+        0,
+        1,
+        pid=5101,
+        at=80,
+        code=-9,
+        hint="killed: often the kernel's OOM killer (check `dmesg`), or a scheduler",
+        stderr_tail=("[RANK 1] Epoch 5 | Batchsize: 32 | Steps: 20 | loss 0.1500",),
+    )
+    events += [
+        exited(0, 1, 5101, -9, at=80),
+        exited(0, 0, 5100, -15, at=80.2, by_agent=True),
+        AttemptFailed(attempt=0, failures=(kill,), **at(80.3)),
+        GroupState(attempt=0, state="FAILED", **at(80.3)),
+        Restart(
+            cause="failure",
+            from_attempt=0,
+            to_attempt=1,
+            restarts_used=1,
+            budget_left=2,
+            **at(80.4),
+        ),
+        RendezvousStarted(
+            attempt=1,
+            backend="c10d",
+            endpoint="node0.cluster:29400",
+            run_id="demo-run-42",
+            **at(80.5),
+        ),
+    ]
+    src = FakeSource(events=events, clock=T0_MONO + 81.0)
+    fill_logs(src.logs, 2, 0, 5)
+    src.settle_logs()
+    return src
+
+
+def finished() -> FakeSource:
+    """A run that recovered from one failure and succeeded."""
+    events: list[Event] = [run_started(2, 3), *attempt(0, 2, 0.1, 5100)]
+    events += [
+        exited(0, 1, 5101, 1, at=30),
+        failed_attempt(0, 30),
+        Restart(
+            cause="failure",
+            from_attempt=0,
+            to_attempt=1,
+            restarts_used=1,
+            budget_left=2,
+            **at(30.4),
+        ),
+        *attempt(1, 2, 30.5, 5200),
+        *telemetry(1, 2, 5200, 78.0, 10, note="GPU sampling off (--no-gpu)"),
+        exited(1, 0, 5200, 0, at=90),
+        exited(1, 1, 5201, 0, at=90.1),
+        GroupState(attempt=1, state="SUCCEEDED", **at(90.2)),
+        RunFinished(outcome="succeeded", exit_code=0, message="all ranks exited 0", **at(90.5)),
+    ]
+    src = FakeSource(events=events)
+    fill_logs(src.logs, 2, 0, 3)
+    fill_logs(src.logs, 2, 1, 8)
+    src.settle_logs()
+    return src
+
+
+def eight_gpus_in_container() -> FakeSource:
+    """8 ranks on 8 GPUs in a container: NVML's pids are the host's, so every rank's GPU is
+    inferred from LOCAL_RANK and CUDA_VISIBLE_DEVICES (GPU UUIDs, listed in reverse)."""
+    from tui_launch.testing.fake_pynvml import PID_OFFSET, gpu_uuid
+
+    nproc = 8
+    cvd = ",".join(gpu_uuid(i) for i in reversed(range(nproc)))
+    events: list[Event] = [run_started(nproc, 3), *attempt(0, nproc, 0.1, 5100)]
+    events += telemetry(0, nproc, 5100, 80.0, 14, gpus=nproc, cvd=cvd, pid_offset=PID_OFFSET)
+    src = FakeSource(events=events)
+    fill_logs(src.logs, nproc, 0, 4)
+    src.settle_logs()
+    return src
+
+
+def multinode() -> FakeSource:
+    """A 2:4-node elastic job: node2 joined (a membership restart), node3 waits to join, and
+    the cluster view shows node2 silent for 25 s."""
+    names = [f"node{i}:{4242 + i}" for i in range(3)]
+    events: list[Event] = [run_started(2, 3, nodes=(2, 4))]
+    events += nodes_round(0, names[:2], 2, 0.1, 5100)
+    events += [
+        Restart(
+            cause="membership",
+            from_attempt=0,
+            to_attempt=1,
+            restarts_used=1,
+            budget_left=3,
+            **at(40.0),
+        ),
+        NodeChange(attempt=1, joined=(names[2],), left=(), group_world_size=3, **at(41.0)),
+        *nodes_round(1, names, 2, 40.1, 5200),
+        RendezvousSample(
+            round=1,
+            complete=True,
+            closed=False,
+            min_nodes=2,
+            max_nodes=4,
+            join_timeout=600.0,
+            participants=tuple(
+                Participant(node=n, rank=i, heartbeat_age=(0, 0, 25)[i], this_node=i == 0)
+                for i, n in enumerate(names)
+            ),
+            waiting=("node3:4245",),
+            **at(90),
+        ),
+        ClusterSample(
+            nodes=(
+                node_status(0, "running", 1, 2, 3, 0.0, gpu="2 GPU util 97% mem 61/80G"),
+                node_status(1, "running", 1, 2, 3, 1.0, gpu="2 GPU util 95% mem 60/80G"),
+                node_status(2, "lost", 1, 2, 3, 25.0, error="rank 5: NCCL watchdog timeout"),
+            ),
+            store="tcpstore node0.cluster:29400",
+            **at(94),
+        ),
+    ]
+    src = FakeSource(events=events)
+    fill_logs(src.logs, 2, 1, 4)
+    src.settle_logs()
+    return src
+
+
+STATES = {
+    "healthy": healthy,
+    "waiting": waiting_for_nodes,
+    "failure": failed_with_traceback,
+    "restarting": restarting,
+    "finished": finished,
+    "gpus8": eight_gpus_in_container,
+    "multinode": multinode,
+}
