@@ -327,11 +327,11 @@ def _sample(tp: typing.Any, name: str, depth: int = 0) -> typing.Any:
     """A non-default value of type ``tp`` (resolved hints of an event field)."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _sample(args[0], name, depth)
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _sample(members[0], name, depth)
     if origin is tuple:
-        args = typing.get_args(tp)
-        return (_sample(args[0], name, depth), _sample(args[0], name + "2", depth))
+        item = typing.get_args(tp)[0]
+        return (_sample(item, name, depth), _sample(item, name + "2", depth))
     if tp is bool:
         return True
     if tp is int:
@@ -340,7 +340,7 @@ def _sample(tp: typing.Any, name: str, depth: int = 0) -> typing.Any:
         return 1.5 + len(name)
     if tp is str:
         return f'{name}-ü\n"x"'
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, depth + 1)
     raise AssertionError(f"no sample for {tp!r} ({name})")
 
