@@ -20,6 +20,7 @@ from tui_launch.core.events import (
     RendezvousCompleted,
     RendezvousSample,
     RendezvousStarted,
+    Restart,
     RunStarted,
     WorkerInfo,
 )
@@ -100,6 +101,18 @@ def workers(wg: WorkerGroup, pids: Mapping[int, Any]) -> tuple[WorkerInfo, ...]:
             pid=int(pids[w.local_rank]),
         )
         for w in wg.workers
+    )
+
+
+def restart(cause: str, attempt: int, budget_left: int) -> Restart:
+    """torch restarts the group after ``attempt`` (every restart so far counts in
+    ``restarts_used``; only failures spend the budget)."""
+    return Restart(
+        cause=cause,
+        from_attempt=attempt,
+        to_attempt=attempt + 1,
+        restarts_used=attempt + 1,
+        budget_left=budget_left,
     )
 
 

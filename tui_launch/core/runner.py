@@ -40,7 +40,6 @@ from tui_launch.core.events import (
     ExitBarrier,
     GroupState,
     Notice,
-    Restart,
     RunFinished,
     WorkersStarted,
 )
@@ -420,15 +419,8 @@ class Runner(PartsHandle):
         if cause == "failure":
             self._failure_restarts += 1
         self._set_phase(Phase.RESTARTING)
-        self.store.post(
-            Restart(
-                cause=cause,
-                from_attempt=attempt,
-                to_attempt=attempt + 1,
-                restarts_used=attempt + 1,
-                budget_left=max(0, self._user_max_restarts - self._failure_restarts),
-            )
-        )
+        budget_left = max(0, self._user_max_restarts - self._failure_restarts)
+        self.store.post(reports.restart(cause, attempt, budget_left))
 
     def on_shutdown(self) -> None:
         """torch terminates the workers: stopped ranks must run to be able to die."""
