@@ -13,7 +13,9 @@ job has its own module:
 - :mod:`.membership`: rounds, lost nodes and the cluster view;
 - :mod:`.failures`: an attempt's failures, from what torch and the rank table say;
 - :mod:`.shutdown`: stopping the run, and the watchdog for when torch cannot be reached;
-- :mod:`.rundir`: the run directory and the log wiring.
+- :mod:`.rundir`: the run directory and the log wiring;
+- :mod:`.reports`: torch's objects as events;
+- :mod:`.handle`: the surface the front ends use (:class:`~.handle.RunHandle`).
 
 Threads: the agent runs on ``tuilaunch-agent``. Commands only set flags or send signals; the
 agent thread acts on flags in :meth:`Runner.monitor` (every ``--monitor-interval``), the one
