@@ -34,6 +34,17 @@ EXPECTED = {
         "errors",
         "text",
         "reaper",
+        "agent",
+        "control",
+        "failures",
+        "faults",
+        "handle",
+        "logspecs",
+        "membership",
+        "reports",
+        "rundir",
+        "shutdown",
+        "workers",
     )
 }
 

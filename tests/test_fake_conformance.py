@@ -82,7 +82,7 @@ def _running(store: RunStore, runner: Runner, attempt: int) -> Snapshot:
         s = store.snapshot()
         if s.phase != "running" or s.attempt != attempt or len(s.ranks) != 2:
             return None
-        if any(r.state != "running" for r in s.ranks) or runner.phase != "monitoring":
+        if any(r.state != "running" for r in s.ranks) or runner.phase != "running":
             return None
         return s
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NoReturn
 # Everything that imports torch or Textual is imported inside run_cli, so that main() can
 # switch the cyclic GC off before any of it loads (see main).
 if TYPE_CHECKING:
-    from tui_launch.core.runner import Runner
+    from tui_launch.core.handle import RunHandle
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 
@@ -31,7 +31,7 @@ def _signals(names: str) -> list[signal.Signals]:
     return out
 
 
-def install_signal_handlers(runner: Runner, names: str) -> dict[signal.Signals, object]:
+def install_signal_handlers(runner: RunHandle, names: str) -> dict[signal.Signals, object]:
     """Route torchrun's handled signals (``--signals-to-handle``) to ``runner.stop``."""
 
     def handler(signum: int, frame: object) -> None:
@@ -94,7 +94,7 @@ def run_cli(argv: list[str] | None = None) -> int:
         injector=Injector(parse_specs(opts.inject), seed=opts.inject_seed),
         inject_ready=opts.inject_ready,
     )
-    runner.before_node_death.append(_say_node_dies)
+    runner.before_exit(_say_node_dies)
     # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.
     handled = getattr(args, "signals_to_handle", None) or DEFAULT_SIGNALS
     previous = install_signal_handlers(runner, handled)

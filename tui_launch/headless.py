@@ -14,12 +14,17 @@ import time
 from typing import TextIO
 
 from tui_launch.core import errors
-from tui_launch.core.cluster import cluster_lines
 from tui_launch.core.events import Event, Injected
+from tui_launch.core.handle import RunHandle
 from tui_launch.core.logs import STDOUT, LogSource
-from tui_launch.core.runner import Runner
 from tui_launch.core.store import RunStore, Snapshot
-from tui_launch.core.text import clock, describe, failure_details, failure_headline
+from tui_launch.core.text import (
+    clock,
+    cluster_lines,
+    describe,
+    failure_details,
+    failure_headline,
+)
 
 TAG = "[tuilaunch]"
 CLUSTER_LINES_MAX = 32
@@ -32,7 +37,7 @@ class Headless:
     def __init__(
         self,
         store: RunStore,
-        runner: Runner,
+        runner: RunHandle,
         out: TextIO | None = None,
         err: TextIO | None = None,
         status_line: bool | None = None,
@@ -97,8 +102,8 @@ class Headless:
         if sample is None or sample is self._cluster_seen:
             return
         self._cluster_seen = sample
-        cv = self.runner.cluster
-        stale = 5 * cv.interval if cv is not None else 10.0
+        interval = self.runner.cluster_interval
+        stale = 5 * interval if interval is not None else 10.0
         lines = cluster_lines(sample.nodes, stale)
         many = len(lines) > CLUSTER_LINES_MAX
         for node, line in lines.items():
@@ -112,7 +117,7 @@ class Headless:
 
     def run(self) -> int:
         """Start nothing, but follow the runner until it is done; print the summary."""
-        self.runner.tailer.add_sink(self.console_sink)
+        self.runner.add_log_sink(self.console_sink)
         version = -1
         while not self.runner.done:
             snap = self.store.wait_newer(version, timeout=0.25)
@@ -147,7 +152,7 @@ def status_text(s: Snapshot) -> str:
     return " | ".join(parts)
 
 
-def print_summary(s: Snapshot, runner: Runner | None, stream: TextIO) -> None:
+def print_summary(s: Snapshot, runner: RunHandle | None, stream: TextIO) -> None:
     """Print the end-of-run summary: ranks, attempts, restarts, duration and root cause."""
     # rich is imported here, not at start-up: launch time is measured against torchrun's.
     from rich.console import Console
@@ -228,8 +233,8 @@ def print_summary(s: Snapshot, runner: Runner | None, stream: TextIO) -> None:
     if runner is not None:
         if runner.run_dir:
             console.print(f"logs: {runner.run_dir}", soft_wrap=True)
-        if runner.journal.path:
-            console.print(f"journal: {runner.journal.path}", soft_wrap=True)
+        if runner.journal_path:
+            console.print(f"journal: {runner.journal_path}", soft_wrap=True)
 
 
 def _print_resources(s: Snapshot, console: object) -> None:

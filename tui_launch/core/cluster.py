@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Protocol
 
-from tui_launch.core.events import ClusterSample, NodeStatus
+from tui_launch.core import rendezvous
+from tui_launch.core.errors import one_line_error
+from tui_launch.core.events import ClusterSample, Event, NodeStatus
+from tui_launch.core.periodic import Periodic
 from tui_launch.core.rendezvous import node_name
 from tui_launch.core.store import Snapshot
 
@@ -161,31 +163,19 @@ class EtcdKV:
 
 def connect(handler: Any, endpoint: str) -> KV:
     """A client to the store that ``handler``'s rendezvous uses. Raises if there is none."""
-    backend = _call(handler, "get_backend") or ""
+    backend = rendezvous.call(handler, "get_backend") or ""
     if backend in ("etcd", "etcd-v2"):
-        client = getattr(getattr(handler, "_rdzv_impl", None), "client", None)
-        if client is None:
-            backend_obj = getattr(getattr(handler, "_state_holder", None), "_backend", None)
-            client = getattr(backend_obj, "_client", None)
+        client = rendezvous.etcd_client(handler)
         if client is None:
             raise RuntimeError(f"no etcd client in the {backend} handler")
         return EtcdKV(str(client.host), int(client.port), str(client.protocol))
     if backend == "static":
         return TCPStoreKV(str(handler.master_addr), int(handler.master_port))
-    store = getattr(handler, "_store", None)
-    store = getattr(store, "underlying_store", store)
-    host, port = getattr(store, "host", None), getattr(store, "port", None)
-    if not host or not port:
+    address = rendezvous.store_address(handler)
+    if address is None:
         host, _, p = endpoint.rpartition(":")
-        port = int(p)
-    return TCPStoreKV(str(host), int(port))
-
-
-def _call(obj: Any, name: str) -> Any:
-    try:
-        return getattr(obj, name)()
-    except Exception:
-        return None
+        address = (host, int(p))
+    return TCPStoreKV(*address)
 
 
 def status_record(
@@ -261,74 +251,72 @@ def gpu_summary(s: Snapshot) -> str | None:
 
 
 class ClusterView:
-    """Publish this node's status and read every node's, on one daemon thread.
+    """Publish this node's status and read every node's, on one :class:`Periodic` thread.
 
     Args:
-        runner: the :class:`~tui_launch.core.runner.Runner` (its store, host and args).
+        post: the run store's ``post`` (each sample goes there).
+        snapshot: the run store's ``snapshot`` (what this node publishes).
+        host: this node's host name.
         handler: the rendezvous handler, to find the store it uses.
+        endpoint: the rendezvous endpoint of a handler (its real port once the store is up).
+        run_id: the job's run id (the key prefix).
         interval: seconds between two publications.
         connector: builds the store client (tests pass their own).
     """
 
     def __init__(
         self,
-        runner: Any,
+        *,
+        post: Callable[[Event], object],
+        snapshot: Callable[[], Snapshot],
+        host: str,
         handler: Any,
+        endpoint: Callable[[Any], str],
+        run_id: str,
         interval: float = DEFAULT_INTERVAL,
         connector: Callable[[Any, str], KV] | None = None,
     ) -> None:
-        self.runner = runner
+        self._post = post
+        self._snapshot = snapshot
+        self.host = host
         self.interval = interval
         # The rendezvous's own name for this node (addr:pid) where it has one, so that the
         # rendezvous panel and the cluster view name nodes alike.
-        this = getattr(handler, "_this_node", None)
-        self.node = node_name(this) if this is not None else f"{runner.host}:{os.getpid()}"
+        this = rendezvous.this_node(handler)
+        self.node = node_name(this) if this is not None else f"{host}:{os.getpid()}"
         self._connector = connector or connect
+        self._endpoint = endpoint
         self._handler = handler
         self._kv: KV | None = None
         self._registered = False
         self._ids: list[str] = []
         self._seq = 0
         self._last_read = 0.0
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-        run_id = _call(handler, "get_run_id") or str(getattr(runner.args, "rdzv_id", "none"))
+        # After stop(), one last tick publishes the run's outcome for the other nodes.
+        self._loop = Periodic("tuilaunch-cluster", interval, self._tick, final_call=True)
         self.prefix = prefix(str(run_id))
 
     def set_handler(self, handler: Any) -> None:
         """A new rendezvous round: publish at once (the group rank may have changed)."""
         self._handler = handler
-        self._wake.set()
+        self._loop.wake()
 
     def start(self) -> None:
         """Start the publishing thread."""
-        self._thread = threading.Thread(target=self._loop, name="tuilaunch-cluster", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self, timeout: float = 1.0) -> None:
         """Publish a last record (the run's outcome) if quick, then stop."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        self._loop.stop(timeout)
 
-    def _loop(self) -> None:
-        while True:
-            self.tick()
-            if self._stop.is_set():
-                return
-            self._wake.wait(self.interval)
-            self._wake.clear()
+    def _tick(self) -> None:
+        self.tick()
 
     def tick(self) -> ClusterSample | None:
         """One publish (and, when due, read); posts and returns the sample. Never raises."""
-        from tui_launch.core.runner import _endpoint, one_line_error
-
         try:
             if self._kv is None:
-                endpoint = _endpoint(self._handler, self.runner.args)
-                self._kv = self._connector(self._handler, endpoint)
+                self._kv = self._connector(self._handler, self._endpoint(self._handler))
             self._publish(self._kv)
             nodes = self._read(self._kv)
             if nodes is None:
@@ -337,20 +325,20 @@ class ClusterView:
         except Exception as e:
             self._kv = None  # reconnect next time (the store's host may be back)
             self._registered = False
-            old = self.runner.store.snapshot().cluster
+            old = self._snapshot().cluster
             sample = ClusterSample(
                 nodes=old.nodes if old is not None else (),
                 store=old.store if old is not None else "",
                 error=one_line_error(e)[:_ERROR_CHARS],
             )
-        self.runner.store.post(sample)
+        self._post(sample)
         return sample
 
     def _publish(self, kv: KV) -> None:
-        snap = self.runner.store.snapshot()
+        snap = self._snapshot()
         self._seq += 1
         record = status_record(
-            snap, self.node, self.runner.host, os.getpid(), self._seq, gpu_summary(snap)
+            snap, self.node, self.host, os.getpid(), self._seq, gpu_summary(snap)
         )
         kv.set(self.prefix + "s/" + self.node, json.dumps(record, separators=(",", ":")).encode())
         if not self._registered:
@@ -362,7 +350,7 @@ class ClusterView:
     def _read(self, kv: KV) -> tuple[NodeStatus, ...] | None:
         now = time.monotonic()
         due = read_interval(self.interval, len(self._ids) or 1)
-        if now - self._last_read < due * 0.95 and not self._stop.is_set() and self._last_read:
+        if now - self._last_read < due * 0.95 and not self._loop.stopped and self._last_read:
             return None
         self._last_read = now
         raws = kv.list_status(self.prefix)
@@ -390,24 +378,3 @@ def read_cluster(kv: KV, run_id: str, me: str = "") -> list[NodeStatus]:
         ids = [v.decode() for v in kv.get_many([pfx + f"i/{k}" for k in range(n)]) if v]
         raws = [r for r in kv.get_many([pfx + "s/" + i for i in ids]) if r]
     return [n for n in (parse_record(r, me) for r in raws) if n is not None]
-
-
-def cluster_lines(nodes: tuple[NodeStatus, ...], stale_after: float) -> dict[str, str]:
-    """One plain line per node for the headless output (keyed by node id)."""
-    out = {}
-    for n in nodes:
-        ranks = " ".join(f"{g}:{st}" for g, _lr, _p, st in n.ranks) or "-"
-        where = f"node {n.group_rank} of {n.group_world_size}" if n.group_rank is not None else ""
-        where += f" on {n.host}" if not n.node.startswith(n.host + ":") else ""
-        f, m, mb = (*n.restarts, 0, 0, 0)[:3]
-        lost = n.age is not None and n.age > stale_after
-        line = (
-            f"{n.node} {where} {'LOST ' if lost else ''}{n.state} attempt {n.attempt} "
-            f"ranks [{ranks}] restarts {f} failure {m} manual {mb} membership"
-        )
-        if n.gpu:
-            line += f" gpu {n.gpu}"
-        if n.error:
-            line += f" error: {n.error}"
-        out[n.node] = " ".join(line.split())
-    return out

@@ -130,3 +130,26 @@ def peer_failure(*texts: str | None) -> bool:
     """
     text = "\n".join(t for t in texts if t).lower()
     return any(sign in text for sign in _PEER_SIGNS)
+
+
+def one_line_error(e: BaseException) -> str:
+    """torch's exceptions (C++ ones included) reduced to one line, with their inner cause.
+
+    torch often wraps the informative error ("connect timeout", "address already in use")
+    in a generic one ("See inner exception for details"): both go on the line.
+    """
+
+    def first_line(x: BaseException) -> str:
+        text = str(x).strip() or type(x).__name__
+        first = text.splitlines()[0].strip()
+        name = type(x).__name__
+        return first if first.startswith(name) else f"{name}: {first}"
+
+    line = first_line(e).replace(" See inner exception for details.", "")
+    inner = e.__cause__ or e.__context__
+    seen = {id(e)}
+    while inner is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        line += f" <- {first_line(inner)}"
+        inner = inner.__cause__ or inner.__context__
+    return line

@@ -263,7 +263,7 @@ def needs_shim(specs: Iterable[InjectSpec]) -> bool:
 
 
 class Target(Protocol):
-    """What the scheduler acts on: the runner's control API (see ``Runner``)."""
+    """What the scheduler acts on: :class:`~tui_launch.core.faults.FaultExecutor`."""
 
     def inject_fault(self, spec: InjectSpec, local_rank: int, fired: Fired) -> bool:
         """Fire ``spec`` on ``local_rank`` now; False if it could not (the rank is not running)."""
@@ -334,7 +334,7 @@ class Injector:
         return any(s.rank == RANDOM for s in self.specs)
 
     def bind(self, target: Target) -> None:
-        """Set what the injections act on (the runner)."""
+        """Set what the injections act on (the run's fault executor)."""
         self._target = target
 
     def attempt_started(self, attempt: int, ranks: dict[int, int], world_size: int) -> None:

@@ -4,20 +4,138 @@
 ``_state_holder._state``; reading it is free. ``num_nodes_waiting()`` and ``is_closed()`` sync
 with the backend under the agent's lock, so front ends must never call them.
 
+Part of the torch seam (see :mod:`~tui_launch.core.agent`): every private attribute of a
+rendezvous handler that tuilaunch reads is read here, and listed in ``PRIVATE_NAMES``.
+
 :func:`local_store_host` widens torch's guess of whether this node hosts the c10d store (see
 there).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ipaddress
 import socket
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from tui_launch.core.events import Participant, RendezvousSample
+from tui_launch.core.events import Event, Participant, RendezvousSample
+from tui_launch.core.periodic import Periodic
+from tui_launch.core.torchnames import TorchName
+
+_DYNAMIC = "torch.distributed.elastic.rendezvous.dynamic_rendezvous"
+_C10D = "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend"
+_ETCD_BACKEND = "torch.distributed.elastic.rendezvous.etcd_rendezvous_backend"
+_ETCD = "torch.distributed.elastic.rendezvous.etcd_rendezvous"
+
+PRIVATE_NAMES: tuple[TorchName, ...] = (
+    TorchName(_DYNAMIC, "DynamicRendezvousHandler", "_state_holder", "instance"),
+    TorchName(_DYNAMIC, "DynamicRendezvousHandler", "_settings", "instance"),
+    TorchName(_DYNAMIC, "DynamicRendezvousHandler", "_this_node", "instance"),
+    TorchName(_DYNAMIC, "DynamicRendezvousHandler", "_store", "instance"),
+    TorchName(_DYNAMIC, "_BackendRendezvousStateHolder", "_state", "instance"),
+    TorchName(_DYNAMIC, "_BackendRendezvousStateHolder", "_backend", "instance"),
+    # The cached state's fields (a private class, public field names).
+    *(
+        TorchName(_DYNAMIC, "_RendezvousState", field, "instance")
+        for field in ("round", "complete", "deadline", "closed", "participants", "wait_list")
+    ),
+    TorchName(_DYNAMIC, "_RendezvousState", "last_heartbeats", "instance"),
+    TorchName(_C10D, "C10dRendezvousBackend", "_store", "instance"),
+    TorchName(_C10D, None, "_matches_machine_hostname"),
+    TorchName(_ETCD_BACKEND, "EtcdRendezvousBackend", "_client", "instance"),
+    TorchName(_ETCD, "EtcdRendezvousHandler", "_rdzv_impl", "instance"),
+)
+
+
+def call(handler: Any, name: str) -> Any:
+    """``handler.<name>()``, or None if it raises (or is not there)."""
+    try:
+        return getattr(handler, name)()
+    except Exception:
+        return None
+
+
+def safe(fn: Callable[[], Any], default: Any) -> str:
+    """``str(fn())``, or ``str(default)`` if it raises."""
+    try:
+        return str(fn())
+    except Exception:
+        return str(default)
+
+
+def backend_name(handler: Any, args: argparse.Namespace) -> str:
+    """The handler's backend (``c10d``, ``etcd-v2``, ``static``...), else ``--rdzv-backend``."""
+    return safe(handler.get_backend, args.rdzv_backend)
+
+
+def run_id(handler: Any, args: argparse.Namespace) -> str:
+    """The handler's run id, else ``--rdzv-id``."""
+    return safe(handler.get_run_id, args.rdzv_id)
+
+
+def this_node(handler: Any) -> Any:
+    """The handler's own ``_NodeDesc`` (None for handlers without one)."""
+    return getattr(handler, "_this_node", None)
+
+
+def _tcp_stores(handler: Any) -> list[Any]:
+    # The handler's own store (c10d, static) and the c10d backend's; a PrefixStore wraps the
+    # TCPStore, whose host and port are what a client needs.
+    holder = getattr(handler, "_state_holder", None)
+    out = []
+    for store in (
+        getattr(handler, "_store", None),
+        getattr(getattr(holder, "_backend", None), "_store", None),
+    ):
+        out.append(getattr(store, "underlying_store", store))
+    return out
+
+
+def endpoint(handler: Any, args: argparse.Namespace) -> str:
+    """The rendezvous endpoint as it really is (``--standalone`` asks for ``localhost:0``; the
+    real port is the store's)."""
+    ep = str(getattr(args, "rdzv_endpoint", "") or "")
+    if args.rdzv_backend == "static" and not ep:
+        ep = f"{args.master_addr}:{args.master_port}"
+    port = None
+    for store in _tcp_stores(handler):
+        port = port or getattr(store, "port", None)
+    if ep.endswith(":0") and port:
+        ep = f"{ep[:-2]}:{port}"
+    return ep
+
+
+def store_address(handler: Any) -> tuple[str, int] | None:
+    """Host and port of the c10d handler's own ``TCPStore`` (None if it has none)."""
+    store = _tcp_stores(handler)[0]
+    host, port = getattr(store, "host", None), getattr(store, "port", None)
+    if not host or not port:
+        return None
+    return str(host), int(port)
+
+
+def etcd_client(handler: Any) -> Any:
+    """The python-etcd client of an ``etcd`` (v1) or ``etcd-v2`` handler, or None."""
+    client = getattr(getattr(handler, "_rdzv_impl", None), "client", None)
+    if client is None:
+        backend_obj = getattr(getattr(handler, "_state_holder", None), "_backend", None)
+        client = getattr(backend_obj, "_client", None)
+    return client
+
+
+def heartbeat_window(handler: Any) -> timedelta | None:
+    """How long a node's heartbeat may be missing before torch drops it (None: unknown)."""
+    settings = getattr(handler, "_settings", None)
+    interval = getattr(settings, "keep_alive_interval", None)
+    attempts = getattr(settings, "keep_alive_max_attempt", None)
+    if interval is None or not attempts:
+        return None
+    window: timedelta = interval * attempts
+    return window
 
 
 def node_name(node: Any) -> str:
@@ -38,7 +156,7 @@ def sample(handler: Any, now: datetime | None = None) -> RendezvousSample | None
     if state is None:
         return None
     now = now or datetime.now(timezone.utc)
-    this = getattr(handler, "_this_node", None)
+    this = this_node(handler)
     beats = dict(getattr(state, "last_heartbeats", {}) or {})
     parts = []
     for node, rank in sorted(
@@ -74,6 +192,44 @@ def sample(handler: Any, now: datetime | None = None) -> RendezvousSample | None
     )
 
 
+class Sampler:
+    """Posts a :class:`RendezvousSample` every ``interval`` seconds while the cached state
+    changes (cached state only, never the network), for the front ends' live panel.
+
+    Args:
+        post: the run store's ``post``.
+        handler: returns the current rendezvous handler (None: no agent yet).
+    """
+
+    def __init__(
+        self, post: Callable[[Event], object], handler: Callable[[], Any], interval: float = 1.0
+    ) -> None:
+        self._post = post
+        self._handler = handler
+        self._last: RendezvousSample | None = None
+        self._loop = Periodic("tuilaunch-sampler", interval, self.tick, first_delay=interval)
+
+    def start(self) -> None:
+        """Start sampling (the first sample comes one interval later)."""
+        self._loop.start()
+
+    def stop(self) -> None:
+        """Stop sampling."""
+        self._loop.stop()
+
+    def tick(self) -> None:
+        """Post a sample if the handler's cached state differs from the last one posted."""
+        try:
+            handler = self._handler()
+            s = sample(handler) if handler is not None else None
+        except Exception:
+            return
+        # Timestamps aside: an unchanged state is not posted again.
+        if s is not None and replace(s, mono=0, wall=0) != self._last:
+            self._last = replace(s, mono=0, wall=0)
+            self._post(s)
+
+
 def _wall(t: Any) -> float | None:
     if not isinstance(t, datetime):
         return None
@@ -88,13 +244,10 @@ def dead_participants(handler: Any, now: datetime | None = None) -> list[str]:
     The keep-alive thread refreshes the cached heartbeats every ``keep_alive_interval``.
     """
     state = cached_state(handler)
-    settings = getattr(handler, "_settings", None)
-    interval = getattr(settings, "keep_alive_interval", None)
-    attempts = getattr(settings, "keep_alive_max_attempt", None)
-    if state is None or interval is None or not attempts:
+    limit = heartbeat_window(handler)
+    if state is None or limit is None:
         return []
     now = now or datetime.now(timezone.utc)
-    limit = interval * attempts
     out = []
     beats = dict(getattr(state, "last_heartbeats", {}) or {})
     for node in getattr(state, "participants", {}) or {}:

@@ -48,6 +48,21 @@ STARTING, RUNNING, STOPPED, EXITED, FAILED, RESTARTING = (
 )
 
 
+class Phase:
+    """The run's phase, in the one vocabulary that the snapshot and the runner share.
+
+    Once the run is over the snapshot's phase is its outcome (one of :attr:`OUTCOMES`).
+    """
+
+    STARTING = "starting"  # before the first rendezvous; the runner: spawning workers
+    RENDEZVOUS = "rendezvous"
+    RUNNING = "running"  # the workers run and the agent monitors them
+    RESTARTING = "restarting"
+    FINISHING = "finishing"  # the workers succeeded; the exit barrier
+    STOPPING = "stopping"
+    OUTCOMES = ("succeeded", "failed", "stopped", "error")
+
+
 @dataclass(frozen=True)
 class RankView:
     """One local worker as the front ends show it."""
@@ -97,7 +112,7 @@ class Snapshot:
 
     version: int = 0
     run: RunStarted | None = None
-    phase: str = "starting"
+    phase: str = Phase.STARTING
     attempt: int = 0
     group_state: str = "INIT"
     rendezvous: RendezvousView | None = None
@@ -185,7 +200,7 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
         ranks = tuple(
             r if r.state in (EXITED, FAILED) else replace(r, state=RESTARTING) for r in s.ranks
         )
-        phase = "rendezvous" if e.attempt == 0 and not s.attempts else "restarting"
+        phase = Phase.RENDEZVOUS if e.attempt == 0 and not s.attempts else Phase.RESTARTING
         return replace(s, rendezvous=rv, phase=phase, ranks=ranks)
     if isinstance(e, RendezvousCompleted):
         rv = RendezvousView(
@@ -222,7 +237,7 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
             ranks=ranks,
             attempt=e.attempt,
             attempts=attempts,
-            phase="running",
+            phase=Phase.RUNNING,
             group_state="HEALTHY",
         )
     if isinstance(e, RankExited):
@@ -240,7 +255,7 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
     if isinstance(e, GroupState):
         phase = s.phase
         if e.state == "SUCCEEDED":
-            phase = "finishing"
+            phase = Phase.FINISHING
         return replace(s, group_state=e.state, phase=phase)
     if isinstance(e, AttemptFailed):
         failures = (*s.failures, *e.failures)
@@ -258,7 +273,7 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
             r if r.state in (EXITED, FAILED) else replace(r, state=RESTARTING) for r in s.ranks
         )
         return replace(
-            s, attempts=attempts, budget_left=e.budget_left, phase="restarting", ranks=ranks
+            s, attempts=attempts, budget_left=e.budget_left, phase=Phase.RESTARTING, ranks=ranks
         )
     if isinstance(e, ControlAction):
         controls = (*s.controls, e)[-_CONTROLS_KEPT:]
@@ -274,11 +289,11 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
             s = replace(s, ranks=ranks)
         return s
     if isinstance(e, ExitBarrier):
-        return replace(s, phase="finishing" if not e.done else s.phase)
+        return replace(s, phase=Phase.FINISHING if not e.done else s.phase)
     if isinstance(e, Notice):
         return replace(s, notices=(*s.notices, e))
     if isinstance(e, Shutdown):
-        return replace(s, shutdown=e, phase="stopping")
+        return replace(s, shutdown=e, phase=Phase.STOPPING)
     if isinstance(e, RunFinished):
         attempts = _close_attempt(s.attempts, e.wall, e.outcome)
         closed = s.rendezvous

@@ -15,6 +15,7 @@ from tui_launch.core.events import (
     GroupState,
     Injected,
     NodeChange,
+    NodeStatus,
     Notice,
     RankExited,
     RendezvousCompleted,
@@ -155,3 +156,24 @@ def failure_details(f: Failure) -> list[str]:
         lines.append(f"stderr (last {len(f.stderr_tail)} lines, no @record traceback):")
         lines.extend("  " + ln for ln in f.stderr_tail)
     return lines
+
+
+def cluster_lines(nodes: tuple[NodeStatus, ...], stale_after: float) -> dict[str, str]:
+    """One plain line per node for the headless output (keyed by node id)."""
+    out = {}
+    for n in nodes:
+        ranks = " ".join(f"{g}:{st}" for g, _lr, _p, st in n.ranks) or "-"
+        where = f"node {n.group_rank} of {n.group_world_size}" if n.group_rank is not None else ""
+        where += f" on {n.host}" if not n.node.startswith(n.host + ":") else ""
+        f, m, mb = (*n.restarts, 0, 0, 0)[:3]
+        lost = n.age is not None and n.age > stale_after
+        line = (
+            f"{n.node} {where} {'LOST ' if lost else ''}{n.state} attempt {n.attempt} "
+            f"ranks [{ranks}] restarts {f} failure {m} manual {mb} membership"
+        )
+        if n.gpu:
+            line += f" gpu {n.gpu}"
+        if n.error:
+            line += f" error: {n.error}"
+        out[n.node] = " ".join(line.split())
+    return out

@@ -16,8 +16,8 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from tui_launch.core.handle import RunHandle
 from tui_launch.core.logs import AgentLogCapture
-from tui_launch.core.runner import Runner
 from tui_launch.tui.source import LiveSource
 
 
@@ -57,7 +57,7 @@ _LEAVE_APP_MODE = (
 
 
 def run_dashboard(
-    runner: Runner,
+    runner: RunHandle,
     *,
     refresh_hz: float,
     confirm: bool,
@@ -102,7 +102,7 @@ def run_dashboard(
                     termios.tcsetattr(driver.fileno, termios.TCSANOW, attrs)  # type: ignore[union-attr]
             os.write(fd, _LEAVE_APP_MODE)
 
-        runner.before_node_death.insert(0, restore_terminal)
+        runner.before_exit(restore_terminal, first=True)
         try:
             result = app.run(headless=headless)
         except Exception as e:  # the UI is a window onto the job: keep the job

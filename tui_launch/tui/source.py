@@ -1,8 +1,9 @@
-"""What the dashboard reads and commands: a live runner, or a fixed fake for tests.
+"""What the dashboard reads and commands: a live run, or a fixed fake for tests.
 
 The dashboard only knows :class:`Source`: snapshots, kept log lines, the agent's log lines,
-a clock, and the runner's control API. :class:`LiveSource` wraps a real
-:class:`~tui_launch.core.runner.Runner`; tests and snapshots use a fake with the same surface.
+a clock, and the run's control API. :class:`LiveSource` wraps a live run through its
+:class:`~tui_launch.core.handle.RunHandle`; tests and snapshots use a fake with the same
+surface, and attaching to or replaying a run will be further implementations.
 """
 
 from __future__ import annotations
@@ -13,63 +14,115 @@ from collections.abc import Callable
 from typing import Protocol
 
 from tui_launch.core.events import Event, RunFinished
+from tui_launch.core.handle import RunHandle
 from tui_launch.core.logs import LogBuffer
-from tui_launch.core.runner import Runner
 from tui_launch.core.store import Snapshot
 
 
 class Source(Protocol):
-    """The dashboard's window onto a run."""
+    """The dashboard's window onto a run.
+
+    The dashboard calls every method on its own (UI) thread, so each must return quickly;
+    :meth:`on_finished` callbacks may come from any thread.
+    """
 
     logs: LogBuffer
+    """The kept worker log lines (per rank and merged), filled by the source."""
 
-    def snapshot(self) -> Snapshot: ...
-    def now(self) -> float: ...
-    def agent_lines(self) -> list[str]: ...
-    def signal_rank(self, local_rank: int, sig: int, source: str = "dashboard") -> bool: ...
-    def restart(self, source: str = "dashboard") -> bool: ...
-    def inject(self, spec: str, source: str = "dashboard") -> tuple[bool, str]: ...
-    def is_stopped(self, local_rank: int) -> bool: ...
-    def stop(self, sig: int = signal.SIGTERM, reason: str = "quit") -> None: ...
-    def wait(self, timeout: float | None = None) -> int | None: ...
-    def on_finished(self, callback: Callable[[], None]) -> None: ...
+    def snapshot(self) -> Snapshot:
+        """The run's latest snapshot (plain data; the dashboard redraws on a new version)."""
+        ...
+
+    def now(self) -> float:
+        """The source's clock, in the snapshot's ``time.monotonic`` terms (a fake's is fixed)."""
+        ...
+
+    def agent_lines(self) -> list[str]:
+        """The agent's recent log lines (torch, c10d, the launcher's stderr), oldest first."""
+        ...
+
+    def signal_rank(self, local_rank: int, sig: int, source: str = "dashboard") -> bool:
+        """Send ``sig`` to a local rank (SIGSTOP/SIGCONT to its group); whether it was sent."""
+        ...
+
+    def restart(self, source: str = "dashboard") -> bool:
+        """Restart the worker group without spending the failure budget; whether accepted."""
+        ...
+
+    def inject(self, spec: str, source: str = "dashboard") -> tuple[bool, str]:
+        """Schedule an ``--inject`` spec now: (ok, what was scheduled or why not)."""
+        ...
+
+    def is_stopped(self, local_rank: int) -> bool:
+        """Whether this rank was stopped from here (or an injection) and not continued."""
+        ...
+
+    def stop(self, sig: int = signal.SIGTERM, reason: str = "quit") -> None:
+        """Stop the run (``sig`` to the workers); a second call kills them at once."""
+        ...
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait up to ``timeout`` seconds for the run to end; its exit code, or None."""
+        ...
+
+    def on_finished(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the run has finished (on whatever thread notices it)."""
+        ...
+
     @property
-    def done(self) -> bool: ...
+    def done(self) -> bool:
+        """Whether the run has finished (the snapshot is final)."""
+        ...
 
 
 class LiveSource:
-    """A running :class:`Runner` seen through the :class:`Source` surface."""
+    """A live run (its :class:`~tui_launch.core.handle.RunHandle`) as a :class:`Source`.
 
-    def __init__(self, runner: Runner, logs: LogBuffer | None = None) -> None:
-        self.runner = runner
+    Args:
+        run: the run's handle (a :class:`~tui_launch.core.runner.Runner`).
+        logs: where worker lines are kept (default: a new :class:`LogBuffer`); it is added as
+            a lossy log sink, so that a flood never slows the workers down.
+    """
+
+    def __init__(self, run: RunHandle, logs: LogBuffer | None = None) -> None:
+        self.runner = run
         self.logs = logs or LogBuffer()
-        runner.tailer.add_sink(self.logs, lossy=True)
+        run.add_log_sink(self.logs, lossy=True)
 
     def snapshot(self) -> Snapshot:
+        """The store's latest snapshot."""
         return self.runner.store.snapshot()
 
     def now(self) -> float:
+        """``time.monotonic()``: the clock the events are stamped with."""
         return time.monotonic()
 
     def agent_lines(self) -> list[str]:
-        return list(self.runner.agent_log.recent)
+        """The agent log's most recent lines."""
+        return self.runner.agent_lines()
 
     def signal_rank(self, local_rank: int, sig: int, source: str = "dashboard") -> bool:
+        """Send ``sig`` to a local rank through the run's control API."""
         return self.runner.signal_rank(local_rank, sig, source)
 
     def restart(self, source: str = "dashboard") -> bool:
+        """Ask the run for a restart of the worker group."""
         return self.runner.restart(source)
 
     def is_stopped(self, local_rank: int) -> bool:
+        """Whether the run's rank table has this rank stopped by tuilaunch."""
         return self.runner.is_stopped(local_rank)
 
     def inject(self, spec: str, source: str = "dashboard") -> tuple[bool, str]:
+        """Schedule an injection in the run."""
         return self.runner.inject(spec, source)
 
     def stop(self, sig: int = signal.SIGTERM, reason: str = "quit") -> None:
+        """Stop the run (see :meth:`~tui_launch.core.handle.RunHandle.stop`)."""
         self.runner.stop(sig, reason)
 
     def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the run to end."""
         return self.runner.wait(timeout)
 
     def on_finished(self, callback: Callable[[], None]) -> None:
@@ -83,4 +136,5 @@ class LiveSource:
 
     @property
     def done(self) -> bool:
+        """Whether the run has finished."""
         return self.runner.done

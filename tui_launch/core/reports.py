@@ -1,0 +1,130 @@
+"""The agent's transitions as events, built from torch's objects.
+
+Pure builders: each takes torch's worker spec, worker group or rendezvous handler (through the
+typed shapes of :mod:`.agent` and the accessors of :mod:`.rendezvous`) and returns the event
+the runner posts. Keeping them apart leaves the runner with the sequencing only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from tui_launch.core import errors, rendezvous
+from tui_launch.core.agent import WorkerGroup, WorkerSpec
+from tui_launch.core.args import min_max_nodes
+from tui_launch.core.events import (
+    RankExited,
+    RendezvousCompleted,
+    RendezvousSample,
+    RendezvousStarted,
+    Restart,
+    RunStarted,
+    WorkerInfo,
+)
+from tui_launch.core.workers import RankExit
+
+
+def run_started(
+    spec: WorkerSpec, args: argparse.Namespace, host: str, notes: tuple[str, ...]
+) -> RunStarted:
+    """The run as torch's agent was built: the command, the sizes, the rendezvous."""
+    import torch
+
+    handler = spec.rdzv_handler
+    min_nodes, max_nodes = min_max_nodes(args.nnodes)
+    script = [args.training_script, *args.training_script_args]
+    if args.module:
+        script = ["-m", *script]
+    return RunStarted(
+        entrypoint=" ".join(script[:1]),
+        args=tuple(script[1:]),
+        role=spec.role,
+        nproc_per_node=spec.local_world_size,
+        min_nodes=min_nodes,
+        max_nodes=max_nodes,
+        max_restarts=spec.max_restarts,
+        backend=rendezvous.backend_name(handler, args),
+        endpoint=rendezvous.endpoint(handler, args),
+        run_id=rendezvous.run_id(handler, args),
+        host=host,
+        launcher_pid=os.getpid(),
+        torch_version=torch.__version__,
+        notes=notes,
+    )
+
+
+def rendezvous_started(handler: Any, args: argparse.Namespace, attempt: int) -> RendezvousStarted:
+    """A rendezvous round for ``attempt`` begins."""
+    return RendezvousStarted(
+        attempt=attempt,
+        backend=rendezvous.backend_name(handler, args),
+        endpoint=rendezvous.endpoint(handler, args),
+        run_id=rendezvous.run_id(handler, args),
+    )
+
+
+def rendezvous_completed(
+    wg: WorkerGroup,
+    live: RendezvousSample | None,
+    args: argparse.Namespace,
+    attempt: int,
+    duration: float,
+) -> RendezvousCompleted:
+    """The round is complete: this node's group rank, the world, the master, the members."""
+    handler = wg.spec.rdzv_handler
+    return RendezvousCompleted(
+        attempt=attempt,
+        round=live.round if live else None,
+        backend=rendezvous.backend_name(handler, args),
+        endpoint=rendezvous.endpoint(handler, args),
+        run_id=rendezvous.run_id(handler, args),
+        group_rank=int(wg.group_rank),
+        group_world_size=int(wg.group_world_size),
+        master_addr=str(wg.master_addr),
+        master_port=int(wg.master_port or 0),
+        participants=tuple(p.node for p in live.participants) if live else (),
+        duration=duration,
+    )
+
+
+def workers(wg: WorkerGroup, pids: Mapping[int, Any]) -> tuple[WorkerInfo, ...]:
+    """The attempt's workers with their pids (``pids``: torch's ``{local_rank: pid}``)."""
+    return tuple(
+        WorkerInfo(
+            local_rank=w.local_rank,
+            global_rank=w.global_rank,
+            role_rank=w.role_rank,
+            world_size=w.world_size,
+            pid=int(pids[w.local_rank]),
+        )
+        for w in wg.workers
+    )
+
+
+def restart(cause: str, attempt: int, budget_left: int) -> Restart:
+    """torch restarts the group after ``attempt`` (every restart so far counts in
+    ``restarts_used``; only failures spend the budget)."""
+    return Restart(
+        cause=cause,
+        from_attempt=attempt,
+        to_attempt=attempt + 1,
+        restarts_used=attempt + 1,
+        budget_left=budget_left,
+    )
+
+
+def rank_exited(x: RankExit, attempt: int) -> RankExited:
+    """A rank's exit, as the rank table first recorded it (same time stamp)."""
+    return RankExited(
+        attempt=attempt,
+        local_rank=x.local_rank,
+        global_rank=x.global_rank,
+        pid=x.pid,
+        exit_code=x.exit_code,
+        signal=errors.signal_name(x.exit_code),
+        by_agent=x.by_agent,
+        wall=x.wall,
+    )
