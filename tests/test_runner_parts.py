@@ -293,7 +293,7 @@ def test_cluster_view_stale_node_and_error_fallback():
     sample = b.tick()
     assert sample is not None
     lines = cluster_lines(sample.nodes, stale_after=10.0)
-    assert " LOST " in lines["10.0.0.1:7"] and " LOST " not in lines["10.0.0.2:7"]
+    assert ": LOST, " in lines["10.0.0.1:7"] and "LOST" not in lines["10.0.0.2:7"]
     # The store goes away: the last nodes are kept, with the error.
     kv.down = True
     failed = b.tick()

@@ -12,6 +12,7 @@ import gc
 import os
 import signal
 import sys
+import warnings
 from typing import TYPE_CHECKING, NoReturn
 
 # Everything that imports torch or Textual is imported inside run_cli, so that main() can
@@ -44,8 +45,20 @@ def install_signal_handlers(runner: RunHandle, names: str) -> dict[signal.Signal
     return previous
 
 
+def quiet_own_imports() -> None:
+    """Keep warnings raised by the launcher's own imports off its console.
+
+    A CPU torch without NumPy warns "Failed to initialize NumPy" when it is imported; that
+    import is the launcher's own business (its parser, its agent), so the warning would precede
+    even ``--version``. The filter lives in this process only: the workers are separate
+    interpreters, and their output is theirs, untouched.
+    """
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+
+
 def run_cli(argv: list[str] | None = None) -> int:
     """Run tuilaunch with ``argv`` and return the exit status."""
+    quiet_own_imports()
     from tui_launch.core.args import (
         USAGE_ERROR,
         UsageError,
@@ -55,6 +68,7 @@ def run_cli(argv: list[str] | None = None) -> int:
     )
     from tui_launch.core.inject import Injector, parse_specs
     from tui_launch.core.runner import Runner
+    from tui_launch.core.stderrpipe import StderrPipe
     from tui_launch.core.store import RunStore
 
     args, opts = parse(argv)
@@ -107,7 +121,12 @@ def run_cli(argv: list[str] | None = None) -> int:
     # creates from here on is collected as usual.
     gc.freeze()
     gc.enable()
+    # Headless, fd 2 goes through a filter from the start: torch's C++ retries of a
+    # rendezvous store become one line each (their full text goes to agent.log).
+    pipe = StderrPipe(runner.agent_log, store.post) if not use_tui else None
     try:
+        if pipe is not None:
+            pipe.__enter__()
         runner.start()
         if use_tui:
             code, error = run_dashboard(
@@ -118,15 +137,20 @@ def run_cli(argv: list[str] | None = None) -> int:
             )
             if error is None and code is not None:
                 runner.wait()
-                print_summary(store.snapshot(), runner, sys.stderr)
+                print_summary(store.snapshot(), runner, sys.stderr, verbose=opts.verbose)
                 return runner.exit_code if runner.exit_code is not None else code
             print(
                 f"tuilaunch: the dashboard failed ({type(error).__name__}: {error}); "
                 "the job goes on headless. Every log line is in the run's log files.",
                 file=sys.stderr,
             )
-        return Headless(store, runner).run()
+        headless = Headless(store, runner, verbose=opts.verbose)
+        if pipe is not None:
+            pipe.console = headless.say
+        return headless.run()
     finally:
+        if pipe is not None:
+            pipe.__exit__(None, None, None)
         for sig, old in previous.items():
             signal.signal(sig, old)  # type: ignore[arg-type]
 

@@ -14,7 +14,7 @@ import time
 from typing import TextIO
 
 from tui_launch.core import errors
-from tui_launch.core.events import Event, Injected
+from tui_launch.core.events import Event, ExitBarrier, Failure, Injected
 from tui_launch.core.handle import RunHandle
 from tui_launch.core.logs import STDOUT, LogSource
 from tui_launch.core.store import RunStore, Snapshot
@@ -41,6 +41,7 @@ class Headless:
         out: TextIO | None = None,
         err: TextIO | None = None,
         status_line: bool | None = None,
+        verbose: bool = False,
     ) -> None:
         self.store = store
         self.runner = runner
@@ -49,6 +50,7 @@ class Headless:
         if status_line is None:
             status_line = _isatty(self.err)
         self.status_line = status_line
+        self.verbose = verbose
         self._lock = threading.Lock()
         self._status = ""
         self._next_event = 0
@@ -70,6 +72,10 @@ class Headless:
             stream.flush()
             self._show_status()
 
+    def say(self, line: str) -> None:
+        """Print one ``[tuilaunch]`` line (from any thread: torch's stderr lines too)."""
+        self._say(line)
+
     def _say(self, line: str) -> None:
         with self._lock:
             self._hide_status()
@@ -89,7 +95,10 @@ class Headless:
     def _print_new_events(self) -> None:
         events = self.store.events(self._next_event)
         self._next_event += len(events)
+        single = self._single_node()
         for e in events:
+            if isinstance(e, ExitBarrier) and single:
+                continue  # nobody else to wait for: the line would only puzzle
             line = describe(e)
             if line:
                 self._say(line)
@@ -102,6 +111,8 @@ class Headless:
         if sample is None or sample is self._cluster_seen:
             return
         self._cluster_seen = sample
+        if len(sample.nodes) < 2:
+            return  # one node: the lines above say all of it
         interval = self.runner.cluster_interval
         stale = 5 * interval if interval is not None else 10.0
         lines = cluster_lines(sample.nodes, stale)
@@ -114,6 +125,12 @@ class Headless:
         if sample.error and sample.error != self._cluster_error:
             self._say(f"cluster view: store unreachable: {sample.error}")
         self._cluster_error = sample.error
+
+    def _single_node(self) -> bool:
+        snap = self.store.snapshot()
+        if snap.rendezvous is not None and snap.rendezvous.group_world_size is not None:
+            return snap.rendezvous.group_world_size == 1
+        return snap.run is not None and snap.run.max_nodes == 1
 
     def run(self) -> int:
         """Start nothing, but follow the runner until it is done; print the summary."""
@@ -134,14 +151,14 @@ class Headless:
             self._status = ""
         self.err.flush()
         snap = self.store.snapshot()
-        print_summary(snap, self.runner, self.err)
+        print_summary(snap, self.runner, self.err, verbose=self.verbose)
         return self.runner.exit_code if self.runner.exit_code is not None else 1
 
 
 def status_text(s: Snapshot) -> str:
     """The one-line live status: phase, ranks, restarts, elapsed time."""
     running = sum(1 for r in s.ranks if r.state == "running")
-    elapsed = time.monotonic() - s.started_mono if s.started_mono else 0.0
+    elapsed = run_duration(s)
     parts = [
         f"{TAG} {s.phase}",
         f"attempt {max(s.attempt, 0)}",
@@ -152,8 +169,15 @@ def status_text(s: Snapshot) -> str:
     return " | ".join(parts)
 
 
-def print_summary(s: Snapshot, runner: RunHandle | None, stream: TextIO) -> None:
-    """Print the end-of-run summary: ranks, attempts, restarts, duration and root cause."""
+def print_summary(
+    s: Snapshot, runner: RunHandle | None, stream: TextIO, verbose: bool = False
+) -> None:
+    """Print the end-of-run summary.
+
+    A clean success (no failure, restart, injection or control action) gets a few lines:
+    state, duration, restarts, where the logs are. Anything that happened, or ``verbose``
+    (``--verbose``), gets the full tables: ranks, resources, attempts and the failures.
+    """
     # rich is imported here, not at start-up: launch time is measured against torchrun's.
     from rich.console import Console
     from rich.table import Table
@@ -173,16 +197,24 @@ def print_summary(s: Snapshot, runner: RunHandle | None, stream: TextIO) -> None
     style = {"succeeded": "bold green", "failed": "bold red", "stopped": "bold yellow"}.get(
         outcome, "bold red"
     )
-    duration = (fin.mono - s.started_mono) if fin and s.started_mono else 0.0
     title = Text.assemble(
         ("tuilaunch summary: ", "bold"),
         (outcome.upper(), style),
-        f"  exit code {code}  duration {duration:.1f}s",
+        f"  exit code {code}  duration {run_duration(s):.1f}s",
     )
     console.print()
     console.print(title)
     if fin and fin.outcome == "error":
         console.print(Text(f"error: {fin.message}", style="red"), soft_wrap=True)
+    injected = injection_lines(runner.store.events()) if runner is not None else []
+    eventful = outcome != "succeeded" or s.failures or s.restarts_used or s.controls or injected
+    if not (eventful or verbose):
+        ranks = len(s.ranks)
+        nodes = s.rendezvous.group_world_size if s.rendezvous else None
+        where = f" on {nodes} nodes" if nodes and nodes > 1 else ""
+        console.print(f"{ranks} rank(s){where} exited 0; no failures, no restarts")
+        _print_paths(runner, console)
+        return
 
     if s.ranks:
         table = Table(title=f"ranks (attempt {s.attempt})", title_justify="left", expand=False)
@@ -215,26 +247,54 @@ def print_summary(s: Snapshot, runner: RunHandle | None, stream: TextIO) -> None
         f"{s.manual_restarts} manual, {s.membership_restarts} membership"
     )
 
-    if runner is not None:
-        for line in injection_lines(runner.store.events()):
-            console.print(line, soft_wrap=True)
+    for line in injected:
+        console.print(line, soft_wrap=True)
 
     rc = s.root_cause
     if rc is not None and outcome != "succeeded":
         console.print(Text("root cause", style="bold red"))
         console.print(Text("\n".join("  " + ln for ln in failure_details(rc))), soft_wrap=True)
     shown = rc if outcome != "succeeded" else None
-    earlier = [f for f in s.failures if not f.collateral and f is not shown]
-    if earlier:
-        heading = "failures of earlier attempts" if shown else "failures (recovered by restarts)"
+    others = [f for f in s.failures if not f.collateral and f is not shown]
+    for heading, group in _failure_groups(others, shown):
         console.print(Text(heading, style="bold"))
-        for f in earlier:
+        for f in group:
             console.print(Text(f"  attempt {f.attempt}: {failure_headline(f)}"), soft_wrap=True)
-    if runner is not None:
-        if runner.run_dir:
-            console.print(f"logs: {runner.run_dir}", soft_wrap=True)
-        if runner.journal_path:
-            console.print(f"journal: {runner.journal_path}", soft_wrap=True)
+    _print_paths(runner, console)
+
+
+def _failure_groups(
+    others: list[Failure], shown: Failure | None
+) -> list[tuple[str, list[Failure]]]:
+    """The failures besides the root cause, under headings that say which attempt they are."""
+    if shown is None:
+        return [("failures (recovered by restarts)", others)] if others else []
+    same = [f for f in others if f.attempt == shown.attempt]
+    earlier = [f for f in others if f.attempt != shown.attempt]
+    groups = []
+    if same:
+        groups.append((f"other failures of attempt {shown.attempt}", same))
+    if earlier:
+        groups.append(("failures of earlier attempts", earlier))
+    return groups
+
+
+def _print_paths(runner: RunHandle | None, console: object) -> None:
+    if runner is None:
+        return
+    if runner.run_dir:
+        console.print(f"logs: {runner.run_dir}", soft_wrap=True)  # type: ignore[attr-defined]
+    if runner.journal_path:
+        console.print(f"journal: {runner.journal_path}", soft_wrap=True)  # type: ignore[attr-defined]
+
+
+def run_duration(s: Snapshot, now: float | None = None) -> float:
+    """Seconds from the launch to the end (or to ``now`` while the run goes on)."""
+    start = s.launched_mono if s.launched_mono is not None else s.started_mono
+    if start is None:
+        return 0.0
+    end = s.finished.mono if s.finished else (time.monotonic() if now is None else now)
+    return max(0.0, end - start)
 
 
 def _print_resources(s: Snapshot, console: object) -> None:

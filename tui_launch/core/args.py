@@ -44,6 +44,7 @@ class Options:
     inject: tuple[str, ...] = ()
     inject_seed: int | None = None
     inject_ready: bool = False
+    verbose: bool = False
 
 
 class _Parser(argparse.ArgumentParser):
@@ -173,6 +174,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="Start Python workers through tuilaunch's small bootstrap so that the dashboard "
         "can inject exit and exception faults (implied by an --inject of those kinds).",
     )
+    ours.add_argument(
+        "--verbose",
+        dest=_OURS + "verbose",
+        action="store_true",
+        help="End with the full summary (ranks, resources, attempts) even after a clean run; "
+        "by default a clean success ends with a few lines.",
+    )
     ours.add_argument("--version", action="version", version=f"tuilaunch {__version__}")
     return parser
 
@@ -269,6 +277,7 @@ def validate(args: argparse.Namespace) -> None:
                 f"got {args.local_ranks_filter!r}"
             )
     _check_backend(args.rdzv_backend, args.standalone)
+    _check_logs_specs(getattr(args, "logs_specs", None))
     _check_script(args)
     if args.log_dir:
         _check_log_dir(args.log_dir)
@@ -336,6 +345,21 @@ def _check_backend(backend: str, standalone: bool) -> None:
         raise UsageError(
             f"--rdzv-backend {backend} needs the python-etcd package: "
             "pip install 'tuilaunch[etcd]' (or pip install python-etcd)"
+        )
+
+
+def _check_logs_specs(name: str | None) -> None:
+    # torch looks the name up only inside the launch, after the run directory exists, and
+    # fails with a ValueError (exit 1): a misspelt name is bad input, found before anything.
+    if name is None:
+        return
+    from importlib import metadata
+
+    known = sorted({ep.name for ep in metadata.entry_points(group="torchrun.logs_specs")})
+    if name not in known:
+        choices = f"installed: {', '.join(known)}" if known else "none is installed"
+        raise UsageError(
+            f"--logs-specs {name!r} is not a torchrun.logs_specs entry point ({choices})"
         )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from typing import Any
 
@@ -87,6 +88,29 @@ def tail_lines(path: str | None, n: int = 30, max_bytes: int = 256 * 1024) -> tu
         return ()
     lines = data.decode("utf-8", "replace").splitlines()
     return tuple(lines[-n:])
+
+
+# What makes a stderr line evidence of an error: a traceback, an exception line, or the words
+# native code and the C++ runtime die with. A warning is never evidence (torch's NumPy warning
+# was once shown as the "cause" of a SIGKILL), nor is ordinary progress output.
+_ERROR_LINE = re.compile(
+    r"Traceback \(most recent call last\)"
+    r"|^\s*(\[rank\d+\]:\s*)?[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b"
+    r"|\b(error|fatal|abort(ed)?|terminate called|segmentation fault|core dumped"
+    r"|out of memory)\b",
+    re.IGNORECASE,
+)
+_WARNING = re.compile(r"warning", re.IGNORECASE)
+
+
+def is_error_line(line: str) -> bool:
+    """Whether one stderr line is a traceback, an exception or an error (never a warning)."""
+    return not _WARNING.search(line) and bool(_ERROR_LINE.search(line))
+
+
+def has_error_signature(lines: tuple[str, ...] | list[str]) -> bool:
+    """Whether a stderr tail holds a traceback or an error, and so counts as evidence."""
+    return any(is_error_line(ln) for ln in lines)
 
 
 def describe_exit(exit_code: int | None) -> str:

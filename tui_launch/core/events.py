@@ -100,6 +100,39 @@ class RendezvousSample(Event):
 
 
 @dataclass(frozen=True)
+class Connecting(Event):
+    """The launcher is creating torch's rendezvous handler (a sample: not journaled).
+
+    For c10d that is a ``TCPStore`` on the endpoint, which blocks until the store answers or
+    ``timeout`` passes: the front ends show what is being contacted, and for how long.
+    """
+
+    kind: ClassVar[str] = "connecting"
+    journaled: ClassVar[bool] = False
+    backend: str
+    endpoint: str
+    min_nodes: int
+    max_nodes: int
+    timeout: float | None  # the store's connect timeout (c10d: --rdzv-conf read_timeout, 60 s)
+    join_timeout: float | None  # --rdzv-conf join_timeout (600 s)
+
+
+@dataclass(frozen=True)
+class StoreRetry(Event):
+    """torch's TCPStore client failed to reach the store and retries (a sample).
+
+    Parsed from torch's C++ warning, whose full text (with its stack frames) is in agent.log.
+    """
+
+    kind: ClassVar[str] = "store_retry"
+    journaled: ClassVar[bool] = False
+    endpoint: str
+    attempt: int
+    delay: float | None
+    timeout: float | None
+
+
+@dataclass(frozen=True)
 class RunStarted(Event):
     """The launcher parsed its arguments and is about to start torch's agent."""
 
@@ -118,6 +151,9 @@ class RunStarted(Event):
     launcher_pid: int
     torch_version: str
     notes: tuple[str, ...] = ()
+    # When the launcher began (monotonic): before torch's rendezvous handler, whose creation
+    # can block for a whole connect timeout. Durations count from here.
+    launched_mono: float | None = None
 
 
 @dataclass(frozen=True)
@@ -320,6 +356,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RendezvousSample,
         ClusterSample,
         NodeChange,
+        Connecting,
+        StoreRetry,
     )
 }
 

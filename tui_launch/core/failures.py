@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from tui_launch.core import errors, inject
 from tui_launch.core.agent import ProcessFailure, Worker
 from tui_launch.core.args import min_max_nodes
-from tui_launch.core.events import Failure, RendezvousSample
+from tui_launch.core.events import Connecting, Failure, RendezvousSample
 from tui_launch.core.shutdown import signal_exit_code
 from tui_launch.core.workers import RanksView
 
@@ -69,10 +69,12 @@ def collect_failures(
         tail = () if tb else errors.tail_lines(stderr_paths.get(lr))
         if not message:
             # Without @record, a rank that exited with an error code usually printed the
-            # exception last; a signalled one was cut off mid-stream.
-            last = next((ln.strip() for ln in reversed(tail) if ln.strip()), "")
+            # exception last; a signalled one was cut off mid-stream. Only an error line
+            # counts (a trailing warning or progress line says nothing about the exit).
+            last = next((ln.strip() for ln in reversed(tail) if errors.is_error_line(ln)), "")
             last = RANK_PREFIX.sub("", last) if code > 0 else ""
             message = last or errors.describe_exit(code)
+        caused_by = ranks.marks.get(pid)
         when = ranks.exit_times.get(lr) or ts or (time.time() if now is None else now)
         out.append(
             Failure(
@@ -83,14 +85,15 @@ def collect_failures(
                 pid=pid,
                 exit_code=code,
                 signal=errors.signal_name(code),
-                hint=errors.hint_for(code),
+                # "often the OOM killer" guesses at an unknown sender: none when it is known.
+                hint=None if caused_by else errors.hint_for(code),
                 time=when,
                 message=message,
                 traceback=tb,
                 stderr_tail=tail,
                 error_file=(error_files.get(lr) or None) if err else None,
                 collateral=collateral,
-                caused_by=ranks.marks.get(pid),
+                caused_by=caused_by,
             )
         )
     return tuple(out)
@@ -102,6 +105,7 @@ def run_outcome(
     root_cause: Failure | None,
     live: RendezvousSample | None,
     nnodes: str,
+    connecting: Connecting | None = None,
 ) -> tuple[str, int, str]:
     """How a run ended: (outcome, exit status, one-line message).
 
@@ -111,6 +115,7 @@ def run_outcome(
         root_cause: the store's root cause (for workers that failed).
         live: the last rendezvous sample (for a rendezvous that timed out).
         nnodes: ``--nnodes``.
+        connecting: what the launcher contacted first (for a store that never answered).
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -125,7 +130,15 @@ def run_outcome(
         return "error", 2, str(error)
     if stop_signal is not None:
         return "stopped", signal_exit_code(stop_signal), f"stopped by {stop_signal.name}"
-    return "error", 1, rendezvous_error(error, nnodes, live) or errors.one_line_error(error)
+    return (
+        "error",
+        1,
+        (
+            rendezvous_error(error, nnodes, live)
+            or connect_error(error, connecting)
+            or errors.one_line_error(error)
+        ),
+    )
 
 
 def failure_line(f: Failure) -> str:
@@ -149,4 +162,26 @@ def rendezvous_error(e: BaseException, nnodes: str, live: RendezvousSample | Non
     return (
         f"rendezvous timed out: fewer than the minimum of {lo} node(s) (--nnodes {lo}:{hi}) "
         f"joined{within}{have}. Start more nodes or lower MIN. ({errors.one_line_error(e)})"
+    )
+
+
+def connect_error(e: BaseException, connecting: Connecting | None) -> str | None:
+    """The rendezvous store never answered: one sentence naming the endpoint and the timeout.
+
+    None unless ``e`` is torch's ``RendezvousConnectionError``.
+    """
+    if type(e).__name__ != "RendezvousConnectionError":
+        return None
+    where = (
+        f"{connecting.backend} rendezvous store at {connecting.endpoint}"
+        if connecting
+        else ("rendezvous store")
+    )
+    within = ""
+    if connecting is not None and connecting.timeout:
+        within = f" within its connect timeout ({connecting.timeout:g}s)"
+    return (
+        f"could not reach the {where}{within}: nothing answered there. Start the node that "
+        f"hosts the store first (or give it --rdzv-conf is_host=1), or check --rdzv-endpoint; "
+        f"--rdzv-conf read_timeout=SECONDS waits longer. ({errors.one_line_error(e)})"
     )

@@ -16,6 +16,7 @@ from tui_launch.core import errors, rendezvous
 from tui_launch.core.agent import WorkerGroup, WorkerSpec
 from tui_launch.core.args import min_max_nodes
 from tui_launch.core.events import (
+    Connecting,
     RankExited,
     RendezvousCompleted,
     RendezvousSample,
@@ -25,6 +26,45 @@ from tui_launch.core.events import (
     WorkerInfo,
 )
 from tui_launch.core.workers import RankExit
+
+
+def rdzv_conf(args: argparse.Namespace) -> dict[str, str]:
+    """``--rdzv-conf key=value,key=value`` as a dict (what torch would parse, leniently)."""
+    out = {}
+    for item in str(getattr(args, "rdzv_conf", "") or "").split(","):
+        key, sep, value = item.partition("=")
+        if sep and key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _seconds(value: str | None, default: float | None) -> float | None:
+    try:
+        return float(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def connecting(args: argparse.Namespace) -> Connecting:
+    """What the launcher contacts first, and for how long torch will try (before any agent)."""
+    conf = rdzv_conf(args)
+    standalone = bool(getattr(args, "standalone", False))
+    backend = "c10d" if standalone else str(args.rdzv_backend)
+    endpoint = "localhost:0" if standalone else str(getattr(args, "rdzv_endpoint", "") or "")
+    if backend == "static" and not endpoint:
+        endpoint = f"{args.master_addr}:{args.master_port}"
+    lo, hi = min_max_nodes(args.nnodes)
+    # torch's defaults: c10d's TCPStore waits read_timeout (60 s) for its store; every round
+    # waits join_timeout (600 s) for MIN nodes.
+    timeout = _seconds(conf.get("read_timeout"), 60.0) if backend == "c10d" else None
+    return Connecting(
+        backend=backend,
+        endpoint=endpoint,
+        min_nodes=lo,
+        max_nodes=hi,
+        timeout=timeout,
+        join_timeout=_seconds(conf.get("join_timeout"), 600.0),
+    )
 
 
 def run_started(

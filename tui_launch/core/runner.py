@@ -26,6 +26,7 @@ place where the runner decides, through torch's own paths (``SignalException`` f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import socket
@@ -39,6 +40,7 @@ from tui_launch.core.agent import RunResult, TorchAgent, WorkerGroup, WorkerSpec
 from tui_launch.core.control import Control, ShimDir
 from tui_launch.core.events import (
     AttemptFailed,
+    Connecting,
     ExitBarrier,
     GroupState,
     Notice,
@@ -111,6 +113,7 @@ class Runner(PartsHandle):
         self._rdzv_t0 = 0.0
         self._last_group_state: str | None = None
         self._notes: tuple[str, ...] = ()
+        self._connecting: Connecting | None = None
 
         self.ranks = RankTable()
         self.files = RunFiles(args, journal_path, echo, lambda: self.ranks.attempt + 1)
@@ -145,6 +148,10 @@ class Runner(PartsHandle):
         self._fix_restarts()
         self.reaper = Reaper()
         self.files.tailer.start()
+        # Before torch's rendezvous handler exists: creating it can block a whole connect
+        # timeout (a c10d store nobody serves), and the front ends say what it waits for.
+        self._connecting = reports.connecting(self.args)
+        self.store.post(self._connecting)
         self._thread = threading.Thread(target=self._main, name="tuilaunch-agent", daemon=True)
         self._thread.start()
         self._sampler.start()
@@ -204,6 +211,7 @@ class Runner(PartsHandle):
                     snap.root_cause,
                     snap.rendezvous_live,
                     self.args.nnodes,
+                    self._connecting,
                 )
             )
 
@@ -274,7 +282,9 @@ class Runner(PartsHandle):
         """Post ``RunStarted`` (and the notes); start the telemetry."""
         self._agent = agent_obj
         spec = agent.worker_group(agent_obj).spec
-        self.store.post(reports.run_started(spec, self.args, self.host, self._notes))
+        started = reports.run_started(spec, self.args, self.host, self._notes)
+        launched = self._connecting.mono if self._connecting is not None else None
+        self.store.post(dataclasses.replace(started, launched_mono=launched))
         for note in self._notes:
             self.store.post(Notice(level="info", message=note))
         if self.telemetry is not None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from tui_launch.core.events import (
     AttemptFailed,
     ClusterSample,
+    Connecting,
     ControlAction,
     Event,
     ExitBarrier,
@@ -31,6 +32,7 @@ from tui_launch.core.events import (
     RunFinished,
     RunStarted,
     Shutdown,
+    StoreRetry,
     TelemetrySample,
     TelemetryTotals,
     WorkersStarted,
@@ -135,6 +137,9 @@ class Snapshot:
     telemetry: TelemetryView | None = None
     cluster: ClusterSample | None = None
     node_changes: tuple[NodeChange, ...] = ()
+    connecting: Connecting | None = None  # while torch's rendezvous handler is being created
+    store_retries: int = 0  # the TCPStore client's retries so far (torch's C++ warnings)
+    launched_mono: float | None = None  # when the launcher began: durations count from here
 
     @property
     def restarts_used(self) -> int:
@@ -183,14 +188,25 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
         if s.telemetry is None:
             return s
         return replace(s, telemetry=replace(s.telemetry, totals=e.totals))
+    if isinstance(e, Connecting):
+        launched = s.launched_mono if s.launched_mono is not None else e.mono
+        return replace(s, connecting=e, launched_mono=launched, events=s.events - 1)
+    if isinstance(e, StoreRetry):
+        return replace(s, store_retries=s.store_retries + 1, events=s.events - 1)
     if isinstance(e, ClusterSample):
         return replace(s, cluster=e, events=s.events - 1)
     if isinstance(e, NodeChange):
         # Shown in the attempt timeline: the attempt that starts next has these nodes.
         return replace(s, node_changes=(*s.node_changes, e))
     if isinstance(e, RunStarted):
+        launched = e.launched_mono if e.launched_mono is not None else s.launched_mono
         return replace(
-            s, run=e, budget_left=e.max_restarts, started_wall=e.wall, started_mono=e.mono
+            s,
+            run=e,
+            budget_left=e.max_restarts,
+            started_wall=e.wall,
+            started_mono=e.mono,
+            launched_mono=launched if launched is not None else e.mono,
         )
     if isinstance(e, RendezvousStarted):
         # A new round: what the last one decided (group rank, master) no longer holds.

@@ -27,6 +27,8 @@ from tui_launch.core.events import (
     WorkersStarted,
 )
 
+STDERR_CONTEXT = 3  # plain trailing stderr lines shown for context when they hold no error
+
 
 def clock(seconds: float | None) -> str:
     """``1:02:03`` (or ``-`` for unknown)."""
@@ -89,8 +91,12 @@ def describe(e: Event) -> str | None:
     if isinstance(e, AttemptFailed):
         real = [f for f in e.failures if not f.collateral]
         first = min(real or e.failures, key=lambda f: f.time)
-        others = len(e.failures) - 1
-        more = f" (+{others} terminated by the agent)" if others else ""
+        # Ranks that failed by themselves are not "terminated by the agent": count each kind.
+        failed = sum(1 for f in e.failures if f is not first and not f.collateral)
+        terminated = sum(1 for f in e.failures if f is not first and f.collateral)
+        extra = [f"+{failed} more failed"] if failed else []
+        extra += [f"+{terminated} terminated by the agent"] if terminated else []
+        more = f" ({', '.join(extra)})" if extra else ""
         return f"attempt {e.attempt} failed: {failure_headline(first)}{more}"
     if isinstance(e, Restart):
         budget = f"{e.budget_left} failure restart(s) left"
@@ -152,9 +158,14 @@ def failure_details(f: Failure) -> list[str]:
     if f.traceback:
         lines.append("traceback  :")
         lines.extend("  " + ln for ln in f.traceback.rstrip().splitlines())
-    elif f.stderr_tail:
+    elif f.stderr_tail and errors.has_error_signature(f.stderr_tail):
         lines.append(f"stderr (last {len(f.stderr_tail)} lines, no @record traceback):")
         lines.extend("  " + ln for ln in f.stderr_tail)
+    elif f.stderr_tail:
+        # Not evidence: what the rank happened to print last before it ended.
+        n = len(f.stderr_tail[-STDERR_CONTEXT:])
+        lines.append(f"last {n} stderr line(s), no traceback or error in them:")
+        lines.extend("  " + ln for ln in f.stderr_tail[-STDERR_CONTEXT:])
     return lines
 
 
@@ -162,18 +173,25 @@ def cluster_lines(nodes: tuple[NodeStatus, ...], stale_after: float) -> dict[str
     """One plain line per node for the headless output (keyed by node id)."""
     out = {}
     for n in nodes:
-        ranks = " ".join(f"{g}:{st}" for g, _lr, _p, st in n.ranks) or "-"
+        by_state: dict[str, list[str]] = {}
+        for g, _lr, _p, st in n.ranks:
+            by_state.setdefault(st, []).append(str(g))
+        ranks = "; ".join(f"{','.join(gs)} {st}" for st, gs in by_state.items()) or "none"
         where = f"node {n.group_rank} of {n.group_world_size}" if n.group_rank is not None else ""
         where += f" on {n.host}" if not n.node.startswith(n.host + ":") else ""
+        where = f" ({where.strip()})" if where.strip() else ""
         f, m, mb = (*n.restarts, 0, 0, 0)[:3]
         lost = n.age is not None and n.age > stale_after
+        kinds = ((f, "after a failure"), (m, "manual"), (mb, "for a membership change"))
+        restarts = ", ".join(f"{k} {what}" for k, what in kinds if k)
         line = (
-            f"{n.node} {where} {'LOST ' if lost else ''}{n.state} attempt {n.attempt} "
-            f"ranks [{ranks}] restarts {f} failure {m} manual {mb} membership"
+            f"{n.node}{where}: {'LOST, ' if lost else ''}{n.state}, attempt {n.attempt}, "
+            f"ranks {ranks}, " + (f"restarts: {restarts}" if restarts else "no restarts")
         )
         if n.gpu:
-            line += f" gpu {n.gpu}"
-        if n.error:
-            line += f" error: {n.error}"
+            line += f", gpu {n.gpu}"
+        # A node that succeeded may still publish an error it recovered from: not current.
+        if n.error and n.state != "succeeded":
+            line += f", error: {n.error}"
         out[n.node] = " ".join(line.split())
     return out

@@ -13,42 +13,10 @@ import contextlib
 import gc
 import os
 import sys
-import threading
-from collections.abc import Iterator
 
 from tui_launch.core.handle import RunHandle
-from tui_launch.core.logs import AgentLogCapture
+from tui_launch.core.stderrpipe import StderrPipe
 from tui_launch.tui.source import LiveSource
-
-
-@contextlib.contextmanager
-def stderr_to_agent_log(capture: AgentLogCapture) -> Iterator[None]:
-    """Route fd 2 into ``capture`` and give ``sys.__stderr__`` a private copy of the terminal."""
-    sys.stderr.flush()
-    term_fd = os.dup(2)
-    term = os.fdopen(term_fd, "w", buffering=1, encoding=sys.stderr.encoding, errors="replace")
-    read_fd, write_fd = os.pipe()
-    os.dup2(write_fd, 2)
-    os.close(write_fd)
-    old_dunder, old_stderr = sys.__stderr__, sys.stderr
-    sys.__stderr__ = sys.stderr = term  # type: ignore[misc]
-
-    def pump() -> None:
-        with os.fdopen(read_fd, "rb") as fp:
-            for raw in fp:
-                capture.add_line(raw.decode("utf-8", "replace").rstrip("\n"))
-
-    reader = threading.Thread(target=pump, name="tuilaunch-stderr", daemon=True)
-    reader.start()
-    try:
-        yield
-    finally:
-        term.flush()
-        os.dup2(term_fd, 2)  # closes the pipe's last write end: the pump sees EOF
-        sys.__stderr__, sys.stderr = old_dunder, old_stderr  # type: ignore[misc]
-        reader.join(timeout=1)
-        term.close()
-
 
 # Mouse and paste modes off, kitty keys off, main screen back, cursor shown, focus events off.
 _LEAVE_APP_MODE = (
@@ -78,7 +46,9 @@ def run_dashboard(
     source = LiveSource(runner)
     error: BaseException | None = None
     code: int | None = None
-    with stderr_to_agent_log(runner.agent_log):
+    # fd 2 into the agent log (torch's C++ warnings would paint over the dashboard); the
+    # store client's retries are counted for the rendezvous panel.
+    with StderrPipe(runner.agent_log, runner.store.post, to_terminal=False):
         app = app_class(
             source,
             refresh_hz=refresh_hz,
