@@ -35,6 +35,15 @@ PY = sys.executable
 TOKEN_VAR = "TUILAUNCH_TEST_TOKEN"
 
 
+# The session's temp directory for launches (pytest's, under its basetemp): see _launch.
+LAUNCH_TMP: list[Path] = []
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _launch_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    LAUNCH_TMP.append(tmp_path_factory.mktemp("launch-tmp"))
+
+
 def base_env(**extra: str) -> dict[str, str]:
     """The test process's environment without anything that changes a launch's behaviour."""
     env = {
@@ -44,6 +53,9 @@ def base_env(**extra: str) -> dict[str, str]:
         and k not in ("OMP_NUM_THREADS", "LOGLEVEL")
     }
     env["PYTHONUNBUFFERED"] = "1"
+    if LAUNCH_TMP:
+        # torch's default log directories (torchelastic_*) go to pytest's temp directory.
+        env["TMPDIR"] = str(LAUNCH_TMP[0])
     env.update(extra)
     return env
 
@@ -95,9 +107,16 @@ class Launch:
         return self.stdout + self.stderr
 
 
-def _launch(cmd: list[str], cwd: Path | None, env: dict[str, str] | None) -> Launch:
+def _launch(
+    cmd: list[str], cwd: Path | None, env: dict[str, str] | None, tmp: Path | None = None
+) -> Launch:
     env = dict(env or base_env())
     env.setdefault(TOKEN_VAR, uuid.uuid4().hex)
+    tmp = tmp or (LAUNCH_TMP[0] if LAUNCH_TMP else None)
+    if tmp is not None:
+        # torch's default log directories (torchelastic_*) and anything else a launch puts in
+        # the temp directory land in pytest's, not in /tmp.
+        env.setdefault("TMPDIR", str(tmp))
     return Launch(cmd, cwd or ROOT, env)
 
 

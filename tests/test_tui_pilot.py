@@ -180,7 +180,7 @@ def test_healthy_panels_show_the_run() -> None:
         assert log.lines[0] == "[0] [RANK 0] start: restart_count=0 world_size=4 pid=5100"
         assert "[3] [RANK 3] Epoch 5 | Batchsize: 32 | Steps: 20 | loss 0.1500" in log.lines
         bar = text_of(app.query_one("#logbar", Static))
-        assert bar == "log: all ranks  |  streams: both  |  following"
+        assert bar == "log: all ranks, merged  |  streams: both  |  following"
 
         assert text_of(app.query_one("#rootcause", Static)) == "No failure so far."
         assert app.query_one("#agentlog", Log).lines == [

@@ -149,6 +149,12 @@ def run_cli(argv: list[str] | None = None) -> int:
             pipe.console = headless.say
         return headless.run()
     finally:
+        if opts.demo:
+            # The demo's snapshot is the launcher's own file, not the user's: leave no litter.
+            from tui_launch.core.args import demo_snapshot_path
+
+            with contextlib.suppress(OSError):
+                os.remove(demo_snapshot_path())
         if pipe is not None:
             pipe.__exit__(None, None, None)
         for sig, old in previous.items():

@@ -200,8 +200,13 @@ def demo_argv() -> list[str]:
         "--epochs",
         "12",
         "--snapshot-path",
-        os.path.join(tempfile.gettempdir(), f"tuilaunch-demo-{os.getpid()}.pt"),
+        demo_snapshot_path(),
     ]
+
+
+def demo_snapshot_path() -> str:
+    """Where ``--demo``'s trainer keeps its snapshot: the launcher removes it at the end."""
+    return os.path.join(tempfile.gettempdir(), f"tuilaunch-demo-{os.getpid()}.pt")
 
 
 # --demo's failure: rank 1 SIGKILLed once, a few epochs into the first attempt, so that the

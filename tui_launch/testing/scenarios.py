@@ -10,6 +10,7 @@ from __future__ import annotations
 from tui_launch.core.events import (
     AttemptFailed,
     ClusterSample,
+    Connecting,
     Event,
     GroupState,
     NodeChange,
@@ -18,6 +19,7 @@ from tui_launch.core.events import (
     RendezvousStarted,
     Restart,
     RunFinished,
+    StoreRetry,
 )
 from tui_launch.testing.builders import (
     at,
@@ -234,6 +236,54 @@ def multinode() -> FakeSource:
     return src
 
 
+_ENDPOINT = "10.0.0.7:29400"
+
+
+def _connecting_events() -> list[Event]:
+    return [
+        Connecting(
+            backend="c10d",
+            endpoint=_ENDPOINT,
+            min_nodes=2,
+            max_nodes=2,
+            timeout=60.0,
+            join_timeout=600.0,
+            **at(0.0),
+        ),
+        StoreRetry(endpoint=_ENDPOINT, attempt=1, delay=28.6, timeout=60.0, **at(60.0)),
+    ]
+
+
+def connecting() -> FakeSource:
+    """A c10d store that nobody serves: the launcher waits in torch's TCPStore client."""
+    src = FakeSource(events=_connecting_events())
+    src.agent = [
+        "[W1121 12:01:00.014587443 TCPStore.cpp:340] [c10d] TCP client failed to "
+        f"connect/validate to host {_ENDPOINT} - retrying (try=0, timeout=60000ms, "
+        "delay=28634ms): The client socket has timed out after 60000ms"
+    ]
+    return src
+
+
+def connect_failed() -> FakeSource:
+    """The same store never answered: the run ended before any worker, with torch's error."""
+    message = (
+        f"could not reach the c10d rendezvous store at {_ENDPOINT} within its connect "
+        "timeout (60s): nothing answered there. Start the node that hosts the store first (or "
+        "give it --rdzv-conf is_host=1), or check --rdzv-endpoint; --rdzv-conf "
+        "read_timeout=SECONDS waits longer. (RendezvousConnectionError: The connection to the "
+        "C10d store has failed. <- DistNetworkError: The client socket has timed out after "
+        f"60000ms while trying to connect to ({_ENDPOINT.replace(':', ', ')}).)"
+    )
+    events = [
+        *_connecting_events(),
+        RunFinished(outcome="error", exit_code=1, message=message, **at(89.5)),
+    ]
+    src = FakeSource(events=events)
+    src.agent = connecting().agent
+    return src
+
+
 STATES = {
     "healthy": healthy,
     "waiting": waiting_for_nodes,
@@ -242,4 +292,6 @@ STATES = {
     "finished": finished,
     "gpus8": eight_gpus_in_container,
     "multinode": multinode,
+    "connecting": connecting,
+    "connect_failed": connect_failed,
 }

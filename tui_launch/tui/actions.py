@@ -26,10 +26,11 @@ class Needs(Enum):
     RANK = "a selected rank"
     LIVE_RANK = "a selected rank that runs or is stopped, in a run not finished"
     RUNNING = "running workers, in a run not finished"
+    FILTER = "a log filter applied"  # the app answers this one (the filter is UI state)
 
 
 # How a person writes a key (help, README) -> Textual's name for it.
-_TEXTUAL_KEY = {"/": "slash", "?": "question_mark"}
+_TEXTUAL_KEY = {"/": "slash", "?": "question_mark", "Esc": "escape"}
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,7 @@ ACTIONS: tuple[Action, ...] = (
         label="All logs",
         tooltip="All ranks' logs, merged",
         binding_id="merged",
-        palette="Show all logs merged",
+        palette="Show all ranks' logs, merged",
     ),
     Action(
         "filter",
@@ -158,6 +159,16 @@ ACTIONS: tuple[Action, ...] = (
         label="Filter",
         tooltip="Filter log lines by text",
         binding_id="filter",
+    ),
+    Action(
+        "clear_filter",
+        ("Esc",),
+        "clear the log filter (also after Enter closed its box)",
+        label="Clear filter",
+        tooltip="Show every log line again",
+        binding_id="clear_filter",
+        palette="Clear the log filter",
+        needs=Needs.FILTER,
     ),
     Action(
         "follow",
@@ -191,6 +202,18 @@ ACTIONS: tuple[Action, ...] = (
         label="Cluster",
         tooltip="Every node of the job",
         binding_id="cluster",
+        palette="Show the cluster tab",
+        palette_help="every node of the job",
+    ),
+    Action(
+        "agent_log",
+        ("g",),
+        "show the agent log: torch's own messages (rendezvous, store, agent)",
+        label="Agent log",
+        tooltip="torch's own messages",
+        binding_id="agentlog",
+        palette="Show the agent log",
+        palette_help="torch's own messages: rendezvous, store, agent",
     ),
     Action("", ("ctrl+p",), "command palette"),
     Action("help", ("?",), "this help", label="Help", binding_id="help", help_last=True),

@@ -32,6 +32,9 @@ from tui_launch.tui.table import WorkersTable
 from tui_launch.tui.tabs import TabBar
 from tui_launch.tui.widgets import CachedPanel, KeyFooter
 
+NARROW_BELOW = 120  # columns: below this the side panels stack (see HORIZONTAL_BREAKPOINTS)
+PALETTE_HINT_FROM = 110  # columns: the footer's "^p palette" hint needs this much room
+
 
 class RunEnded(Message):
     """The run has finished (posted from the agent's thread)."""
@@ -48,6 +51,9 @@ class Dashboard(App[int]):
     TITLE = "tuilaunch"
 
     BINDINGS = actions.bindings()
+    # The screen gets -narrow below 120 columns: the side panels stack above the table (see
+    # dashboard.tcss), and the table drops the columns that matter least (render.WORKER_KEEP).
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (NARROW_BELOW, "-wide")]
 
     def __init__(
         self,
@@ -107,13 +113,15 @@ class Dashboard(App[int]):
                 )
                 yield self._tabs
                 yield from panes
-        yield KeyFooter(compact=True)
+        self._footer = KeyFooter(compact=True)
+        yield self._footer
 
     def on_mount(self) -> None:
         self._rdzv.border_title = "Rendezvous"
         self._restarts.border_title = "Restarts"
         self._gpus.border_title = "GPUs"
-        self._table.set_columns(render.WORKER_COLUMNS)
+        self._table.border_title = "Workers"
+        self._table.set_columns(render.WORKER_COLUMNS, render.WORKER_KEEP)
         self._table.focus()
         self._tick()
         self.set_interval(1.0 / self.refresh_hz, self._tick)
@@ -130,11 +138,18 @@ class Dashboard(App[int]):
     def on_run_ended(self, _: RunEnded) -> None:
         self._tick()
 
+    def on_resize(self, event: object) -> None:
+        # The footer's palette hint is docked over its right end: on a narrow screen it hid
+        # the last keys ("a All log▏^p palette"). The help lists ctrl+p either way.
+        self._footer.show_command_palette = self.size.width >= PALETTE_HINT_FROM
+
     # ---------------------------------------------------------------- refresh
 
     def _tick(self) -> None:
         snap = self.source.snapshot()
         now = self.source.now()
+        if snap.finished is not None:
+            now = min(now, snap.finished.mono)  # the job's clocks stop when it ends
         second = int(now)
         if snap.version == self._version and second == self._second:
             # Nothing else can have changed within the same second.
@@ -145,11 +160,16 @@ class Dashboard(App[int]):
         self._version = snap.version
         # Each panel is redrawn only when what it shows changed: a Textual refresh costs far
         # more than comparing a few fields.
-        self._header.show((snap.phase, snap.run, snap.finished, second), render.header, snap, now)
+        self._header.show(
+            (snap.phase, snap.run, snap.connecting, snap.finished, second), render.header, snap, now
+        )
         rdzv_key = (
             snap.run,
             snap.rendezvous,
             snap.rendezvous_live,
+            snap.connecting,
+            snap.store_retries,
+            snap.finished,
             second if _waiting(snap) else 0,
         )
         self._rdzv.show(rdzv_key, render.rendezvous_panel, snap, now)
@@ -165,7 +185,9 @@ class Dashboard(App[int]):
         title = "GPUs (simulated: fake NVML)" if simulated else "GPUs"
         if self._gpus.border_title != title:
             self._gpus.border_title = title
-        self._cause.show((snap.root_cause, len(snap.failures)), render.root_cause_panel, snap)
+        self._cause.show(
+            (snap.root_cause, len(snap.failures), snap.finished), render.root_cause_panel, snap
+        )
         if self._tabs.active == "cluster-tab":  # every node's row: only drawn when shown
             self._cluster.show((snap.cluster,), render.cluster_panel, snap, now)
         restarts_key = (snap.attempts, snap.budget_left, snap.restarts_used, snap.finished)
@@ -183,6 +205,9 @@ class Dashboard(App[int]):
         self._update_agent_log()
         if snap.finished is not None and not self._finished_seen:
             self._finished_seen = True
+            if snap.finished.outcome == "error" and not snap.ranks:
+                # Nothing ran, so the logs are empty: the reason is what there is to read.
+                self._tabs.active = "cause-tab"
             # A run stopped from outside (SIGTERM, ^C, SIGHUP when the terminal went away)
             # ends tuilaunch too: nobody may be left to press q, and a dashboard on a closed
             # terminal would otherwise linger.
@@ -212,6 +237,10 @@ class Dashboard(App[int]):
 
     def on_workers_table_row_highlighted(self, event: WorkersTable.RowHighlighted) -> None:
         self._refresh_keys(self.source.snapshot())
+        # A rank's log (l) follows the selection: the log shown is always the selected rank's.
+        rank = self.selected_rank()
+        if self.log_pane.rank is not None and rank is not None and rank != self.log_pane.rank:
+            self.log_pane.show_rank(rank)
 
     def selected_rank(self) -> int | None:
         """Local rank of the row under the cursor, if any."""
@@ -237,6 +266,8 @@ class Dashboard(App[int]):
         spec = actions.BY_NAME.get(action)
         if spec is None or spec.needs is actions.Needs.NOTHING:
             return True
+        if spec.needs is actions.Needs.FILTER:
+            return bool(self.log_pane.filter_text)
         return actions.applies(spec.needs, self.source.snapshot(), self.selected_rank())
 
     def _confirm_then(self, action: str, question: str, act: Callable[[], object]) -> None:
@@ -333,6 +364,15 @@ class Dashboard(App[int]):
         self._tabs.active = "logs-tab"
         self.log_pane.show_all()
 
+    def action_clear_filter(self) -> None:
+        """Clear an applied log filter (the filter box may be closed)."""
+        self.log_pane.clear_filter()
+        self.refresh_bindings()
+
+    def action_agent_log(self) -> None:
+        """Show the agent log tab: torch's own messages."""
+        self._tabs.active = "agent-tab"
+
     def action_follow(self) -> None:
         """Resume following new lines (writes what arrived while paused)."""
         self.log_pane.follow()
@@ -409,5 +449,9 @@ class Dashboard(App[int]):
 
 
 def _waiting(snap: Snapshot) -> bool:
-    # The join deadline counts down every second only while the rendezvous waits.
+    # The join deadline (or the store's connect timeout) counts every second while it waits.
+    if snap.finished is not None:
+        return False
+    if snap.run is None and snap.connecting is not None:
+        return True
     return snap.rendezvous is not None and snap.rendezvous.state == "waiting"

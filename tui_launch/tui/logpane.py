@@ -140,20 +140,29 @@ class LogPane(Vertical):
             self.rerender()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        """Enter keeps the filter and hands the keys back."""
+        """Enter keeps the filter, closes the box (the bar shows the filter; Esc clears it)
+        and hands the keys back."""
         if event.input is self._box:
             event.stop()
+            self._box.display = False
             self._close()
+            self.app.refresh_bindings()
+
+    def clear_filter(self) -> None:
+        """Drop the filter (every line shows again) and close the box if it is open."""
+        box = self._box
+        had_focus = box.has_focus
+        self._filter = ""
+        box.value = ""
+        box.display = False
+        if had_focus:
+            self._close()
+        self.rerender()
 
     def on_key(self, event: events.Key) -> None:
         """Esc in the filter box clears the filter and closes the box."""
-        box = self._box
-        if event.key == "escape" and box.has_focus:
-            self._filter = ""
-            box.value = ""
-            box.display = False
-            self._close()
-            self.rerender()
+        if event.key == "escape" and self._box.has_focus:
+            self.clear_filter()
             event.stop()
 
     def _close(self) -> None:
@@ -218,10 +227,14 @@ class LogPane(Vertical):
         self._update_bar()
 
     def _update_bar(self) -> None:
-        who = "all ranks" if self._view_rank is None else f"local rank {self._view_rank}"
+        who = (
+            "all ranks, merged"
+            if self._view_rank is None
+            else f"local rank {self._view_rank} (follows the selection)"
+        )
         parts = [f"log: {who}", f"streams: {self._stream}"]
         if self._filter:
-            parts.append(f"filter: {self._filter!r}")
+            parts.append(f"filter: {self._filter!r} (Esc clears)")
         parts.append(
             "following" if self._follow else f"paused, {self._pending} new line(s) — f to follow"
         )

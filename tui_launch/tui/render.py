@@ -58,24 +58,57 @@ def phase_label(s: Snapshot) -> tuple[str, str]:
 
 
 def header(s: Snapshot, now: float) -> Text:
-    """Job, run id, backend and endpoint, elapsed time, overall state."""
+    """State, elapsed time and exit code first (a narrow terminal cuts the end), then the
+    error of a run that failed before its workers, or the job: command, run id, endpoint."""
     label, style = phase_label(s)
     run = s.run
-    t = Text()
+    t = Text(no_wrap=True, overflow="ellipsis")
     t.append(f" {label.upper()} ", style=f"reverse {style}")
+    start = s.launched_mono if s.launched_mono is not None else s.started_mono
+    elapsed = (s.finished.mono if s.finished else now) - (start if start is not None else now)
+    t.append(f"  {clock(elapsed)}")
+    if s.finished is not None:
+        t.append(f"  exit code {s.finished.exit_code}", style=style)
+    if s.finished is not None and s.finished.outcome == "error":
+        t.append(f"  {s.finished.message}", style="red")
+        return t
     if run is None:
-        t.append("  starting torch's elastic agent...")
+        c = s.connecting
+        if c is None:
+            t.append("  starting torch's elastic agent...")
+        else:
+            t.append(f"  contacting the {c.backend} rendezvous store at {c.endpoint}...")
         return t
     script = " ".join((run.entrypoint, *run.args))
-    elapsed = (s.finished.mono if s.finished else now) - (s.started_mono or now)
     t.append("  ")
     t.append(script, style="bold")
     t.append(f"   run {run.run_id}", style="dim")
     t.append(f"   {run.backend} {run.endpoint}", style="dim")
-    t.append(f"   {clock(elapsed)}")
-    if s.finished is not None:
-        t.append(f"   exit code {s.finished.exit_code}", style=style)
     return t
+
+
+def _connecting_rows(t: Table, s: Snapshot, now: float) -> None:
+    """Before torch's agent exists: the store being contacted, the time against its timeout,
+    the retries; or why it failed."""
+    c = s.connecting
+    if c is None:
+        t.add_row("state", "starting")
+        return
+    t.add_row("store", c.endpoint)
+    t.add_row("backend", c.backend)
+    nodes = str(c.min_nodes) if c.min_nodes == c.max_nodes else f"{c.min_nodes}:{c.max_nodes}"
+    t.add_row("nodes", nodes)
+    fin = s.finished
+    if fin is not None:
+        t.add_row("state", Text("failed" if fin.outcome == "error" else fin.outcome, style="red"))
+        if fin.outcome == "error":
+            t.add_row("why", Text("no answer (c: root cause)", style="red"))
+    else:
+        t.add_row("state", Text("no answer yet", style="yellow"))
+        of = f" ({c.timeout:g}s a try)" if c.timeout else ""
+        t.add_row("waited", f"{clock(now - c.mono)}{of}")
+    if s.store_retries:
+        t.add_row("retries", f"{s.store_retries} (g: agent log)")
 
 
 def rendezvous_panel(s: Snapshot, now: float) -> RenderableType:
@@ -87,7 +120,7 @@ def rendezvous_panel(s: Snapshot, now: float) -> RenderableType:
     t.add_column(style="dim", no_wrap=True)
     t.add_column()
     if run is None:
-        t.add_row("state", "starting")
+        _connecting_rows(t, s, now)
         return t
     t.add_row("backend", f"{run.backend}  {run.endpoint}")
     t.add_row("run id", run.run_id)
@@ -138,6 +171,8 @@ def rendezvous_panel(s: Snapshot, now: float) -> RenderableType:
             mark = "*" if p.this_node else " "
             age = p.heartbeat_age
             hb = "" if age is None else ("hb <5s" if age < 5 else f"hb {ago(age)}")
+            if s.finished is not None:
+                hb = ""  # the last heartbeat seen is not a live one once the job is over
             lw = f"x{local[p.node]}" if p.node in local else ""
             t.add_row(f"{mark}node {p.rank}", " ".join(x for x in (p.node, lw, hb) if x))
     elif rv.participants:
@@ -335,6 +370,10 @@ def rank_cells(
     )
 
 
+# The columns that stay when the table is narrow, most important first; any other column
+# (GPU detail, and columns added later) goes first. See WorkersTable.set_columns.
+WORKER_KEEP = ("rank", "state", "exit", "last log", "local", "uptime", "CPU %", "pid", "RSS")
+
 WORKER_COLUMNS = (
     "rank",
     "local",
@@ -354,6 +393,14 @@ WORKER_COLUMNS = (
 def root_cause_panel(s: Snapshot) -> RenderableType:
     """The latest failure in full, then one line for each earlier one."""
     rc = s.root_cause
+    fin = s.finished
+    if rc is None and fin is not None and fin.outcome == "error":
+        # The run ended before (or outside) any worker: torch's agent said why.
+        out = Text()
+        out.append("the run failed before its workers started\n", style="bold red")
+        out.append(fin.message + "\n", style="red")
+        out.append("\ntorch's own messages are in the agent log (key g)", style="dim")
+        return out
     if rc is None:
         return Text("No failure so far.", style="dim")
     # One Text, not a Group: Textual keeps a Text's leading spaces (traceback indentation).

@@ -93,7 +93,8 @@ class WorkersTable(ScrollView, can_focus=True):
         self._labels: tuple[Text, ...] = ()
         self._keys: list[str] = []
         self._rows: list[tuple[Text, ...]] = []
-        self._widths: tuple[int, ...] = ()
+        self._widths: tuple[int, ...] = ()  # -1: a column hidden for want of width
+        self._drop_order: tuple[int, ...] = ()
         # Row index -> (the styles and geometry it was built with, the strip); a row whose
         # cells change loses its entry in set_rows, so a cached strip is never compared cell
         # by cell again when painting.
@@ -131,9 +132,28 @@ class WorkersTable(ScrollView, can_focus=True):
             return None
         return self._keys[min(self.cursor_row, len(self._keys) - 1)]
 
-    def set_columns(self, labels: Sequence[str]) -> None:
-        """Set the column headers (keeps no rows)."""
+    @property
+    def shown_columns(self) -> tuple[str, ...]:
+        """The headers of the columns that fit the table's width (all, before layout)."""
+        return tuple(
+            label.plain for label, w in zip(self._labels, self._widths, strict=False) if w >= 0
+        )
+
+    def set_columns(self, labels: Sequence[str], keep: Sequence[str] = ()) -> None:
+        """Set the column headers (keeps no rows).
+
+        ``keep`` lists the columns that matter most, most important first. When the table is
+        narrower than its columns, the columns not in ``keep`` go first (rightmost first), then
+        those in ``keep`` from its end: a column added later without a place in ``keep`` never
+        pushes an essential one out.
+        """
         self._labels = tuple(Text(label) for label in labels)
+        rank = {name: i for i, name in enumerate(keep)}
+        extra = [i for i in reversed(range(len(labels))) if labels[i] not in rank]
+        kept = sorted(
+            (i for i in range(len(labels)) if labels[i] in rank), key=lambda i: -rank[labels[i]]
+        )
+        self._drop_order = (*extra, *kept)
         self._keys, self._rows = [], []
         self._strips.clear()
         self._cells.clear()
@@ -178,19 +198,36 @@ class WorkersTable(ScrollView, can_focus=True):
 
     def _resize(self) -> bool:
         """Recompute column widths and the virtual size; True if the widths changed."""
-        widths = tuple(
+        natural = [
             max([label.cell_len, *(row[i].cell_len for row in self._rows if i < len(row))])
             for i, label in enumerate(self._labels)
-        )
+        ]
+        room = self.size.width
+        if room > 0:
+            total = sum(w + 2 * PAD for w in natural)
+            for i in self._drop_order:
+                if total <= room:
+                    break
+                if sum(w >= 0 for w in natural) <= 1:
+                    break
+                total -= natural[i] + 2 * PAD
+                natural[i] = -1
+        widths = tuple(natural)
         changed = widths != self._widths
         self._widths = widths
-        total = sum(w + 2 * PAD for w in widths)
+        total = sum(w + 2 * PAD for w in widths if w >= 0)
         size = Size(total, len(self._rows) + 1)
         if size != self.virtual_size:
             if size.height != self.virtual_size.height:
                 self.refresh(layout=True)  # the table's height is auto
             self.virtual_size = size
         return changed
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Columns come and go with the width (see :meth:`set_columns`)."""
+        if self._resize():
+            self._strips.clear()
+            self.refresh()
 
     # ---------------------------------------------------------------- cursor
 
@@ -297,8 +334,9 @@ class WorkersTable(ScrollView, can_focus=True):
             return cached[1]
         segments: list[Segment] = []
         for column, (cell_width, cell) in enumerate(zip(self._widths, cells, strict=False)):
-            segments.extend(self._cell_segments(index, column, cell, cell_width, style))
-        total = sum(w + 2 * PAD for w in self._widths[: len(cells)])
+            if cell_width >= 0:
+                segments.extend(self._cell_segments(index, column, cell, cell_width, style))
+        total = sum(w + 2 * PAD for w in self._widths[: len(cells)] if w >= 0)
         # Cells in the row's style run together: fewer segments for every step after this
         # (the colour filter, the compositor's cuts, the terminal output).
         strip = Strip(Segment.simplify(segments), total).crop_extend(
