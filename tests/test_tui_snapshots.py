@@ -63,3 +63,25 @@ class TestDashboardSnapshots:
     def test_cluster_tab(self, snap_compare) -> None:
         """Key n: the Cluster tab, every node's status from the store; the silent one first."""
         assert snap_compare(dashboard("multinode"), terminal_size=SIZE, press=["n"])
+
+    # Issue 17: usable from 80x24 up (the side panels stack below 120 columns and the table
+    # drops the columns that matter least), and a store nobody serves explained.
+    def test_healthy_80x24(self, snap_compare) -> None:
+        assert snap_compare(dashboard("healthy"), terminal_size=(80, 24))
+
+    def test_healthy_120x36(self, snap_compare) -> None:
+        assert snap_compare(dashboard("healthy"), terminal_size=(120, 36))
+
+    def test_healthy_200x50(self, snap_compare) -> None:
+        assert snap_compare(dashboard("healthy"), terminal_size=(200, 50))
+
+    def test_failure_80x24(self, snap_compare) -> None:
+        assert snap_compare(dashboard("failure"), terminal_size=(80, 24), press=["c"])
+
+    def test_connecting_80x24(self, snap_compare) -> None:
+        """The launcher waits for a c10d store nobody serves: endpoint, time, retries."""
+        assert snap_compare(dashboard("connecting"), terminal_size=(80, 24))
+
+    def test_connect_failed_80x24(self, snap_compare) -> None:
+        """It gave up: the error in the header and the root-cause tab, shown at once."""
+        assert snap_compare(dashboard("connect_failed"), terminal_size=(80, 24))

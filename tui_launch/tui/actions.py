@@ -163,7 +163,7 @@ ACTIONS: tuple[Action, ...] = (
     Action(
         "clear_filter",
         ("Esc",),
-        "clear the log filter (also after Enter closed its box)",
+        "clear an applied log filter",
         label="Clear filter",
         tooltip="Show every log line again",
         binding_id="clear_filter",
@@ -208,7 +208,7 @@ ACTIONS: tuple[Action, ...] = (
     Action(
         "agent_log",
         ("g",),
-        "show the agent log: torch's own messages (rendezvous, store, agent)",
+        "show the agent log: torch's own messages",
         label="Agent log",
         tooltip="torch's own messages",
         binding_id="agentlog",
