@@ -40,7 +40,9 @@ ROW = re.compile(r"│\s?(\d+)\s+(\d+)\s+(\d+)\s+([a-z]+)\s")
 class Tmux:
     """One tmux server (own socket, no user config) with one session running ``command``."""
 
-    def __init__(self, command: str, env: dict[str, str]) -> None:
+    def __init__(
+        self, command: str, env: dict[str, str], width: int = WIDTH, height: int = HEIGHT
+    ) -> None:
         self.dir = tempfile.mkdtemp(prefix="tuilaunch-tmux-")
         self.socket = os.path.join(self.dir, "tmux.sock")
         self.session = "dash"
@@ -48,7 +50,7 @@ class Tmux:
         # remain-on-exit in the same tmux invocation: the pane stays (dead, with its exit
         # status) however fast the command ends, so the final screen can still be read.
         self.tmux(
-            "new-session", "-d", "-s", self.session, "-x", str(WIDTH), "-y", str(HEIGHT),
+            "new-session", "-d", "-s", self.session, "-x", str(width), "-y", str(height),
             "-c", str(ROOT), command, ";",
             "set-option", "-t", self.session, "remain-on-exit", "on",
         )  # fmt: skip
@@ -216,6 +218,53 @@ def test_kill_a_rank_restart_and_quit_in_a_real_terminal() -> None:
         # 5. Nothing of the launch is left.
         left = wait_gone(token, 30)
         assert not left, f"processes left behind: {describe(left)}"
+    finally:
+        tmux.close()
+        for pid in leftovers(token):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(300)
+def test_a_store_nobody_serves_at_80x24() -> None:
+    """Issue 17: the dashboard says what it waits for, then why it failed, on 80x24."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    token = uuid.uuid4().hex
+    env = base_env()
+    env.pop(TOKEN_VAR, None)
+    env.pop("TMUX", None)
+    env["TERM"] = "xterm-256color"
+    launch = [
+        PY, "-m", "tui_launch", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+        "--rdzv-conf", "is_host=0,read_timeout=8", "--nnodes", "2", "--nproc-per-node", "1",
+        str(WORKERS / "noop.py"),
+    ]  # fmt: skip
+    command = shlex.join(["env", f"{TOKEN_VAR}={token}", "PYTHONUNBUFFERED=1", *launch])
+    command += '; echo "launcher exit status $?"'
+    tmux = Tmux(command, env, width=80, height=24)
+    try:
+        endpoint = f"127.0.0.1:{port}"
+        poll(tmux, "the store being contacted", 120, lambda s: "no answer yet" in s)
+        waiting = tmux.screen()
+        assert endpoint in waiting and "8s a try" in waiting, waiting
+        assert "Workers" in waiting and "frame #" not in waiting, waiting
+        poll(tmux, "the error", 120, lambda s: "could not reach the c10d" in s)
+        failed = tmux.screen()
+        assert failed.splitlines()[0].lstrip().startswith("ERROR"), failed
+        assert "exit code 1" in failed.splitlines()[0], failed
+        # The root-cause tab, shown at once: the sentence names the endpoint and the timeout.
+        assert "the run failed before its workers started" in failed, failed
+        assert f"{endpoint} within its" in failed and "timeout (8s)" in failed, failed
+        assert "^p palette" not in failed  # the hint no longer covers the footer's keys
+        tmux.keys("q")
+        poll(tmux, "the launcher to exit", 60, lambda s: tmux.pane("#{pane_dead}") == "1")
+        final = tmux.screen()
+        assert "launcher exit status 1" in final, final
+        assert not wait_gone(token, 30)
     finally:
         tmux.close()
         for pid in leftovers(token):
