@@ -7,7 +7,9 @@ with the simulated GPUs of the fake NVML, and leave no process behind.
 
 from __future__ import annotations
 
-from conftest import base_env, read_journal
+import signal
+
+from conftest import base_env, read_journal, wait_for
 
 
 def test_demo_fails_restarts_and_succeeds(tuilaunch, tmp_path) -> None:
@@ -26,6 +28,7 @@ def test_demo_fails_restarts_and_succeeds(tuilaunch, tmp_path) -> None:
     root = [f for f in failed["failures"] if not f["collateral"]]
     assert [(f["global_rank"], f["signal"]) for f in root] == [(1, "SIGKILL")]
     assert "sent by tuilaunch" in (root[0]["caused_by"] or "")
+    assert root[0]["hint"] is None  # no "often the OOM killer": the sender is known
     restarts = [e for e in events if e["kind"] == "restart"]
     assert [(r["cause"], r["to_attempt"]) for r in restarts] == [("failure", 1)]
     assert kinds[-1] == "run_finished" and events[-1]["outcome"] == "succeeded"
@@ -34,3 +37,16 @@ def test_demo_fails_restarts_and_succeeds(tuilaunch, tmp_path) -> None:
     assert samples and len(samples[-1]["gpus"]) == 2
     # The trainer resumed from its snapshot in attempt 1 (the example prints where it resumed).
     assert "Resuming training from snapshot" in launch.output, launch.output[-3000:]
+
+
+def test_stopped_demo_leaves_no_snapshot(tuilaunch, tmp_path) -> None:
+    """Issue 17: the demo's snapshot is the launcher's own file; a stopped demo removes it."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = base_env(TMPDIR=str(tmp))
+    env.pop("TUILAUNCH_FAKE_NVML", None)
+    launch = tuilaunch("--demo", cwd=tmp_path, env=env)
+    wait_for(lambda: list(tmp.glob("tuilaunch-demo-*.pt")), 120, what="the demo's snapshot")
+    launch.proc.send_signal(signal.SIGTERM)
+    assert launch.wait(120) == 143, launch.output
+    assert not list(tmp.glob("tuilaunch-demo-*")), list(tmp.iterdir())
