@@ -199,14 +199,14 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
         # Shown in the attempt timeline: the attempt that starts next has these nodes.
         return replace(s, node_changes=(*s.node_changes, e))
     if isinstance(e, RunStarted):
-        launched = e.launched_mono if e.launched_mono is not None else s.launched_mono
+        began = e.launched_mono if e.launched_mono is not None else s.launched_mono
         return replace(
             s,
             run=e,
             budget_left=e.max_restarts,
             started_wall=e.wall,
             started_mono=e.mono,
-            launched_mono=launched if launched is not None else e.mono,
+            launched_mono=e.mono if began is None else began,
         )
     if isinstance(e, RendezvousStarted):
         # A new round: what the last one decided (group rank, master) no longer holds.
