@@ -412,8 +412,9 @@ def test_filter_input() -> None:
         assert all("Epoch 3" in ln for ln in logview(app).lines)
         # While typing, letters go to the input, not to the dashboard's keys.
         assert src.actions == [] and not isinstance(app.screen, ConfirmScreen)
-        await pilot.press("enter")  # keeps the filter, focus back on the table
-        assert app._table.has_focus and box.display
+        # Enter keeps the filter (the bar shows it) and closes the box: focus back on the table.
+        await pilot.press("enter")
+        assert app._table.has_focus and not box.display
         assert len(logview(app).lines) == 4
         await pilot.press("slash")
         assert box.has_focus and box.value == "epoch 3"
