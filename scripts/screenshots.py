@@ -43,7 +43,11 @@ STATES: dict[str, tuple[str, ...]] = {
 # extra screenshots: file name -> (state, keys)
 EXTRA: dict[str, tuple[str, tuple[str, ...]]] = {
     "cluster": ("multinode", ("n",)),  # the Cluster tab: every node's status from the store
+    "small": ("healthy", ()),  # the smallest supported terminal (SIZES)
+    "connect-failed": ("connect_failed", ()),  # a c10d store nobody serves, on 80x24
 }
+# screenshots taken at another size than SIZE
+SIZES: dict[str, tuple[int, int]] = {"small": (80, 24), "connect-failed": (80, 24)}
 
 
 def _stable_ids(svg_path: Path, name: str) -> None:
@@ -53,8 +57,10 @@ def _stable_ids(svg_path: Path, name: str) -> None:
     svg_path.write_text(text, encoding="utf-8")
 
 
-async def _shoot(app: Any, path: Path, press: tuple[str, ...] = ()) -> None:
-    async with app.run_test(size=SIZE) as pilot:
+async def _shoot(
+    app: Any, path: Path, press: tuple[str, ...] = (), size: tuple[int, int] = SIZE
+) -> None:
+    async with app.run_test(size=size) as pilot:
         await pilot.pause()
         if press:
             await pilot.press(*press)
@@ -73,7 +79,7 @@ def fake_states(names: list[str]) -> list[Path]:
         path = OUT / f"{name}.svg"
         state, keys = EXTRA.get(name) or (name, STATES[name])
         app = Dashboard(scenarios.STATES[state]())
-        asyncio.run(_shoot(app, path, keys))
+        asyncio.run(_shoot(app, path, keys, SIZES.get(name, SIZE)))
         _stable_ids(path, name)
         written.append(path)
     return written
