@@ -352,3 +352,15 @@ def test_single_node_success_is_short(tuilaunch):
     assert "2 rank(s) exited 0; no failures, no restarts" in summary
     assert "ranks (attempt" not in summary and "logs: " in summary
     assert len(summary.strip().splitlines()) <= 5, summary
+
+
+def test_the_exception_line_is_found_whatever_its_name():
+    tail = (
+        "[rank1]: Traceback (most recent call last):",
+        '[rank1]:   File "w.py", line 3, in <module>',
+        "[rank1]:     raise InjectedFailure('boom')",
+        "[rank1]: InjectedFailure: boom, said the injector",
+        "[W1124 00:00:00 ProcessGroup.cpp:1] Warning: a destructor note",
+    )
+    assert errors.last_error_line(tail) == "InjectedFailure: boom, said the injector"
+    assert errors.last_error_line(("UserWarning: Failed to initialize NumPy",)) == ""

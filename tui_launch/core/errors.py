@@ -113,6 +113,25 @@ def has_error_signature(lines: tuple[str, ...] | list[str]) -> bool:
     return any(is_error_line(ln) for ln in lines)
 
 
+_RANK_TAG = re.compile(r"^\[rank\d+\]: ?")  # torch's worker excepthook prefixes its lines
+
+
+def last_error_line(lines: tuple[str, ...] | list[str]) -> str:
+    """The line that says what went wrong: after the last traceback, its exception line
+    (whatever the exception's name); otherwise the last error line; "" when there is none."""
+    plain = [_RANK_TAG.sub("", ln) for ln in lines]
+    start = 0
+    for i, line in enumerate(plain):
+        if "Traceback (most recent call last)" in line:
+            start = i + 1
+    if start:
+        # The exception line: the first line after the frames that is not indented.
+        for ln in plain[start:]:
+            if ln.strip() and not ln.startswith((" ", "\t")):
+                return ln.strip()
+    return next((ln.strip() for ln in reversed(plain) if is_error_line(ln)), "")
+
+
 def describe_exit(exit_code: int | None) -> str:
     """``exit 3``, ``SIGKILL (-9)`` or ``running``: a short label for a rank's end."""
     if exit_code is None:

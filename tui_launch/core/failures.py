@@ -71,7 +71,7 @@ def collect_failures(
             # Without @record, a rank that exited with an error code usually printed the
             # exception last; a signalled one was cut off mid-stream. Only an error line
             # counts (a trailing warning or progress line says nothing about the exit).
-            last = next((ln.strip() for ln in reversed(tail) if errors.is_error_line(ln)), "")
+            last = errors.last_error_line(tail)
             last = RANK_PREFIX.sub("", last) if code > 0 else ""
             message = last or errors.describe_exit(code)
         caused_by = ranks.marks.get(pid)
