@@ -309,9 +309,9 @@ def test_c10d_two_nodes_cluster_view_and_scale_down(launches, tmp_path):
     assert "node lost:" in a.stderr
     # attempt 1, or 2 when b joined after a's last call (one more membership restart)
     assert re.search(r"nodes: attempt \d+ has 1 node\(s\) \(-", a.stderr), a.stderr[-3000:]
-    # The surviving node printed both nodes' lines: "cluster <id> node <group rank> of 2 ...".
-    lines = [ln for ln in a.stderr.splitlines() if "] cluster " in ln and " of 2 " in ln]
-    assert {ln.split(" node ")[1].split()[0] for ln in lines} == {"0", "1"}, a.stderr[-3000:]
+    # The surviving node printed both nodes' lines: "cluster <id> (node <group rank> of 2 ...".
+    ranks = re.findall(r"\] cluster \S+ \(node (\d+) of 2\b", a.stderr)
+    assert set(ranks) == {"0", "1"}, a.stderr[-3000:]
 
 
 def test_genuine_failure_restarts_without_the_lost_node_wait(launches, tmp_path):
