@@ -27,10 +27,11 @@ import torch
 import torch.distributed as dist
 
 
-def loader_worker() -> None:
-    """A child process that sleeps, as an idle data-loader worker would."""
-    while True:
-        time.sleep(1.0)
+def loader_worker(parent: int) -> None:
+    """A child process that sleeps, as an idle data-loader worker would, until its rank dies
+    (a rank killed by SIGKILL cannot take its children along)."""
+    while os.getppid() == parent:
+        time.sleep(0.2)
 
 
 def load_batch() -> None:
@@ -55,7 +56,9 @@ def main() -> None:
     children = []
     for _ in range(args.children):
         # fork: the child needs nothing but this module's function, and starts at once.
-        proc = multiprocessing.get_context("fork").Process(target=loader_worker, daemon=True)
+        proc = multiprocessing.get_context("fork").Process(
+            target=loader_worker, args=(os.getpid(),), daemon=True
+        )
         proc.start()
         children.append(proc)
 

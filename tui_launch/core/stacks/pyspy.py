@@ -259,6 +259,8 @@ def dump_ranks(
     """
     wall, start = time.time(), time.monotonic()
     binary = find_pyspy() if pyspy == "" else pyspy
+    if binary is not None and not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        binary = None  # a configured path that is not there: say "no py-spy" once, not per rank
     kids = {pid: (proc_children(pid) if children else []) for _, _, pid in targets}
     pids = [pid for _, _, pid in targets] + [k for ks in kids.values() for k in ks]
     results: dict[int, ProcessStack] = {}

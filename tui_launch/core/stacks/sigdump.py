@@ -45,13 +45,13 @@ _SETTLE = 0.05
 def parse_faulthandler(text: str) -> tuple[ThreadStack, ...]:
     """The first faulthandler dump in ``text``: every thread, the main thread first.
 
-    A dump is a run of thread blocks separated only by blank lines. Lines of other output
-    (the rank's own stderr, written by another thread meanwhile) end a block and are skipped.
-    CPython lists threads newest first, so the main thread, the oldest, is the last block.
+    A dump is a run of thread blocks. Lines of other output (the rank's own stderr, written by
+    another thread meanwhile) end a block and are skipped. The dump ends where a thread id
+    comes again: that is the next dump. CPython lists threads newest first, so the main
+    thread, the oldest, is the last block.
     """
     blocks: list[ThreadStack] = []
     current: tuple[int, list[Frame]] | None = None
-    ended = False  # a block was closed by something other than a blank line or a header
 
     def close() -> None:
         nonlocal current
@@ -63,30 +63,27 @@ def parse_faulthandler(text: str) -> tuple[ThreadStack, ...]:
     for raw in text.splitlines():
         head = _HEADER.match(raw)
         if head:
-            if blocks and ended:
-                break  # a second dump after unrelated output: keep the first only
             close()
-            current = (int(head.group(2), 16), [])
+            tid = int(head.group(2), 16)
+            if any(b.thread_id == tid for b in blocks):
+                break  # a second dump: keep the first only
+            current = (tid, [])
             continue
-        if current is not None:
-            frame = _FRAME.match(raw)
-            if frame:
-                path, line, func = frame.groups()
-                current[1].append(
-                    Frame(
-                        function=func,
-                        file=short_file(path),
-                        line=int(line) if line.isdigit() else 0,
-                        path=path,
-                    )
+        if current is None:
+            continue
+        frame = _FRAME.match(raw)
+        if frame:
+            path, line, func = frame.groups()
+            current[1].append(
+                Frame(
+                    function=func,
+                    file=short_file(path),
+                    line=int(line) if line.isdigit() else 0,
+                    path=path,
                 )
-                continue
-            if _OTHER.match(raw):
-                continue
+            )
+        elif not _OTHER.match(raw):
             close()
-            ended = bool(raw.strip())
-        elif blocks and raw.strip():
-            ended = True
     close()
     if not blocks:
         return ()

@@ -145,7 +145,8 @@ def _waiting(in_coll: list[RankPlace]) -> str:
     """``ranks 0, 2-7 wait in all_reduce`` (several collectives: each with its ranks)."""
     ops = sorted(_by(in_coll, "collective").items(), key=lambda kv: (-len(kv[1]), kv[1]))
     first, *rest = ops
-    text = f"{_ranks(first[1])} wait in {first[0]}"
+    verb = "waits" if len(first[1]) == 1 else "wait"
+    text = f"{_ranks(first[1])} {verb} in {first[0]}"
     return "; ".join([text, *(f"{_ranks(r)} in {op}" for op, r in rest)])
 
 
