@@ -175,6 +175,12 @@ def test_pyspy_includes_child_processes(hang_job: Job) -> None:
             assert main is not None, child
             assert main.frames[0].function == "loader_worker"
             assert child.pid != rank.pid
+        assert rank.more_children == 0
+    # A limit on children per rank: the rest are counted, not dumped; 0 dumps none.
+    capped = dump_ranks(hang_job.targets, "capped", max_children=1)
+    assert [(len(r.children), r.more_children) for r in capped.ranks] == [(1, 1), (1, 1)]
+    assert "1 children (+1 not dumped)" in render_text(capped)
+    assert all(not r.children for r in dump_ranks(hang_job.targets, "x", max_children=0).ranks)
 
 
 @needs_pyspy

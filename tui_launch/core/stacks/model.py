@@ -81,12 +81,14 @@ class ProcessStack:
 
 @dataclass(frozen=True)
 class RankStack:
-    """One local rank: its own process and its child processes (data-loader workers, ...)."""
+    """One local rank: its own process and its child processes (data-loader workers, ...);
+    ``more_children`` counts descendants beyond the dump's limit, not dumped."""
 
     local_rank: int
     global_rank: int
     process: ProcessStack
     children: tuple[ProcessStack, ...] = ()
+    more_children: int = 0
 
     @property
     def pid(self) -> int:
@@ -164,6 +166,7 @@ def dump_from_dict(data: dict[str, Any]) -> StackDump:
             global_rank=d["global_rank"],
             process=process(d["process"]),
             children=tuple(process(c) for c in d["children"]),
+            more_children=d.get("more_children", 0),
         )
 
     return StackDump(**{**data, "ranks": tuple(rank(r) for r in data["ranks"])})

@@ -106,6 +106,7 @@ def render_text(dump: StackDump, v: Verdict | None = None) -> str:
     out += [
         f"  rank {r.global_rank} (local {r.local_rank}): {_process_line(r.process)}, "
         f"{len(r.process.threads)} threads, {len(r.children)} children"
+        + (f" (+{r.more_children} not dumped)" if r.more_children else "")
         for r in dump.ranks
     ]
     return "\n".join(out) + "\n"
