@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -236,6 +237,24 @@ def test_ptrace_denied_says_so_in_one_line_with_the_fix(
     # A py-spy path that does not exist is "no py-spy", with the same way out.
     missing = dump_ranks(hang_job.targets, "missing", pyspy=str(tmp_path / "absent"))
     assert missing.note == NO_PYSPY and "--dump-via-faulthandler" in NO_PYSPY
+
+
+@needs_pyspy
+@pytest.mark.skipif(
+    shutil.which("setpriv") is None or os.geteuid() != 0, reason="needs root and setpriv"
+)
+def test_real_ptrace_denial_says_so_with_the_fix(hang_job: Job, tmp_path: Path) -> None:
+    """The real py-spy, really refused: run as nobody, without capabilities, on root's ranks."""
+    wrapper = tmp_path / "py-spy"
+    wrapper.write_text(
+        "#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all "
+        f'--bounding-set=-all {find_pyspy()} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    dump = dump_ranks(hang_job.targets, "denied", pyspy=str(wrapper))
+    assert dump.note == ptrace_fix(), [r.process.error for r in dump.ranks]
+    for rank in dump.ranks:
+        assert rank.process.error is not None and "Permission Denied" in rank.process.error
 
 
 def test_save_writes_text_and_json_and_the_journal_points_to_them(

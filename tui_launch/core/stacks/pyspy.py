@@ -216,14 +216,28 @@ def dump_process(pid: int, pyspy: str | None, timeout: float = DEFAULT_TIMEOUT) 
         return done(NONE, error=NO_PYSPY)
     nonblocking = state in ("T", "t")
     cmd = [pyspy, "dump", "--pid", str(pid), "--json"]
-    if nonblocking:
-        cmd.append("--nonblocking")
     method = PYSPY_NONBLOCKING if nonblocking else PYSPY
     try:
         # subprocess.run kills py-spy (SIGKILL) when the limit passes, then reaps it.
         p = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            [*cmd, "--nonblocking"] if nonblocking else cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
         )
+        if p.returncode != 0 and not nonblocking and proc_state(pid) in ("T", "t"):
+            # Stopped meanwhile (a SIGSTOP between reading the state and attaching): a blocking
+            # dump cannot suspend it, a nonblocking one can read it.
+            state, method = proc_state(pid), PYSPY_NONBLOCKING
+            left = max(0.1, timeout - (time.monotonic() - start))
+            p = subprocess.run(
+                [*cmd, "--nonblocking"],
+                capture_output=True,
+                text=True,
+                timeout=left,
+                stdin=subprocess.DEVNULL,
+            )
     except subprocess.TimeoutExpired:
         return done(method, error=f"py-spy did not answer in {timeout:g}s; killed")
     except OSError as e:
