@@ -47,6 +47,7 @@ from tui_launch.core.stacks import (
     dumped_event,
     find_pyspy,
     group_stacks,
+    hang_event,
     load,
     parse_faulthandler,
     parse_pyspy_json,
@@ -524,6 +525,9 @@ def test_verdict_other_shapes() -> None:
     v = verdict(_dump(_rank(0, COLL), _rank(1, LOAD), _rank(2, None, error="process is gone")))
     assert v.text.endswith("; no stack for rank 2 (process is gone)"), v.text
     assert v.odd == (1,)
+    gone = verdict(_dump(_rank(0, None, error="process is gone")))
+    assert gone.text == "no stacks: rank 0 (process is gone)"
+    assert verdict(_dump()).text == "no stacks: no ranks"
     d = _rank(1, None, method="wchan", state="D", wchan="nfs_wait_bit_killable")
     v = verdict(_dump(_rank(0, COLL), d))
     assert v.text == (
@@ -607,6 +611,10 @@ def test_hang_detector_suspects_after_silence_on_all_ranks_and_confirms() -> Non
     c = det.second(_dump(_rank(0, COLL), _rank(1, LOAD), wall=561.0), 561.5)
     assert c.hung and det.state == "hung"
     assert det.poll(9999.0) == NOTHING  # confirmed once; no more dumps while nothing changes
+    event = hang_event(c, first, attempt=0, silence=det.silence(561.5), first_path="a",
+                       second_path="b")  # fmt: skip
+    assert event.still_ranks == (0, 1) and event.odd_ranks == (1,) and event.silence == 311.5
+    assert ev.from_dict(json.loads(json.dumps(ev.to_dict(event)))) == event
     det.output(1, 10000.0)  # the job moved again: watch afresh
     assert det.state == "watching" and det.poll(10299.0) == NOTHING and det.poll(10300.0) == DUMP
 

@@ -533,3 +533,30 @@ class StacksDumped(Event):
 
 
 EVENT_TYPES[StacksDumped.kind] = StacksDumped
+
+
+@dataclass(frozen=True)
+class HangDetected(Event):
+    """No rank wrote output for ``silence`` seconds and two dumps ``interval`` seconds apart
+    showed main-thread stacks that did not move (``still_ranks``): the job is hung.
+
+    ``confirmation`` says it in one line ("hung: no main-thread stack moved in 10 s ..."),
+    ``verdict`` is the second dump's verdict and ``odd_ranks`` the ranks it names; the two
+    dumps are kept at ``first_path`` and ``second_path``. ``action`` is what ``--on-hang``
+    does about it (``dump``, ``restart`` or ``stop``).
+    """
+
+    kind: ClassVar[str] = "hang"
+    attempt: int
+    silence: float
+    interval: float
+    still_ranks: tuple[int, ...]
+    confirmation: str
+    verdict: str
+    odd_ranks: tuple[int, ...]
+    first_path: str
+    second_path: str
+    action: str = "dump"
+
+
+EVENT_TYPES[HangDetected.kind] = HangDetected

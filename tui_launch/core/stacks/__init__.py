@@ -23,6 +23,7 @@ from tui_launch.core.stacks.hang import (
     Confirmation,
     HangDetector,
     confirm,
+    hang_event,
 )
 from tui_launch.core.stacks.model import (
     Frame,
@@ -83,6 +84,7 @@ __all__ = [
     "dumped_event",
     "find_pyspy",
     "group_stacks",
+    "hang_event",
     "load",
     "parse_faulthandler",
     "parse_pyspy_json",

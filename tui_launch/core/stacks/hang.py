@@ -21,8 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tui_launch.core.events import HangDetected
 from tui_launch.core.stacks.model import StackDump
-from tui_launch.core.stacks.verdict import main_signature, rank_list
+from tui_launch.core.stacks.verdict import main_signature, rank_list, verdict
 
 # What poll() asks of the caller.
 NOTHING = "nothing"
@@ -159,3 +160,29 @@ class HangDetector:
             self.state = WATCHING
             self._since = now
         return result
+
+
+def hang_event(
+    confirmation: Confirmation,
+    second: StackDump,
+    *,
+    attempt: int,
+    silence: float,
+    first_path: str,
+    second_path: str,
+    action: str = "dump",
+) -> HangDetected:
+    """The journal's record of a confirmed hang, with its evidence (both dumps' paths)."""
+    v = verdict(second)
+    return HangDetected(
+        attempt=attempt,
+        silence=silence,
+        interval=confirmation.interval,
+        still_ranks=confirmation.still,
+        confirmation=confirmation.text,
+        verdict=v.text,
+        odd_ranks=v.odd,
+        first_path=first_path,
+        second_path=second_path,
+        action=action,
+    )

@@ -163,12 +163,11 @@ def verdict(dump: StackDump) -> Verdict:
     places = tuple(place_of(r) for r in dump.ranks)
     known = [p for p in places if p.known]
     unknown = [p for p in places if not p.known]
-    tail = ""
-    if unknown:
-        reasons = _by(unknown, "place")
-        tail = "; no stack for " + "; ".join(f"{_ranks(r)} ({why})" for why, r in reasons.items())
+    missing = "; ".join(f"{_ranks(r)} ({why})" for why, r in _by(unknown, "place").items())
+    tail = f"; no stack for {missing}" if unknown else ""
     if not known:
-        text = "no stacks" + (f": {dump.note}" if dump.note else tail.replace("; no stack for", ""))
+        # The note (no ptrace, no py-spy) says it once instead of once per rank.
+        text = f"no stacks: {dump.note or missing or 'no ranks'}"
         return Verdict(text=text, odd=(), places=places)
     in_coll = [p for p in known if p.collective]
     out = [p for p in known if not p.collective]
