@@ -93,6 +93,10 @@ def run_cli(argv: list[str] | None = None) -> int:
         telemetry=telemetry,
         injector=Injector(parse_specs(opts.inject), seed=opts.inject_seed),
         inject_ready=opts.inject_ready,
+        hang_timeout=opts.hang_timeout,
+        on_hang=opts.on_hang,
+        dump_on_failure=not opts.no_dump_on_failure,
+        dump_via_faulthandler=opts.dump_via_faulthandler,
     )
     runner.before_exit(_say_node_dies)
     # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.

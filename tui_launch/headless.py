@@ -14,7 +14,7 @@ import time
 from typing import TextIO
 
 from tui_launch.core import errors
-from tui_launch.core.events import Event, Injected
+from tui_launch.core.events import Event, Injected, StacksDumped
 from tui_launch.core.handle import RunHandle
 from tui_launch.core.logs import STDOUT, LogSource
 from tui_launch.core.store import RunStore, Snapshot
@@ -93,7 +93,23 @@ class Headless:
             line = describe(e)
             if line:
                 self._say(line)
+            if isinstance(e, StacksDumped):
+                self._print_stacks(e)
         self._print_cluster()
+
+    def _print_stacks(self, e: StacksDumped) -> None:
+        """Each distinct main-thread stack of a dump once, with the ranks that share it."""
+        dump = self.runner.stack_dump(e.path)
+        if dump is None:
+            return
+        from tui_launch.core.stacks import group_stacks, rank_list
+
+        for group in group_stacks(dump):
+            n = len(group.ranks)
+            who = f"rank {group.ranks[0]}" if n == 1 else f"ranks {rank_list(group.ranks)}"
+            who += f" (\u00d7 {n} ranks)" if n > 1 else ""
+            lines = [f"  {f.where}" for f in group.frames] or ["  (no Python frame)"]
+            self._say("\n".join([f"  {who}, main thread (innermost first):", *lines]))
 
     def _print_cluster(self) -> None:
         # One line per node whenever what it says changes (not its heartbeat age). Past
@@ -219,6 +235,16 @@ def print_summary(s: Snapshot, runner: RunHandle | None, stream: TextIO) -> None
         for line in injection_lines(runner.store.events()):
             console.print(line, soft_wrap=True)
 
+    if s.hang is not None:
+        h = s.hang
+        console.print(Text("hang", style="bold red"))
+        console.print(
+            Text(
+                f"  attempt {h.attempt}: no output for {h.silence:.0f}s; {h.confirmation}\n"
+                f"  verdict: {h.verdict}\n  stacks: {h.second_path}"
+            ),
+            soft_wrap=True,
+        )
     rc = s.root_cause
     if rc is not None and outcome != "succeeded":
         console.print(Text("root cause", style="bold red"))
@@ -235,6 +261,9 @@ def print_summary(s: Snapshot, runner: RunHandle | None, stream: TextIO) -> None
             console.print(f"logs: {runner.run_dir}", soft_wrap=True)
         if runner.journal_path:
             console.print(f"journal: {runner.journal_path}", soft_wrap=True)
+    if s.dumps:
+        last = s.dumps[-1]
+        console.print(f"stacks: {len(s.dumps)} dump(s); latest: {last.path}", soft_wrap=True)
 
 
 def _print_resources(s: Snapshot, console: object) -> None:

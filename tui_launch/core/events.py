@@ -69,6 +69,11 @@ class Failure:
     error_file: str | None
     collateral: bool = False
     caused_by: str | None = None
+    # The stacks of the other ranks, taken before torch terminated them (issue 14): the dump's
+    # directory and one line per rank ("rank 0: all_reduce (train.py:12 in step)").
+    stacks: str = ""
+    peers: tuple[str, ...] = ()
+    hung: bool = False  # the rank did not exit: a confirmed hang (--on-hang restart/stop)
 
 
 @dataclass(frozen=True)
@@ -530,6 +535,10 @@ class StacksDumped(Event):
     method: str = "py-spy"
     duration: float = 0.0
     note: str = ""
+    # Where each rank is, one line each ("rank 0: all_reduce (train.py:12 in step)"): what the
+    # root cause, the headless summary and the cluster view show without reading the files.
+    places: tuple[str, ...] = ()
+    source: str = ""  # who asked (dashboard, api, hang, before-kill)
 
 
 EVENT_TYPES[StacksDumped.kind] = StacksDumped

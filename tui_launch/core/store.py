@@ -21,6 +21,7 @@ from tui_launch.core.events import (
     ExitBarrier,
     Failure,
     GroupState,
+    HangDetected,
     NodeChange,
     Notice,
     RankExited,
@@ -31,6 +32,7 @@ from tui_launch.core.events import (
     RunFinished,
     RunStarted,
     Shutdown,
+    StacksDumped,
     TelemetrySample,
     TelemetryTotals,
     WorkersStarted,
@@ -135,6 +137,9 @@ class Snapshot:
     telemetry: TelemetryView | None = None
     cluster: ClusterSample | None = None
     node_changes: tuple[NodeChange, ...] = ()
+    dumps: tuple[StacksDumped, ...] = ()  # every stack dump of the run, oldest first
+    hang: HangDetected | None = None  # the latest confirmed hang of the current attempt
+    hung_ranks: tuple[int, ...] = ()  # global ranks the Workers table marks as hanging
 
     @property
     def restarts_used(self) -> int:
@@ -155,6 +160,7 @@ class Snapshot:
 
 
 _CONTROLS_KEPT = 200
+_DUMPS_KEPT = 100
 
 
 def _close_attempt(attempts: tuple[AttemptView, ...], when: float, reason: str):
@@ -185,6 +191,11 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
         return replace(s, telemetry=replace(s.telemetry, totals=e.totals))
     if isinstance(e, ClusterSample):
         return replace(s, cluster=e, events=s.events - 1)
+    if isinstance(e, StacksDumped):
+        return replace(s, dumps=(*s.dumps, e)[-_DUMPS_KEPT:])
+    if isinstance(e, HangDetected):
+        # The odd ranks out are the suspects; when every rank waits alike, all of them.
+        return replace(s, hang=e, hung_ranks=e.odd_ranks or e.still_ranks)
     if isinstance(e, NodeChange):
         # Shown in the attempt timeline: the attempt that starts next has these nodes.
         return replace(s, node_changes=(*s.node_changes, e))
@@ -239,6 +250,7 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
             attempts=attempts,
             phase=Phase.RUNNING,
             group_state="HEALTHY",
+            hung_ranks=(),
         )
     if isinstance(e, RankExited):
         if e.attempt != s.attempt:

@@ -164,4 +164,5 @@ def dumped_event(
         method=dump.method,
         duration=dump.duration,
         note=dump.note or "",
+        places=tuple(f"rank {p.global_rank}: {p.place}" for p in v.places),
     )
