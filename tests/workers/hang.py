@@ -8,6 +8,8 @@ Options:
                  in ``loader_worker``)
   --seconds S    exit on its own after S seconds (default 120), so that a test that dies leaves
                  nothing behind for long
+  --hang-attempts N  hang only in attempts below N (TORCHELASTIC_RESTART_COUNT); later
+                 attempts do one more all_reduce on every rank, print ``done`` and exit 0
 
 Every rank does one ``all_reduce`` to prove the group works and prints ``ready``. Then rank 0
 (and any rank but 1) blocks in ``dist.all_reduce`` forever, waiting for rank 1, while rank 1
@@ -49,6 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="A gloo job where rank 1 never joins.")
     parser.add_argument("--children", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--hang-attempts", type=int, default=1 << 30)
     args = parser.parse_args()
 
     # A second, named thread: dumps must show every thread, the main one first.
@@ -69,6 +72,12 @@ def main() -> None:
     dist.all_reduce(t)
     sys.stdout.write(f"rank {rank} ready\n")
     sys.stdout.flush()
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) >= args.hang_attempts:
+        dist.all_reduce(t)
+        sys.stdout.write(f"rank {rank} done\n")
+        sys.stdout.flush()
+        dist.destroy_process_group()
+        return
     if rank == 1:
         load_batch()
     else:

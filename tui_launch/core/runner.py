@@ -140,6 +140,7 @@ class Runner(PartsHandle):
         self._faulthandler = dump_via_faulthandler and self.shim.wanted
         self._dump_on_failure = dump_on_failure
         self._hang: HangDetected | None = None  # a confirmed hang for monitor to act on
+        self._survivors: tuple[int, StacksDumped | None] | None = None  # (attempt, dump)
         self.dumper = Dumper(
             store.post,
             self.ranks,
@@ -387,7 +388,10 @@ class Runner(PartsHandle):
 
     def _before_close(self, agent_obj: TorchAgent) -> None:
         # Exits seen before torch's first signal are the ranks' own (not collateral).
-        self._poll_exits(agent_obj, by_agent=False)
+        seen = self._poll_exits(agent_obj, by_agent=False)
+        if any(code not in (0, None) for code in seen.values()) and not self.stopper.requested:
+            # torch's poll found a failed rank and is about to terminate the others.
+            self._dump_survivors()
         self.ranks.continue_stopped()
 
     def monitor(
@@ -426,7 +430,8 @@ class Runner(PartsHandle):
                 return agent.unhealthy()
         if state == "FAILED":
             self._poll_exits(agent_obj, by_agent=True)
-            # Before torch terminates the survivors: where was every other rank?
+            # Before torch terminates the survivors (torch's poll may have begun already:
+            # _before_close dumped them then): where was every other rank?
             peers = self._dump_survivors()
             failures = collect_failures(
                 reported=result.failures,
@@ -455,13 +460,20 @@ class Runner(PartsHandle):
         return result
 
     def _dump_survivors(self) -> StacksDumped | None:
-        """Dump the ranks still alive in a failed group, within about a second."""
-        if not self._dump_on_failure or not self.dumper.targets():
-            return None
-        # One py-spy per rank, no children: the dump must not delay the restart by more than
-        # about a second (bench/run.py restart --dump).
-        taken = self.dumper.take("before-kill", "before-kill", timeout=0.8, max_children=0)
-        return taken.event if taken is not None else None
+        """Dump the ranks still alive in a failed group, within about a second (once per
+        attempt; a second call returns the first dump)."""
+        attempt = self.ranks.attempt
+        done = self._survivors
+        if done is not None and done[0] == attempt:
+            return done[1]
+        taken = None
+        if self._dump_on_failure and self.dumper.targets():
+            # One py-spy per rank, no children: the dump must not delay the restart by more
+            # than about a second (bench/run.py restart --dump).
+            taken = self.dumper.take("before-kill", "before-kill", timeout=0.8, max_children=0)
+        event = taken.event if taken is not None else None
+        self._survivors = (attempt, event)
+        return event
 
     def _hang_failure(self, agent_obj: TorchAgent, hang: HangDetected) -> RunResult:
         """``--on-hang restart|stop``: fail the group as a crash would, the hang its cause."""
