@@ -97,7 +97,7 @@ def test_stopped_rank_gets_a_stack(tuilaunch, tmp_path):
     data = json.loads((Path(hang["second_path"]) / "stacks.json").read_text())
     ranks = {r["global_rank"]: r for r in data["dump"]["ranks"]}
     stopped = ranks[1]["process"]
-    assert stopped["state"] in ("T", "t") and stopped["method"] == "py-spy-nonblocking"
+    assert stopped["state"] in ("T", "t") and stopped["method"] == "py-spy --nonblocking"
     assert stopped["threads"] and stopped["threads"][0]["frames"], stopped
     assert "rank 0 waits in" in hang["verdict"] or "every rank" in hang["verdict"]
 

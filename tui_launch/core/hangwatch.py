@@ -17,6 +17,7 @@ is a few ``stat`` calls per tick: about 0.01 % of a core (``bench/stacks.py --de
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,12 @@ from tui_launch.core.stacks import CONFIRM, DUMP, HangDetector, hang_event
 from tui_launch.core.stacks.hang import CONFIRMING, DEFAULT_CONFIRM_AFTER, SUSPECTED
 
 ACTIONS = ("dump", "restart", "stop")
+# What faulthandler writes to a rank's stderr (--dump-via-faulthandler): our own dump, not the
+# rank's output, so it must not count as progress.
+_FAULTHANDLER_LINE = re.compile(
+    r'^((Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):|  File ".*", line \d+ in .*'
+    r"|  <no Python frame>|  \.\.\.|)$"
+)
 
 
 def confirm_window(timeout: float) -> float:
@@ -109,12 +116,15 @@ class HangWatch:
 
     def sink(self, src: LogSource, lines: list[str]) -> None:
         """A log-tailer sink: a rank wrote whole lines."""
+        if self._dumper.via_faulthandler and all(_FAULTHANDLER_LINE.match(x) for x in lines):
+            return
         if lines and src.attempt == self._attempt:
             with self._lock:
                 self.detector.output(src.global_rank, time.monotonic())
 
-    def _grown(self, now: float) -> None:
-        """Record output seen as file growth (unterminated ``\\r`` output included)."""
+    def _grown(self, now: float, count: bool = True) -> None:
+        """Record output seen as file growth (unterminated ``\\r`` output included);
+        ``count=False`` only takes the sizes (after a faulthandler dump wrote to stderr)."""
         paths = self._log_paths()
         for local, files in paths.items():
             for path in files:
@@ -124,7 +134,12 @@ class HangWatch:
                     continue
                 if size != self._sizes.get(path, 0):
                     self._sizes[path] = size
-                    self.detector.output(self._ranks.get(local, local), now)
+                    if count:
+                        self.detector.output(self._ranks.get(local, local), now)
+
+    def _after_dump(self) -> None:
+        if self._dumper.via_faulthandler:
+            self._grown(time.monotonic(), count=False)
 
     def _tick(self) -> None:
         if not self._active():
@@ -138,6 +153,7 @@ class HangWatch:
         if todo == DUMP:
             taken = self._dumper.take("hang-suspected", "hang")
             with self._lock:
+                self._after_dump()
                 if self.detector.state != SUSPECTED or attempt != self._attempt:
                     return  # output came meanwhile, or a new attempt: no longer suspected
                 if taken is None:
@@ -148,6 +164,7 @@ class HangWatch:
         elif todo == CONFIRM:
             taken = self._dumper.take("hang-confirm", "hang")
             with self._lock:
+                self._after_dump()
                 if self.detector.state != CONFIRMING or attempt != self._attempt:
                     return
                 if taken is None:
