@@ -28,6 +28,7 @@ from tui_launch.core.text import (
 
 TAG = "[tuilaunch]"
 CLUSTER_LINES_MAX = 32
+STACK_FRAMES = 12  # innermost frames printed per distinct stack (the files keep all)
 _CLEAR = "\r\x1b[2K"
 
 
@@ -93,7 +94,8 @@ class Headless:
             line = describe(e)
             if line:
                 self._say(line)
-            if isinstance(e, StacksDumped):
+            if isinstance(e, StacksDumped) and e.reason != "hang-suspected":
+                # A suspicion's stacks come again with its confirmation: printed once, then.
                 self._print_stacks(e)
         self._print_cluster()
 
@@ -108,7 +110,10 @@ class Headless:
             n = len(group.ranks)
             who = f"rank {group.ranks[0]}" if n == 1 else f"ranks {rank_list(group.ranks)}"
             who += f" (\u00d7 {n} ranks)" if n > 1 else ""
-            lines = [f"  {f.where}" for f in group.frames] or ["  (no Python frame)"]
+            lines = [f"  {f.where}" for f in group.frames[:STACK_FRAMES]]
+            if len(group.frames) > STACK_FRAMES:
+                lines.append(f"  ... {len(group.frames) - STACK_FRAMES} more (stacks.txt)")
+            lines = lines or ["  (no Python frame)"]
             self._say("\n".join([f"  {who}, main thread (innermost first):", *lines]))
 
     def _print_cluster(self) -> None:
