@@ -191,3 +191,22 @@ def test_pyspy_that_fails_says_why_in_one_line(tmp_path):
     assert isinstance(refused, ControlAction) and not refused.ok
     assert refused.detail == "no running worker"
     assert time.monotonic() > 0
+
+
+def test_bad_hang_options_are_one_line_and_exit_2(capsys) -> None:
+    import pytest
+
+    from tui_launch.core.args import parse
+
+    for argv, message in (
+        (["--hang-timeout", "-1"], "--hang-timeout must be >= 0"),
+        (["--on-hang", "explode"], "argument --on-hang: invalid choice: 'explode'"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            parse([*argv, HANG])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    args, opts = parse(["--hang-timeout", "0", "--on-hang", "restart", HANG])
+    assert opts.hang_timeout == 0 and opts.on_hang == "restart" and not opts.no_dump_on_failure
+    assert not hasattr(args, "tl_hang_timeout")  # none of ours reaches torch
