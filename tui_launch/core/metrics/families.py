@@ -1,17 +1,14 @@
-"""Prometheus metrics of a run (issue 18): an HTTP ``/metrics`` endpoint and a textfile.
+"""The run's metric families, built from one store snapshot (issue 18).
 
-Everything here is built from the store's :class:`~tui_launch.core.store.Snapshot`, so a scrape
-costs a few microseconds of dict walking and never calls NVML nor reads ``/proc`` itself: the
-telemetry sampler already did, within its own budget. Two facts the snapshot does not keep
-come from the store's journaled events through :class:`EventTally` (every rank's exits over
-all attempts, and the attempt's log directory, whose files' mtimes give the last output time).
+A scrape reads the store's :class:`~tui_launch.core.store.Snapshot` and walks a few tuples: it
+never calls NVML nor reads ``/proc`` (the telemetry sampler did, within its own budget). Two
+facts the snapshot does not keep come from the store's journaled events through
+:class:`EventTally`: every rank's exits over all attempts, and the attempt's log directory,
+whose files' mtimes give each rank's last output time.
 
-- :func:`build_families` turns one snapshot into metric families (pure; tests call it).
-- :class:`RunCollector` is a ``prometheus_client`` collector on a *custom* registry.
-- :class:`MetricsServer` serves ``GET /metrics`` (``--metrics-port``, ``--metrics-bind``).
-- :class:`TextfileWriter` rewrites ``DIR/tuilaunch_<run-id>_<node>.prom`` atomically every
-  10 s for node_exporter's textfile collector (``--metrics-textfile``).
-- :func:`start_exporters` is the one call the CLI makes; ``docs/METRICS.md`` lists the metrics.
+- :func:`build_families`: one snapshot in, metric families out (pure; the tests call it).
+- :class:`RunCollector`: those families for a *custom* ``prometheus_client`` registry.
+- :func:`progress_families`, :func:`hang_families`: the hooks for progress and hang detection.
 
 Labels are bounded: ``node``, ``rank``, ``local_rank``, ``gpu`` (plus the label-valued info
 metrics). Never a pid or an attempt number: both change on every restart.
@@ -20,19 +17,14 @@ metrics). Never a pid or an attempt number: both change on every restart.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
-import re
 import signal
 import socket
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -40,12 +32,10 @@ from prometheus_client.core import (
     InfoMetricFamily,
     Metric,
 )
-from prometheus_client.exposition import choose_encoder, generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tui_launch import __version__
-from tui_launch.core.events import Event, Notice, RankExited, WorkersStarted
-from tui_launch.core.periodic import Periodic
+from tui_launch.core.events import Event, RankExited, WorkersStarted
 from tui_launch.core.store import (
     EXITED,
     FAILED,
@@ -53,14 +43,12 @@ from tui_launch.core.store import (
     RUNNING,
     STARTING,
     STOPPED,
-    RunStore,
     Snapshot,
 )
 
 if TYPE_CHECKING:
     from tui_launch.core.args import Options
 
-TEXTFILE_INTERVAL = 10.0
 RANK_STATES = (STARTING, RUNNING, STOPPED, EXITED, FAILED, RESTARTING)
 RESTART_CAUSES = ("failure", "manual", "membership")
 _UP_STATES = (STARTING, RUNNING, STOPPED)  # the process is alive (a stopped one too)
@@ -72,10 +60,6 @@ It must be as cheap as the rest (read the snapshot, no I/O). An exception from i
 families from that scrape only. This is how progress and hang detection plug in until the
 snapshot carries them: see :func:`progress_families` and :func:`hang_families`.
 """
-
-
-class MetricsError(Exception):
-    """The exporter cannot start (a port in use, a directory gone): one line for the user."""
 
 
 @dataclass(frozen=True)
@@ -479,307 +463,23 @@ class RunCollector(Collector):
         return reg
 
 
-# ------------------------------------------------------------------------------ HTTP
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True  # a stuck client never holds the launcher's exit
-
-
-def _handler(registry: CollectorRegistry) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        timeout = 10  # a client that sends nothing is dropped
-        server_version = f"tuilaunch/{__version__}"
-
-        def do_GET(self) -> None:
-            if urlsplit(self.path).path != "/metrics":
-                self._send(404, "text/plain; charset=utf-8", b"not found: try /metrics\n")
-                return
-            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-            self._send(200, content_type, encoder(registry))
-
-        def _send(self, code: int, content_type: str, body: bytes) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # no access log on the dashboard's terminal
-
-    return Handler
-
-
-class MetricsServer:
-    """``GET /metrics`` on ``bind:port`` from a daemon thread (404 anywhere else).
-
-    :meth:`bind` opens the socket (and raises :class:`MetricsError` for a port in use) without
-    serving, so the CLI can fail before it starts any worker; :meth:`start` serves.
-    """
-
-    def __init__(self, registry: CollectorRegistry, port: int, bind: str = "127.0.0.1") -> None:
-        self.registry = registry
-        self.port = port
-        self.bind_address = bind
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    def bind(self) -> MetricsServer:
-        """Open and listen on the socket; :class:`MetricsError` if that cannot be done."""
-        if self._server is not None:
-            return self
-        where = f"{self.bind_address}:{self.port}"
-        if not 0 <= self.port <= 65535:
-            raise MetricsError(f"--metrics-port must be 1-65535, got {self.port}")
-        try:
-            family = ipaddress.ip_address(self.bind_address).version
-        except ValueError:
-            raise MetricsError(
-                f"--metrics-bind must be an IP address, got {self.bind_address!r}"
-            ) from None
-        server_cls = type(
-            "_Server" + str(family),
-            (_Server,),
-            {"address_family": socket.AF_INET6 if family == 6 else socket.AF_INET},
-        )
-        try:
-            self._server = server_cls((self.bind_address, self.port), _handler(self.registry))
-        except OSError as e:
-            reason = e.strerror or type(e).__name__
-            raise MetricsError(f"--metrics-port: cannot listen on {where} ({reason})") from None
-        return self
-
-    @property
-    def address(self) -> tuple[str, int]:
-        """Where it listens (the real port when 0 was asked for)."""
-        if self._server is None:
-            raise RuntimeError("not bound")
-        host, port = self._server.server_address[:2]
-        return str(host), int(port)
-
-    @property
-    def url(self) -> str:
-        """The endpoint's URL."""
-        host, port = self.address
-        return f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"
-
-    def start(self) -> MetricsServer:
-        """Bind if not yet done and serve on a daemon thread."""
-        server = self.bind()._server
-        assert server is not None
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=server.serve_forever,
-                kwargs={"poll_interval": 0.5},
-                name="tuilaunch-metrics-http",
-                daemon=True,
-            )
-            self._thread.start()
-        return self
-
-    def close(self) -> None:
-        """Stop serving and close the socket (nothing listens afterwards)."""
-        server, self._server = self._server, None
-        if server is None:
-            return
-        if self._thread is not None:
-            server.shutdown()
-            self._thread.join(5)
-            self._thread = None
-        server.server_close()
-
-
-# -------------------------------------------------------------------------- textfile
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-def textfile_name(run_id: str, node: str) -> str:
-    """``tuilaunch_<run-id>_<node>.prom`` with anything unsafe in a file name made ``_``."""
-    return f"tuilaunch_{_UNSAFE.sub('_', run_id)}_{_UNSAFE.sub('_', node)}.prom"
-
-
-def write_atomically(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that no reader ever sees a partial file.
-
-    A temp file in the same directory (``.tmp`` suffix: node_exporter reads only ``*.prom``)
-    then ``os.replace``, which is atomic on one file system.
-    """
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".tuilaunch_", suffix=".prom.tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fp:
-            fp.write(data)
-            fp.flush()
-            os.fsync(fp.fileno())  # no empty file after a crash: the data is there before it
-        # node_exporter runs as its own user and must read it (mkstemp made it 0600).
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-class TextfileWriter:
-    """Rewrite ``DIR/tuilaunch_<run-id>_<node>.prom`` every ``interval`` s on a
-    :class:`~tui_launch.core.periodic.Periodic`; :meth:`close` writes a last time, marked
-    finished. The name is fixed at the first write (once the run id is known)."""
-
-    def __init__(
-        self,
-        collector: RunCollector,
-        directory: str,
-        *,
-        interval: float = TEXTFILE_INTERVAL,
-        on_error: Callable[[BaseException], None] | None = None,
-    ) -> None:
-        self.collector = collector
-        self.directory = directory
-        self.registry = collector.registry()
-        self.path: str | None = None
-        self.writes = 0
-        self._on_error = on_error
-        self._loop = Periodic(
-            "tuilaunch-metrics-textfile",
-            interval,
-            self._tick,
-            final_call=True,
-            nice=5,
-            on_error=self._failed,
-        )
-
-    def _failed(self, e: BaseException) -> None:
-        if self._on_error is not None:
-            self._on_error(e)
-
-    def _tick(self) -> float | None:
-        if self.path is None:
-            run_id = self.collector.run_id()
-            if run_id is None:
-                if not self.collector.final:
-                    return 1.0  # the rendezvous has not named the run yet: look again soon
-                run_id = "unknown"
-            name = textfile_name(run_id, self.collector.info.node)
-            self.path = os.path.join(self.directory, name)
-        write_atomically(self.path, generate_latest(self.registry))
-        self.writes += 1
-        return None
-
-    def start(self) -> TextfileWriter:
-        """Start the loop (first write at once, if the run id is known)."""
-        self._loop.start()
-        return self
-
-    def close(self, timeout: float = 5.0) -> None:
-        """The last write (``tuilaunch_run_finished 1``), then stop."""
-        self.collector.final = True
-        self._loop.stop(timeout)
-
-
-# -------------------------------------------------------------------------- the CLI's call
-
-
-class Exporters:
-    """What :func:`start_exporters` started; :meth:`close` ends all of it (idempotent)."""
-
-    def __init__(
-        self,
-        collector: RunCollector | None,
-        server: MetricsServer | None = None,
-        textfile: TextfileWriter | None = None,
-    ) -> None:
-        self.collector = collector
-        self.server = server
-        self.textfile = textfile
-
-    def close(self) -> None:
-        """Write the final textfile (run finished), then stop the HTTP server."""
-        textfile, self.textfile = self.textfile, None
-        server, self.server = self.server, None
-        try:
-            if textfile is not None:
-                textfile.close()
-        finally:
-            if server is not None:
-                server.close()
-
-
-def start_exporters(
-    opts: Options,
-    store: RunStore,
-    info: RunInfo | None = None,
-    *,
-    extra: Sequence[ExtraProvider] = (),
-) -> Exporters:
-    """Start what ``--metrics-port``/``--metrics-textfile`` ask for; nothing when neither.
-
-    How ``cli.py`` calls it (after ``validate()``, before ``runner.start()``, so that a port
-    taken since the options were checked still fails before any worker starts)::
-
-        from tui_launch.core import metrics
-
-        try:
-            exporters = metrics.start_exporters(opts, store)
-        except metrics.MetricsError as e:
-            print(f"tuilaunch: error: {e}", file=sys.stderr)
-            return USAGE_ERROR
-        try:
-            ...  # runner.start(), the dashboard or Headless(store, runner).run()
-        finally:
-            exporters.close()  # after the run ended: the last textfile says finished
-
-    ``info`` defaults to :func:`run_info` (host name, ``--gpu-interval``). ``extra`` adds
-    families on every scrape (:data:`ExtraProvider`: progress, hangs). Raises
-    :class:`MetricsError` (one line) when the port cannot be bound.
-    """
-    if opts.metrics_port is None and opts.metrics_textfile is None:
-        return Exporters(None)
-    tally = EventTally()
-    store.subscribe(tally, replay=True)
-    collector = RunCollector(store.snapshot, info or run_info(opts), tally=tally, extra=extra)
-    server = None
-    if opts.metrics_port is not None:
-        server = MetricsServer(collector.registry(), opts.metrics_port, opts.metrics_bind)
-        server.start()
-    textfile = None
-    if opts.metrics_textfile is not None:
-        reported: list[bool] = []
-
-        def on_error(e: BaseException) -> None:
-            if not reported:  # once: a full disk must not flood the event list
-                reported.append(True)
-                store.post(
-                    Notice(level="warning", message=f"--metrics-textfile: cannot write ({e})")
-                )
-
-        textfile = TextfileWriter(collector, opts.metrics_textfile, on_error=on_error).start()
-    return Exporters(collector, server, textfile)
-
-
 __all__ = [
     "HANG_SUSPECTED",
     "PROGRESS_LAST_STEP",
     "PROGRESS_STEP",
     "PROGRESS_STEPS_PER_SECOND",
-    "TEXTFILE_INTERVAL",
+    "RANK_STATES",
+    "RESTART_CAUSES",
     "EventTally",
-    "Exporters",
     "ExtraProvider",
-    "MetricsError",
-    "MetricsServer",
     "RankProgress",
     "RunCollector",
     "RunInfo",
-    "TextfileWriter",
     "build_families",
+    "cpu_seconds_estimate",
     "exit_reason",
     "hang_families",
     "last_output_times",
     "progress_families",
     "run_info",
-    "start_exporters",
-    "textfile_name",
-    "write_atomically",
 ]
