@@ -20,6 +20,7 @@ import subprocess
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
@@ -133,16 +134,26 @@ def _kill_rank_1(store: RunStore) -> None:
     """What the runner posts when rank 1 is SIGKILLed and the group restarts on failure."""
     store.post(
         ev.RankExited(
-            attempt=0, local_rank=1, global_rank=1, pid=101, exit_code=-9, signal="SIGKILL",
+            attempt=0,
+            local_rank=1,
+            global_rank=1,
+            pid=101,
+            exit_code=-9,
+            signal="SIGKILL",
             by_agent=False,
         )
-    )  # fmt: skip
+    )
     store.post(
         ev.RankExited(
-            attempt=0, local_rank=0, global_rank=0, pid=100, exit_code=-15, signal="SIGTERM",
+            attempt=0,
+            local_rank=0,
+            global_rank=0,
+            pid=100,
+            exit_code=-15,
+            signal="SIGTERM",
             by_agent=True,
         )
-    )  # fmt: skip
+    )
     store.post(
         ev.AttemptFailed(
             attempt=0,
@@ -177,7 +188,9 @@ def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 
 def _value(samples: dict, name: str, **labels: str) -> float:
-    hits = [v for lab, v in samples.get(name, []) if all(lab.get(k) == x for k, x in labels.items())]
+    hits = [
+        v for lab, v in samples.get(name, []) if all(lab.get(k) == x for k, x in labels.items())
+    ]
     assert len(hits) == 1, (name, labels, samples.get(name))
     return hits[0]
 
@@ -195,9 +208,16 @@ def test_families_and_labels_of_a_running_two_rank_run():
 
     info = s["tuilaunch_info"]
     assert info == [
-        ({"run_id": "job-42", "node": NODE, "version": metrics.RunInfo(node="x").version,
-          "torch": "2.13.0"}, 1.0)
-    ]  # fmt: skip
+        (
+            {
+                "run_id": "job-42",
+                "node": NODE,
+                "version": metrics.RunInfo(node="x").version,
+                "torch": "2.13.0",
+            },
+            1.0,
+        )
+    ]
     assert _value(s, "tuilaunch_workers", state="running") == 2
     assert _value(s, "tuilaunch_workers", state="failed") == 0
     assert {lab["cause"] for lab, _ in s["tuilaunch_restarts_total"]} == {
@@ -256,10 +276,15 @@ def test_after_a_kill_the_restart_and_exit_counters_move():
     # The runner may see one exit twice (monitor, then reaper): still one.
     store.post(
         ev.RankExited(
-            attempt=0, local_rank=1, global_rank=1, pid=101, exit_code=-9, signal="SIGKILL",
+            attempt=0,
+            local_rank=1,
+            global_rank=1,
+            pid=101,
+            exit_code=-9,
+            signal="SIGKILL",
             by_agent=False,
         )
-    )  # fmt: skip
+    )
     again = _samples(_text(collector))
     assert _value(again, "tuilaunch_rank_exits_total", rank="1", reason="SIGKILL") == 1
 
@@ -267,12 +292,18 @@ def test_after_a_kill_the_restart_and_exit_counters_move():
     # counter keeps them.
     store.post(
         ev.RankExited(
-            attempt=1, local_rank=0, global_rank=0, pid=200, exit_code=1, signal=None,
+            attempt=1,
+            local_rank=0,
+            global_rank=0,
+            pid=200,
+            exit_code=1,
+            signal=None,
             by_agent=False,
         )
-    )  # fmt: skip
-    store.post(ev.Restart(cause="manual", from_attempt=1, to_attempt=2, restarts_used=2,
-                          budget_left=2))  # fmt: skip
+    )
+    store.post(
+        ev.Restart(cause="manual", from_attempt=1, to_attempt=2, restarts_used=2, budget_left=2)
+    )
     store.post(_workers(2, (300, 301)))
     last = _samples(_text(collector))
     assert _value(last, "tuilaunch_restarts_total", cause="manual") == 1
@@ -297,9 +328,16 @@ def test_finished_run_and_exit_code():
     store.post(_workers(0))
     for lr in (0, 1):
         store.post(
-            ev.RankExited(attempt=0, local_rank=lr, global_rank=lr, pid=100 + lr, exit_code=0,
-                          signal=None, by_agent=False)
-        )  # fmt: skip
+            ev.RankExited(
+                attempt=0,
+                local_rank=lr,
+                global_rank=lr,
+                pid=100 + lr,
+                exit_code=0,
+                signal=None,
+                by_agent=False,
+            )
+        )
     store.post(ev.RunFinished(outcome="succeeded", exit_code=0, message="ok"))
     s = _samples(_text(collector))
     assert _value(s, "tuilaunch_run_finished") == 1
@@ -370,14 +408,23 @@ def test_last_output_time_from_the_rank_log_files(tmp_path):
 def test_progress_and_hang_hooks_and_a_broken_provider():
     def progress(snap):
         return fam.progress_families(
-            NODE, [fam.RankProgress(rank=r.global_rank, local_rank=r.local_rank, step=7,
-                                    steps_per_second=2.5, last_step_wall=123.0)
-                   for r in snap.ranks]
-        )  # fmt: skip
+            NODE,
+            [
+                fam.RankProgress(
+                    rank=r.global_rank,
+                    local_rank=r.local_rank,
+                    step=7,
+                    steps_per_second=2.5,
+                    last_step_wall=123.0,
+                )
+                for r in snap.ranks
+            ],
+        )
 
     def hangs(snap):
-        return fam.hang_families(NODE, [(r.global_rank, r.local_rank, r.local_rank == 1)
-                                        for r in snap.ranks])  # fmt: skip
+        return fam.hang_families(
+            NODE, [(r.global_rank, r.local_rank, r.local_rank == 1) for r in snap.ranks]
+        )
 
     def broken(snap):
         raise RuntimeError("a hook bug")
@@ -442,8 +489,9 @@ def test_bind_fails_on_a_port_in_use_before_serving():
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        server = serve.MetricsServer(fam.RunCollector(RunStore().snapshot,
-                                                      fam.RunInfo(node=NODE)).registry(), port)  # fmt: skip
+        server = serve.MetricsServer(
+            fam.RunCollector(RunStore().snapshot, fam.RunInfo(node=NODE)).registry(), port
+        )
         with pytest.raises(metrics.MetricsError, match=rf"127\.0\.0\.1:{port} .*in use"):
             server.bind()
         server.close()  # nothing to close: no error either
@@ -656,7 +704,9 @@ def _rules_file(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian: apt install prometheus)")
+@pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not installed (Debian: apt install prometheus)"
+)
 def test_doc_rules_and_scrape_config_pass_promtool(tmp_path):
     rules = _rules_file(tmp_path)
     p = subprocess.run([PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True)
@@ -672,7 +722,9 @@ def test_doc_rules_and_scrape_config_pass_promtool(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
 
 
-@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian: apt install prometheus)")
+@pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not installed (Debian: apt install prometheus)"
+)
 def test_doc_alert_rules_fire_as_written(tmp_path):
     """``promtool test rules``: the alerts fire on the series tuilaunch exports, and not before."""
     _rules_file(tmp_path)
@@ -717,7 +769,11 @@ def test_doc_alert_rules_fire_as_written(tmp_path):
                         "alertname": "TuilaunchRestarted",
                         "exp_alerts": [
                             {
-                                "exp_labels": {"severity": "info", "node": "n1", "cause": "failure"},
+                                "exp_labels": {
+                                    "severity": "info",
+                                    "node": "n1",
+                                    "cause": "failure",
+                                },
                                 "exp_annotations": {
                                     "summary": "tuilaunch on n1 restarted its workers (failure) "
                                     "in the last hour"
@@ -761,7 +817,7 @@ class _Prometheus:
                 f"--config.file={config}",
                 f"--storage.tsdb.path={tmp / 'data'}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
-                "--web.enable-lifecycle=false" if False else "--log.level=warn",
+                "--log.level=warn",
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -816,12 +872,22 @@ def real_run(tmp_path_factory):
         mp.setenv("TUILAUNCH_FAKE_NVML", "2")  # GPU families on a CPU machine, marked simulated
         args, opts = parse(
             [
-                "--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
-                "--metrics-port", str(_free_port()), "--metrics-textfile", str(tmp / "textfile"),
-                "--gpu-interval", "0.5",
-                STEADY, "--seconds", "120",
+                "--standalone",
+                "--nproc-per-node",
+                "2",
+                "--max-restarts",
+                "2",
+                "--metrics-port",
+                str(_free_port()),
+                "--metrics-textfile",
+                str(tmp / "textfile"),
+                "--gpu-interval",
+                "0.5",
+                STEADY,
+                "--seconds",
+                "120",
             ]
-        )  # fmt: skip
+        )
         store = RunStore()
         telemetry = Telemetry(store.post, interval=opts.gpu_interval, journal_every=0)
         runner = Runner(
@@ -865,9 +931,7 @@ def real_run(tmp_path_factory):
 
                 out["prometheus"] = wait_for(scraped, 60, interval=0.5, what="prometheus scrape")
                 out["prometheus_exits"] = prom.query("tuilaunch_rank_exits_total")
-                out["prometheus_targets"] = _get(
-                    f"http://127.0.0.1:{prom.port}/api/v1/targets"
-                )[2]
+                out["prometheus_targets"] = _get(f"http://127.0.0.1:{prom.port}/api/v1/targets")[2]
             runner.stop()
             out["exit_code"] = runner.wait(60)
         finally:
@@ -904,7 +968,9 @@ def test_real_run_endpoint_families_and_labels(real_run):
         assert 0 <= v <= 1
     for name, rows in s.items():
         for labels, _ in rows:
-            extra = set(labels) - ALLOWED_LABELS - (INFO_LABELS if name.endswith("_info") else set())
+            extra = (
+                set(labels) - ALLOWED_LABELS - (INFO_LABELS if name.endswith("_info") else set())
+            )
             assert not extra, (name, labels)
 
 
@@ -921,9 +987,7 @@ def test_real_run_kill_moves_restart_and_exit_counters(real_run):
 def test_real_run_textfile_final_write(real_run):
     snap = real_run["snapshot"]
     files = real_run["files"]
-    assert [f.name for f in files] == [
-        serve.textfile_name(snap.run.run_id, socket.gethostname())
-    ]
+    assert [f.name for f in files] == [serve.textfile_name(snap.run.run_id, socket.gethostname())]
     s = _samples(files[0].read_text())
     assert _value(s, "tuilaunch_run_finished") == 1
     assert _value(s, "tuilaunch_run_exit_code") == real_run["exit_code"]
