@@ -618,7 +618,9 @@ def test_textfile_error_is_one_notice(tmp_path):
     store.post(_run_started())
     gone = tmp_path / "gone"
     gone.mkdir()
-    exporters = metrics.start_exporters(_options(metrics_textfile=str(gone)), store)
+    exporters = metrics.start_exporters(
+        _options(metrics_textfile=str(gone)), store, metrics.RunInfo(node=NODE)
+    )
     assert exporters.textfile is not None
     wait_for(lambda: exporters.textfile and exporters.textfile.writes >= 1, 10, what="a write")
     shutil.rmtree(gone)

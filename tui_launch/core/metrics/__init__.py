@@ -170,8 +170,14 @@ def start_exporters(
                 store.post(Notice(level="warning", message=f"--metrics-textfile: {e}"))
 
         def name(final: bool) -> str | None:
+            # Fixed at the first write: wait for the run id (the rendezvous makes it) and for
+            # the node label to settle (two agents on one host must not share a file).
             run_id = collector.run_id() or ("unknown" if final else None)
-            return None if run_id is None else serve.textfile_name(run_id, collector.info.node)
+            snap = store.snapshot()
+            node = collector.node(snap)
+            if run_id is None or not (collector.node.settled or final):
+                return None
+            return serve.textfile_name(run_id, node)
 
         def finish() -> None:
             collector.final = True

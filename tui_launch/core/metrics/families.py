@@ -23,7 +23,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import (
@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from tui_launch import __version__
 from tui_launch.core.events import Event, RankExited, WorkersStarted
+from tui_launch.core.metrics.node import NodeLabel
 from tui_launch.core.store import (
     EXITED,
     FAILED,
@@ -72,7 +73,7 @@ class RunInfo:
     give CPU seconds.
     """
 
-    node: str
+    node: str | None = None  # None: the collector's NodeLabel (host name, or host/group rank)
     run_id: str | None = None
     version: str = __version__
     torch: str | None = None
@@ -80,10 +81,12 @@ class RunInfo:
 
 
 def run_info(opts: Options, node: str | None = None) -> RunInfo:
-    """This node's :class:`RunInfo` for ``opts`` (the node is the host name by default)."""
+    """This node's :class:`RunInfo` for ``opts``; ``node`` None leaves the label to
+    :class:`~tui_launch.core.metrics.node.NodeLabel` (the host name, or ``<host>/<group rank>``
+    when several agents of the run share the host)."""
     torch = sys.modules.get("torch")
     return RunInfo(
-        node=node or socket.gethostname(),
+        node=node,
         torch=getattr(torch, "__version__", None),
         sample_interval=opts.gpu_interval,
     )
@@ -182,7 +185,7 @@ def build_families(
     telemetry totals (the collector passes a never-decreasing one). ``final`` marks the run
     finished even if no ``RunFinished`` was posted (the textfile's last write).
     """
-    node = info.node
+    node = info.node or socket.gethostname()
     run = snap.run
     fams: list[Metric] = []
 
@@ -291,7 +294,7 @@ def _telemetry_families(
     tv = snap.telemetry
     if tv is None:
         return []
-    node = info.node
+    node = info.node or socket.gethostname()
     latest = tv.latest
     fams: list[Metric] = []
 
@@ -414,6 +417,7 @@ class RunCollector(Collector):
     ) -> None:
         self._snapshot = snapshot
         self.info = info
+        self.node = NodeLabel(fixed=info.node)
         self.tally = tally
         self.extra = tuple(extra)
         self.final = False  # set before the textfile's last write
@@ -439,7 +443,7 @@ class RunCollector(Collector):
         tally = self.tally
         yield from build_families(
             snap,
-            self.info,
+            replace(self.info, node=self.node(snap)),
             exits=tally.exits() if tally else None,
             last_output=(
                 last_output_times(tally.log_dir, (r.local_rank for r in snap.ranks))
