@@ -4,8 +4,10 @@ Fast tests build snapshots from real event sequences posted to a real :class:`Ru
 parse the exposition with prometheus_client's own parser. One real 2-rank CPU run (a Runner on
 steady.py, as tests/test_control.py builds it, with the fake NVML for GPU families) is scraped
 over a real socket before and after a SIGKILL, and, where Debian's ``prometheus`` is installed,
-by a real Prometheus server whose query API must return the series. The alert rules of
-docs/METRICS.md are checked and unit-tested with ``promtool``.
+by a real Prometheus server whose query API must return the series. The scrape config and the
+alert rules of the README's "Metrics" section are checked and unit-tested with ``promtool``.
+The command line itself (tuilaunch processes, two agents as two nodes) is in
+tests/test_metrics_cli.py.
 """
 
 from __future__ import annotations
@@ -695,8 +697,11 @@ def test_bad_metrics_port_is_one_line_exit_2(tuilaunch, case):
 
 
 def _yaml_blocks() -> list[str]:
-    text = (ROOT / "docs" / "METRICS.md").read_text()
-    return re.findall(r"```yaml\n(.*?)```", text, re.DOTALL)
+    """The YAML blocks of the README's "Metrics" section (the scrape config, the rules)."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("\n## Metrics\n")
+    section = text[start : text.index("\n## ", start + 1)]
+    return re.findall(r"```yaml\n(.*?)```", section, re.DOTALL)
 
 
 def _rules_file(tmp_path: Path) -> Path:
@@ -709,7 +714,7 @@ def _rules_file(tmp_path: Path) -> Path:
 @pytest.mark.skipif(
     PROMTOOL is None, reason="promtool not installed (Debian: apt install prometheus)"
 )
-def test_doc_rules_and_scrape_config_pass_promtool(tmp_path):
+def test_readme_rules_and_scrape_config_pass_promtool(tmp_path):
     rules = _rules_file(tmp_path)
     p = subprocess.run([PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -724,14 +729,47 @@ def test_doc_rules_and_scrape_config_pass_promtool(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
 
 
+def _series(name: str, values: str, **labels: str) -> dict[str, str]:
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return {"series": f"{name}{{{inner}}}", "values": values}
+
+
+def _job_series(
+    run_id: str, port: int, out: tuple[str, str], finished: str, restarts: str
+) -> list[dict]:
+    """A two-node job as Prometheus stores it: each node's target has its own ``instance``."""
+    series = []
+    for i, node in enumerate(("n1", "n2")):
+        where = {"instance": f"{node}:{port}", "job": "tuilaunch", "node": node}
+        series += [
+            _series("tuilaunch_info", "1x45", run_id=run_id, version="0", torch="2", **where),
+            _series(
+                "tuilaunch_rank_last_output_timestamp_seconds",
+                out[i],
+                rank=str(i),
+                local_rank="0",
+                **where,
+            ),
+            _series("tuilaunch_run_finished", finished, **where),
+            _series("tuilaunch_restarts_total", restarts, cause="failure", **where),
+        ]
+    return series
+
+
 @pytest.mark.skipif(
     PROMTOOL is None, reason="promtool not installed (Debian: apt install prometheus)"
 )
-def test_doc_alert_rules_fire_as_written(tmp_path):
-    """``promtool test rules``: the alerts fire on the series tuilaunch exports, and not before."""
+def test_readme_alert_rules_fire_as_written(tmp_path):
+    """``promtool test rules`` on the README's rules, over the series tuilaunch exports.
+
+    Run ``r1`` (two nodes): rank 0 on n1 prints every minute until minute 5, rank 1 on n2 never
+    prints (its files' mtime stays at the start); one failure restart at minute 30, seen by both
+    nodes. Run ``r2`` (the same two hosts, another port): silent from the start but finished,
+    never restarted. Expected: one no-progress alert for r1 from minute 16 on (not at 10: n1
+    printed until 5), none for r2; one restart alert for r1 (not one per node).
+    """
     _rules_file(tmp_path)
-    # Minute 0..20: output every minute until minute 5, then silence; one failure restart at
-    # minute 30, none after. Evaluated on promtool's clock (time() is the eval time).
+    silent_then = "0 60 120 180 240 300 300x40"
     test = {
         "rule_files": ["rules.yml"],
         "evaluation_interval": "1m",
@@ -739,16 +777,8 @@ def test_doc_alert_rules_fire_as_written(tmp_path):
             {
                 "interval": "1m",
                 "input_series": [
-                    {
-                        "series": 'tuilaunch_rank_last_output_timestamp_seconds{node="n1",'
-                        'rank="0",local_rank="0"}',
-                        "values": "0 60 120 180 240 300 300x40",
-                    },
-                    {"series": 'tuilaunch_run_finished{node="n1"}', "values": "0x45"},
-                    {
-                        "series": 'tuilaunch_restarts_total{node="n1",cause="failure"}',
-                        "values": "0x29 1x60",
-                    },
+                    *_job_series("r1", 9400, (silent_then, "0x45"), "0x45", "0x29 1x60"),
+                    *_job_series("r2", 9401, ("0x45", "0x45"), "1x45", "0x90"),
                 ],
                 "alert_rule_test": [
                     {"eval_time": "10m", "alertname": "TuilaunchNoProgress", "exp_alerts": []},
@@ -757,9 +787,9 @@ def test_doc_alert_rules_fire_as_written(tmp_path):
                         "alertname": "TuilaunchNoProgress",
                         "exp_alerts": [
                             {
-                                "exp_labels": {"severity": "warning", "node": "n1"},
+                                "exp_labels": {"severity": "warning", "run_id": "r1"},
                                 "exp_annotations": {
-                                    "summary": "tuilaunch on n1: no output from any rank for "
+                                    "summary": "tuilaunch run r1: no output from any rank for "
                                     "10 minutes"
                                 },
                             }
@@ -773,11 +803,11 @@ def test_doc_alert_rules_fire_as_written(tmp_path):
                             {
                                 "exp_labels": {
                                     "severity": "info",
-                                    "node": "n1",
+                                    "run_id": "r1",
                                     "cause": "failure",
                                 },
                                 "exp_annotations": {
-                                    "summary": "tuilaunch on n1 restarted its workers (failure) "
+                                    "summary": "tuilaunch run r1 restarted its workers (failure) "
                                     "in the last hour"
                                 },
                             }

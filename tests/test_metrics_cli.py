@@ -242,4 +242,3 @@ def test_two_agents_on_one_host_export_disjoint_ranks(launches, tmp_path: Path):
     assert names == sorted(textfile_name(run_id, label) for label in node_labels)
     for name in names:
         assert value(parse((textfile / name).read_text()), "tuilaunch_run_finished") == 1
-

@@ -5,8 +5,10 @@
   hang detection (:data:`ExtraProvider`).
 - :mod:`~tui_launch.core.metrics.serve`: :class:`MetricsServer` (``GET /metrics``) and
   :class:`TextfileWriter` (``tuilaunch_<run-id>_<node>.prom`` for node_exporter).
-- :func:`start_exporters` here is the one call the CLI makes. ``docs/METRICS.md`` lists the
-  metrics, a scrape config and alert rules.
+- :mod:`~tui_launch.core.metrics.node`: the ``node`` label (host name, or ``<host>/<group rank>``
+  when agents of the run share a host).
+- :func:`start_exporters` here is the one call the CLI makes. The README's "Metrics" section
+  lists the metrics, a scrape config and alert rules.
 
 This ``__init__`` loads neither prometheus_client nor the submodules until they are used
 (PEP 562), so that a run without the options pays nothing for them, and nothing listens.
