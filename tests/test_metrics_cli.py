@@ -157,6 +157,7 @@ def test_cli_run_scraped_killed_and_finished(tuilaunch, tmp_path: Path):
     assert [p.name for p in textfile.iterdir()] == [path.name]  # no temp file left
     assert oct(path.stat().st_mode & 0o777) == oct(0o644)
     assert scrape(port) is None  # closed with the run
+    assert f"Prometheus metrics at http://127.0.0.1:{port}/metrics" in launch.stderr
 
 
 def test_nothing_listens_when_the_options_are_off(tuilaunch):

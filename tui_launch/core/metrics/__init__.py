@@ -162,6 +162,8 @@ def start_exporters(
     if opts.metrics_port is not None:
         server = serve.MetricsServer(collector.registry(), opts.metrics_port, opts.metrics_bind)
         server.start()
+        # Said once, in the journal and on the console: where to point Prometheus.
+        store.post(Notice(level="info", message=f"Prometheus metrics at {server.url}"))
     textfile = None
     if opts.metrics_textfile is not None:
         reported: list[BaseException] = []
