@@ -31,7 +31,6 @@ from typing import Any
 import pytest
 from conftest import ROOT, TOKEN_VAR, WORKERS, wait_for, wait_gone
 from prometheus_client.parser import text_string_to_metric_families
-from test_bad_input import check_usage_error
 
 from tui_launch.core import events as ev
 from tui_launch.core import metrics
@@ -674,23 +673,7 @@ def test_bad_options_are_one_line_exit_2_in_process(capsys, argv, needles):
         assert needle in err[0], (needle, err)
 
 
-NOOP = str(WORKERS / "noop.py")
-
-
-@pytest.mark.parametrize("case", ["zero", "too-big", "in-use"])
-def test_bad_metrics_port_is_one_line_exit_2(tuilaunch, case):
-    """The real command line: ``tuilaunch --no-tui --metrics-port ...`` as a process."""
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        busy = str(holder.getsockname()[1])
-        port = {"zero": "0", "too-big": "65536", "in-use": busy}[case]
-        launch = tuilaunch("--metrics-port", port, NOOP)
-        line = check_usage_error(launch, "--metrics-port", port)
-    if case == "in-use":
-        assert re.search(r"in use", line, re.IGNORECASE), line
-    else:
-        assert "1-65535" in line, line
+# The real command line with a bad --metrics-port: tests/test_metrics_cli.py.
 
 
 # ------------------------------------------------------------------ alert rules (promtool)
