@@ -1,5 +1,9 @@
 """The ``tuilaunch`` command: parse, validate, pick a front end, handle signals, exit.
 
+The metrics exporters (``--metrics-port``, ``--metrics-textfile``) wrap the run: started after
+validation and before the runner, so a port taken meanwhile is still a usage error with nothing
+started; closed after the run, so the textfile's last write says the run finished.
+
 Exit status: 0 when every worker succeeded, 1 when workers failed or torch reported an error
 (as torchrun), 2 for bad input, 128 + N when the launcher itself was stopped by signal N.
 """
