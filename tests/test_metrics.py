@@ -485,6 +485,25 @@ def test_http_endpoint_on_loopback(tmp_path):
         pass
 
 
+def test_a_failing_scrape_is_a_500_and_prints_nothing(capfd):
+    class Broken(fam.RunCollector):
+        def collect(self):  # type: ignore[no-untyped-def]
+            raise RuntimeError("boom")
+
+    server = serve.MetricsServer(Broken(RunStore().snapshot, fam.RunInfo(node=NODE)).registry(), 0)
+    server.start()
+    try:
+        code, _, body = _get(server.url)
+        assert code == 500 and "RuntimeError: boom" in body, body
+        # A client that hangs up before the answer: no traceback on the run's console either.
+        with socket.create_connection(server.address, timeout=5) as c:
+            c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _get(server.url)[0] == 500  # still serving
+    finally:
+        server.close()
+    assert capfd.readouterr().err == ""
+
+
 def test_bind_fails_on_a_port_in_use_before_serving():
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))

@@ -41,6 +41,11 @@ TEXTFILE_INTERVAL = 10.0
 class _Server(ThreadingHTTPServer):
     daemon_threads = True  # a stuck client never holds the launcher's exit
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # socketserver prints a traceback to stderr, i.e. onto the run's console or dashboard,
+        # for a scraper that hung up mid-answer (its scrape_timeout): nothing to tell the user.
+        pass
+
 
 def _handler(registry: CollectorRegistry) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
@@ -52,7 +57,13 @@ def _handler(registry: CollectorRegistry) -> type[BaseHTTPRequestHandler]:
                 self._send(404, "text/plain; charset=utf-8", b"not found: try /metrics\n")
                 return
             encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-            self._send(200, content_type, encoder(registry))
+            try:
+                body = encoder(registry)
+            except Exception as e:  # a scrape must not die silently nor print a traceback
+                msg = f"tuilaunch: metrics failed: {type(e).__name__}: {e}\n"
+                self._send(500, "text/plain; charset=utf-8", msg.encode())
+                return
+            self._send(200, content_type, body)
 
         def _send(self, code: int, content_type: str, body: bytes) -> None:
             self.send_response(code)
