@@ -25,11 +25,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import ROOT, TOKEN_VAR, WORKERS, wait_for, wait_gone
+from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from tui_launch.core import events as ev
@@ -487,7 +489,7 @@ def test_http_endpoint_on_loopback(tmp_path):
 
 def test_a_failing_scrape_is_a_500_and_prints_nothing(capfd):
     class Broken(fam.RunCollector):
-        def collect(self):  # type: ignore[no-untyped-def]
+        def collect(self) -> Iterator[Metric]:
             raise RuntimeError("boom")
 
     server = serve.MetricsServer(Broken(RunStore().snapshot, fam.RunInfo(node=NODE)).registry(), 0)
