@@ -76,6 +76,7 @@ class Dumper:
         self.pyspy = pyspy
         self._lock = threading.Lock()
         self._kept: dict[str, StackDump] = {}
+        self._survivors: tuple[int, StacksDumped | None] | None = None  # (attempt, event)
 
     def targets(self) -> list[Target]:
         """``(local rank, global rank, pid)`` of every rank of the current attempt still alive."""
@@ -130,6 +131,20 @@ class Dumper:
                 self._kept.pop(next(iter(self._kept)))
             self._post(event)
             return Taken(dump, event)
+
+    def survivors(self, attempt: int) -> StacksDumped | None:
+        """Before torch terminates a failed group: dump the ranks still alive, at most once per
+        attempt (a second call returns the first dump). One py-spy per rank and no children,
+        so that it adds no more than about a second to the restart (bench/run.py restart)."""
+        done = self._survivors
+        if done is not None and done[0] == attempt:
+            return done[1]
+        taken = None
+        if self.targets():
+            taken = self.take("before-kill", "before-kill", timeout=0.8, max_children=0)
+        event = taken.event if taken is not None else None
+        self._survivors = (attempt, event)
+        return event
 
     def dump_stacks(self, reason: str = "api", source: str = "api") -> StacksDumped | None:
         """The control API: dump every live rank; the event (None: no rank runs)."""

@@ -185,3 +185,16 @@ def hang_failure(
         hung=True,
         caused_by=f"no output for {hang.silence:.0f} s; --on-hang {hang.action}",
     )
+
+
+def hang_failures(hang: HangDetected, view: RanksView, host: str) -> tuple[Failure, ...]:
+    """The failures of a confirmed hang: the odd ranks out (every still rank when none is odd)
+    that run on this node."""
+    named = hang.odd_ranks or hang.still_ranks or tuple(view.global_ranks.values())
+    by_global = {g: lr for lr, g in view.global_ranks.items()}
+    out = []
+    for g in named:
+        lr = by_global.get(g)
+        if lr is not None and lr in view.pids:
+            out.append(hang_failure(hang, lr, g, view.pids[lr], host))
+    return tuple(out)

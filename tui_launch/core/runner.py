@@ -50,7 +50,7 @@ from tui_launch.core.events import (
     StacksDumped,
     WorkersStarted,
 )
-from tui_launch.core.failures import collect_failures, hang_failure, run_outcome, with_peers
+from tui_launch.core.failures import collect_failures, hang_failures, run_outcome, with_peers
 from tui_launch.core.faults import FaultExecutor
 from tui_launch.core.handle import PartsHandle
 from tui_launch.core.hangwatch import HangWatch
@@ -141,7 +141,6 @@ class Runner(PartsHandle):
         self._faulthandler = dump_via_faulthandler and self.shim.wanted
         self._dump_on_failure = dump_on_failure
         self._hang: HangDetected | None = None  # a confirmed hang for monitor to act on
-        self._survivors: tuple[int, StacksDumped | None] | None = None  # (attempt, dump)
         self.dumper = Dumper(
             store.post,
             self.ranks,
@@ -464,33 +463,15 @@ class Runner(PartsHandle):
         return result
 
     def _dump_survivors(self) -> StacksDumped | None:
-        """Dump the ranks still alive in a failed group, within about a second (once per
-        attempt; a second call returns the first dump)."""
-        attempt = self.ranks.attempt
-        done = self._survivors
-        if done is not None and done[0] == attempt:
-            return done[1]
-        taken = None
-        if self._dump_on_failure and self.dumper.targets():
-            # One py-spy per rank, no children: the dump must not delay the restart by more
-            # than about a second (bench/run.py restart --dump).
-            taken = self.dumper.take("before-kill", "before-kill", timeout=0.8, max_children=0)
-        event = taken.event if taken is not None else None
-        self._survivors = (attempt, event)
-        return event
+        """Dump the ranks still alive in a failed group (once per attempt, about a second)."""
+        if not self._dump_on_failure:
+            return None
+        return self.dumper.survivors(self.ranks.attempt)
 
     def _hang_failure(self, agent_obj: TorchAgent, hang: HangDetected) -> RunResult:
         """``--on-hang restart|stop``: fail the group as a crash would, the hang its cause."""
-        view = self.ranks.view()
-        named = hang.odd_ranks or hang.still_ranks or tuple(view.global_ranks.values())
-        by_global = {g: lr for lr, g in view.global_ranks.items()}
-        failures = []
-        for g in named:
-            lr = by_global.get(g)
-            if lr is None or lr not in view.pids:
-                continue
-            failures.append(hang_failure(hang, lr, g, view.pids[lr], self.host))
-        self.store.post(AttemptFailed(attempt=hang.attempt, failures=tuple(failures)))
+        failures = hang_failures(hang, self.ranks.view(), self.host)
+        self.store.post(AttemptFailed(attempt=hang.attempt, failures=failures))
         self._pending_cause = "failure"
         if hang.action == "stop":
             agent.spend_restarts(agent_obj)
