@@ -45,6 +45,7 @@ EXTRA: dict[str, tuple[str, tuple[str, ...]]] = {
     "cluster": ("multinode", ("n",)),  # the Cluster tab: every node's status from the store
     "small": ("healthy", ()),  # the smallest supported terminal (SIZES)
     "connect-failed": ("connect_failed", ()),  # a c10d store nobody serves, on 80x24
+    "stacks": ("hung", ("d",)),  # a hang: d dumps again, the Stacks tab shows the verdict
 }
 # screenshots taken at another size than SIZE
 SIZES: dict[str, tuple[int, int]] = {"small": (80, 24), "connect-failed": (80, 24)}

@@ -656,3 +656,18 @@ def test_tailer_survives_a_broken_sink(tmp_path):
     t.drain()
     assert c.of(p)[:2] == ["a", "b"]
     assert c.of(p)[2].endswith(" bad utf-8") and "\ufffd" in c.of(p)[2]
+
+
+def test_dumps_and_a_confirmed_hang_flag_the_ranks_until_the_next_attempt() -> None:
+    from tui_launch.core.events import HangDetected
+    from tui_launch.testing import scenarios
+    from tui_launch.testing.builders import workers_started
+
+    src = scenarios.hung()
+    s = src.snapshot()
+    assert [d.reason for d in s.dumps] == ["hang-suspected", "hang-confirm"]
+    assert isinstance(s.hang, HangDetected) and s.hang.second_path == s.dumps[-1].path
+    assert s.hung_ranks == (1,)  # the odd rank out, not every rank that waits for it
+    assert s.dumps[-1].places[1] == "rank 1: data.py:41 in load_batch"
+    s = reduce(s, workers_started(1, 4, 6000, at=120.0))
+    assert s.hung_ranks == () and len(s.dumps) == 2  # a new attempt: no rank is suspect

@@ -85,3 +85,14 @@ class TestDashboardSnapshots:
     def test_connect_failed_80x24(self, snap_compare) -> None:
         """It gave up: the error in the header and the root-cause tab, shown at once."""
         assert snap_compare(dashboard("connect_failed"), terminal_size=(80, 24))
+
+    def test_stacks_tab(self, snap_compare) -> None:
+        """A confirmed hang: the Stacks tab with the verdict, rank 1 (the odd one out, in
+        load_batch) first, ranks 0, 2, 3 folded (x 3 ranks) in all_reduce, the earlier dump
+        listed; rank 1 marked HUNG? in the Workers table."""
+
+        async def stacks_tab(pilot) -> None:
+            pilot.app._tabs.active = "stacks-tab"
+            await pilot.pause()
+
+        assert snap_compare(dashboard("hung"), terminal_size=SIZE, run_before=stacks_tab)

@@ -11,10 +11,10 @@ import io
 import sys
 import threading
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 from tui_launch.core import errors
-from tui_launch.core.events import Event, ExitBarrier, Failure, Injected
+from tui_launch.core.events import Event, ExitBarrier, Failure, Injected, StacksDumped
 from tui_launch.core.handle import RunHandle
 from tui_launch.core.logs import STDOUT, LogSource
 from tui_launch.core.store import RunStore, Snapshot
@@ -28,6 +28,7 @@ from tui_launch.core.text import (
 
 TAG = "[tuilaunch]"
 CLUSTER_LINES_MAX = 32
+STACK_FRAMES = 12  # innermost frames printed per distinct stack (the files keep all)
 _CLEAR = "\r\x1b[2K"
 
 
@@ -102,7 +103,27 @@ class Headless:
             line = describe(e)
             if line:
                 self._say(line)
+            if isinstance(e, StacksDumped) and e.reason != "hang-suspected":
+                # A suspicion's stacks come again with its confirmation: printed once, then.
+                self._print_stacks(e)
         self._print_cluster()
+
+    def _print_stacks(self, e: StacksDumped) -> None:
+        """Each distinct main-thread stack of a dump once, with the ranks that share it."""
+        dump = self.runner.stack_dump(e.path)
+        if dump is None:
+            return
+        from tui_launch.core.stacks import group_stacks, rank_list
+
+        for group in group_stacks(dump):
+            n = len(group.ranks)
+            who = f"rank {group.ranks[0]}" if n == 1 else f"ranks {rank_list(group.ranks)}"
+            who += f" (\u00d7 {n} ranks)" if n > 1 else ""
+            lines = [f"  {f.where}" for f in group.frames[:STACK_FRAMES]]
+            if len(group.frames) > STACK_FRAMES:
+                lines.append(f"  ... {len(group.frames) - STACK_FRAMES} more (stacks.txt)")
+            lines = lines or ["  (no Python frame)"]
+            self._say("\n".join([f"  {who}, main thread (innermost first):", *lines]))
 
     def _print_cluster(self) -> None:
         # One line per node whenever what it says changes (not its heartbeat age). Past
@@ -207,13 +228,21 @@ def print_summary(
     if fin and fin.outcome == "error":
         console.print(Text(f"error: {fin.message}", style="red"), soft_wrap=True)
     injected = injection_lines(runner.store.events()) if runner is not None else []
-    eventful = outcome != "succeeded" or s.failures or s.restarts_used or s.controls or injected
+    eventful = (
+        outcome != "succeeded"
+        or s.failures
+        or s.restarts_used
+        or s.controls
+        or injected
+        or s.dumps
+        or s.hang is not None
+    )
     if not (eventful or verbose):
         ranks = len(s.ranks)
         nodes = s.rendezvous.group_world_size if s.rendezvous else None
         where = f" on {nodes} nodes" if nodes and nodes > 1 else ""
         console.print(f"{ranks} rank(s){where} exited 0; no failures, no restarts")
-        _print_paths(runner, console)
+        _print_paths(runner, console, s)
         return
 
     if s.ranks:
@@ -250,6 +279,16 @@ def print_summary(
     for line in injected:
         console.print(line, soft_wrap=True)
 
+    if s.hang is not None:
+        h = s.hang
+        console.print(Text("hang", style="bold red"))
+        console.print(
+            Text(
+                f"  attempt {h.attempt}: no output for {h.silence:.0f}s; {h.confirmation}\n"
+                f"  verdict: {h.verdict}\n  stacks: {h.second_path}"
+            ),
+            soft_wrap=True,
+        )
     rc = s.root_cause
     if rc is not None and outcome != "succeeded":
         console.print(Text("root cause", style="bold red"))
@@ -260,7 +299,7 @@ def print_summary(
         console.print(Text(heading, style="bold"))
         for f in group:
             console.print(Text(f"  attempt {f.attempt}: {failure_headline(f)}"), soft_wrap=True)
-    _print_paths(runner, console)
+    _print_paths(runner, console, s)
 
 
 def _failure_groups(
@@ -279,13 +318,15 @@ def _failure_groups(
     return groups
 
 
-def _print_paths(runner: RunHandle | None, console: object) -> None:
-    if runner is None:
-        return
-    if runner.run_dir:
-        console.print(f"logs: {runner.run_dir}", soft_wrap=True)  # type: ignore[attr-defined]
-    if runner.journal_path:
-        console.print(f"journal: {runner.journal_path}", soft_wrap=True)  # type: ignore[attr-defined]
+def _print_paths(runner: RunHandle | None, console: Any, s: Snapshot) -> None:
+    if runner is not None:
+        if runner.run_dir:
+            console.print(f"logs: {runner.run_dir}", soft_wrap=True)
+        if runner.journal_path:
+            console.print(f"journal: {runner.journal_path}", soft_wrap=True)
+    if s.dumps:
+        last = s.dumps[-1]
+        console.print(f"stacks: {len(s.dumps)} dump(s); latest: {last.path}", soft_wrap=True)
 
 
 def run_duration(s: Snapshot, now: float | None = None) -> float:

@@ -22,6 +22,7 @@ from tui_launch.core.events import (
     ExitBarrier,
     Failure,
     GroupState,
+    HangDetected,
     NodeChange,
     Notice,
     RankExited,
@@ -32,6 +33,7 @@ from tui_launch.core.events import (
     RunFinished,
     RunStarted,
     Shutdown,
+    StacksDumped,
     StoreRetry,
     TelemetrySample,
     TelemetryTotals,
@@ -140,6 +142,9 @@ class Snapshot:
     connecting: Connecting | None = None  # while torch's rendezvous handler is being created
     store_retries: int = 0  # the TCPStore client's retries so far (torch's C++ warnings)
     launched_mono: float | None = None  # when the launcher began: durations count from here
+    dumps: tuple[StacksDumped, ...] = ()  # every stack dump of the run, oldest first
+    hang: HangDetected | None = None  # the latest confirmed hang of the current attempt
+    hung_ranks: tuple[int, ...] = ()  # global ranks the Workers table marks as hanging
 
     @property
     def restarts_used(self) -> int:
@@ -160,6 +165,7 @@ class Snapshot:
 
 
 _CONTROLS_KEPT = 200
+_DUMPS_KEPT = 100
 
 
 def _close_attempt(attempts: tuple[AttemptView, ...], when: float, reason: str):
@@ -195,6 +201,11 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
         return replace(s, store_retries=s.store_retries + 1, events=s.events - 1)
     if isinstance(e, ClusterSample):
         return replace(s, cluster=e, events=s.events - 1)
+    if isinstance(e, StacksDumped):
+        return replace(s, dumps=(*s.dumps, e)[-_DUMPS_KEPT:])
+    if isinstance(e, HangDetected):
+        # The odd ranks out are the suspects; when every rank waits alike, all of them.
+        return replace(s, hang=e, hung_ranks=e.odd_ranks or e.still_ranks)
     if isinstance(e, NodeChange):
         # Shown in the attempt timeline: the attempt that starts next has these nodes.
         return replace(s, node_changes=(*s.node_changes, e))
@@ -255,6 +266,7 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
             attempts=attempts,
             phase=Phase.RUNNING,
             group_state="HEALTHY",
+            hung_ranks=(),
         )
     if isinstance(e, RankExited):
         if e.attempt != s.attempt:

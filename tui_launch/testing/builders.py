@@ -25,11 +25,13 @@ from tui_launch.core.events import (
     RendezvousSample,
     RendezvousStarted,
     RunStarted,
+    StacksDumped,
     TelemetrySample,
     WorkerInfo,
     WorkersStarted,
 )
 from tui_launch.core.logs import LogBuffer, LogSource
+from tui_launch.core.stacks import StackDump
 from tui_launch.testing.fake_source import T0_MONO, T0_WALL
 
 TRACEBACK = """Traceback (most recent call last):
@@ -348,4 +350,49 @@ def node_status(
         error=kw.get("error"),  # type: ignore[arg-type]
         age=age,
         this_node=i == 0,
+    )
+
+
+def fake_dump(reason: str, ranks: list[tuple[int, int, int]]) -> StackDump:
+    """A deterministic stack dump of ``ranks`` ((local, global, pid)): rank 1 waits in its own
+    ``load_batch``, every other rank in ``all_reduce`` (the textbook hang)."""
+    from tui_launch.core.stacks import Frame, ProcessStack, RankStack, ThreadStack
+
+    dist = "torch/distributed/distributed_c10d.py"
+    waiting = (
+        Frame("all_reduce", dist, 3252, "/site-packages/" + dist),
+        Frame("train_step", "train.py", 87),
+        Frame("main", "train.py", 120),
+    )
+    odd = (
+        Frame("load_batch", "data.py", 41),
+        Frame("train_step", "train.py", 80),
+        Frame("main", "train.py", 120),
+    )
+    out = []
+    for local, grank, pid in ranks:
+        frames = odd if grank == 1 else waiting
+        main = ThreadStack(thread_id=1, name="MainThread", frames=frames, native_id=pid, main=True)
+        proc = ProcessStack(pid=pid, state="S", method="py-spy", threads=(main,), duration=0.05)
+        out.append(RankStack(local_rank=local, global_rank=grank, process=proc))
+    return StackDump(reason=reason, wall=T0_WALL + 94.0, duration=0.08, ranks=tuple(out))
+
+
+def fake_dumped(dump: StackDump, path: str, source: str) -> StacksDumped:
+    """The event the runner would post for ``dump`` kept at ``path``, stamped at the fake clock."""
+    from tui_launch.core.stacks import verdict
+
+    v = verdict(dump)
+    return StacksDumped(
+        reason=dump.reason,
+        attempt=0,
+        ranks=tuple(r.global_rank for r in dump.ranks),
+        verdict=v.text,
+        odd_ranks=v.odd,
+        path=path,
+        method=dump.method,
+        duration=dump.duration,
+        places=tuple(f"rank {p.global_rank}: {p.place}" for p in v.places),
+        source=source,
+        **at(94.0),
     )

@@ -33,7 +33,7 @@ from tui_launch.testing.builders import (
     run_started,
     telemetry,
 )
-from tui_launch.testing.fake_source import T0_MONO, FakeSource
+from tui_launch.testing.fake_source import T0_MONO, T0_WALL, FakeSource
 
 
 def healthy(nproc: int = 4) -> FakeSource:
@@ -284,6 +284,34 @@ def connect_failed() -> FakeSource:
     return src
 
 
+def hung(nproc: int = 4) -> FakeSource:
+    """A run where rank 1 waits in its own code and the others in all_reduce: two dumps, a
+    confirmed hang (--on-hang dump), rank 1 flagged in the Workers table."""
+    from tui_launch.core.events import HangDetected
+
+    src = healthy(nproc)
+    first = src.dump_stacks("hang-suspected", "hang")
+    second = src.dump_stacks("hang-confirm", "hang")
+    assert first is not None and second is not None
+    src.post(
+        HangDetected(
+            attempt=0,
+            silence=310.0,
+            interval=10.0,
+            still_ranks=tuple(range(nproc)),
+            confirmation=f"hung: no main-thread stack moved in 10 s (ranks 0-{nproc - 1})",
+            verdict=second.verdict,
+            odd_ranks=second.odd_ranks,
+            first_path=first.path,
+            second_path=second.path,
+            action="dump",
+            mono=T0_MONO + 94.5,
+            wall=T0_WALL + 94.5,
+        )
+    )
+    return src
+
+
 STATES = {
     "healthy": healthy,
     "waiting": waiting_for_nodes,
@@ -294,4 +322,5 @@ STATES = {
     "multinode": multinode,
     "connecting": connecting,
     "connect_failed": connect_failed,
+    "hung": hung,
 }

@@ -309,9 +309,12 @@ def _short_name(name: str) -> str:
     return name[:16]
 
 
-def _state_cell(r: RankView, tel: RankReading | None) -> Text:
-    """The rank's state, with the process state when it needs attention (D, T, Z)."""
+def _state_cell(r: RankView, tel: RankReading | None, hung: bool = False) -> Text:
+    """The rank's state, with the process state when it needs attention (D, T, Z), and
+    ``HUNG?`` for a rank a confirmed hang names (the Stacks tab says why)."""
     text, style = r.state, STATE_STYLE.get(r.state, "")
+    if hung and r.state in ("running", "stopped"):
+        return Text(f"{text} HUNG?", style="bold red")
     if tel is not None and r.state in ("running", "stopped"):
         if tel.status == "disk-sleep" or tel.d_state:
             # Uninterruptible I/O (a hung NFS mount, a stuck driver): signals cannot reach it.
@@ -324,13 +327,18 @@ def _state_cell(r: RankView, tel: RankReading | None) -> Text:
 
 
 def rank_cells(
-    r: RankView, now: float, last_log: float | None, telemetry: TelemetryView | None = None
+    r: RankView,
+    now: float,
+    last_log: float | None,
+    telemetry: TelemetryView | None = None,
+    hung: bool = False,
 ) -> tuple[RenderableType, ...]:
-    """The workers table's cells for one rank, in column order."""
+    """The workers table's cells for one rank, in column order (``hung``: flagged by a
+    confirmed hang)."""
     tel = telemetry.rank(r.local_rank) if telemetry is not None else None
     if tel is not None and (tel.pid != r.pid or r.exit_code is not None):
         tel = None  # another attempt's process, or the rank is gone
-    state = _state_cell(r, tel)
+    state = _state_cell(r, tel, hung)
     exit_text = (
         Text(errors.describe_exit(r.exit_code), style="red" if r.exit_code else "")
         if r.exit_code is not None
@@ -400,6 +408,15 @@ def root_cause_panel(s: Snapshot) -> RenderableType:
         out.append("the run failed before its workers started\n", style="bold red")
         out.append(fin.message + "\n", style="red")
         out.append("\ntorch's own messages are in the agent log (key g)", style="dim")
+        return out
+    if rc is None and s.hang is not None:
+        h = s.hang
+        out = Text()
+        out.append("hang", style="bold red")
+        out.append(f"  (attempt {h.attempt}; --on-hang {h.action})\n", style="dim")
+        out.append(f"no output for {h.silence:.0f}s; {h.confirmation}\n")
+        out.append(f"{h.verdict}\n", style="yellow")
+        out.append(f"stacks: {h.second_path}\n", style="dim")
         return out
     if rc is None:
         return Text("No failure so far.", style="dim")
