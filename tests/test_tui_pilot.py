@@ -790,6 +790,7 @@ def test_every_action_is_reachable_by_its_keys_and_the_palette() -> None:
     async def main() -> None:
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
+
             async def apply_filter() -> None:
                 # Esc clears a filter: it applies (and is offered) only while there is one.
                 app.log_pane.open_filter()
