@@ -20,6 +20,20 @@ if TYPE_CHECKING:
     from tui_launch.core.handle import RunHandle
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+# Subcommands, recognised only as the first argument (before torchrun's parser sees argv).
+# A script literally named like one runs as `tuilaunch ./ls`.
+SUBCOMMANDS = ("ls",)
+
+
+def run_subcommand(argv: list[str]) -> int:
+    """Run ``tuilaunch ls`` or ``tuilaunch replay`` (``argv[0]`` is the subcommand)."""
+    if argv[0] == "ls":
+        from tui_launch.core.runindex import ls_main
+
+        return ls_main(argv[1:])
+    from tui_launch.tui.replay import replay_main
+
+    return replay_main(argv[1:])
 
 
 def _signals(names: str) -> list[signal.Signals]:
@@ -46,6 +60,9 @@ def install_signal_handlers(runner: RunHandle, names: str) -> dict[signal.Signal
 
 def run_cli(argv: list[str] | None = None) -> int:
     """Run tuilaunch with ``argv`` and return the exit status."""
+    given = sys.argv[1:] if argv is None else argv
+    if given and given[0] in SUBCOMMANDS:
+        return run_subcommand(given)  # before torch is imported: `ls` answers at once
     from tui_launch.core.args import (
         USAGE_ERROR,
         UsageError,
@@ -95,6 +112,18 @@ def run_cli(argv: list[str] | None = None) -> int:
         inject_ready=opts.inject_ready,
     )
     runner.before_exit(_say_node_dies)
+    # The per-user run index (`tuilaunch ls`): this run's entry lives as long as the run.
+    from tui_launch.core import runindex
+
+    index = runindex.Registration.register(
+        ["tuilaunch", *given], str(getattr(args, "rdzv_id", "")), opts.journal
+    )
+    runindex.follow(
+        index,
+        lambda listener: store.subscribe(listener, replay=False),
+        lambda: (runner.files.run_dir, runner.files.journal.path),
+    )
+    runner.before_exit(lambda: index.close("killed (inject node)"))
     # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.
     handled = getattr(args, "signals_to_handle", None) or DEFAULT_SIGNALS
     previous = install_signal_handlers(runner, handled)
@@ -127,6 +156,9 @@ def run_cli(argv: list[str] | None = None) -> int:
             )
         return Headless(store, runner).run()
     finally:
+        if runner.files.run_dir:
+            index.set_run_dir(runner.files.run_dir, runner.files.journal.path)
+        index.close(runner.phase, runner.exit_code)
         for sig, old in previous.items():
             signal.signal(sig, old)  # type: ignore[arg-type]
 

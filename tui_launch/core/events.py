@@ -504,3 +504,19 @@ class Injected(Event):
 
 
 EVENT_TYPES[Injected.kind] = Injected
+
+
+@dataclass(frozen=True)
+class LogMark(Event):
+    """How far rank log files had been written, in whole lines, at this event's time.
+
+    Posted by the log tailer at most once a second while files grow (and when an attempt's
+    files close), with only the streams that moved: ``(attempt, local_rank, stream, offset)``.
+    A replay cuts each rank's log at the last mark before its cursor. The snapshot ignores it.
+    """
+
+    kind: ClassVar[str] = "log_mark"
+    offsets: tuple[tuple[int, int, str, int], ...]
+
+
+EVENT_TYPES[LogMark.kind] = LogMark

@@ -41,6 +41,7 @@ from tui_launch.core.events import (
     AttemptFailed,
     ExitBarrier,
     GroupState,
+    LogMark,
     Notice,
     RunFinished,
     WorkersStarted,
@@ -144,6 +145,7 @@ class Runner(PartsHandle):
         agent.silence_thread_warning()
         self._fix_restarts()
         self.reaper = Reaper()
+        self.files.tailer.set_mark_sink(lambda offsets: self.store.post(LogMark(offsets=offsets)))
         self.files.tailer.start()
         self._thread = threading.Thread(target=self._main, name="tuilaunch-agent", daemon=True)
         self._thread.start()

@@ -21,6 +21,7 @@ from tui_launch.core.events import (
     ExitBarrier,
     Failure,
     GroupState,
+    LogMark,
     NodeChange,
     Notice,
     RankExited,
@@ -174,6 +175,8 @@ def pick_root_cause(failures: Iterable[Failure]) -> Failure | None:
 
 def reduce(s: Snapshot, e: Event) -> Snapshot:
     """Return the snapshot that follows ``s`` once ``e`` has happened."""
+    if isinstance(e, LogMark):
+        return s  # for replays (log cut points): not a change of state, no redraw
     s = replace(s, version=s.version + 1, events=s.events + 1)
     if isinstance(e, RendezvousSample):
         return replace(s, rendezvous_live=e, events=s.events - 1)
