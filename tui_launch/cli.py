@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 # Subcommands, recognised only as the first argument (before torchrun's parser sees argv).
 # A script literally named like one runs as `tuilaunch ./ls`.
-SUBCOMMANDS = ("ls",)
+SUBCOMMANDS = ("ls", "replay")
 
 
 def run_subcommand(argv: list[str]) -> int:

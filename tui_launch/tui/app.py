@@ -237,7 +237,8 @@ class Dashboard(App[int]):
         spec = actions.BY_NAME.get(action)
         if spec is None or spec.needs is actions.Needs.NOTHING:
             return True
-        return actions.applies(spec.needs, self.source.snapshot(), self.selected_rank())
+        replay = getattr(self.source, "replay", False)
+        return actions.applies(spec.needs, self.source.snapshot(), self.selected_rank(), replay)
 
     def _confirm_then(self, action: str, question: str, act: Callable[[], object]) -> None:
         # Destructive actions (the action table says which) ask y/n, unless --no-confirm.
