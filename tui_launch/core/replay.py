@@ -7,9 +7,10 @@ journal line has (``{"seq": N, "kind": K, "mono": M, "wall": W, ...``). A line w
 newline (a write cut short) ends the timeline: replay goes up to the last whole event.
 
 The state after the first ``n`` events, :meth:`Timeline.snapshot`, is ``store.reduce`` of
-those events. Snapshots are kept at checkpoints (every ``every`` events) as they are computed,
-so a cursor anywhere re-reduces at most one checkpoint's worth of events once the checkpoints
-up to it exist; :meth:`Timeline.precompute` fills them (a replay does it in the background).
+those events. Snapshots are kept at checkpoints (every ``every`` events, 250 by default) as
+they are computed, so a cursor anywhere re-reduces at most one checkpoint's worth of events
+once the checkpoints up to it exist; :meth:`Timeline.precompute` fills them (a replay does it
+in the background).
 ``log_mark`` events change no state: they are never parsed to reduce, only to cut logs.
 """
 
@@ -26,9 +27,9 @@ from collections.abc import Iterator
 from tui_launch.core.events import Event, LogMark, from_dict
 from tui_launch.core.store import Snapshot, reduce
 
-# A whole journal line: its prefix (kind, mono, wall) and the rest up to the newline.
-_LINE = re.compile(
-    rb'\{"seq": \d+, "kind": "([a-z_]+)", "mono": ([-+0-9.eE]+), "wall": ([-+0-9.eE]+)[^\n]*\n'
+# The prefix of every journal line: its kind, mono and wall.
+_PREFIX = re.compile(
+    rb'\{"seq": \d+, "kind": "([a-z_]+)", "mono": ([-+0-9.eE]+), "wall": ([-+0-9.eE]+)'
 )
 MARK = LogMark.kind
 # Where the replay's ]/[ keys stop: a failure, a restart, an injected fault, the end.
@@ -46,7 +47,7 @@ class Timeline:
 
     CHUNK = 1 << 24
 
-    def __init__(self, path: str, every: int = 1000) -> None:
+    def __init__(self, path: str, every: int = 250) -> None:
         self.path = path
         self.every = every
         self.starts = array("q")
@@ -74,25 +75,22 @@ class Timeline:
             intern = {k: k for k in set(self.kinds)}
             while True:
                 chunk = os.pread(self._fd, self.CHUNK, self._scanned)
-                if not chunk:
-                    break
-                used = 0
+                last = chunk.rfind(b"\n") + 1
+                if not last:
+                    break  # no whole line yet: one being written, or cut off
                 base = self._scanned
-                for m in _LINE.finditer(chunk):
-                    kind = m.group(1).decode()
-                    self.kinds.append(intern.setdefault(kind, kind))
-                    self.starts.append(base + m.start())
-                    self.ends.append(base + m.end())
-                    self.mono.append(float(m.group(2)))
-                    self.wall.append(float(m.group(3)))
-                    used = m.end()
-                if len(chunk) < self.CHUNK:
-                    # The rest holds no whole line: a line still being written, or cut off.
-                    self._scanned = base + used
-                    break
-                if used == 0:  # a chunk without one whole known line: skip past it
-                    used = chunk.rfind(b"\n") + 1 or len(chunk)
-                self._scanned = base + used
+                pos = base
+                for line in chunk[:last].split(b"\n")[:-1]:
+                    m = _PREFIX.match(line)
+                    if m is not None:
+                        kind = m.group(1).decode()
+                        self.kinds.append(intern.setdefault(kind, kind))
+                        self.starts.append(pos)
+                        self.ends.append(pos + len(line) + 1)
+                        self.mono.append(float(m.group(2)))
+                        self.wall.append(float(m.group(3)))
+                    pos += len(line) + 1
+                self._scanned = base + last
             return len(self.kinds)
 
     # ------------------------------------------------------------------ events
@@ -145,8 +143,9 @@ class Timeline:
         c = 0
         while c < last and not (stop is not None and stop.is_set()):
             c += self.every
-            with self._lock:
+            with self._lock:  # one checkpoint at a time: the UI thread gets the lock between
                 self._ensure(c)
+                self.log_offsets(c)
 
     # --------------------------------------------------------------- log cuts
 
@@ -156,7 +155,7 @@ class Timeline:
         with self._lock:
             have = max(c for c in self._marks if c <= n)
             offsets = dict(self._marks[have])
-            step = self.every * 16
+            step = self.every
             for i, e in self.events(have, n, marks=True):
                 if isinstance(e, LogMark):
                     for attempt, rank, stream, offset in e.offsets:

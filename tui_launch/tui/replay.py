@@ -31,6 +31,7 @@ from tui_launch.tui.widgets import CachedPanel
 
 # When the cursor moves back, each log is re-read from this many bytes before its cut.
 REREAD = 1 << 18
+OPEN_AT_END = 20000  # events: up to this many, the replay opens on the end
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 100.0, 1000.0)
 
 
@@ -301,7 +302,11 @@ def replay_main(argv: list[str]) -> int:
         target=timeline.precompute, args=(stop,), name="tuilaunch-replay", daemon=True
     )
     worker.start()
-    app = ReplayDashboard(ReplaySource(timeline), refresh_hz=refresh_hz, confirm=confirm)
+    # A short journal opens on its end (the run's final state); a long one on its start, at
+    # once, while the snapshots are computed in the background (G goes to the end).
+    cursor = len(timeline) if len(timeline) <= OPEN_AT_END else 0
+    source = ReplaySource(timeline, cursor)
+    app = ReplayDashboard(source, refresh_hz=refresh_hz, confirm=confirm)
     try:
         app.run()
     finally:
