@@ -29,7 +29,10 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cmd += ["--max-restarts", "1", "--log-dir", str(logs)]
     cmd += ["--inject", "kill:rank=1,after=1.5s,attempt=0", str(WORKERS / "ticker.py")]
     cmd += ["--ticks", "30"]
-    done = subprocess.run(cmd, env=base_env(), capture_output=True, text=True, timeout=180)
+    index = tmp_path_factory.mktemp("replay-index")  # the run registers here, not in $HOME
+    index.chmod(0o700)
+    env = base_env(XDG_RUNTIME_DIR=str(index))
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     return journal_path(done.stdout + done.stderr)
 
