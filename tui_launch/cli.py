@@ -105,14 +105,17 @@ def run_cli(argv: list[str] | None = None) -> int:
         print(f"tuilaunch: error: {e}", file=sys.stderr)
         return USAGE_ERROR
     try:
-        return _run(args, opts, store, use_tui)
+        return _run(args, opts, store, use_tui, given)
     finally:
         # After the run: the textfile's last write says the run finished; the port closes.
         exporters.close()
 
 
-def _run(args: argparse.Namespace, opts: Options, store: RunStore, use_tui: bool) -> int:
-    """Build the runner, start it, and follow it with the dashboard or headless."""
+def _run(
+    args: argparse.Namespace, opts: Options, store: RunStore, use_tui: bool, given: list[str]
+) -> int:
+    """Build the runner, start it, and follow it with the dashboard or headless (``given``:
+    the command line, for the run index)."""
     from tui_launch.core.inject import Injector, parse_specs
     from tui_launch.core.runner import Runner
     from tui_launch.headless import Headless, print_summary
