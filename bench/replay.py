@@ -98,8 +98,17 @@ def write_journal(path: str, marks_per_s: int) -> int:
             for k in range(marks_per_s):
                 for key in offsets:
                     offsets[key] += 80 if key[1] == "stdout" else 0
-                marks = tuple((attempt, r, st, off) for (r, st), off in offsets.items())
-                put(to_dict(LogMark(offsets=marks, **builders.at(t + k * step))))
+                # Formatted directly (as Journal.write would write it): asdict is slow to
+                # write a million of.
+                marks = ", ".join(
+                    f'[{attempt}, {r}, "{st}", {off}]' for (r, st), off in offsets.items()
+                )
+                when = builders.at(t + k * step)
+                fp.write(
+                    f'{{"seq": {seq}, "kind": "{LogMark.kind}", "mono": {when["mono"]!r}, '
+                    f'"wall": {when["wall"]!r}, "offsets": [{marks}]}}\n'
+                )
+                seq += 1
         put(to_dict(builders.failed_attempt(attempt, DAY - 1.0)))
     return seq
 

@@ -3,22 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import itertools
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import PY, WORKERS, base_env, journal_path
+from conftest import PY, WORKERS, base_env, journal_path, wait_for
 from rich.console import Console
 
-from tui_launch.core.events import LogMark
+from tui_launch.core.events import LogMark, WorkersStarted
 from tui_launch.core.journal import read_journal
 from tui_launch.core.replay import Timeline
 from tui_launch.core.store import replay
 from tui_launch.tui import render
-from tui_launch.tui.replay import ReplayDashboard, ReplaySource, journal_of
+from tui_launch.tui.replay import (
+    AttachDashboard,
+    AttachSource,
+    ReplayDashboard,
+    ReplaySource,
+    journal_of,
+    resolve_attach,
+)
 
 
 @pytest.fixture(scope="module")
@@ -189,3 +199,56 @@ def test_a_run_directory_names_its_journal(recorded: Path, tmp_path: Path) -> No
     assert journal_of(str(recorded)) == str(recorded)
     with pytest.raises(ValueError, match="no journal"):
         journal_of(str(tmp_path))
+
+
+def test_attach_follows_a_running_job_read_only(tmp_path: Path, tuilaunch) -> None:
+    index = tmp_path / "index"
+    index.mkdir(mode=0o700)
+    env = base_env(XDG_RUNTIME_DIR=str(index))
+    none = subprocess.run(
+        [PY, "-m", "tui_launch", "attach"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert none.returncode == 2 and none.stderr.count("\n") == 1 and "no live run" in none.stderr
+    job = tuilaunch(
+        "--standalone", "--nproc-per-node", "2", str(WORKERS / "ticker.py"), "--ticks", "600",
+        env=env,
+    )  # fmt: skip
+    os.environ["XDG_RUNTIME_DIR"] = str(index)
+    try:
+
+        def journal() -> str | None:
+            with contextlib.suppress(ValueError):
+                path = resolve_attach(None)
+                if '"workers_started"' in Path(path).read_text():
+                    return path
+            return None
+
+        path = wait_for(journal, 60, what="the job's journal, with its workers")
+        assert resolve_attach(str(job.pid)) == path
+    finally:
+        del os.environ["XDG_RUNTIME_DIR"]
+    started = next(e for e in read_journal(path) if isinstance(e, WorkersStarted))
+    src = AttachSource(Timeline(path))
+    app = AttachDashboard(src, refresh_hz=10)
+    asyncio.run(_drive_attach(app, src, {w.local_rank: w.pid for w in started.workers}, job))
+    job.wait()
+
+
+async def _drive_attach(app: AttachDashboard, src: AttachSource, pids: dict, job) -> None:
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        shown = {r.local_rank: r.pid for r in src.snapshot().ranks}
+        assert shown == pids
+        for action in ("kill", "term", "stop_continue", "restart", "inject"):
+            assert not app.check_action(action, ()), action
+        await pilot.press("comma")
+        assert not src.following
+        await pilot.press("G")
+        assert src.following
+        job.proc.send_signal(signal.SIGTERM)  # the job ends: the attached view sees it
+        deadline = time.monotonic() + 60
+        while src.snapshot().finished is None and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        assert src.snapshot().finished is not None
+        assert src.snapshot().finished.outcome == "stopped"
+        await pilot.press("q")

@@ -30,18 +30,18 @@ if TYPE_CHECKING:
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 # Subcommands, recognised only as the first argument (before torchrun's parser sees argv).
 # A script literally named like one runs as `tuilaunch ./ls`.
-SUBCOMMANDS = ("ls", "replay")
+SUBCOMMANDS = ("ls", "replay", "attach")
 
 
 def run_subcommand(argv: list[str]) -> int:
-    """Run ``tuilaunch ls`` or ``tuilaunch replay`` (``argv[0]`` is the subcommand)."""
+    """Run ``tuilaunch ls``, ``replay`` or ``attach`` (``argv[0]`` is the subcommand)."""
     if argv[0] == "ls":
         from tui_launch.core.runindex import ls_main
 
         return ls_main(argv[1:])
-    from tui_launch.tui.replay import replay_main
+    from tui_launch.tui.replay import attach_main, replay_main
 
-    return replay_main(argv[1:])
+    return (replay_main if argv[0] == "replay" else attach_main)(argv[1:])
 
 
 def _signals(names: str) -> list[signal.Signals]:

@@ -178,8 +178,10 @@ def cursor_line(src: ReplaySource) -> Text:
     frac = f"{src.wall % 1:.1f}"[1:]
     state = "playing" if src.playing else "paused"
     kind = src.timeline.kinds[src.cursor - 1] if src.cursor else "(start)"
+    following = getattr(src, "following", None)
+    label = "REPLAY" if following is None else "ATTACHED read-only" + (" (following)" * following)
     return Text(
-        f" REPLAY  {when}{frac}   event {src.cursor}/{len(src.timeline)} ({kind})"
+        f" {label}  {when}{frac}   event {src.cursor}/{len(src.timeline)} ({kind})"
         f"   {state} x{src.speed:g}   space play  ,/. step  [/] failures  g/G start/end"
     )
 
@@ -311,4 +313,92 @@ def replay_main(argv: list[str]) -> int:
         app.run()
     finally:
         stop.set()
+    return 0
+
+
+class AttachSource(ReplaySource):
+    """A running job, read-only: the replay of its journal with the cursor following the end.
+
+    Nothing is signalled or written: the journal and the rank log files are only read. A
+    replay key (step, jump, start) stops following; ``G`` follows again.
+    """
+
+    def __init__(self, timeline: Timeline) -> None:
+        super().__init__(timeline)
+        self.following = True
+
+    def follow(self) -> None:
+        """Read what the launcher appended; with the cursor at the end, keep it there."""
+        if self.following:
+            self.timeline.refresh()
+            self.move(len(self.timeline))
+
+    def now(self) -> float:
+        """The machine's clock while following a live run (the journal's is the same clock
+        on the same node), else the cursor's."""
+        if self.following and self._snap.finished is None:
+            return time.monotonic()
+        return super().now()
+
+
+class AttachDashboard(ReplayDashboard):
+    """The replay dashboard following a live journal (``tuilaunch attach``)."""
+
+    source: AttachSource
+
+    def _tick(self) -> None:
+        self.source.follow()
+        super()._tick()
+
+    def _go(self, cursor: int) -> None:
+        self.source.following = cursor >= len(self.source.timeline)
+        super()._go(cursor)
+
+
+def resolve_attach(target: str | None) -> str:
+    """The journal of the run ``target`` names (run dir, pid, run id; default: the only live
+    run of this user on this node); ValueError with a one-line reason."""
+    from tui_launch.core import runindex
+
+    if target is not None and os.path.isdir(target):
+        return journal_of(target)
+    live = [e for e in runindex.entries() if runindex.state(e) == runindex.LIVE]
+    if target is not None:
+        live = [e for e in live if target in (str(e.pid), e.run_id)]
+    if not live:
+        raise ValueError(f"no live run{'' if target is None else ' ' + repr(target)} here")
+    if len(live) > 1:
+        pids = ", ".join(str(e.pid) for e in live)
+        raise ValueError(f"{len(live)} live runs (pids {pids}): name one (tuilaunch ls)")
+    if not live[0].journal or not os.path.isfile(live[0].journal):
+        raise ValueError(f"run {live[0].pid} has no journal yet: try again in a moment")
+    return live[0].journal
+
+
+def attach_main(argv: list[str]) -> int:
+    """``tuilaunch attach [RUN_DIR | PID | RUN_ID]``: read-only dashboard on a running job."""
+    usage = "usage: tuilaunch attach [RUN_DIR|PID|RUN_ID] [--refresh-hz HZ]"
+    if argv and argv[0] in ("-h", "--help"):
+        print(usage)
+        return 0
+    target, refresh_hz, rest = None, 4.0, list(argv)
+    try:
+        while rest:
+            arg = rest.pop(0)
+            if arg == "--refresh-hz":
+                refresh_hz = float(rest.pop(0))
+                if not refresh_hz > 0:
+                    raise ValueError("--refresh-hz must be > 0")
+            elif arg == "--no-confirm":
+                pass  # nothing asks: a read-only attach acts on nothing
+            elif arg.startswith("-") or target is not None:
+                raise ValueError(f"unexpected argument {arg!r}")
+            else:
+                target = arg
+        timeline = Timeline(resolve_attach(target))
+    except (ValueError, IndexError, OSError) as e:
+        msg = str(e) if not isinstance(e, IndexError) else "--refresh-hz needs a value"
+        print(f"tuilaunch attach: error: {msg} ({usage})", file=sys.stderr)
+        return 2
+    AttachDashboard(AttachSource(timeline), refresh_hz=refresh_hz).run()
     return 0
