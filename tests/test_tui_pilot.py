@@ -715,12 +715,16 @@ def test_keys_hidden_for_an_exited_rank() -> None:
 
 # ------------------------------------------------------------------------------ action table
 
-BOUND = [a for a in actions.ACTIONS if a.name and a.bound_keys]
+# The live dashboard's keys (the replay keys are checked in test_replay.py).
+BOUND = [
+    a for a in actions.ACTIONS if a.name and a.bound_keys and a.needs is not actions.Needs.REPLAY
+]
 
 
 def test_the_app_is_built_from_the_action_table() -> None:
     """Bindings (the footer's order), help rows and palette entries all come from the table."""
-    assert [b.action for b in Dashboard.BINDINGS] == [a.name for a in BOUND]  # type: ignore[union-attr]
+    bound_all = [a.name for a in actions.ACTIONS if a.name and a.bound_keys]
+    assert [b.action for b in Dashboard.BINDINGS] == bound_all  # type: ignore[union-attr]
     for a in actions.ACTIONS:
         if a.name:
             assert callable(getattr(Dashboard, f"action_{a.name}", None)), a.name
@@ -728,7 +732,9 @@ def test_the_app_is_built_from_the_action_table() -> None:
     assert rows[0] == ("up/down", "select a rank (mouse works too)")
     assert rows[-1] == ("?", "this help")  # the help's own key last
     assert ("l, enter", "show the selected rank's log") in rows
-    assert len(rows) == len(actions.ACTIONS)
+    replay_only = [a for a in actions.ACTIONS if a.needs is actions.Needs.REPLAY]
+    assert len(rows) == len(actions.ACTIONS) - len(replay_only)
+    assert len(actions.help_rows(replay=True)) == len(actions.ACTIONS)
 
 
 def _recording_dashboard(calls: list[str]) -> type[Dashboard]:

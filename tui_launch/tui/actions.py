@@ -312,10 +312,10 @@ def bindings() -> list[BindingType]:
     ]
 
 
-def help_rows() -> list[tuple[str, str]]:
-    """The help screen's rows: (keys, what they do)."""
+def help_rows(replay: bool = False) -> list[tuple[str, str]]:
+    """The help screen's rows: (keys, what they do); the replay keys only in a replay."""
     rows = sorted(ACTIONS, key=lambda a: a.help_last)  # stable: the table's order otherwise
-    return [(a.help_label, a.help) for a in rows]
+    return [(a.help_label, a.help) for a in rows if replay or a.needs is not Needs.REPLAY]
 
 
 def palette() -> Iterator[Action]:

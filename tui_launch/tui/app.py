@@ -364,13 +364,43 @@ class Dashboard(App[int]):
         if event.tab_id == "cluster-tab":
             self._tick_cluster()
 
+    # The replay keys (Needs.REPLAY) are hidden on a live run; tui/replay.py's
+    # ReplayDashboard gives them their meaning.
+    def action_replay_play(self) -> None:
+        """Replay only: play / pause."""
+
+    def action_replay_faster(self) -> None:
+        """Replay only: faster."""
+
+    def action_replay_slower(self) -> None:
+        """Replay only: slower."""
+
+    def action_replay_step(self) -> None:
+        """Replay only: one event forward."""
+
+    def action_replay_back(self) -> None:
+        """Replay only: one event back."""
+
+    def action_replay_next(self) -> None:
+        """Replay only: the next failure, restart or injection."""
+
+    def action_replay_previous(self) -> None:
+        """Replay only: the previous failure, restart or injection."""
+
+    def action_replay_start(self) -> None:
+        """Replay only: the start."""
+
+    def action_replay_end(self) -> None:
+        """Replay only: the end."""
+
     def action_help(self) -> None:
         """Show every key."""
         # One help screen for the whole run, built on first use: pushing an installed screen
         # skips compose and styling, 15-20 ms of CPU instead of ~50 (what a key costs to
         # answer in a log flood, where this thread gets a fraction of a core).
         if not self.is_screen_installed("help"):
-            self.install_screen(HelpScreen(actions.help_rows()), "help")
+            rows = actions.help_rows(getattr(self.source, "replay", False))
+            self.install_screen(HelpScreen(rows), "help")
         self.push_screen("help")
 
     def action_quit_job(self) -> None:
