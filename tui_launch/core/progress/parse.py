@@ -224,7 +224,7 @@ def _parse_tqdm(s: str) -> ProgressReading | None:
         m = _TQDM_NOTOTAL.search(s)
         if m is None:
             return None
-        desc = s[: m.start() + 1].strip().rstrip(":").strip()
+        desc = s[: m.start("n")].strip().rstrip(":").strip()
         total = None
     step = round(_sized(m.group("n")))
     rate = _tqdm_rate(m.group("rate"), m.group("unit"))
@@ -280,7 +280,8 @@ def _parse_rich(s: str) -> ProgressReading | None:
         step=int(m.group("n")),
         total=None if total_s == "?" else int(total_s),
         epoch=float(em.group(1)) if em else None,
-        epoch_total=_int(em.group(2)) if em else None,
+        # Lightning prints "Epoch {current}/{max_epochs - 1}": both 0-based
+        epoch_total=int(em.group(2)) + 1 if em and em.group(2) else None,
         rate=_num(m.group("rate")),
         loss=_pick_loss(pairs) if pairs else None,
         phase=_phase_of(desc),

@@ -219,6 +219,10 @@ class ProgressTracker:
         if self.family is None:
             if self._streak >= self.lock_after:
                 self.family = family
+                if self.fmt is not None and family_of(self.fmt) != family:
+                    # the bar so far came from a line of another shape: the locked family's
+                    # counter is the one to follow from here
+                    self._train = None
             return True
         if family == self.family:
             return True
