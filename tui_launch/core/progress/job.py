@@ -51,7 +51,8 @@ class JobProgress:
 
     def feed(self, rank: int, stream: str, text: str, t: float) -> None:
         """Text a rank wrote on ``stream`` ("stdout"/"stderr"), seen at monotonic ``t``."""
-        self.tracker(rank, stream).feed(text, t)
+        tr = self._trackers.get((rank, stream))
+        (tr if tr is not None else self.tracker(rank, stream)).feed(text, t)
 
     @staticmethod
     def _position(state: ProgressState) -> tuple[float, int]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 __all__ = [
     "FAMILIES",
     "ProgressReading",
+    "family_anchor",
     "family_of",
     "maybe_progress",
     "parse_line",
@@ -650,6 +651,12 @@ _PARSERS: tuple[tuple[str, Callable[[str], bool], _Parser], ...] = (
     ("generic", _anchor_generic, _parse_generic),
 )
 _BY_FAMILY = {name: (anchor, parser) for name, anchor, parser in _PARSERS}
+
+
+def family_anchor(family: str) -> Callable[[str], bool] | None:
+    """The cheap substring test of a family's lines (None for an unknown family)."""
+    entry = _BY_FAMILY.get(family)
+    return entry[0] if entry is not None else None
 
 
 def parse_line(text: str, family: str | None = None) -> ProgressReading | None:

@@ -10,10 +10,11 @@ rate is kept as a second value.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .goodput import AttemptProgress
-from .parse import ProgressReading, family_of, maybe_progress, parse_line
+from .parse import ProgressReading, family_anchor, family_of, maybe_progress, parse_line
 
 __all__ = ["ProgressState", "ProgressTracker"]
 
@@ -80,8 +81,10 @@ class ProgressTracker:
       ``slow_for`` seconds.
     * lines arriving within ``min_interval`` of the last parse are coalesced: only the newest
       is parsed (it supersedes the others, which arrived at nearly the same time), so the cost
-      per stream is bounded however fast a program prints. The Trainer's dicts are always
-      parsed: they carry the loss and come right before a bar redraw.
+      per stream is bounded however fast a program prints. Coalescing is per kind of line, so
+      that one kind never hides another: lines of the locked family, the Trainer's ``{...}``
+      dicts (the loss, written right before a bar redraw), and other lines that pass the
+      pre-filter (parsed only to notice that the program changed its output).
     """
 
     def __init__(
@@ -133,8 +136,11 @@ class ProgressTracker:
         self.max_step: int | None = None
         self.progress_time = 0.0  # seconds between moves no more than progress_gap apart
 
-        self._last_parse = float("-inf")
-        self._pending: tuple[str, float] | None = None
+        # per kind of line ("fam", "dict", "other", or "any" before the lock): the last parse
+        # time and the newest line waiting to be parsed
+        self._last_parse: dict[str, float] = {}
+        self._pending: dict[str, tuple[str, float]] = {}
+        self._anchor: Callable[[str], bool] | None = None
 
     # --- input ---------------------------------------------------------------------------
 
@@ -148,27 +154,39 @@ class ProgressTracker:
         self._feed_line(text, t)
 
     def _feed_line(self, text: str, t: float) -> None:
-        if not maybe_progress(text):
+        # The cheapest tests first: this runs for every line every rank prints.
+        if "{" in text:
+            kind = "dict"
+        elif self._anchor is not None:
+            if self._anchor(text):
+                kind = "fam"
+            elif maybe_progress(text):
+                kind = "other"
+            else:
+                return
+        elif maybe_progress(text):
+            kind = "any"
+        else:
             return
-        if t - self._last_parse < self.min_interval and "{" not in text:
-            self._pending = (text, t)  # superseded if a newer line comes within the interval
+        if t - self._last_parse.get(kind, float("-inf")) < self.min_interval:
+            self._pending[kind] = (text, t)  # a newer line of this kind supersedes it
             return
-        self.flush()
-        self._last_parse = t
-        self._parse(text, t)
+        self._pending.pop(kind, None)  # older than this line, of the same kind: superseded
+        self.flush()  # other kinds' waiting lines are older: they go first
+        self._last_parse[kind] = t
+        self._parse(text, t, kind)
 
     def flush(self) -> None:
-        """Parse a coalesced line still waiting (a snapshot does this first)."""
-        if self._pending is not None:
-            text, t = self._pending
-            self._pending = None
-            self._parse(text, t)
+        """Parse the coalesced lines still waiting, oldest first (a snapshot does this)."""
+        if self._pending:
+            waiting = sorted(self._pending.items(), key=lambda kv: kv[1][1])
+            self._pending.clear()
+            for kind, (text, t) in waiting:
+                self._parse(text, t, kind)
 
-    def _parse(self, text: str, t: float) -> None:
-        reading = parse_line(text, self.family)
-        if reading is None and self.family is not None:
-            # the locked family is silent on this line: does another one speak?
-            reading = parse_line(text)
+    def _parse(self, text: str, t: float, kind: str) -> None:
+        # "other" lines are not the locked family's: parse them unlocked, for the relock count
+        reading = parse_line(text, None if kind == "other" else self.family)
         if reading is not None:
             self.apply(reading, t)
 
@@ -219,6 +237,7 @@ class ProgressTracker:
         if self.family is None:
             if self._streak >= self.lock_after:
                 self.family = family
+                self._anchor = family_anchor(family)
                 if self.fmt is not None and family_of(self.fmt) != family:
                     # the bar so far came from a line of another shape: the locked family's
                     # counter is the one to follow from here
@@ -229,6 +248,7 @@ class ProgressTracker:
         if self._streak >= self.relock_after:
             # the program's output changed (another phase, another logger): follow it
             self.family = family
+            self._anchor = family_anchor(family)
             self._train = None
             return True
         return False
