@@ -470,3 +470,18 @@ def test_goodput_tqdm_resume_is_exact() -> None:
     assert (ap.first_step, ap.first_step_at) == (60, 9.0)  # the first draw is not a step
     s = summarize_goodput([AttemptProgress(0.0, 4.0, 1, 1.0, 75, 3.0), ap], now=10.0)
     assert s.attempts[1].redone == 15 and s.attempts[1].time_to_first_step == 9.0
+
+
+def test_noise_between_bar_redraws_does_not_hide_the_bar() -> None:
+    """Coalescing is per kind of line: a warning with a path (it passes the pre-filter) that
+    comes right after a bar redraw does not take the bar's place."""
+    tr = ProgressTracker()
+    noise = "/usr/lib/python3/site-packages/torch/utils/data/dataloader.py:560: UserWarning"
+    for i in range(4000):
+        t = i / 200
+        tr.feed(bar(i, 10000), t)
+        tr.feed(noise, t + 0.001)
+    st = tr.snapshot(20.0)
+    assert st.locked and st.fmt == "tqdm"
+    assert st.step == 3999
+    assert st.rate == pytest.approx(200.0, rel=0.02)
