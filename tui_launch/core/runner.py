@@ -50,6 +50,7 @@ from tui_launch.core.faults import FaultExecutor
 from tui_launch.core.handle import PartsHandle
 from tui_launch.core.logspecs import CapturingLogsSpecs
 from tui_launch.core.membership import Membership, elastic, failed_here
+from tui_launch.core.progress.watch import ProgressWatch
 from tui_launch.core.reaper import Reaper
 from tui_launch.core.rundir import RunFiles
 from tui_launch.core.shutdown import Stopper, signal_exit_code
@@ -129,6 +130,8 @@ class Runner(PartsHandle):
             args, self.ranks, store.post, self._finish, self._stop_settled, self._stopping
         )
         self._sampler = rendezvous.Sampler(store.post, self._handler)
+        # Progress from the workers' logs (issue 15): steps, rate, ETA, slowdowns, goodput.
+        self.progress = ProgressWatch(store.post)
         if self.injector.uses_random:
             seed = self.injector.seed
             self._notes += (
@@ -144,6 +147,12 @@ class Runner(PartsHandle):
         agent.silence_thread_warning()
         self._fix_restarts()
         self.reaper = Reaper()
+        self.store.subscribe(self.progress.on_event)
+        # lossy: progress needs the newest lines, not every line of a flood.
+        self.files.tailer.add_sink(self.progress.on_lines, lossy=True)
+        # TODO(w15a): switch on the unterminated-line feed (tqdm's \r bars) once the tailer
+        # has it: self.files.tailer.add_partial_sink(self.progress.on_partial)
+        self.progress.start()
         self.files.tailer.start()
         self._thread = threading.Thread(target=self._main, name="tuilaunch-agent", daemon=True)
         self._thread.start()
@@ -222,6 +231,7 @@ class Runner(PartsHandle):
             self.exit_code = code
             self.error_message = message if outcome == "error" else None
         self.files.tailer.stop()
+        self.progress.stop()  # after the tailer: its last lines are in the last record
         if self.telemetry is not None:
             self.telemetry.stop()
         self.faults.close()

@@ -23,6 +23,7 @@ from tui_launch.core.events import (
     GroupState,
     NodeChange,
     Notice,
+    ProgressSample,
     RankExited,
     RendezvousCompleted,
     RendezvousSample,
@@ -31,10 +32,13 @@ from tui_launch.core.events import (
     RunFinished,
     RunStarted,
     Shutdown,
+    Slowdown,
     TelemetrySample,
     TelemetryTotals,
     WorkersStarted,
 )
+from tui_launch.core.progress_view import ProgressView, fold_slowdown
+from tui_launch.core.progress_view import fold as fold_progress
 from tui_launch.core.telemetry_view import TelemetryView, fold
 
 # Rank states shown to users.
@@ -135,6 +139,7 @@ class Snapshot:
     telemetry: TelemetryView | None = None
     cluster: ClusterSample | None = None
     node_changes: tuple[NodeChange, ...] = ()
+    progress: ProgressView | None = None
 
     @property
     def restarts_used(self) -> int:
@@ -183,6 +188,11 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
         if s.telemetry is None:
             return s
         return replace(s, telemetry=replace(s.telemetry, totals=e.totals))
+    if isinstance(e, ProgressSample):  # and ProgressRecord, its journaled twin
+        progress = fold_progress(s.progress, e)
+        return replace(s, progress=progress, events=s.events - (not e.journaled))
+    if isinstance(e, Slowdown):
+        return replace(s, progress=fold_slowdown(s.progress, e))
     if isinstance(e, ClusterSample):
         return replace(s, cluster=e, events=s.events - 1)
     if isinstance(e, NodeChange):

@@ -1,0 +1,140 @@
+"""The store's progress view: the latest progress sample, rate histories, per-attempt facts.
+
+:func:`fold` turns the progress watcher's :class:`~tui_launch.core.events.ProgressSample`
+events (and :class:`~tui_launch.core.events.Slowdown` events, through :func:`fold_slowdown`)
+into a :class:`ProgressView`; the store's pure reducer calls them. :func:`goodput` turns the
+view and the snapshot's attempts into the summary's goodput figures, the same for a live run
+and a replayed journal (which holds a record every 10 s and the last one of each attempt).
+Plain data: nothing here reads a clock or a log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from tui_launch.core.events import ProgressSample, RankProgress, Slowdown
+from tui_launch.core.progress.goodput import AttemptProgress, GoodputSummary, summarize_goodput
+
+HISTORY = 60  # rate samples kept per rank for sparklines
+SLOWDOWNS_KEPT = 100
+
+
+@dataclass(frozen=True)
+class ProgressView:
+    """The store's progress: the latest sample of the current attempt, short rate histories
+    (``(global_rank, rates)`` pairs, steps/s), the last sample of every attempt (goodput and
+    the restarts timeline), the slowdowns flagged now (``(global_rank, what)``) and every
+    :class:`Slowdown` event so far (the last :data:`SLOWDOWNS_KEPT`)."""
+
+    latest: ProgressSample
+    rates: tuple[tuple[int, tuple[float, ...]], ...] = ()
+    attempts: tuple[ProgressSample, ...] = ()
+    active: tuple[tuple[int, str], ...] = ()
+    slowdowns: tuple[Slowdown, ...] = ()
+
+    def rank(self, global_rank: int, attempt: int | None = None) -> RankProgress | None:
+        """The latest progress of ``global_rank`` (of ``attempt``, when given)."""
+        if attempt is not None and self.latest.attempt != attempt:
+            return None
+        for r in self.latest.ranks:
+            if r.global_rank == global_rank:
+                return r
+        return None
+
+    @property
+    def job(self) -> RankProgress | None:
+        """The job's progress: that of the leading rank (``latest.leader``)."""
+        leader = self.latest.leader
+        return self.rank(leader) if leader is not None else None
+
+    def history(self, global_rank: int) -> tuple[float, ...]:
+        """The rate history (steps/s) of ``global_rank`` in the current attempt."""
+        for gr, h in self.rates:
+            if gr == global_rank:
+                return h
+        return ()
+
+    def attempt(self, number: int) -> ProgressSample | None:
+        """The last sample of attempt ``number``, if it printed any progress."""
+        for a in self.attempts:
+            if a.attempt == number:
+                return a
+        return None
+
+    def flagged(self, global_rank: int) -> str | None:
+        """``stalled`` or ``slow`` when that is flagged for the rank now, else None."""
+        whats = {w for gr, w in self.active if gr == global_rank}
+        return "stalled" if "stalled" in whats else ("slow" if "slow" in whats else None)
+
+
+def fold(view: ProgressView | None, s: ProgressSample) -> ProgressView:
+    """The view after sample ``s`` (pure; the store's reducer calls it)."""
+    if view is None:
+        return ProgressView(latest=s, rates=_rates((), s), attempts=(s,))
+    attempts = tuple(a for a in view.attempts if a.attempt != s.attempt)
+    attempts = tuple(sorted((*attempts, s), key=lambda a: a.attempt))
+    if s.attempt < view.latest.attempt:
+        # an ended attempt's last record, arriving after the next attempt began
+        return replace(view, attempts=attempts)
+    old = view.rates if s.attempt == view.latest.attempt else ()
+    active = view.active if s.attempt == view.latest.attempt else ()
+    return replace(view, latest=s, rates=_rates(old, s), attempts=attempts, active=active)
+
+
+def fold_slowdown(view: ProgressView | None, e: Slowdown) -> ProgressView | None:
+    """The view after a slowdown started or ended."""
+    if view is None:
+        return None
+    key = (e.global_rank, e.what)
+    active = tuple(k for k in view.active if k != key)
+    if e.active:
+        active = (*active, key)
+    return replace(view, active=active, slowdowns=(*view.slowdowns, e)[-SLOWDOWNS_KEPT:])
+
+
+def _rates(
+    old: tuple[tuple[int, tuple[float, ...]], ...], s: ProgressSample
+) -> tuple[tuple[int, tuple[float, ...]], ...]:
+    hist = dict(old)
+    for r in s.ranks:
+        h = hist.get(r.global_rank, ())
+        hist[r.global_rank] = (*h[-(HISTORY - 1) :], r.rate or 0.0)
+    return tuple(sorted(hist.items()))
+
+
+class _Attempt(Protocol):
+    number: int
+    started: float
+    ended: float | None
+
+
+def goodput(
+    view: ProgressView | None, attempts: Sequence[_Attempt], now_wall: float
+) -> GoodputSummary | None:
+    """Goodput over ``attempts`` (the snapshot's, wall-clock times; ``now_wall`` closes one
+    still running), from the last progress sample of each; None if nothing printed a step."""
+    if view is None or not view.attempts:
+        return None
+    facts = []
+    for a in attempts:
+        p = view.attempt(a.number)
+        end = (a.ended if a.ended is not None else now_wall) - a.started
+        if p is None:
+            facts.append(AttemptProgress(0.0, end, None, None, None, 0.0))
+        else:
+            facts.append(
+                AttemptProgress(
+                    0.0,
+                    end,
+                    p.first_step,
+                    p.time_to_first_step,
+                    p.steps_reached,
+                    p.progress_time,
+                )
+            )
+    return summarize_goodput(facts, now_wall)
+
+
+__all__ = ["HISTORY", "ProgressView", "fold", "fold_slowdown", "goodput"]
