@@ -105,9 +105,14 @@ def _rates(
 
 
 class _Attempt(Protocol):
-    number: int
-    started: float
-    ended: float | None
+    """An attempt as the snapshot has it (:class:`~tui_launch.core.store.AttemptView`)."""
+
+    @property
+    def number(self) -> int: ...
+    @property
+    def started(self) -> float: ...
+    @property
+    def ended(self) -> float | None: ...
 
 
 def goodput(
@@ -137,4 +142,82 @@ def goodput(
     return summarize_goodput(facts, now_wall)
 
 
-__all__ = ["HISTORY", "ProgressView", "fold", "fold_slowdown", "goodput"]
+def fmt_rate(rate: float | None) -> str:
+    """Steps per second in three significant figures or so (``-`` when unknown)."""
+    if rate is None:
+        return "-"
+    if rate >= 100:
+        return f"{rate:.0f}"
+    if rate >= 10:
+        return f"{rate:.1f}"
+    return f"{rate:.2f}"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``45s``, ``12m``, ``3.5h`` (``-`` when unknown)."""
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def fmt_step(r: RankProgress) -> str:
+    """``120/500`` (or ``120``, or ``-``)."""
+    if r.step is None:
+        return "-"
+    return f"{r.step}/{r.total}" if r.total else str(r.step)
+
+
+def describe_slowdown(e: Slowdown) -> str:
+    """One line for a slowdown starting or ending (headless and the journal's reader)."""
+    who = f"rank {e.global_rank}"
+    if e.what == "stalled":
+        if e.active:
+            return f"progress: {who} stalled: no step for {fmt_duration(e.stalled_for)}"
+        return f"progress: {who} steps again"
+    rates = f"{fmt_rate(e.rate)} steps/s, best {fmt_rate(e.best_rate)}"
+    if e.active:
+        return f"progress: {who} slowed down ({rates})"
+    return f"progress: {who} back to speed ({rates})"
+
+
+def goodput_lines(summary: GoodputSummary) -> list[str]:
+    """The summary's goodput: one line per attempt, then the totals."""
+    lines = []
+    for a in summary.attempts:
+        parts = [f"attempt {a.index}: reached step {a.steps_reached}"]
+        if a.steps_reached is None:
+            parts = [f"attempt {a.index}: no step seen"]
+        if a.resumed_from is not None:
+            parts.append(f"resumed from {a.resumed_from}")
+        if a.redone:
+            parts.append(f"{a.redone} steps redone")
+        if a.time_to_first_step is not None:
+            parts.append(f"first step after {a.time_to_first_step:.1f}s")
+        parts.append(f"progressing {a.progress_time:.1f}s of {a.wall:.1f}s")
+        lines.append(", ".join(parts))
+    share = summary.progress_share
+    total = f"goodput: making progress {100 * share:.0f}% of wall time" if share is not None else ""
+    if total:
+        total += f" ({summary.progress_time:.1f}s of {summary.wall:.1f}s)"
+        total += f", {summary.steps_redone} steps redone after restarts"
+        lines.append(total)
+    return lines
+
+
+__all__ = [
+    "HISTORY",
+    "ProgressView",
+    "describe_slowdown",
+    "fmt_duration",
+    "fmt_rate",
+    "fmt_step",
+    "fold",
+    "fold_slowdown",
+    "goodput",
+    "goodput_lines",
+]

@@ -24,8 +24,10 @@ from tui_launch.core.events import (
     RunFinished,
     RunStarted,
     Shutdown,
+    Slowdown,
     WorkersStarted,
 )
+from tui_launch.core.progress_view import describe_slowdown
 
 
 def clock(seconds: float | None) -> str:
@@ -111,6 +113,8 @@ def describe(e: Event) -> str | None:
         return f"run {e.outcome} (exit code {e.exit_code}): {e.message}"
     if isinstance(e, Injected):
         return describe_injection(e)
+    if isinstance(e, Slowdown):
+        return describe_slowdown(e)
     return None
 
 

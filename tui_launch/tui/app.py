@@ -168,7 +168,12 @@ class Dashboard(App[int]):
         self._cause.show((snap.root_cause, len(snap.failures)), render.root_cause_panel, snap)
         if self._tabs.active == "cluster-tab":  # every node's row: only drawn when shown
             self._cluster.show((snap.cluster,), render.cluster_panel, snap, now)
-        restarts_key = (snap.attempts, snap.budget_left, snap.restarts_used, snap.finished)
+        steps = (
+            tuple((a.attempt, a.first_step, a.steps_reached) for a in snap.progress.attempts)
+            if snap.progress is not None
+            else None
+        )
+        restarts_key = (snap.attempts, snap.budget_left, snap.restarts_used, snap.finished, steps)
         self._restarts.show(restarts_key, render.restarts_panel, snap, now)
         self._refresh_keys(snap)
         # The table's ages ("last log 0s/1s") would flicker on every tick that brings log
@@ -191,11 +196,17 @@ class Dashboard(App[int]):
 
     def _update_workers(self, snap: Snapshot, now: float) -> None:
         last_line_at = self.source.logs.last_line_at
+        progress = snap.progress
+        columns = render.worker_columns(progress is not None)
+        if columns != self._table.column_labels:
+            self._table.set_columns(columns)
         self._table.set_rows(
             [
                 (
                     str(r.local_rank),
-                    render.rank_cells(r, now, last_line_at.get(r.local_rank), snap.telemetry),
+                    render.rank_cells(
+                        r, now, last_line_at.get(r.local_rank), snap.telemetry, progress
+                    ),
                 )
                 for r in snap.ranks
             ]

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tui_launch.core.events import (
     AttemptFailed,
@@ -76,7 +77,7 @@ class ProgressWatch:
         journal_every: float = 10.0,
         stall_after: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
-        **tracker_options: float,
+        **tracker_options: Any,
     ) -> None:
         self.post = post
         self.interval = interval
@@ -137,17 +138,17 @@ class ProgressWatch:
                 a.local.update({w.global_rank: w.local_rank for w in e.workers})
         elif isinstance(e, RankExited):
             with self._lock:
-                a = self._attempts.get(e.attempt)
-                if a is not None:
-                    a.exited.add(e.global_rank)
+                gone = self._attempts.get(e.attempt)
+                if gone is not None:
+                    gone.exited.add(e.global_rank)
         elif isinstance(e, (AttemptFailed, Restart, RunFinished)) or (
             isinstance(e, GroupState) and e.state in ("SUCCEEDED", "FAILED")
         ):
             number = getattr(e, "attempt", getattr(e, "from_attempt", self._current))
             with self._lock:
-                a = self._attempts.get(number) if number is not None else None
-                if a is not None and a.end is None:
-                    a.end = e.mono
+                ended = self._attempts.get(number) if number is not None else None
+                if ended is not None and ended.end is None:
+                    ended.end = e.mono
         else:
             return
         if self._loop is not None:
@@ -230,6 +231,7 @@ class ProgressWatch:
             self._last_journal = now
         cls = ProgressRecord if journal else ProgressSample
         return cls(
+            mono=now,
             attempt=a.number,
             leader=job.rank,
             ranks=ranks,
@@ -281,6 +283,7 @@ class ProgressWatch:
                     a.flags[key] = on
                     out.append(
                         Slowdown(
+                            mono=s.mono,
                             attempt=a.number,
                             global_rank=r.global_rank,
                             what=what,
