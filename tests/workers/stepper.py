@@ -8,7 +8,8 @@ Options:
   --ckpt PATH       save the step reached there every ``--save-every`` steps and resume from
                     it (a restarted attempt redoes the steps since the last save)
   --save-every K    (default 10)
-  --slow-rank R     this global rank sleeps ``--slow-extra`` more per step (default: none)
+  --report PATH     the printing rank writes the loop's real rate there at the end (steps/s
+                    between its first and last printed step)
 
 Only the printing rank (``--print-rank``, default 0) prints progress; every rank steps.
 """
@@ -43,6 +44,7 @@ def main() -> None:
     p.add_argument("--ckpt", default=None)
     p.add_argument("--save-every", type=int, default=10)
     p.add_argument("--print-rank", type=int, default=0)
+    p.add_argument("--report", default=None)
     args, _ = p.parse_known_args()
     rank = int(os.environ.get("RANK", "0"))
     start = 0
@@ -55,9 +57,11 @@ def main() -> None:
     if printing and args.fmt == "tqdm":
         out.write(tqdm_line(start, args.steps, 0.0, None) + "\n")
         out.flush()
+    printed: list[float] = []
     for n in range(start + 1, args.steps + 1):
         time.sleep(args.interval)
         if printing:
+            printed.append(time.monotonic())
             if args.fmt == "tqdm":
                 elapsed = time.monotonic() - t0
                 out.write(tqdm_line(n, args.steps, elapsed, (n - start) / elapsed) + "\n")
@@ -69,6 +73,9 @@ def main() -> None:
             with open(tmp, "w") as fp:
                 fp.write(str(n))
             os.replace(tmp, args.ckpt)
+    if printing and args.report and len(printed) > 1:
+        with open(args.report, "w") as fp:
+            fp.write(str((len(printed) - 1) / (printed[-1] - printed[0])))
 
 
 if __name__ == "__main__":
