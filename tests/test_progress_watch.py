@@ -85,7 +85,7 @@ def test_slowdown_and_stall_are_flagged_and_journaled():
 
 def test_partial_handler_reads_an_unterminated_tqdm_bar():
     # The tailer will hand unterminated \r text to on_partial (branch w15a); called directly.
-    w, store, clock = _watch()
+    w, _store, clock = _watch()
     bar = ""
     for k in range(0, 41):
         clock.t += 0.1
