@@ -595,3 +595,58 @@ EVENT_TYPES[ProgressRecord.kind] = ProgressRecord
 EVENT_TYPES[Slowdown.kind] = Slowdown
 for _kind in (ProgressSample.kind, ProgressRecord.kind):
     _NESTED[(_kind, "ranks")] = RankProgress
+
+# ----------------------------------------------------------------- stack dumps (issue 14)
+
+
+@dataclass(frozen=True)
+class StacksDumped(Event):
+    """Every local rank's stacks were dumped and kept in the run directory.
+
+    ``reason`` is why (``key``, ``api``, ``hang``, ``hang-confirm``, ``before-kill``, ...);
+    ``ranks`` the global ranks dumped; ``verdict`` the one-line verdict ("rank 1 is not in a
+    collective: ..."); ``odd_ranks`` the ranks it names; ``path`` the dump's directory
+    (``stacks.txt`` and ``stacks.json``). ``note`` says why the dump is incomplete when there
+    is a fix (ptrace not permitted, no py-spy).
+    """
+
+    kind: ClassVar[str] = "stacks_dumped"
+    reason: str
+    attempt: int
+    ranks: tuple[int, ...]
+    verdict: str
+    odd_ranks: tuple[int, ...]
+    path: str
+    method: str = "py-spy"
+    duration: float = 0.0
+    note: str = ""
+
+
+EVENT_TYPES[StacksDumped.kind] = StacksDumped
+
+
+@dataclass(frozen=True)
+class HangDetected(Event):
+    """No rank wrote output for ``silence`` seconds and two dumps ``interval`` seconds apart
+    showed main-thread stacks that did not move (``still_ranks``): the job is hung.
+
+    ``confirmation`` says it in one line ("hung: no main-thread stack moved in 10 s ..."),
+    ``verdict`` is the second dump's verdict and ``odd_ranks`` the ranks it names; the two
+    dumps are kept at ``first_path`` and ``second_path``. ``action`` is what ``--on-hang``
+    does about it (``dump``, ``restart`` or ``stop``).
+    """
+
+    kind: ClassVar[str] = "hang"
+    attempt: int
+    silence: float
+    interval: float
+    still_ranks: tuple[int, ...]
+    confirmation: str
+    verdict: str
+    odd_ranks: tuple[int, ...]
+    first_path: str
+    second_path: str
+    action: str = "dump"
+
+
+EVENT_TYPES[HangDetected.kind] = HangDetected
