@@ -14,6 +14,7 @@ from conftest import WORKERS, read_journal
 
 from tui_launch.core import events as ev
 from tui_launch.core.logs import LogSource
+from tui_launch.core.progress.straggler import StragglerJudge
 from tui_launch.core.progress.watch import ProgressWatch
 from tui_launch.core.progress_view import goodput
 from tui_launch.core.store import RunStore, replay
@@ -186,3 +187,62 @@ def test_kill_and_resume_show_as_work_redone(tuilaunch, tmp_path):
     snap = replay(ev.from_dict(d) for d in read_journal(journal))
     summary = goodput(snap.progress, snap.attempts, snap.finished.wall)
     assert summary is not None and summary.steps_redone == redone
+
+
+# ----------------------------------------------------------------- stragglers (inferred)
+
+LOCKSTEP = str(WORKERS / "lockstep.py")
+
+
+def test_straggler_judge_names_one_rank_only_when_the_others_wait():
+    judge = StragglerJudge()
+    for k in range(12):  # healthy: every rank waits about half the time
+        judge.add({0: k % 2 == 0, 1: k % 2 == 1, 2: k % 3 == 0})
+    assert judge.straggler() is None
+    judge.reset()
+    for k in range(9):
+        judge.add({0: True, 1: False, 2: True})
+    assert judge.straggler() is None  # too few samples yet
+    judge.add({0: True, 1: None, 2: True})  # an unknown sample counts for nobody
+    judge.add({0: True, 1: False, 2: k % 4 != 0})
+    assert judge.straggler() == 1
+    judge.reset()
+    for _ in range(12):  # two ranks never wait: no single straggler to name
+        judge.add({0: True, 1: False, 2: False})
+    assert judge.straggler() is None
+
+
+def _stragglers(journal) -> list[dict]:
+    return [e for e in read_journal(journal) if e["kind"] == "straggler"]
+
+
+def _lockstep(tuilaunch, tmp_path, *extra: str, worker: tuple[str, ...] = ()) -> tuple:
+    journal = tmp_path / "j.jsonl"
+    launch = tuilaunch(
+        "--standalone", "--nproc-per-node", "3", "--stack-samples", "0.5",
+        "--journal", str(journal), *extra,
+        LOCKSTEP, "--steps", "250", "--work", "0.01", *worker,
+    )  # fmt: skip
+    assert launch.wait(180) == 0, launch.output
+    return launch, journal
+
+
+def test_straggler_with_more_work_per_step_is_named(tuilaunch, tmp_path):
+    launch, journal = _lockstep(
+        tuilaunch, tmp_path, worker=("--extra-rank", "1", "--extra", "0.05")
+    )
+    named = [e for e in _stragglers(journal) if e["global_rank"] is not None]
+    assert named and {e["global_rank"] for e in named} == {1}, _stragglers(journal)
+    assert "straggler (inferred from stack samples): rank 1" in launch.stderr
+
+
+def test_straggler_from_an_injected_slow_rank_is_named(tuilaunch, tmp_path):
+    launch, journal = _lockstep(tuilaunch, tmp_path, "--inject", "slow:rank=1,duty=60,period=1s")
+    named = [e for e in _stragglers(journal) if e["global_rank"] is not None]
+    assert named and {e["global_rank"] for e in named} == {1}, _stragglers(journal)
+
+
+def test_no_straggler_claimed_on_a_healthy_run(tuilaunch, tmp_path):
+    launch, journal = _lockstep(tuilaunch, tmp_path)
+    assert [e for e in _stragglers(journal) if e["global_rank"] is not None] == []
+    assert "straggler" not in launch.stderr

@@ -93,6 +93,7 @@ def run_cli(argv: list[str] | None = None) -> int:
         telemetry=telemetry,
         injector=Injector(parse_specs(opts.inject), seed=opts.inject_seed),
         inject_ready=opts.inject_ready,
+        stack_samples=opts.stack_samples,
     )
     runner.before_exit(_say_node_dies)
     # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.

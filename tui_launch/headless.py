@@ -272,9 +272,11 @@ def _print_resources(s: Snapshot, console: object) -> None:
 def _print_goodput(s: Snapshot, console: object) -> None:
     """Per attempt: steps reached, resumed from, work redone, time to first step; the share
     of wall time the job made progress (from the workers' own progress lines)."""
-    from tui_launch.core.progress_view import fmt_rate, goodput, goodput_lines
+    from tui_launch.core.progress_view import fmt_rate, goodput, goodput_lines, straggler_line
 
     fin = s.finished
+    if s.straggler is not None and s.straggler.global_rank is not None:
+        console.print(straggler_line(s.straggler), soft_wrap=True)  # type: ignore[attr-defined]
     summary = goodput(s.progress, s.attempts, fin.wall if fin else time.time())
     if summary is None or s.progress is None:
         return

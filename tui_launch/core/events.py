@@ -650,3 +650,22 @@ class HangDetected(Event):
 
 
 EVENT_TYPES[HangDetected.kind] = HangDetected
+
+
+@dataclass(frozen=True)
+class Straggler(Event):
+    """The straggler inferred from stack samples changed (issue 15): ``global_rank`` is the
+    rank almost never found inside a collective while every other rank almost always is (None:
+    no straggler any more). ``shares``: per global rank, the share of its recent samples inside
+    a collective; ``samples``: the fewest samples of any rank; ``cpu``: each rank's CPU % from
+    the telemetry at that moment (evidence, None when unknown)."""
+
+    kind: ClassVar[str] = "straggler"
+    attempt: int
+    global_rank: int | None
+    shares: tuple[tuple[int, float], ...]
+    samples: int
+    cpu: tuple[tuple[int, float | None], ...] = ()
+
+
+EVENT_TYPES[Straggler.kind] = Straggler

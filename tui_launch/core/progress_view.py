@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from tui_launch.core.events import ProgressSample, RankProgress, Slowdown
+from tui_launch.core.events import ProgressSample, RankProgress, Slowdown, Straggler
 from tui_launch.core.progress.goodput import AttemptProgress, GoodputSummary, summarize_goodput
 
 HISTORY = 60  # rate samples kept per rank for sparklines
@@ -185,6 +185,28 @@ def describe_slowdown(e: Slowdown) -> str:
     return f"progress: {who} back to speed ({rates})"
 
 
+def straggler_line(e: Straggler) -> str:
+    """``straggler (inferred): rank 1, in a collective in 4% of 24 stack samples (others
+    92-100%); CPU 99% vs 61%`` (or that none is inferred any more)."""
+    if e.global_rank is None:
+        return f"straggler: none inferred (attempt {e.attempt}, {e.samples} stack samples)"
+    shares = dict(e.shares)
+    own = shares.get(e.global_rank, 0.0)
+    others = [v for r, v in shares.items() if r != e.global_rank]
+    line = (
+        f"straggler (inferred from stack samples): rank {e.global_rank}, inside a collective "
+        f"in {100 * own:.0f}% of {e.samples} samples"
+    )
+    if others:
+        line += f" (the others {100 * min(others):.0f}-{100 * max(others):.0f}%)"
+    cpu = dict(e.cpu)
+    mine, rest = cpu.get(e.global_rank), [v for r, v in cpu.items() if r != e.global_rank]
+    known = [v for v in rest if v is not None]
+    if mine is not None and known:
+        line += f"; CPU {mine:.0f}% vs {sum(known) / len(known):.0f}% for the others"
+    return line
+
+
 def goodput_lines(summary: GoodputSummary) -> list[str]:
     """The summary's goodput: one line per attempt, then the totals."""
     lines = []
@@ -220,4 +242,5 @@ __all__ = [
     "fold_slowdown",
     "goodput",
     "goodput_lines",
+    "straggler_line",
 ]

@@ -50,6 +50,7 @@ from tui_launch.core.faults import FaultExecutor
 from tui_launch.core.handle import PartsHandle
 from tui_launch.core.logspecs import CapturingLogsSpecs
 from tui_launch.core.membership import Membership, elastic, failed_here
+from tui_launch.core.progress.straggler import StragglerSampler
 from tui_launch.core.progress.watch import ProgressWatch
 from tui_launch.core.reaper import Reaper
 from tui_launch.core.rundir import RunFiles
@@ -75,6 +76,8 @@ class Runner(PartsHandle):
         injector: the ``--inject`` schedule (default: none, but the dashboard may add some).
         inject_ready: start Python workers through the injection bootstrap even without an
             ``exit``/``exception`` spec, so that the dashboard can inject those.
+        stack_samples: seconds between two stack samples of every rank, for the straggler
+            inference (0: off).
     """
 
     def __init__(
@@ -88,6 +91,7 @@ class Runner(PartsHandle):
         telemetry: Telemetry | None = None,
         injector: inject.Injector | None = None,
         inject_ready: bool = False,
+        stack_samples: float = 5.0,
     ) -> None:
         self.args = args
         self.store = store
@@ -132,6 +136,7 @@ class Runner(PartsHandle):
         self._sampler = rendezvous.Sampler(store.post, self._handler)
         # Progress from the workers' logs (issue 15): steps, rate, ETA, slowdowns, goodput.
         self.progress = ProgressWatch(store.post)
+        self.stragglers = StragglerSampler(store.post, self._rank_cpu, interval=stack_samples)
         if self.injector.uses_random:
             seed = self.injector.seed
             self._notes += (
@@ -153,10 +158,18 @@ class Runner(PartsHandle):
         # TODO(w15a): switch on the unterminated-line feed (tqdm's \r bars) once the tailer
         # has it: self.files.tailer.add_partial_sink(self.progress.on_partial)
         self.progress.start()
+        self.stragglers.start()
         self.files.tailer.start()
         self._thread = threading.Thread(target=self._main, name="tuilaunch-agent", daemon=True)
         self._thread.start()
         self._sampler.start()
+
+    def _rank_cpu(self, global_rank: int) -> float | None:
+        tel = self.store.snapshot().telemetry
+        for r in tel.latest.ranks if tel is not None else ():
+            if r.global_rank == global_rank:
+                return r.cpu
+        return None
 
     def _handler(self) -> Any:
         return agent.rdzv_handler(self._agent) if self._agent is not None else None
@@ -232,6 +245,7 @@ class Runner(PartsHandle):
             self.error_message = message if outcome == "error" else None
         self.files.tailer.stop()
         self.progress.stop()  # after the tailer: its last lines are in the last record
+        self.stragglers.stop()
         if self.telemetry is not None:
             self.telemetry.stop()
         self.faults.close()
@@ -335,6 +349,7 @@ class Runner(PartsHandle):
             self.telemetry.set_workers(
                 attempt, (RankTarget(w.local_rank, w.global_rank, w.pid) for w in workers)
             )
+        self.stragglers.set_workers(attempt, [(w.global_rank, w.pid) for w in workers])
         self._set_phase(Phase.RUNNING)
         self.injector.attempt_started(
             attempt, {w.global_rank: w.local_rank for w in wg.workers}, world

@@ -33,6 +33,7 @@ from tui_launch.core.events import (
     RunStarted,
     Shutdown,
     Slowdown,
+    Straggler,
     TelemetrySample,
     TelemetryTotals,
     WorkersStarted,
@@ -140,6 +141,7 @@ class Snapshot:
     cluster: ClusterSample | None = None
     node_changes: tuple[NodeChange, ...] = ()
     progress: ProgressView | None = None
+    straggler: Straggler | None = None  # the inferred straggler (global_rank None: none now)
 
     @property
     def restarts_used(self) -> int:
@@ -193,6 +195,8 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
         return replace(s, progress=progress, events=s.events - (not e.journaled))
     if isinstance(e, Slowdown):
         return replace(s, progress=fold_slowdown(s.progress, e))
+    if isinstance(e, Straggler):
+        return replace(s, straggler=e)
     if isinstance(e, ClusterSample):
         return replace(s, cluster=e, events=s.events - 1)
     if isinstance(e, NodeChange):

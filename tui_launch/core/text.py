@@ -25,9 +25,10 @@ from tui_launch.core.events import (
     RunStarted,
     Shutdown,
     Slowdown,
+    Straggler,
     WorkersStarted,
 )
-from tui_launch.core.progress_view import describe_slowdown
+from tui_launch.core.progress_view import describe_slowdown, straggler_line
 
 
 def clock(seconds: float | None) -> str:
@@ -115,6 +116,8 @@ def describe(e: Event) -> str | None:
         return describe_injection(e)
     if isinstance(e, Slowdown):
         return describe_slowdown(e)
+    if isinstance(e, Straggler):
+        return straggler_line(e)
     return None
 
 

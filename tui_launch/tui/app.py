@@ -26,6 +26,7 @@ from tui_launch.core.store import Snapshot
 from tui_launch.tui import actions, render
 from tui_launch.tui.logpane import LogPane
 from tui_launch.tui.logview import LogView
+from tui_launch.tui.progress_render import straggler_of
 from tui_launch.tui.screens import ConfirmScreen, HelpScreen, InjectScreen
 from tui_launch.tui.source import Source
 from tui_launch.tui.table import WorkersTable
@@ -205,7 +206,12 @@ class Dashboard(App[int]):
                 (
                     str(r.local_rank),
                     render.rank_cells(
-                        r, now, last_line_at.get(r.local_rank), snap.telemetry, progress
+                        r,
+                        now,
+                        last_line_at.get(r.local_rank),
+                        snap.telemetry,
+                        progress,
+                        straggler_of(snap),
                     ),
                 )
                 for r in snap.ranks

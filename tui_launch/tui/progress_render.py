@@ -32,14 +32,27 @@ def _spark(values: tuple[float, ...], width: int) -> str:
     return out.rjust(width)
 
 
-def progress_cells(r: RankView, view: ProgressView | None) -> tuple[Text, Text, Text]:
-    """The ``step``, ``steps/s`` and ``ETA`` cells of one rank (``-`` if it prints none)."""
+def straggler_of(s: Snapshot) -> int | None:
+    """The global rank inferred to be the current attempt's straggler, if any."""
+    st = s.straggler
+    return st.global_rank if st is not None and st.attempt == s.attempt else None
+
+
+def progress_cells(
+    r: RankView, view: ProgressView | None, straggler: int | None = None
+) -> tuple[Text, Text, Text]:
+    """The ``step``, ``steps/s`` and ``ETA`` cells of one rank (``-`` if it prints none;
+    ``straggler?`` in the step cell of the rank inferred to hold the others back)."""
     dash = Text("-", style="dim")
     p = view.rank(r.global_rank, r.attempt) if view is not None else None
+    if r.global_rank == straggler:
+        dash = Text("straggler?", style="bold magenta")
     if p is None or view is None:
-        return dash, dash, dash
+        return dash, Text("-", style="dim"), Text("-", style="dim")
     flag = view.flagged(r.global_rank)
     step = Text(fmt_step(p), style="bold" if view.latest.leader == r.global_rank else "")
+    if r.global_rank == straggler:
+        step.append(" straggler?", style="bold magenta")
     if flag == "stalled":
         rate = Text(f"stalled {fmt_duration(p.stalled_for)}", style="bold red")
     else:
@@ -57,6 +70,9 @@ def header_progress(s: Snapshot) -> Text:
     """``  step 120/500 24%  9.8/s  ETA 39s  (rank 0)`` while the job runs (empty otherwise)."""
     view = s.progress
     t = Text()
+    straggler = straggler_of(s)
+    if straggler is not None and s.finished is None:
+        t.append(f"   straggler: rank {straggler} (inferred)", style="bold magenta")
     if view is None or s.finished is not None or view.latest.attempt != s.attempt:
         return t
     job = view.job
@@ -117,4 +133,5 @@ __all__ = [
     "goodput_text",
     "header_progress",
     "progress_cells",
+    "straggler_of",
 ]

@@ -307,6 +307,7 @@ def rank_cells(
     last_log: float | None,
     telemetry: TelemetryView | None = None,
     progress: ProgressView | None = None,
+    straggler: int | None = None,
 ) -> tuple[RenderableType, ...]:
     """The workers table's cells for one rank, in column order (:func:`worker_columns`:
     with ``progress``, the step, rate and ETA cells follow the exit cell)."""
@@ -343,7 +344,7 @@ def rank_cells(
         str(r.pid),
         state,
         exit_text,
-        *(progress_cells(r, progress) if progress is not None else ()),
+        *(progress_cells(r, progress, straggler) if progress is not None else ()),
         cpu,
         rss,
         gpu,
