@@ -200,11 +200,11 @@ def test_straggler_judge_names_one_rank_only_when_the_others_wait():
         judge.add({0: k % 2 == 0, 1: k % 2 == 1, 2: k % 3 == 0})
     assert judge.straggler() is None
     judge.reset()
-    for k in range(9):
+    for _ in range(9):
         judge.add({0: True, 1: False, 2: True})
     assert judge.straggler() is None  # too few samples yet
     judge.add({0: True, 1: None, 2: True})  # an unknown sample counts for nobody
-    judge.add({0: True, 1: False, 2: k % 4 != 0})
+    judge.add({0: True, 1: False, 2: False})
     assert judge.straggler() == 1
     judge.reset()
     for _ in range(12):  # two ranks never wait: no single straggler to name
@@ -237,7 +237,7 @@ def test_straggler_with_more_work_per_step_is_named(tuilaunch, tmp_path):
 
 
 def test_straggler_from_an_injected_slow_rank_is_named(tuilaunch, tmp_path):
-    launch, journal = _lockstep(tuilaunch, tmp_path, "--inject", "slow:rank=1,duty=60,period=1s")
+    _, journal = _lockstep(tuilaunch, tmp_path, "--inject", "slow:rank=1,duty=60,period=1s")
     named = [e for e in _stragglers(journal) if e["global_rank"] is not None]
     assert named and {e["global_rank"] for e in named} == {1}, _stragglers(journal)
 
@@ -245,4 +245,4 @@ def test_straggler_from_an_injected_slow_rank_is_named(tuilaunch, tmp_path):
 def test_no_straggler_claimed_on_a_healthy_run(tuilaunch, tmp_path):
     launch, journal = _lockstep(tuilaunch, tmp_path)
     assert [e for e in _stragglers(journal) if e["global_rank"] is not None] == []
-    assert "straggler" not in launch.stderr
+    assert "inferred from stack samples" not in launch.stderr

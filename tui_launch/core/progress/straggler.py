@@ -34,22 +34,25 @@ class StragglerJudge:
     """Per rank, the share of recent samples found inside a collective; the straggler.
 
     A rank is named only when every rank has at least ``min_samples`` known samples in the
-    last ``window``, its own share is at most ``low`` and every other rank's is at least
-    ``high``: a healthy run (every rank waiting about as often, or none) names nobody.
+    last ``window``, every other rank's share is at least ``high`` and the rank's own share is
+    below every other's by ``gap`` or more: a healthy run (every rank waiting about as often,
+    or none) names nobody, and neither does one with two ranks that seldom wait.
     """
 
     def __init__(
-        self, *, window: int = 24, min_samples: int = 10, low: float = 0.2, high: float = 0.5
+        self, *, window: int = 24, min_samples: int = 10, high: float = 0.5, gap: float = 0.35
     ) -> None:
         self.window = window
         self.min_samples = min_samples
-        self.low = low
         self.high = high
+        self.gap = gap
         self._seen: dict[int, deque[bool]] = {}
+        self._named: int | None = None
 
     def reset(self) -> None:
         """Forget every sample (a new attempt)."""
         self._seen.clear()
+        self._named = None
 
     def add(self, sample: dict[int, bool | None]) -> None:
         """One sample of every rank: global rank -> in a collective (None: not known)."""
@@ -71,11 +74,16 @@ class StragglerJudge:
         if len(self._seen) < 2 or self.samples() < self.min_samples:
             return None
         shares = self.shares()
-        low = [r for r, s in shares.items() if s <= self.low]
-        if len(low) != 1:
-            return None
-        others = [s for r, s in shares.items() if r != low[0]]
-        return low[0] if all(s >= self.high for s in others) else None
+        lowest = min(shares, key=lambda r: shares[r])
+        others = [s for r, s in shares.items() if r != lowest]
+        # Hysteresis: a rank named stays named until its gap is half the naming gap, so that
+        # one sample more or less does not flip the verdict back and forth.
+        gap = self.gap / 2 if lowest == self._named else self.gap
+        high = self.high - 0.1 if lowest == self._named else self.high
+        self._named = (
+            lowest if min(others) >= high and min(others) - shares[lowest] >= gap else None
+        )
+        return self._named
 
 
 def in_collective(pid: int, pyspy: str, timeout: float = 2.0) -> bool | None:
