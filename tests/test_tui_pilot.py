@@ -144,7 +144,10 @@ def test_healthy_panels_show_the_run() -> None:
         assert "on failure 0 / 3" in restarts
         assert "budget left 3" in restarts
         assert "manual 0" in restarts
-        assert "0 +0:00:00" in restarts and "running" in restarts
+        # With progress, the attempt's steps take the start offset's column (issue 15).
+        assert "# took world steps ended by" in restarts
+        assert "0 - 4 388 running" in restarts
+        assert "step 388/2000 19%" in header and "from rank 0" in header
 
         gpus = text_of(app.query_one("#gpus", Static))
         assert app.query_one("#gpus").border_title == "GPUs (simulated: fake NVML)"
