@@ -18,7 +18,7 @@ from tui_launch.core.progress.straggler import StragglerJudge
 from tui_launch.core.progress.watch import ProgressWatch
 from tui_launch.core.progress_view import goodput
 from tui_launch.core.store import RunStore, replay
-from tui_launch.testing.builders import progress, workers_started
+from tui_launch.testing.builders import workers_started
 
 STEPPER = str(WORKERS / "stepper.py")
 
@@ -97,29 +97,6 @@ def test_partial_handler_reads_an_unterminated_tqdm_bar():
     (r,) = sample.ranks
     assert (r.step, r.total, r.stream, r.fmt) == (40, 100, "stderr", "tqdm")
     assert abs(r.rate - 10.0) < 0.5
-
-
-def test_replayed_journal_gives_the_same_goodput():
-    # Two attempts, the second resumed from step 200 after reaching 287: what the live store
-    # folds (a sample a second) and what the journal replays (every 10 s, and each attempt's
-    # last record) give the same goodput summary.
-    events = [
-        *progress(0, 2, 0.1, 30.0, 10.0, total=1000, fmt="plain", final=True),
-        *progress(1, 2, 30.5, 90.0, 10.0, first_step=200, total=1000, fmt="plain", final=True),
-    ]
-    store = RunStore()
-    store.post(workers_started(0, 2, 5100, at=0.1))
-    for e in events:
-        if e.attempt == 1 and store.snapshot().attempt == 0:
-            store.post(workers_started(1, 2, 5200, at=30.5))
-        store.post(e)
-    live = store.snapshot()
-    replayed = replay(store.events())
-    assert any(not e.journaled for e in events)  # the journal holds fewer
-    a = goodput(live.progress, live.attempts, 1_790_000_100.0)
-    b = goodput(replayed.progress, replayed.attempts, 1_790_000_100.0)
-    assert a == b and a is not None
-    assert a.attempts[1].resumed_from == 200 and a.attempts[1].redone == 287 - 200
 
 
 def _last_record(journal) -> dict:
