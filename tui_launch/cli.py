@@ -123,6 +123,7 @@ def _run(args: argparse.Namespace, opts: Options, store: RunStore, use_tui: bool
         on_hang=opts.on_hang,
         dump_on_failure=not opts.no_dump_on_failure,
         dump_via_faulthandler=opts.dump_via_faulthandler,
+        stack_samples=opts.stack_samples,
     )
     runner.before_exit(_say_node_dies)
     # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.

@@ -24,6 +24,7 @@ from tui_launch.core.events import (
     HangDetected,
     NodeChange,
     Notice,
+    ProgressSample,
     RankExited,
     RendezvousCompleted,
     RendezvousSample,
@@ -32,11 +33,15 @@ from tui_launch.core.events import (
     RunFinished,
     RunStarted,
     Shutdown,
+    Slowdown,
     StacksDumped,
+    Straggler,
     TelemetrySample,
     TelemetryTotals,
     WorkersStarted,
 )
+from tui_launch.core.progress_view import ProgressView, fold_slowdown
+from tui_launch.core.progress_view import fold as fold_progress
 from tui_launch.core.telemetry_view import TelemetryView, fold
 
 # Rank states shown to users.
@@ -140,6 +145,8 @@ class Snapshot:
     dumps: tuple[StacksDumped, ...] = ()  # every stack dump of the run, oldest first
     hang: HangDetected | None = None  # the latest confirmed hang of the current attempt
     hung_ranks: tuple[int, ...] = ()  # global ranks the Workers table marks as hanging
+    progress: ProgressView | None = None
+    straggler: Straggler | None = None  # the inferred straggler (global_rank None: none now)
 
     @property
     def restarts_used(self) -> int:
@@ -189,6 +196,13 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
         if s.telemetry is None:
             return s
         return replace(s, telemetry=replace(s.telemetry, totals=e.totals))
+    if isinstance(e, ProgressSample):  # and ProgressRecord, its journaled twin
+        progress = fold_progress(s.progress, e)
+        return replace(s, progress=progress, events=s.events - (not e.journaled))
+    if isinstance(e, Slowdown):
+        return replace(s, progress=fold_slowdown(s.progress, e))
+    if isinstance(e, Straggler):
+        return replace(s, straggler=e)
     if isinstance(e, ClusterSample):
         return replace(s, cluster=e, events=s.events - 1)
     if isinstance(e, StacksDumped):

@@ -27,6 +27,7 @@ from tui_launch.core.store import Snapshot
 from tui_launch.tui import actions, render
 from tui_launch.tui.logpane import LogPane
 from tui_launch.tui.logview import LogView
+from tui_launch.tui.progress_render import straggler_of
 from tui_launch.tui.screens import ConfirmScreen, HelpScreen, InjectScreen
 from tui_launch.tui.source import Source
 from tui_launch.tui.stackview import stacks_panel
@@ -176,7 +177,12 @@ class Dashboard(App[int]):
             self._cluster.show((snap.cluster,), render.cluster_panel, snap, now)
         if self._tabs.active == "stacks-tab":
             self._show_stacks(snap, now)
-        restarts_key = (snap.attempts, snap.budget_left, snap.restarts_used, snap.finished)
+        steps = (
+            tuple((a.attempt, a.first_step, a.steps_reached) for a in snap.progress.attempts)
+            if snap.progress is not None
+            else None
+        )
+        restarts_key = (snap.attempts, snap.budget_left, snap.restarts_used, snap.finished, steps)
         self._restarts.show(restarts_key, render.restarts_panel, snap, now)
         self._refresh_keys(snap)
         # The table's ages ("last log 0s/1s") would flicker on every tick that brings log
@@ -199,6 +205,10 @@ class Dashboard(App[int]):
 
     def _update_workers(self, snap: Snapshot, now: float) -> None:
         last_line_at = self.source.logs.last_line_at
+        progress = snap.progress
+        columns = render.worker_columns(progress is not None)
+        if columns != self._table.column_labels:
+            self._table.set_columns(columns)
         self._table.set_rows(
             [
                 (
@@ -208,6 +218,8 @@ class Dashboard(App[int]):
                         now,
                         last_line_at.get(r.local_rank),
                         snap.telemetry,
+                        progress,
+                        straggler_of(snap),
                         hung=r.global_rank in snap.hung_ranks,
                     ),
                 )
