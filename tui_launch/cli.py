@@ -139,6 +139,11 @@ def _run(
         telemetry=telemetry,
         injector=Injector(parse_specs(opts.inject), seed=opts.inject_seed),
         inject_ready=opts.inject_ready,
+        hang_timeout=opts.hang_timeout,
+        on_hang=opts.on_hang,
+        dump_on_failure=not opts.no_dump_on_failure,
+        dump_via_faulthandler=opts.dump_via_faulthandler,
+        stack_samples=opts.stack_samples,
     )
     runner.before_exit(_say_node_dies)
     # The per-user run index (`tuilaunch ls`): this run's entry lives as long as the run.

@@ -199,6 +199,17 @@ ACTIONS: tuple[Action, ...] = (
         palette="Show the root cause",
     ),
     Action(
+        "dump_stacks",
+        ("d",),
+        "dump every rank's stacks on this node (the Stacks tab)",
+        label="Stacks",
+        tooltip="Dump every rank's stacks (py-spy) and show them",
+        binding_id="stacks",
+        palette="Dump every rank's stacks",
+        palette_help="where is each rank? which one is the odd one out?",
+        needs=Needs.RUNNING,
+    ),
+    Action(
         "cluster",
         ("n",),
         "show every node of the job (the cluster tab)",

@@ -21,10 +21,12 @@ from collections.abc import Callable
 from rich.text import Text
 from textual.app import ComposeResult
 
-from tui_launch.core.events import WorkersStarted
+from tui_launch.core.events import StacksDumped, WorkersStarted
 from tui_launch.core.journal import JOURNAL_NAME
 from tui_launch.core.logs import LogBuffer, LogSource
 from tui_launch.core.replay import LogKey, Timeline
+from tui_launch.core.stacks import StackDump
+from tui_launch.core.stacks.save import load as load_stacks
 from tui_launch.core.store import Snapshot
 from tui_launch.tui.app import Dashboard
 from tui_launch.tui.widgets import CachedPanel
@@ -150,6 +152,17 @@ class ReplaySource:
     def inject(self, spec: str, source: str = "replay") -> tuple[bool, str]:
         """Refused: a replay acts on nothing."""
         return False, "a replay acts on nothing"
+
+    def dump_stacks(self, reason: str = "key", source: str = "replay") -> StacksDumped | None:
+        """Refused: a replay acts on nothing."""
+        return None
+
+    def stack_dump(self, path: str) -> StackDump | None:
+        """A dump the run saved (read from its file; None: unreadable)."""
+        try:
+            return load_stacks(path)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def is_stopped(self, local_rank: int) -> bool:
         """Whether the rank is stopped at the cursor."""
