@@ -202,7 +202,7 @@ def test_a_store_nobody_serves_is_explained_on_the_dashboard():
         assert failed._tabs.active == "cause-tab"  # nothing ran: the reason is shown
         cause = _text(failed._cause)
         assert "10.0.0.7:29400" in cause and "(60s)" in cause
-        await pilot.press("g")
+        await pilot.press("o")
         assert failed._tabs.active == "agent-tab"
 
     _pilot(failed, (80, 24), ended)

@@ -144,7 +144,10 @@ def test_healthy_panels_show_the_run() -> None:
         assert "on failure 0 / 3" in restarts
         assert "budget left 3" in restarts
         assert "manual 0" in restarts
-        assert "0 +0:00:00" in restarts and "running" in restarts
+        # With progress, the attempt's steps take the start offset's column (issue 15).
+        assert "# took world steps ended by" in restarts
+        assert "0 - 4 388 running" in restarts
+        assert "step 388/2000 19%" in header and "from rank 0" in header
 
         gpus = text_of(app.query_one("#gpus", Static))
         assert app.query_one("#gpus").border_title == "GPUs (simulated: fake NVML)"
@@ -160,20 +163,22 @@ def test_healthy_panels_show_the_run() -> None:
             [str(i), str(i), str(5100 + i), "running" if i < 3 else "running D", "-"]
             for i in range(4)
         ]
+        labels = list(table.column_labels)
+        col = {name: labels.index(name) for name in labels}
         # Telemetry columns: RSS, GPU (mapped by pid), GPU memory (the fake's 18 + 3i GiB).
-        assert [r[7] for r in rows] == ["0", "1", "2", "3"]
-        assert [r[9] for r in rows] == ["18.0G", "21.0G", "24.0G", "27.0G"]
-        assert all(r[6].endswith("G") and r[5].split()[-1].isdigit() for r in rows)
+        assert [r[col["GPU"]] for r in rows] == ["0", "1", "2", "3"]
+        assert [r[col["GPU mem"]] for r in rows] == ["18.0G", "21.0G", "24.0G", "27.0G"]
+        assert all(
+            r[col["RSS"]].endswith("G") and r[col["CPU %"]].split()[-1].isdigit() for r in rows
+        )
         # Uptime: workers started 0.6 s into the run, the fake clock is at 95 s.
-        assert rows[0][10] == render.ago(95.0 - 0.6)
-        assert [r[11] for r in rows] == ["1s", "2s", "3s", "4s"]  # last log (settled)
-        assert list(table.column_labels)[:5] == [
-            "rank",
-            "local",
-            "pid",
-            "state",
-            "exit",
-        ]
+        assert rows[0][col["uptime"]] == render.ago(95.0 - 0.6)
+        assert [r[col["last log"]] for r in rows] == ["1s", "2s", "3s", "4s"]  # settled
+        assert labels[:5] == ["rank", "local", "pid", "state", "exit"]
+        # Progress (issue 15): rank 0 prints a tqdm bar; the others print no step.
+        assert labels[5:8] == ["step", "steps/s", "ETA"]
+        assert [r[col["step"]] for r in rows] == ["388/2000", "-", "-", "-"]
+        assert rows[0][col["steps/s"]].endswith(" 4.20") and rows[0][col["ETA"]] == "6m"
 
         log = logview(app)
         assert len(log.lines) == 4 * 7
@@ -757,12 +762,16 @@ def test_keys_hidden_for_an_exited_rank() -> None:
 
 # ------------------------------------------------------------------------------ action table
 
-BOUND = [a for a in actions.ACTIONS if a.name and a.bound_keys]
+# The live dashboard's keys (the replay keys are checked in test_replay.py).
+BOUND = [
+    a for a in actions.ACTIONS if a.name and a.bound_keys and a.needs is not actions.Needs.REPLAY
+]
 
 
 def test_the_app_is_built_from_the_action_table() -> None:
     """Bindings (the footer's order), help rows and palette entries all come from the table."""
-    assert [b.action for b in Dashboard.BINDINGS] == [a.name for a in BOUND]  # type: ignore[union-attr]
+    bound_all = [a.name for a in actions.ACTIONS if a.name and a.bound_keys]
+    assert [b.action for b in Dashboard.BINDINGS] == bound_all  # type: ignore[union-attr]
     for a in actions.ACTIONS:
         if a.name:
             assert callable(getattr(Dashboard, f"action_{a.name}", None)), a.name
@@ -770,7 +779,9 @@ def test_the_app_is_built_from_the_action_table() -> None:
     assert rows[0] == ("up/down", "select a rank (mouse works too)")
     assert rows[-1] == ("?", "this help")  # the help's own key last
     assert ("l, enter", "show the selected rank's log") in rows
-    assert len(rows) == len(actions.ACTIONS)
+    replay_only = [a for a in actions.ACTIONS if a.needs is actions.Needs.REPLAY]
+    assert len(rows) == len(actions.ACTIONS) - len(replay_only)
+    assert len(actions.help_rows(replay=True)) == len(actions.ACTIONS)
 
 
 def _recording_dashboard(calls: list[str]) -> type[Dashboard]:

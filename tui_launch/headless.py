@@ -262,6 +262,7 @@ def print_summary(
         console.print(table)
 
     _print_resources(s, console)
+    _print_goodput(s, console)
 
     if s.attempts:
         t = Table(title="attempts", title_justify="left")
@@ -367,6 +368,32 @@ def _print_resources(s: Snapshot, console: object) -> None:
     if any(r.mapping == "inferred" for r in tel.totals):
         notes.append("~ inferred from LOCAL_RANK/CUDA_VISIBLE_DEVICES (whole-GPU figures)")
     console.print("; ".join(notes), soft_wrap=True)  # type: ignore[attr-defined]
+
+
+def _print_goodput(s: Snapshot, console: object) -> None:
+    """Per attempt: steps reached, resumed from, work redone, time to first step; the share
+    of wall time the job made progress (from the workers' own progress lines)."""
+    from tui_launch.core.progress_view import fmt_rate, goodput, goodput_lines, straggler_line
+
+    fin = s.finished
+    if s.straggler is not None and s.straggler.global_rank is not None:
+        console.print(straggler_line(s.straggler), soft_wrap=True)  # type: ignore[attr-defined]
+    summary = goodput(s.progress, s.attempts, fin.wall if fin else time.time())
+    if summary is None or s.progress is None:
+        return
+    job = s.progress.job
+    head = "progress (from the logs)"
+    if job is not None:
+        head += f": rank {job.global_rank} printed step {job.step}"
+        head += f"/{job.total}" if job.total else ""
+        head += f", last rate {fmt_rate(job.rate)} steps/s"
+    console.print(head, soft_wrap=True)  # type: ignore[attr-defined]
+    for line in goodput_lines(summary):
+        console.print("  " + line, soft_wrap=True)  # type: ignore[attr-defined]
+    slow = [e for e in s.progress.slowdowns if e.active]
+    if slow:
+        flagged = sorted({f"rank {e.global_rank} {e.what}" for e in slow})
+        console.print("  slowdowns flagged: " + ", ".join(flagged), soft_wrap=True)  # type: ignore[attr-defined]
 
 
 def injection_lines(events: list[Event]) -> list[str]:

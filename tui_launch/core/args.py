@@ -43,6 +43,7 @@ class Options:
     gpu_interval: float = 1.0
     no_gpu: bool = False
     journal_samples: float = 10.0
+    stack_samples: float = 5.0
     inject: tuple[str, ...] = ()
     inject_seed: int | None = None
     inject_ready: bool = False
@@ -154,6 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         metavar="SECONDS",
         help="Write a telemetry sample to the journal every SECONDS (default 10; 0: never).",
+    )
+    ours.add_argument(
+        "--stack-samples",
+        dest=_OURS + "stack_samples",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="Read every rank's Python stack (py-spy --nonblocking) every SECONDS to infer a "
+        "straggler (default 5; 0: off).",
     )
     ours.add_argument(
         "--inject",
@@ -307,6 +317,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
         parser.error(f"--hang-timeout must be >= 0, got {ours['hang_timeout']}")
     if not ours.get("journal_samples", 0.0) >= 0:
         parser.error(f"--journal-samples must be >= 0, got {ours['journal_samples']}")
+    if not ours.get("stack_samples", 0.0) >= 0:
+        parser.error(f"--stack-samples must be >= 0, got {ours['stack_samples']}")
     ours["inject"] = tuple(ours.get("inject") or ())
     try:
         ours["metrics_bind"] = check_metrics_options(

@@ -47,6 +47,7 @@ from tui_launch.core.events import (
     ExitBarrier,
     GroupState,
     HangDetected,
+    LogMark,
     Notice,
     RunFinished,
     StacksDumped,
@@ -58,6 +59,8 @@ from tui_launch.core.handle import PartsHandle
 from tui_launch.core.hangwatch import HangWatch
 from tui_launch.core.logspecs import CapturingLogsSpecs
 from tui_launch.core.membership import Membership, elastic, failed_here
+from tui_launch.core.progress.straggler import StragglerSampler
+from tui_launch.core.progress.watch import ProgressWatch
 from tui_launch.core.reaper import Reaper
 from tui_launch.core.rundir import RunFiles
 from tui_launch.core.shim import FAULTHANDLER_ENV, FAULTHANDLER_SIGNAL
@@ -90,6 +93,8 @@ class Runner(PartsHandle):
             (``--no-dump-on-failure`` turns it off).
         dump_via_faulthandler: start Python workers through the bootstrap with faulthandler on
             a real-time signal, and dump through it instead of py-spy.
+        stack_samples: seconds between two stack samples of every rank, for the straggler
+            inference (0: off).
     """
 
     def __init__(
@@ -107,6 +112,7 @@ class Runner(PartsHandle):
         on_hang: str = "dump",
         dump_on_failure: bool = True,
         dump_via_faulthandler: bool = False,
+        stack_samples: float = 5.0,
     ) -> None:
         self.args = args
         self.store = store
@@ -170,6 +176,9 @@ class Runner(PartsHandle):
             args, self.ranks, store.post, self._finish, self._stop_settled, self._stopping
         )
         self._sampler = rendezvous.Sampler(store.post, self._handler)
+        # Progress from the workers' logs (issue 15): steps, rate, ETA, slowdowns, goodput.
+        self.progress = ProgressWatch(store.post)
+        self.stragglers = StragglerSampler(store.post, self._rank_cpu, interval=stack_samples)
         if self.injector.uses_random:
             seed = self.injector.seed
             self._notes += (
@@ -185,12 +194,20 @@ class Runner(PartsHandle):
         agent.silence_thread_warning()
         self._fix_restarts()
         self.reaper = Reaper()
+        self.files.tailer.set_mark_sink(lambda offsets: self.store.post(LogMark(offsets=offsets)))
         if self._faulthandler:
             # Inherited by the workers: the bootstrap registers faulthandler on this signal.
             os.environ[FAULTHANDLER_ENV] = str(int(FAULTHANDLER_SIGNAL))
         if self.hangs.enabled:
             self.files.tailer.add_sink(self.hangs.sink, lossy=True)
             self.hangs.start()
+        self.store.subscribe(self.progress.on_event)
+        # lossy: progress needs the newest lines, not every line of a flood.
+        self.files.tailer.add_sink(self.progress.on_lines, lossy=True)
+        # TODO(w15a): switch on the unterminated-line feed (tqdm's \r bars) once the tailer
+        # has it: self.files.tailer.add_partial_sink(self.progress.on_partial)
+        self.progress.start()
+        self.stragglers.start()
         self.files.tailer.start()
         # Before torch's rendezvous handler exists: creating it can block a whole connect
         # timeout (a c10d store nobody serves), and the front ends say what it waits for.
@@ -199,6 +216,13 @@ class Runner(PartsHandle):
         self._thread = threading.Thread(target=self._main, name="tuilaunch-agent", daemon=True)
         self._thread.start()
         self._sampler.start()
+
+    def _rank_cpu(self, global_rank: int) -> float | None:
+        tel = self.store.snapshot().telemetry
+        for r in tel.latest.ranks if tel is not None else ():
+            if r.global_rank == global_rank:
+                return r.cpu
+        return None
 
     def _handler(self) -> Any:
         return agent.rdzv_handler(self._agent) if self._agent is not None else None
@@ -278,6 +302,8 @@ class Runner(PartsHandle):
             self.error_message = message if outcome == "error" else None
         self.hangs.stop()
         self.files.tailer.stop()
+        self.progress.stop()  # after the tailer: its last lines are in the last record
+        self.stragglers.stop()
         if self.telemetry is not None:
             self.telemetry.stop()
         self.faults.close()
@@ -394,6 +420,7 @@ class Runner(PartsHandle):
                 attempt, (RankTarget(w.local_rank, w.global_rank, w.pid) for w in workers)
             )
         self.hangs.attempt_started(attempt, {w.local_rank: w.global_rank for w in wg.workers})
+        self.stragglers.set_workers(attempt, [(w.global_rank, w.pid) for w in workers])
         self._set_phase(Phase.RUNNING)
         self.injector.attempt_started(
             attempt, {w.global_rank: w.local_rank for w in wg.workers}, world

@@ -23,8 +23,10 @@ from tui_launch.core.events import (
     Failure,
     GroupState,
     HangDetected,
+    LogMark,
     NodeChange,
     Notice,
+    ProgressSample,
     RankExited,
     RendezvousCompleted,
     RendezvousSample,
@@ -33,12 +35,16 @@ from tui_launch.core.events import (
     RunFinished,
     RunStarted,
     Shutdown,
+    Slowdown,
     StacksDumped,
     StoreRetry,
+    Straggler,
     TelemetrySample,
     TelemetryTotals,
     WorkersStarted,
 )
+from tui_launch.core.progress_view import ProgressView, fold_slowdown
+from tui_launch.core.progress_view import fold as fold_progress
 from tui_launch.core.telemetry_view import TelemetryView, fold
 
 # Rank states shown to users.
@@ -145,6 +151,8 @@ class Snapshot:
     dumps: tuple[StacksDumped, ...] = ()  # every stack dump of the run, oldest first
     hang: HangDetected | None = None  # the latest confirmed hang of the current attempt
     hung_ranks: tuple[int, ...] = ()  # global ranks the Workers table marks as hanging
+    progress: ProgressView | None = None
+    straggler: Straggler | None = None  # the inferred straggler (global_rank None: none now)
 
     @property
     def restarts_used(self) -> int:
@@ -185,6 +193,8 @@ def pick_root_cause(failures: Iterable[Failure]) -> Failure | None:
 
 def reduce(s: Snapshot, e: Event) -> Snapshot:
     """Return the snapshot that follows ``s`` once ``e`` has happened."""
+    if isinstance(e, LogMark):
+        return s  # for replays (log cut points): not a change of state, no redraw
     s = replace(s, version=s.version + 1, events=s.events + 1)
     if isinstance(e, RendezvousSample):
         return replace(s, rendezvous_live=e, events=s.events - 1)
@@ -199,6 +209,13 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
         return replace(s, connecting=e, launched_mono=launched, events=s.events - 1)
     if isinstance(e, StoreRetry):
         return replace(s, store_retries=s.store_retries + 1, events=s.events - 1)
+    if isinstance(e, ProgressSample):  # and ProgressRecord, its journaled twin
+        progress = fold_progress(s.progress, e)
+        return replace(s, progress=progress, events=s.events - (not e.journaled))
+    if isinstance(e, Slowdown):
+        return replace(s, progress=fold_slowdown(s.progress, e))
+    if isinstance(e, Straggler):
+        return replace(s, straggler=e)
     if isinstance(e, ClusterSample):
         return replace(s, cluster=e, events=s.events - 1)
     if isinstance(e, StacksDumped):

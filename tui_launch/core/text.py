@@ -25,9 +25,12 @@ from tui_launch.core.events import (
     RunFinished,
     RunStarted,
     Shutdown,
+    Slowdown,
     StacksDumped,
+    Straggler,
     WorkersStarted,
 )
+from tui_launch.core.progress_view import describe_slowdown, straggler_line
 
 STDERR_CONTEXT = 3  # plain trailing stderr lines shown for context when they hold no error
 
@@ -131,6 +134,10 @@ def describe(e: Event) -> str | None:
             f"HANG attempt {e.attempt}: no output for {e.silence:.0f}s, {e.confirmation}; "
             f"{e.verdict} (--on-hang {e.action}: {then.get(e.action, e.action)})"
         )
+    if isinstance(e, Slowdown):
+        return describe_slowdown(e)
+    if isinstance(e, Straggler):
+        return straggler_line(e)
     return None
 
 

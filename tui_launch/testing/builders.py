@@ -396,3 +396,56 @@ def fake_dumped(dump: StackDump, path: str, source: str) -> StacksDumped:
         source=source,
         **at(94.0),
     )
+
+
+def progress(
+    attempt: int,
+    nproc: int,
+    start: float,
+    end: float,
+    rate: float,
+    *,
+    first_step: int = 0,
+    total: int | None = None,
+    printing: tuple[int, ...] = (0,),
+    fmt: str = "tqdm",
+    final: bool = False,
+) -> list[Event]:
+    """Progress events of one attempt, made by the real watcher from made-up log lines.
+
+    The printing ranks write a step line (``fmt``: ``tqdm`` or ``plain``) every quarter
+    second from ``start + 1`` to ``end`` at ``rate`` steps/s from ``first_step``; the watcher
+    (:class:`~tui_launch.core.progress.watch.ProgressWatch`, on a fake clock) samples once a
+    second. ``final``: end with the attempt's last (journaled) record, as when it ended.
+    """
+    import dataclasses
+
+    from tui_launch.core.progress.watch import ProgressWatch
+
+    out: list[Event] = []
+    now = [T0_MONO + start]
+    watch = ProgressWatch(out.append, clock=lambda: now[0])
+    watch.on_event(workers_started(attempt, nproc, 5100 + 100 * attempt, at=start))
+    t, last_tick = start + 1.0, start
+    while t <= end:
+        now[0] = T0_MONO + t
+        step = first_step + int(rate * (t - start - 1.0))
+        for rank in printing:
+            if fmt == "tqdm" and total:
+                pct = 100 * step // total
+                bar = "#" * (10 * step // total)
+                line = f"\rtrain: {pct:3d}%|{bar:10s}| {step}/{total} [00:10<00:30, {rate:.2f}it/s]"
+            elif fmt == "tqdm":
+                line = f"\rtrain: {step}it [00:10, {rate:.2f}it/s]"
+            else:
+                line = f"step {step}{'/' + str(total) if total else ''} loss {1.0 / (step + 1):.4f}"
+            src = LogSource(attempt, rank, rank, "stderr", "", False, None)
+            watch.on_lines(src, [line])
+        if t - last_tick >= 1.0:
+            last_tick = t
+            watch.tick()
+        t += 0.25
+    if final:
+        watch.tick(final=True)
+    # Stamp the events with the fake clock's times (the watcher takes ``wall`` from the OS).
+    return [dataclasses.replace(e, **_at(e.mono - T0_MONO)) for e in out]

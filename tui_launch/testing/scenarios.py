@@ -30,6 +30,7 @@ from tui_launch.testing.builders import (
     fill_logs,
     node_status,
     nodes_round,
+    progress,
     run_started,
     telemetry,
 )
@@ -40,6 +41,7 @@ def healthy(nproc: int = 4) -> FakeSource:
     """A run in its first attempt, every rank training."""
     events: list[Event] = [run_started(nproc, 3), *attempt(0, nproc, 0.1, 5100)]
     events += telemetry(0, nproc, 5100, 80.0, 14, gpus=nproc, d_state_rank=nproc - 1)
+    events += progress(0, nproc, 0.1, 94.5, 4.2, total=2000)
     src = FakeSource(events=events)
     fill_logs(src.logs, nproc, 0, 6)
     src.agent = ["2026-11-21 12:00:00 I torch.distributed.elastic: rendezvous complete"]
@@ -160,8 +162,10 @@ def finished() -> FakeSource:
             budget_left=2,
             **at(30.4),
         ),
+        *progress(0, 2, 0.1, 30.0, 10.0, total=1000, fmt="plain", final=True),
         *attempt(1, 2, 30.5, 5200),
         *telemetry(1, 2, 5200, 78.0, 10, note="GPU sampling off (--no-gpu)"),
+        *progress(1, 2, 30.5, 90.0, 10.0, first_step=200, total=1000, fmt="plain", final=True),
         exited(1, 0, 5200, 0, at=90),
         exited(1, 1, 5201, 0, at=90.1),
         GroupState(attempt=1, state="SUCCEEDED", **at(90.2)),

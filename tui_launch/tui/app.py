@@ -27,6 +27,7 @@ from tui_launch.core.store import Snapshot
 from tui_launch.tui import actions, render
 from tui_launch.tui.logpane import LogPane
 from tui_launch.tui.logview import LogView
+from tui_launch.tui.progress_render import straggler_of
 from tui_launch.tui.screens import ConfirmScreen, HelpScreen, InjectScreen
 from tui_launch.tui.source import Source
 from tui_launch.tui.stackview import stacks_panel
@@ -198,7 +199,12 @@ class Dashboard(App[int]):
             self._cluster.show((snap.cluster,), render.cluster_panel, snap, now)
         if self._tabs.active == "stacks-tab":
             self._show_stacks(snap, now)
-        restarts_key = (snap.attempts, snap.budget_left, snap.restarts_used, snap.finished)
+        steps = (
+            tuple((a.attempt, a.first_step, a.steps_reached) for a in snap.progress.attempts)
+            if snap.progress is not None
+            else None
+        )
+        restarts_key = (snap.attempts, snap.budget_left, snap.restarts_used, snap.finished, steps)
         self._restarts.show(restarts_key, render.restarts_panel, snap, now)
         self._refresh_keys(snap)
         # The table's ages ("last log 0s/1s") would flicker on every tick that brings log
@@ -224,6 +230,10 @@ class Dashboard(App[int]):
 
     def _update_workers(self, snap: Snapshot, now: float) -> None:
         last_line_at = self.source.logs.last_line_at
+        progress = snap.progress
+        columns = render.worker_columns(progress is not None)
+        if columns != self._table.column_labels:
+            self._table.set_columns(columns)
         self._table.set_rows(
             [
                 (
@@ -233,6 +243,8 @@ class Dashboard(App[int]):
                         now,
                         last_line_at.get(r.local_rank),
                         snap.telemetry,
+                        progress,
+                        straggler_of(snap),
                         hung=r.global_rank in snap.hung_ranks,
                     ),
                 )
@@ -282,7 +294,8 @@ class Dashboard(App[int]):
             return True
         if spec.needs is actions.Needs.FILTER:
             return bool(self.log_pane.filter_text)
-        return actions.applies(spec.needs, self.source.snapshot(), self.selected_rank())
+        replay = getattr(self.source, "replay", False)
+        return actions.applies(spec.needs, self.source.snapshot(), self.selected_rank(), replay)
 
     def _confirm_then(self, action: str, question: str, act: Callable[[], object]) -> None:
         # Destructive actions (the action table says which) ask y/n, unless --no-confirm.
@@ -445,13 +458,43 @@ class Dashboard(App[int]):
         verdict = getattr(event, "verdict", "")
         self.notify(f"stacks: {verdict}", severity="information")
 
+    # The replay keys (Needs.REPLAY) are hidden on a live run; tui/replay.py's
+    # ReplayDashboard gives them their meaning.
+    def action_replay_play(self) -> None:
+        """Replay only: play / pause."""
+
+    def action_replay_faster(self) -> None:
+        """Replay only: faster."""
+
+    def action_replay_slower(self) -> None:
+        """Replay only: slower."""
+
+    def action_replay_step(self) -> None:
+        """Replay only: one event forward."""
+
+    def action_replay_back(self) -> None:
+        """Replay only: one event back."""
+
+    def action_replay_next(self) -> None:
+        """Replay only: the next failure, restart or injection."""
+
+    def action_replay_previous(self) -> None:
+        """Replay only: the previous failure, restart or injection."""
+
+    def action_replay_start(self) -> None:
+        """Replay only: the start."""
+
+    def action_replay_end(self) -> None:
+        """Replay only: the end."""
+
     def action_help(self) -> None:
         """Show every key."""
         # One help screen for the whole run, built on first use: pushing an installed screen
         # skips compose and styling, 15-20 ms of CPU instead of ~50 (what a key costs to
         # answer in a log flood, where this thread gets a fraction of a core).
         if not self.is_screen_installed("help"):
-            self.install_screen(HelpScreen(actions.help_rows()), "help")
+            rows = actions.help_rows(getattr(self.source, "replay", False))
+            self.install_screen(HelpScreen(rows), "help")
         self.push_screen("help")
 
     def action_quit_job(self) -> None:

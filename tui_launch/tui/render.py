@@ -12,9 +12,17 @@ from rich.text import Text
 
 from tui_launch.core import errors
 from tui_launch.core.events import Failure, NodeStatus, RankReading
+from tui_launch.core.progress_view import ProgressView
 from tui_launch.core.store import RankView, Snapshot
 from tui_launch.core.telemetry_view import TelemetryView
 from tui_launch.core.text import clock, failure_details, failure_headline, fmt_bytes
+from tui_launch.tui.progress_render import (
+    PROGRESS_COLUMNS,
+    attempt_steps,
+    goodput_text,
+    header_progress,
+    progress_cells,
+)
 
 PHASE_STYLE = {
     "starting": ("starting", "bold cyan"),
@@ -67,6 +75,7 @@ def header(s: Snapshot, now: float) -> Text:
     start = s.launched_mono if s.launched_mono is not None else s.started_mono
     elapsed = (s.finished.mono if s.finished else now) - (start if start is not None else now)
     t.append(f"  {clock(elapsed)}")
+    t.append_text(header_progress(s))
     if s.finished is not None:
         t.append(f"  exit code {s.finished.exit_code}", style=style)
     if s.finished is not None and s.finished.outcome == "error":
@@ -108,7 +117,7 @@ def _connecting_rows(t: Table, s: Snapshot, now: float) -> None:
         of = f" ({c.timeout:g}s a try)" if c.timeout else ""
         t.add_row("waited", f"{clock(now - c.mono)}{of}")
     if s.store_retries:
-        t.add_row("retries", f"{s.store_retries} (g: agent log)")
+        t.add_row("retries", f"{s.store_retries} (o: agent log)")
 
 
 def rendezvous_panel(s: Snapshot, now: float) -> RenderableType:
@@ -193,7 +202,10 @@ def restarts_panel(s: Snapshot, now: float) -> RenderableType:
     head.add_row("manual", str(s.manual_restarts))
     head.add_row("membership", str(s.membership_restarts))
     timeline = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim")
-    for col in ("#", "start", "took", "world", "ended by"):
+    steps = s.progress is not None
+    # With progress, the steps (resumed from -> reached) take the start offset's place.
+    cols = ("#", "took", "world", "steps") if steps else ("#", "start", "took", "world")
+    for col in (*cols, "ended by"):
         timeline.add_column(col, no_wrap=True)
     t0 = s.started_wall or 0.0
     for a in s.attempts[-8:]:
@@ -208,20 +220,21 @@ def restarts_panel(s: Snapshot, now: float) -> RenderableType:
             "succeeded": "green",
             "running": "green",
         }.get(reason, "")
-        timeline.add_row(
-            str(a.number),
-            f"+{clock(a.started - t0)}",
-            took,
-            str(a.world_size),
-            Text(reason, style=style),
+        cells = (
+            (took, str(a.world_size), attempt_steps(s, a.number))
+            if steps
+            else (f"+{clock(a.started - t0)}", took, str(a.world_size))
         )
+        timeline.add_row(str(a.number), *cells, Text(reason, style=style))
     # Nodes that joined or left, under the attempts they started (multi-node runs only).
     changes = Text(style="magenta")
     for c in s.node_changes[-4:]:
         who = [f"+{n}" for n in c.joined] + [f"-{n}" for n in c.left]
         changes.append(f"#{c.attempt} {c.group_world_size} nodes: {' '.join(who) or 'same'}\n")
     changes.rstrip()
-    return Group(head, Text(""), timeline, *((changes,) if changes else ()))
+    good = goodput_text(s)
+    extra = (*((changes,) if changes else ()), *((Text(""), good) if good is not None else ()))
+    return Group(head, Text(""), timeline, *extra)
 
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -331,10 +344,13 @@ def rank_cells(
     now: float,
     last_log: float | None,
     telemetry: TelemetryView | None = None,
+    progress: ProgressView | None = None,
+    straggler: int | None = None,
     hung: bool = False,
 ) -> tuple[RenderableType, ...]:
-    """The workers table's cells for one rank, in column order (``hung``: flagged by a
-    confirmed hang)."""
+    """The workers table's cells for one rank, in column order (:func:`worker_columns`:
+    with ``progress``, the step, rate and ETA cells follow the exit cell; ``hung``: flagged
+    by a confirmed hang)."""
     tel = telemetry.rank(r.local_rank) if telemetry is not None else None
     if tel is not None and (tel.pid != r.pid or r.exit_code is not None):
         tel = None  # another attempt's process, or the rank is gone
@@ -368,6 +384,7 @@ def rank_cells(
         str(r.pid),
         state,
         exit_text,
+        *(progress_cells(r, progress, straggler) if progress is not None else ()),
         cpu,
         rss,
         gpu,
@@ -398,6 +415,14 @@ WORKER_COLUMNS = (
 )
 
 
+def worker_columns(progress: bool) -> tuple[str, ...]:
+    """The workers table's columns: the progress ones once a rank printed a step."""
+    if not progress:
+        return WORKER_COLUMNS
+    cut = WORKER_COLUMNS.index("exit") + 1
+    return (*WORKER_COLUMNS[:cut], *PROGRESS_COLUMNS, *WORKER_COLUMNS[cut:])
+
+
 def root_cause_panel(s: Snapshot) -> RenderableType:
     """The latest failure in full, then one line for each earlier one."""
     rc = s.root_cause
@@ -407,7 +432,7 @@ def root_cause_panel(s: Snapshot) -> RenderableType:
         out = Text()
         out.append("the run failed before its workers started\n", style="bold red")
         out.append(fin.message + "\n", style="red")
-        out.append("\ntorch's own messages are in the agent log (key g)", style="dim")
+        out.append("\ntorch's own messages are in the agent log (key o)", style="dim")
         return out
     if rc is None and s.hang is not None:
         h = s.hang
