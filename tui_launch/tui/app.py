@@ -233,7 +233,7 @@ class Dashboard(App[int]):
         progress = snap.progress
         columns = render.worker_columns(progress is not None)
         if columns != self._table.column_labels:
-            self._table.set_columns(columns)
+            self._table.set_columns(columns, render.WORKER_KEEP)
         self._table.set_rows(
             [
                 (

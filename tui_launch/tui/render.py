@@ -397,7 +397,19 @@ def rank_cells(
 
 # The columns that stay when the table is narrow, most important first; any other column
 # (GPU detail, and columns added later) goes first. See WorkersTable.set_columns.
-WORKER_KEEP = ("rank", "state", "exit", "last log", "local", "uptime", "CPU %", "pid", "RSS")
+WORKER_KEEP = (
+    "rank",
+    "state",
+    "exit",
+    "last log",
+    "step",
+    "local",
+    "uptime",
+    "CPU %",
+    "ETA",
+    "pid",
+    "RSS",
+)
 
 WORKER_COLUMNS = (
     "rank",
