@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(
             f"| {m} | {f(row['torchrun_wall_s'])} s | {f(row['tuilaunch_wall_s'])} s "
-            f"| **{f(row['ratio'])}x** | {f(row["paired_ratio"])}x | <= {TARGETS[m]}x "
+            f"| **{f(row['ratio'])}x** | {f(row['paired_ratio'])}x | <= {TARGETS[m]}x "
             f"| {f(row['torchrun_workers_wall_s'])} / {f(row['tuilaunch_workers_wall_s'])} s "
             f"| {f(row['torchrun_cpu_s'])} / {f(row['tuilaunch_cpu_s'])} "
             f"| {'yes' if row['tuilaunch_files_ok'] else '**no**'} |"
