@@ -24,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from conftest import (
     PY,
     WORKERS,
@@ -210,7 +211,10 @@ def _rank_file(output: str, name: str) -> Path:
     return Path(started[0]["log_dir"]) / "0" / name
 
 
-def test_headless_on_a_pty_moves_the_bar_in_place(tmp_path: Path) -> None:
+@pytest.mark.parametrize("status_line", [False, True], ids=["stdout-pty", "both-pty"])
+def test_headless_on_a_pty_moves_the_bar_in_place(tmp_path: Path, status_line: bool) -> None:
+    """The bar (on stdout) moves in place; with stderr on the terminal too, the live status
+    line is there but never drawn onto the bar while it is being drawn."""
     go = tmp_path / "go"
     copy = tmp_path / "copy"
     master, slave = pty.openpty()
@@ -233,7 +237,7 @@ def test_headless_on_a_pty_moves_the_bar_in_place(tmp_path: Path) -> None:
         cmd,
         stdin=subprocess.DEVNULL,
         stdout=slave,
-        stderr=subprocess.PIPE,
+        stderr=slave if status_line else subprocess.PIPE,
         env=env,
         start_new_session=True,
     )
@@ -250,7 +254,7 @@ def test_headless_on_a_pty_moves_the_bar_in_place(tmp_path: Path) -> None:
         assert b"\n" not in bar and bar.count(b"\r") == 38
         go.touch()
         _, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err[-3000:]
+        assert proc.returncode == 0, (err or bytes(out))[-3000:]
     finally:
         stop.set()
         if proc.poll() is None:
@@ -259,11 +263,18 @@ def test_headless_on_a_pty_moves_the_bar_in_place(tmp_path: Path) -> None:
         reader.join(5)
         os.close(master)
         assert not wait_gone(token, 10)
-    # The terminal got exactly the worker's bytes (the pty turns "\n" into "\r\n").
     worker = (Path(f"{copy}.0")).read_bytes()
-    assert bytes(out).replace(b"\r\n", b"\n") == worker
+    shown = bytes(out).replace(b"\r\n", b"\n")  # the pty turns "\n" into "\r\n"
+    if status_line:
+        assert b"[tuilaunch] " in shown  # event lines, and the status line, on the terminal
+        bar = worker[worker.index(b"\rtrain:") : worker.index(b"\n", worker.index(b"\r"))]
+        assert bar in shown  # drawn without anything in between
+        text = shown.decode()
+    else:
+        assert shown == worker  # exactly the worker's bytes
+        text = err.decode()
     # The log file holds every byte, unchanged.
-    assert _rank_file(err.decode(), "stdout.log").read_bytes() == worker
+    assert _rank_file(text, "stdout.log").read_bytes() == worker
 
 
 def _run_bytes(*args: str) -> tuple[int, bytes]:

@@ -102,7 +102,8 @@ class Headless:
                     )
                     stream.write(dec.decode(os.pread(fd, end - start, start), final))
                     stream.flush()
-                self._open_line = os.pread(fd, 1, end - 1) != b"\n"
+                if self.status_line:  # a bar mid-way: the status line must not land on it
+                    self._open_line = os.pread(fd, 1, end - 1) != b"\n"
                 self._show_status()
             return
         tee = self._tee.setdefault(id(src), PrefixedLines(src.prefix))
