@@ -481,7 +481,7 @@ class LogBuffer:
         shown = last_segment(text)
         key = (src.local_rank, src.stream)
         with self._lock:
-            if self._attempt.get(src.local_rank, src.attempt) != src.attempt:
+            if self._attempt.get(src.local_rank, src.attempt) > src.attempt:
                 return  # an ended attempt's last words come as lines
             if shown:
                 self._partials[key] = shown
