@@ -238,6 +238,17 @@ def main(argv: list[str] | None = None) -> int:
             f"| {f(row['torchrun_cpu_s'])} / {f(row['tuilaunch_cpu_s'])} "
             f"| {'yes' if row['tuilaunch_files_ok'] else '**no**'} |"
         )
+    by_mode = {row["mode"]: row for row in rows}
+    if "default" in by_mode and "redirects" in by_mode:
+        d, r = by_mode["default"], by_mode["redirects"]
+        for key, what in (("wall_s", "wall"), ("workers_wall_s", "workers' wall")):
+            floor = r[f"torchrun_{key}"] / d[f"torchrun_{key}"] if d[f"torchrun_{key}"] else 0
+            ours = d[f"tuilaunch_{key}"] / r[f"torchrun_{key}"] if r[f"torchrun_{key}"] else 0
+            print(
+                f"\n{what}: torchrun --redirects / torchrun default = {floor:.2f} (what writing "
+                f"every byte to files costs torchrun itself); tuilaunch default / torchrun "
+                f"--redirects = {ours:.2f}"
+            )
     print(f"\nRaw data: {out}")
     return 0
 
