@@ -37,6 +37,7 @@ from conftest import (
 )
 from textual.app import App, ComposeResult
 
+from tui_launch.core.console import PrefixedLines, copy_range, is_devnull
 from tui_launch.core.logs import STDERR, LogBuffer, LogSource, LogTailer, last_segment
 from tui_launch.tui.logpane import LogPane
 
@@ -325,3 +326,45 @@ def test_headless_on_a_pipe_writes_what_torchrun_writes(tmp_path: Path) -> None:
 
 if sys.platform != "linux":  # pragma: no cover - the pty test needs Linux's pty
     del test_headless_on_a_pty_moves_the_bar_in_place
+
+
+def test_prefixed_lines_match_torchs_text_mode_reading_in_any_chunking(tmp_path: Path) -> None:
+    data = b"a\r\nb\rc\n\rtrain:  1%\rtrain:  2%\r\n\r\rend\r"
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    with open(path, newline=None) as fp:  # torch's tail: readline() in text mode
+        expected = "".join(f"[w0]:{line}" for line in fp).encode()
+    for step in range(1, len(data) + 1):
+        tee = PrefixedLines("[w0]:")
+        out = b"".join(tee.feed(data[i : i + step]) for i in range(0, len(data), step))
+        out += tee.feed(b"", final=True)
+        assert out == expected, step
+
+
+def test_copy_range_moves_file_bytes_to_a_pipe(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    payload = os.urandom(300_000)
+    path.write_bytes(payload)
+    r, w = os.pipe()
+    got = bytearray()
+    reader = threading.Thread(target=lambda: got.extend(iter_read(r)), daemon=True)
+    reader.start()
+    with open(path, "rb") as fp:
+        copy_range(fp.fileno(), w, 1000, 250_000)
+        assert fp.tell() == 0  # the file's position did not move
+    os.close(w)
+    reader.join(10)
+    os.close(r)
+    assert bytes(got) == payload[1000:250_000]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        assert is_devnull(null) and not is_devnull(r + 10_000)
+    finally:
+        os.close(null)
+
+
+def iter_read(fd: int) -> bytes:
+    chunks = []
+    while data := os.read(fd, 65536):
+        chunks.append(data)
+    return b"".join(chunks)
