@@ -1,5 +1,9 @@
 """The ``tuilaunch`` command: parse, validate, pick a front end, handle signals, exit.
 
+The metrics exporters (``--metrics-port``, ``--metrics-textfile``) wrap the run: started after
+validation and before the runner, so a port taken meanwhile is still a usage error with nothing
+started; closed after the run, so the textfile's last write says the run finished.
+
 Exit status: 0 when every worker succeeded, 1 when workers failed or torch reported an error
 (as torchrun), 2 for bad input, 128 + N when the launcher itself was stopped by signal N.
 """
@@ -17,7 +21,11 @@ from typing import TYPE_CHECKING, NoReturn
 # Everything that imports torch or Textual is imported inside run_cli, so that main() can
 # switch the cyclic GC off before any of it loads (see main).
 if TYPE_CHECKING:
+    import argparse
+
+    from tui_launch.core.args import Options
     from tui_launch.core.handle import RunHandle
+    from tui_launch.core.store import RunStore
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 
@@ -53,8 +61,6 @@ def run_cli(argv: list[str] | None = None) -> int:
         validate,
         validate_injections,
     )
-    from tui_launch.core.inject import Injector, parse_specs
-    from tui_launch.core.runner import Runner
     from tui_launch.core.store import RunStore
 
     args, opts = parse(argv)
@@ -65,8 +71,6 @@ def run_cli(argv: list[str] | None = None) -> int:
         print(f"tuilaunch: error: {e}", file=sys.stderr)
         return USAGE_ERROR
 
-    from tui_launch.headless import Headless, print_summary
-
     use_tui = not opts.no_tui and _isatty(sys.stdout) and _isatty(sys.stdin)
     if not opts.no_tui and not use_tui:
         print(
@@ -74,6 +78,28 @@ def run_cli(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     store = RunStore()
+    from tui_launch.core import metrics
+
+    # After validation, before anything starts: a port taken since parse() probed it is still a
+    # usage error with nothing to clean up. With neither option this starts nothing at all.
+    try:
+        exporters = metrics.start_exporters(opts, store)
+    except metrics.MetricsError as e:
+        print(f"tuilaunch: error: {e}", file=sys.stderr)
+        return USAGE_ERROR
+    try:
+        return _run(args, opts, store, use_tui)
+    finally:
+        # After the run: the textfile's last write says the run finished; the port closes.
+        exporters.close()
+
+
+def _run(args: argparse.Namespace, opts: Options, store: RunStore, use_tui: bool) -> int:
+    """Build the runner, start it, and follow it with the dashboard or headless."""
+    from tui_launch.core.inject import Injector, parse_specs
+    from tui_launch.core.runner import Runner
+    from tui_launch.headless import Headless, print_summary
+
     if opts.demo:
         # The demo trains on CPU: its GPUs come from the fake NVML, marked as simulated.
         os.environ.setdefault("TUILAUNCH_FAKE_NVML", "2")

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import ipaddress
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -44,6 +46,9 @@ class Options:
     inject: tuple[str, ...] = ()
     inject_seed: int | None = None
     inject_ready: bool = False
+    metrics_port: int | None = None
+    metrics_bind: str = "127.0.0.1"
+    metrics_textfile: str | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -173,6 +178,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="Start Python workers through tuilaunch's small bootstrap so that the dashboard "
         "can inject exit and exception faults (implied by an --inject of those kinds).",
     )
+    ours.add_argument(
+        "--metrics-port",
+        dest=_OURS + "metrics_port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="Serve Prometheus metrics (workers, restarts, per-rank and per-GPU telemetry) at "
+        "http://127.0.0.1:PORT/metrics while the run lasts (off by default; see the README's "
+        "Metrics section).",
+    )
+    ours.add_argument(
+        "--metrics-bind",
+        dest=_OURS + "metrics_bind",
+        default=None,
+        metavar="ADDR",
+        help="The IP address --metrics-port listens on (default 127.0.0.1: this machine only; "
+        "0.0.0.0 or :: for a Prometheus elsewhere).",
+    )
+    ours.add_argument(
+        "--metrics-textfile",
+        dest=_OURS + "metrics_textfile",
+        default=None,
+        metavar="DIR",
+        help="Write the same metrics every 10 s to DIR/tuilaunch_<run-id>_<node>.prom, "
+        "atomically, for node_exporter's textfile collector (no port); the last write marks "
+        "the run finished. DIR must exist.",
+    )
     ours.add_argument("--version", action="version", version=f"tuilaunch {__version__}")
     return parser
 
@@ -225,10 +257,59 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
     if not ours.get("journal_samples", 0.0) >= 0:
         parser.error(f"--journal-samples must be >= 0, got {ours['journal_samples']}")
     ours["inject"] = tuple(ours.get("inject") or ())
+    try:
+        ours["metrics_bind"] = check_metrics_options(
+            ours.get("metrics_port"), ours.get("metrics_bind"), ours.get("metrics_textfile")
+        )
+    except UsageError as e:
+        parser.error(str(e))
     torch_args = argparse.Namespace(
         **{k: v for k, v in vars(ns).items() if not k.startswith(_OURS)}
     )
     return torch_args, Options(**ours)
+
+
+def check_metrics_options(port: int | None, bind: str | None, textfile: str | None) -> str:
+    """Check ``--metrics-port/-bind/-textfile`` before anything starts; return the bind address.
+
+    The port is tried for real (bound, then closed at once) so that one already in use is a
+    usage error here, not a failure after workers started. The exporter binds it again later
+    and reports the rare port taken in between the same way.
+    """
+    if bind is not None and port is None:
+        raise UsageError("--metrics-bind needs --metrics-port")
+    bind = bind or "127.0.0.1"
+    if port is not None:
+        if not 1 <= port <= 65535:
+            raise UsageError(f"--metrics-port must be 1-65535, got {port}")
+        try:
+            family = socket.AF_INET6 if ipaddress.ip_address(bind).version == 6 else socket.AF_INET
+        except ValueError:
+            raise UsageError(
+                f"--metrics-bind must be an IP address (127.0.0.1, 0.0.0.0, ::), got {bind!r}"
+            ) from None
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            # As the server will: SO_REUSEADDR ignores TIME_WAIT, never a live listener.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((bind, port))
+            except OSError as e:
+                reason = e.strerror or type(e).__name__
+                raise UsageError(
+                    f"--metrics-port {port}: cannot listen on {bind}:{port} ({reason})"
+                ) from None
+    if textfile is not None:
+        if not os.path.isdir(textfile):
+            raise UsageError(f"--metrics-textfile {textfile} is not an existing directory")
+        try:
+            with tempfile.NamedTemporaryFile(dir=textfile, prefix=".tuilaunch-probe-"):
+                pass
+        except OSError as e:
+            reason = e.strerror or type(e).__name__
+            raise UsageError(
+                f"--metrics-textfile {textfile} is not a writable directory ({reason})"
+            ) from None
+    return bind
 
 
 def min_max_nodes(nnodes: str) -> tuple[int, int]:

@@ -117,35 +117,23 @@ class Control:
             action = "kill"
         rank = self._ranks.info(local_rank)
         pid, grank = rank.pid, rank.global_rank
-        if not rank.alive or pid is None:
-            self._post_control(
-                action,
-                local_rank=local_rank,
-                global_rank=grank,
-                pid=pid,
-                signal=sig.name,
-                source=source,
-                ok=False,
-                detail="no running worker",
-            )
-            return False
-        ok, detail = True, ""
-        try:
-            if sig in (signal.SIGSTOP, signal.SIGCONT):
-                # The whole rank: its data-loader children pause and resume with it.
-                signal_group(pid, sig)
-            else:
-                os.kill(pid, sig)
-                if rank.stopped and sig != signal.SIGKILL:
-                    signal_group(pid, signal.SIGCONT)  # a stopped process cannot act on it
-            if sig in (signal.SIGSTOP, signal.SIGCONT):
-                self._ranks.set_stopped(local_rank, sig == signal.SIGSTOP)
-            else:
-                self._ranks.mark(pid, f"{sig.name} sent by tuilaunch ({source})")
-        except ProcessLookupError:
-            ok, detail = False, "process already gone"
-        except PermissionError as e:
-            ok, detail = False, str(e)
+        ok, detail = False, "no running worker"
+        if rank.alive and pid is not None:
+            ok, detail = True, ""
+            try:
+                if sig in (signal.SIGSTOP, signal.SIGCONT):
+                    # The whole rank: its data-loader children pause and resume with it.
+                    signal_group(pid, sig)
+                    self._ranks.set_stopped(local_rank, sig == signal.SIGSTOP)
+                else:
+                    os.kill(pid, sig)
+                    if rank.stopped and sig != signal.SIGKILL:
+                        signal_group(pid, signal.SIGCONT)  # a stopped process cannot act on it
+                    self._ranks.mark(pid, f"{sig.name} sent by tuilaunch ({source})")
+            except ProcessLookupError:
+                ok, detail = False, "process already gone"
+            except PermissionError as e:
+                ok, detail = False, str(e)
         self._post_control(
             action,
             local_rank=local_rank,

@@ -103,6 +103,7 @@ class Runner(PartsHandle):
         self._restart_requested = False
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
+        self._finishing = False
         self._agent: TorchAgent = None
         # Agent thread only.
         self._pending_cause: str | None = None
@@ -215,9 +216,12 @@ class Runner(PartsHandle):
         )
 
     def _finish(self, outcome: str, code: int, message: str) -> None:
+        # Two threads may finish at once (the agent thread and the stop watchdog or a second
+        # stop): the first one through here finishes, the other returns at once.
         with self._lock:
-            if self._done.is_set():
+            if self._finishing:
                 return
+            self._finishing = True
             self._phase = outcome
             self.exit_code = code
             self.error_message = message if outcome == "error" else None
