@@ -328,10 +328,8 @@ class LogTailer:
         cut = data.rfind(b"\n")
         if cut >= 0:
             src.partial = data[cut + 1 :]
-        elif start == src.offset:
-            src.partial = _compact(src.partial + data, self.MAX_LINE)[-self.MAX_LINE :]
-        else:  # the line began further back: its last TAIL bytes hold its last states
-            src.partial = data
+        else:  # no newline: the line goes on; its last TAIL bytes hold its last states
+            src.partial = (src.partial + data if start == src.offset else data)[-self.TAIL :]
         self._moved += end - src.offset
         src.offset = end
 
