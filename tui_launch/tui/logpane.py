@@ -186,10 +186,11 @@ class LogPane(Vertical):
         log = self.view
         logs = self._logs()
         log.clear()
-        lines = [ln for ln in logs.since(0, self._view_rank) if self._keep(ln)]
+        seq = logs.seq  # first: a line that comes while this reads is shown next time
+        lines = [ln for ln in logs.since(0, self._view_rank) if ln[0] <= seq and self._keep(ln)]
         lines = lines[-LOG_LINES_SHOWN:]
         log.write_lines([self._format(ln) for ln in lines], scroll_end=True)
-        self._shown_seq = logs.seq
+        self._shown_seq = seq
         self._write_tail(logs)
         self._pending = 0
         self._follow = True
@@ -215,7 +216,12 @@ class LogPane(Vertical):
         log = self.view
         if self._follow and log.line_count and not log.is_vertical_scroll_end:
             self._follow = False  # the user scrolled up: pause, count what arrives
-        new = [ln for ln in logs.since(self._shown_seq, self._view_rank) if self._keep(ln)]
+        seq = logs.seq  # first: a line that comes while this reads is shown next time
+        new = [
+            ln
+            for ln in logs.since(self._shown_seq, self._view_rank)
+            if ln[0] <= seq and self._keep(ln)
+        ]
         if self._follow:
             # In a flood, a tick writes at most what a screen can show, so keys stay
             # responsive; every line is still in the files (and the buffer, for the filter).
@@ -225,7 +231,7 @@ class LogPane(Vertical):
                 log.write_line(f"... {skipped} lines not shown (all are in the log files) ...")
             if new:
                 log.write_lines([self._format(ln) for ln in new], scroll_end=True)
-            self._shown_seq = logs.seq
+            self._shown_seq = seq
             if partials:
                 self._write_tail(logs)
             self._pending = 0
