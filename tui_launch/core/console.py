@@ -5,8 +5,9 @@ What torchrun's console gets from a worker (checked by running torchrun to a pip
 - *Not redirected* (the default): the worker writes straight to the inherited console, so the
   console gets the worker's own bytes, as they are written: a tqdm bar's ``\\r`` updates move
   it in place on a terminal and reach a pipe as they are. tuilaunch has the worker write to its
-  rank file and moves each new byte range of that file to the console with ``os.sendfile``
-  (:func:`copy_range`): the kernel copies, Python never sees the bytes.
+  rank file and moves each new byte range of that file to the console (:func:`copy_range`):
+  with ``os.sendfile`` to a file (the kernel copies), with large ``pread``/``write`` chunks to
+  a pipe or a terminal; never line by line.
 - *Tee'd* (``--tee``): torch's tail thread reads the file in text mode, where ``\\n``, ``\\r\\n``
   and ``\\r`` all end a line, and writes each line as ``prefix + line + "\\n"``: one line per
   bar update, on a terminal and on a pipe alike. :class:`PrefixedLines` does the same with a
@@ -35,25 +36,44 @@ def is_devnull(fd: int) -> bool:
     return stat.S_ISCHR(st.st_mode) and st.st_rdev == null.st_rdev
 
 
-_NO_SENDFILE: set[int] = set()  # output fds sendfile refused (some ttys): pread + write
+_NO_SENDFILE: set[int] = set()  # output fds sendfile refused: pread + write
+_SENDFILE_OK: set[int] = set()  # output fds that are regular files
+
+
+def _sendfile_to(out_fd: int) -> bool:
+    """Whether to ``sendfile`` to ``out_fd``: only a regular file. Into a pipe each call takes
+    one of its 16 slots whatever its size (spliced pages are never merged), so a pipe whose
+    reader is slow fills after 16 small copies and blocks the tailer; a write() of the same
+    bytes merges them into its 64 kB."""
+    if out_fd in _SENDFILE_OK:
+        return True
+    if out_fd in _NO_SENDFILE:
+        return False
+    try:
+        regular = stat.S_ISREG(os.fstat(out_fd).st_mode)
+    except OSError:
+        regular = False
+    (_SENDFILE_OK if regular else _NO_SENDFILE).add(out_fd)
+    return regular
 
 
 def copy_range(in_fd: int, out_fd: int, start: int, end: int) -> None:
     """Copy bytes ``[start, end)`` of the file ``in_fd`` to ``out_fd``, in the kernel if it can.
 
-    ``in_fd``'s position does not move. ``os.sendfile`` moves the bytes file -> pipe, file,
-    socket or (on most kernels) terminal without a copy into Python; where it is refused the
-    bytes go through ``os.pread``/``os.write`` in large chunks.
+    ``in_fd``'s position does not move. To a regular file ``os.sendfile`` moves the bytes in
+    the kernel; to a pipe or a terminal they go through ``os.pread``/``os.write`` in chunks of
+    up to 4 MB (one copy, no per-line work).
     """
     pos = start
     while pos < end:
         n = min(end - pos, COPY_CHUNK)
-        if out_fd not in _NO_SENDFILE:
+        if _sendfile_to(out_fd):
             try:
                 sent = os.sendfile(out_fd, in_fd, pos, n)
             except OSError as e:
                 if e.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
                     raise
+                _SENDFILE_OK.discard(out_fd)
                 _NO_SENDFILE.add(out_fd)
                 continue
             if sent == 0:  # the file is shorter than it said (truncated): nothing more to copy
