@@ -18,7 +18,10 @@ Two measurements, each for ``--nproc-per-node`` 1, 2 and 4:
     ``all_reduce``. Latency = max(up_*) - fail_0. Both launchers run with ``--max-restarts 1``
     and ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (without it torch's own restarts mostly fail;
     ``--torchrun-shared-store`` adds torchrun without it as a third, informational launcher).
-    Target: tuilaunch no slower than torchrun (ratio <= ~1.0 within noise).
+    tuilaunch runs as it does by default, which dumps the surviving ranks' stacks before torch
+    terminates them (issue 14); ``tuilaunch-no-dump`` (``--no-dump-on-failure``) shows what
+    the dump costs. Target: tuilaunch no slower than torchrun (ratio <= ~1.0 within noise;
+    <= 1.1 with the dump).
 
 How: the launchers are interleaved (A, B, A, B, ...; ``--abba`` flips the order every
 round), ``--warmup`` runs of each are thrown away, and every figure is a median of
@@ -123,6 +126,9 @@ class Settings:
 
 TORCHRUN = Launcher("torchrun", ("-m", "torch.distributed.run"))
 TUILAUNCH = Launcher("tuilaunch", ("-m", "tui_launch", "--no-tui"))
+TUILAUNCH_NO_DUMP = Launcher(
+    "tuilaunch-no-dump", ("-m", "tui_launch", "--no-tui", "--no-dump-on-failure")
+)
 
 
 # --------------------------------------------------------------------------- processes
@@ -506,7 +512,9 @@ def read_marks(marks: Path) -> dict[str, Any]:
 
 def bench_restart(settings: Settings) -> dict[str, Any]:
     """Failure -> restarted group latency under each launcher, --max-restarts 1."""
-    launchers = [TORCHRUN, TUILAUNCH]
+    # tuilaunch dumps the surviving ranks' stacks before torch tears the group down (on by
+    # default: that is the figure against torchrun); the no-dump variant shows what it costs.
+    launchers = [TORCHRUN, TUILAUNCH, TUILAUNCH_NO_DUMP]
     if settings.shared_store:
         launchers.append(
             Launcher(
@@ -604,20 +612,25 @@ def table_restart(result: dict[str, Any]) -> str:
         "### restart: failure → restarted workers past init_process_group "
         "(median, min-max, seconds)",
         "",
-        f"Both launchers with `--max-restarts 1` and `{SHARE_STORE_ENV}=1`.",
+        f"Both launchers with `--max-restarts 1` and `{SHARE_STORE_ENV}=1`; tuilaunch as by "
+        "default, dumping the surviving ranks' stacks before the teardown "
+        "(`--no-dump-on-failure`: the last column).",
         "",
         "| nproc | torchrun | tuilaunch | ratio | paired ratio | ≤ 1.0 "
-        "| succeeded (torchrun / tuilaunch) | wall (torchrun / tuilaunch) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| succeeded (torchrun / tuilaunch) | wall (torchrun / tuilaunch) "
+        "| tuilaunch --no-dump-on-failure |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["summary"]:
         a, b = row["torchrun"], row["tuilaunch"]
+        c = row.get("tuilaunch-no-dump")
         lines.append(
             f"| {row['nproc']} | {_spread(a)} | {_spread(b)} | {_r(row['ratio'])} "
             f"| {_r(row['paired_ratio_median'])} "
             f"| {verdict(row['ratio'], RESTART_TARGET, row['noise'])} "
             f"| {a['succeeded']}/{a['runs']} / {b['succeeded']}/{b['runs']} "
-            f"| {_s(a['wall_median'])} / {_s(b['wall_median'])} |"
+            f"| {_s(a['wall_median'])} / {_s(b['wall_median'])} "
+            f"| {_spread(c) if c else '-'} |"
         )
     notes = [
         row["torchrun-shared"]["note"] for row in result["summary"] if "torchrun-shared" in row

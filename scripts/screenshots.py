@@ -43,6 +43,7 @@ STATES: dict[str, tuple[str, ...]] = {
 # extra screenshots: file name -> (state, keys)
 EXTRA: dict[str, tuple[str, tuple[str, ...]]] = {
     "cluster": ("multinode", ("n",)),  # the Cluster tab: every node's status from the store
+    "stacks": ("hung", ("d",)),  # a hang: d dumps again, the Stacks tab shows the verdict
 }
 
 

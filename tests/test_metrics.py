@@ -408,43 +408,40 @@ def test_last_output_time_from_the_rank_log_files(tmp_path):
     ]  # rank 1 wrote nothing yet: no series, rather than a 0 that would read as 1970
 
 
-def test_progress_and_hang_hooks_and_a_broken_provider():
-    def progress(snap):
-        return fam.progress_families(
-            NODE,
-            [
-                fam.RankProgress(
-                    rank=r.global_rank,
-                    local_rank=r.local_rank,
-                    step=7,
-                    steps_per_second=2.5,
-                    last_step_wall=123.0,
-                )
-                for r in snap.ranks
-            ],
-        )
-
-    def hangs(snap):
-        return fam.hang_families(
-            NODE, [(r.global_rank, r.local_rank, r.local_rank == 1) for r in snap.ranks]
-        )
+def test_progress_and_hang_families_come_from_the_snapshot():
+    from tui_launch.testing import builders, scenarios
 
     def broken(snap):
         raise RuntimeError("a hook bug")
 
+    # Progress: rank 0 prints steps (as most frameworks, from one rank); the real watcher
+    # folds its lines into the snapshot, and the scrape reads them from there.
     store = RunStore()
     store.post(_run_started())
-    store.post(_workers(0))
-    collector = fam.RunCollector(
-        store.snapshot, fam.RunInfo(node=NODE), extra=(progress, broken, hangs)
-    )
+    store.post(builders.workers_started(0, 2, 5100, at=0.1))
+    for e in builders.progress(0, 2, 0.1, 30.0, 10.0, total=1000, fmt="plain"):
+        store.post(e)
+    snap = store.snapshot()
+    assert snap.progress is not None
+    (p,) = snap.progress.latest.ranks
+    assert p.step and p.rate and p.last_step_ago is not None
+    collector = fam.RunCollector(store.snapshot, fam.RunInfo(node=NODE), extra=(broken,))
     s = _samples(_text(collector))
-    assert _value(s, metrics.PROGRESS_STEP, rank="1") == 7
-    assert _value(s, metrics.PROGRESS_STEPS_PER_SECOND, rank="0") == 2.5
-    assert _value(s, metrics.PROGRESS_LAST_STEP, rank="0") == 123.0
+    assert _value(s, metrics.PROGRESS_STEP, rank="0") == p.step
+    assert _value(s, metrics.PROGRESS_STEPS_PER_SECOND, rank="0") == pytest.approx(p.rate)
+    assert _value(s, metrics.PROGRESS_LAST_STEP, rank="0") == pytest.approx(
+        snap.progress.latest.wall - p.last_step_ago
+    )
+    assert [labels["rank"] for labels, _ in s[metrics.PROGRESS_STEP]] == ["0"]  # rank 1: silent
+    assert _value(s, metrics.HANG_SUSPECTED, rank="1") == 0
+    assert _value(s, "tuilaunch_workers", state="running") == 2  # the broken hook cost nothing
+
+    # A confirmed hang flags the odd rank out, not the ranks that wait for it.
+    hung = scenarios.hung().snapshot()
+    assert hung.hung_ranks == (1,)
+    s = _samples(_text(fam.RunCollector(lambda: hung, fam.RunInfo(node=NODE))))
     assert _value(s, metrics.HANG_SUSPECTED, rank="1") == 1
     assert _value(s, metrics.HANG_SUSPECTED, rank="0") == 0
-    assert _value(s, "tuilaunch_workers", state="running") == 2  # the rest is all there
 
 
 # ----------------------------------------------------------------------------- HTTP

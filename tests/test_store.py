@@ -656,3 +656,45 @@ def test_tailer_survives_a_broken_sink(tmp_path):
     t.drain()
     assert c.of(p)[:2] == ["a", "b"]
     assert c.of(p)[2].endswith(" bad utf-8") and "\ufffd" in c.of(p)[2]
+
+
+def test_dumps_and_a_confirmed_hang_flag_the_ranks_until_the_next_attempt() -> None:
+    from tui_launch.core.events import HangDetected
+    from tui_launch.testing import scenarios
+    from tui_launch.testing.builders import workers_started
+
+    src = scenarios.hung()
+    s = src.snapshot()
+    assert [d.reason for d in s.dumps] == ["hang-suspected", "hang-confirm"]
+    assert isinstance(s.hang, HangDetected) and s.hang.second_path == s.dumps[-1].path
+    assert s.hung_ranks == (1,)  # the odd rank out, not every rank that waits for it
+    assert s.dumps[-1].places[1] == "rank 1: data.py:41 in load_batch"
+    s = reduce(s, workers_started(1, 4, 6000, at=120.0))
+    assert s.hung_ranks == () and len(s.dumps) == 2  # a new attempt: no rank is suspect
+
+
+def test_replayed_progress_records_give_the_same_goodput():
+    from tui_launch.core.progress_view import goodput
+    from tui_launch.core.store import RunStore
+    from tui_launch.testing.builders import progress, workers_started
+
+    # Two attempts, the second resumed from step 200 after reaching 287: what the live store
+    # folds (a sample a second) and what the journal replays (every 10 s, and each attempt's
+    # last record) give the same goodput summary.
+    events = [
+        *progress(0, 2, 0.1, 30.0, 10.0, total=1000, fmt="plain", final=True),
+        *progress(1, 2, 30.5, 90.0, 10.0, first_step=200, total=1000, fmt="plain", final=True),
+    ]
+    store = RunStore()
+    store.post(workers_started(0, 2, 5100, at=0.1))
+    for e in events:
+        if e.attempt == 1 and store.snapshot().attempt == 0:
+            store.post(workers_started(1, 2, 5200, at=30.5))
+        store.post(e)
+    live = store.snapshot()
+    replayed = replay(store.events())
+    assert any(not e.journaled for e in events)  # the journal holds fewer
+    a = goodput(live.progress, live.attempts, 1_790_000_100.0)
+    b = goodput(replayed.progress, replayed.attempts, 1_790_000_100.0)
+    assert a == b and a is not None
+    assert a.attempts[1].resumed_from == 200 and a.attempts[1].redone == 287 - 200

@@ -144,7 +144,10 @@ def test_healthy_panels_show_the_run() -> None:
         assert "on failure 0 / 3" in restarts
         assert "budget left 3" in restarts
         assert "manual 0" in restarts
-        assert "0 +0:00:00" in restarts and "running" in restarts
+        # With progress, the attempt's steps take the start offset's column (issue 15).
+        assert "# took world steps ended by" in restarts
+        assert "0 - 4 388 running" in restarts
+        assert "step 388/2000 19%" in header and "from rank 0" in header
 
         gpus = text_of(app.query_one("#gpus", Static))
         assert app.query_one("#gpus").border_title == "GPUs (simulated: fake NVML)"
@@ -160,20 +163,22 @@ def test_healthy_panels_show_the_run() -> None:
             [str(i), str(i), str(5100 + i), "running" if i < 3 else "running D", "-"]
             for i in range(4)
         ]
+        labels = list(table.column_labels)
+        col = {name: labels.index(name) for name in labels}
         # Telemetry columns: RSS, GPU (mapped by pid), GPU memory (the fake's 18 + 3i GiB).
-        assert [r[7] for r in rows] == ["0", "1", "2", "3"]
-        assert [r[9] for r in rows] == ["18.0G", "21.0G", "24.0G", "27.0G"]
-        assert all(r[6].endswith("G") and r[5].split()[-1].isdigit() for r in rows)
+        assert [r[col["GPU"]] for r in rows] == ["0", "1", "2", "3"]
+        assert [r[col["GPU mem"]] for r in rows] == ["18.0G", "21.0G", "24.0G", "27.0G"]
+        assert all(
+            r[col["RSS"]].endswith("G") and r[col["CPU %"]].split()[-1].isdigit() for r in rows
+        )
         # Uptime: workers started 0.6 s into the run, the fake clock is at 95 s.
-        assert rows[0][10] == render.ago(95.0 - 0.6)
-        assert [r[11] for r in rows] == ["1s", "2s", "3s", "4s"]  # last log (settled)
-        assert list(table.column_labels)[:5] == [
-            "rank",
-            "local",
-            "pid",
-            "state",
-            "exit",
-        ]
+        assert rows[0][col["uptime"]] == render.ago(95.0 - 0.6)
+        assert [r[col["last log"]] for r in rows] == ["1s", "2s", "3s", "4s"]  # settled
+        assert labels[:5] == ["rank", "local", "pid", "state", "exit"]
+        # Progress (issue 15): rank 0 prints a tqdm bar; the others print no step.
+        assert labels[5:8] == ["step", "steps/s", "ETA"]
+        assert [r[col["step"]] for r in rows] == ["388/2000", "-", "-", "-"]
+        assert rows[0][col["steps/s"]].endswith(" 4.20") and rows[0][col["ETA"]] == "6m"
 
         log = logview(app)
         assert len(log.lines) == 4 * 7
@@ -537,23 +542,64 @@ def test_tab_bar_mouse_and_keys() -> None:
         assert shown(app) == ["logs-tab"]
         x = 1
         for tab_id, label in zip(
-            bar.tab_ids, ("Logs", "Root cause", "Agent log", "Cluster"), strict=True
+            bar.tab_ids, ("Logs", "Root cause", "Agent log", "Cluster", "Stacks"), strict=True
         ):
             await pilot.click("#tabs", offset=(x + len(label) // 2, 0))
             await pilot.pause()
             assert bar.active == tab_id and shown(app) == [tab_id]
             x += len(label) + 2
-        assert "node" in text_of(app._cluster)  # the cluster tab draws when shown
+        assert "No stack dump yet" in text_of(app._stacks)  # the stacks tab draws when shown
         await pilot.click("#tabs", offset=(x + 30, 0))  # past the labels: nothing changes
-        assert bar.active == "cluster-tab"
+        assert bar.active == "stacks-tab"
         bar.focus()
         await pilot.press("right")  # wraps round to the first
         assert bar.active == "logs-tab" and shown(app) == ["logs-tab"]
-        await pilot.press("left", "left")
+        await pilot.press("left", "left", "left")
         assert bar.active == "agent-tab"
         assert app.query_one("#agentlog").region.height > 0
 
     drive("multinode", check)
+
+
+def test_d_dumps_every_rank_off_the_ui_thread_and_shows_the_stacks_tab() -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        await pilot.press("d")
+        await wait_until(pilot, lambda: app._tabs.active == "stacks-tab")
+        assert src.actions == [("dump", None, None)]
+        await wait_until(pilot, lambda: "load_batch" in text_of(app._stacks))
+        text = text_of(app._stacks)
+        assert "stacks (key)" in text
+        assert "rank 1 is not in a collective: data.py:41 in load_batch" in text
+        assert "ranks 0, 2, 3  \u00d7 3 ranks" in text
+        assert "rank 1  <- odd one out" in text
+        assert text.index("rank 1  <- odd one out") < text.index("\u00d7 3 ranks")  # odd first
+        await pilot.press("d")  # a second dump: the first is listed as an earlier one
+        await wait_until(pilot, lambda: "earlier dumps" in text_of(app._stacks))
+        assert "/runs/demo/stacks/000-key" in text_of(app._stacks)
+
+    drive("healthy", check)
+
+
+def test_hang_flags_the_rank_and_is_the_root_cause() -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        rows = {r[0]: r[3] for r in row_texts(app._table)}
+        assert rows["1"] == "running HUNG?" and rows["0"] == "running"
+        await pilot.press("c")
+        cause = text_of(app._cause)
+        assert "hang" in cause and "hung: no main-thread stack moved in 10 s" in cause
+        assert "rank 1 is not in a collective" in cause
+
+    drive("hung", check)
+
+
+def test_d_is_hidden_when_no_rank_runs() -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        assert "Stacks" not in await shown_keys(pilot, app)
+        await pilot.press("d")
+        await pilot.pause()
+        assert src.actions == [] and app._tabs.active == "logs-tab"
+
+    drive("finished", check)
 
 
 def test_help_screen() -> None:
@@ -715,12 +761,16 @@ def test_keys_hidden_for_an_exited_rank() -> None:
 
 # ------------------------------------------------------------------------------ action table
 
-BOUND = [a for a in actions.ACTIONS if a.name and a.bound_keys]
+# The live dashboard's keys (the replay keys are checked in test_replay.py).
+BOUND = [
+    a for a in actions.ACTIONS if a.name and a.bound_keys and a.needs is not actions.Needs.REPLAY
+]
 
 
 def test_the_app_is_built_from_the_action_table() -> None:
     """Bindings (the footer's order), help rows and palette entries all come from the table."""
-    assert [b.action for b in Dashboard.BINDINGS] == [a.name for a in BOUND]  # type: ignore[union-attr]
+    bound_all = [a.name for a in actions.ACTIONS if a.name and a.bound_keys]
+    assert [b.action for b in Dashboard.BINDINGS] == bound_all  # type: ignore[union-attr]
     for a in actions.ACTIONS:
         if a.name:
             assert callable(getattr(Dashboard, f"action_{a.name}", None)), a.name
@@ -728,7 +778,9 @@ def test_the_app_is_built_from_the_action_table() -> None:
     assert rows[0] == ("up/down", "select a rank (mouse works too)")
     assert rows[-1] == ("?", "this help")  # the help's own key last
     assert ("l, enter", "show the selected rank's log") in rows
-    assert len(rows) == len(actions.ACTIONS)
+    replay_only = [a for a in actions.ACTIONS if a.needs is actions.Needs.REPLAY]
+    assert len(rows) == len(actions.ACTIONS) - len(replay_only)
+    assert len(actions.help_rows(replay=True)) == len(actions.ACTIONS)
 
 
 def _recording_dashboard(calls: list[str]) -> type[Dashboard]:
@@ -780,7 +832,8 @@ def test_destructive_actions_ask_first_and_the_others_do_not() -> None:
             await wait_until(pilot, lambda: app.screen is main)
             if not asked:
                 app._table.focus()  # the filter box, say, keeps the keys otherwise
-        assert src.actions == []  # nothing was done without a yes
+        # Nothing was done without a yes (a stack dump reads the ranks, it changes nothing).
+        assert [a for a in src.actions if a[0] != "dump"] == []
         assert app.is_running
 
     drive("healthy", check)

@@ -63,3 +63,14 @@ class TestDashboardSnapshots:
     def test_cluster_tab(self, snap_compare) -> None:
         """Key n: the Cluster tab, every node's status from the store; the silent one first."""
         assert snap_compare(dashboard("multinode"), terminal_size=SIZE, press=["n"])
+
+    def test_stacks_tab(self, snap_compare) -> None:
+        """A confirmed hang: the Stacks tab with the verdict, rank 1 (the odd one out, in
+        load_batch) first, ranks 0, 2, 3 folded (x 3 ranks) in all_reduce, the earlier dump
+        listed; rank 1 marked HUNG? in the Workers table."""
+
+        async def stacks_tab(pilot) -> None:
+            pilot.app._tabs.active = "stacks-tab"
+            await pilot.pause()
+
+        assert snap_compare(dashboard("hung"), terminal_size=SIZE, run_before=stacks_tab)

@@ -3,6 +3,7 @@
 Start the job under the dashboard in a detached tmux session (its own tmux server, so the
 test's environment and nothing else reaches the launcher), read the screen with
 ``capture-pane``, select rank 1, kill it with ``k`` ``y``, see the restart and the new pids,
+dump every rank's stacks with ``d``,
 quit with ``q`` ``y``, read the summary printed after the dashboard closed, and check that no
 process of the launch is left. Polls with generous timeouts: a loaded 2-core machine takes a
 while to import torch twice and form a gloo group.
@@ -202,7 +203,16 @@ def test_kill_a_rank_restart_and_quit_in_a_real_terminal() -> None:
         for pid in old.values():
             assert pid not in leftovers(token)
 
-        # 4. q asks (the job is running), y stops the workers and closes the dashboard.
+        # 4. d dumps both ranks' stacks (py-spy, off the UI thread): the Stacks tab shows them.
+        tmux.keys("d")
+        poll(
+            tmux,
+            "the Stacks tab with both ranks' stacks",
+            60,
+            lambda s: "stacks (key)" in s and "ranks 0, 1" in s and "steady.py" in s,
+        )
+
+        # 5. q asks (the job is running), y stops the workers and closes the dashboard.
         tmux.keys("q")
         poll(tmux, "the quit confirmation", 30, lambda s: "Stop the workers and quit?" in s)
         tmux.keys("y")
@@ -213,7 +223,7 @@ def test_kill_a_rank_restart_and_quit_in_a_real_terminal() -> None:
         assert "restarts: 1/3 on failure" in final, final
         assert "launcher exit status 143" in final, final
 
-        # 5. Nothing of the launch is left.
+        # 6. Nothing of the launch is left.
         left = wait_gone(token, 30)
         assert not left, f"processes left behind: {describe(left)}"
     finally:

@@ -28,6 +28,20 @@ if TYPE_CHECKING:
     from tui_launch.core.store import RunStore
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+# Subcommands, recognised only as the first argument (before torchrun's parser sees argv).
+# A script literally named like one runs as `tuilaunch ./ls`.
+SUBCOMMANDS = ("ls", "replay", "attach")
+
+
+def run_subcommand(argv: list[str]) -> int:
+    """Run ``tuilaunch ls``, ``replay`` or ``attach`` (``argv[0]`` is the subcommand)."""
+    if argv[0] == "ls":
+        from tui_launch.core.runindex import ls_main
+
+        return ls_main(argv[1:])
+    from tui_launch.tui.replay import attach_main, replay_main
+
+    return (replay_main if argv[0] == "replay" else attach_main)(argv[1:])
 
 
 def _signals(names: str) -> list[signal.Signals]:
@@ -54,6 +68,9 @@ def install_signal_handlers(runner: RunHandle, names: str) -> dict[signal.Signal
 
 def run_cli(argv: list[str] | None = None) -> int:
     """Run tuilaunch with ``argv`` and return the exit status."""
+    given = sys.argv[1:] if argv is None else argv
+    if given and given[0] in SUBCOMMANDS:
+        return run_subcommand(given)  # before torch is imported: `ls` answers at once
     from tui_launch.core.args import (
         USAGE_ERROR,
         UsageError,
@@ -88,14 +105,17 @@ def run_cli(argv: list[str] | None = None) -> int:
         print(f"tuilaunch: error: {e}", file=sys.stderr)
         return USAGE_ERROR
     try:
-        return _run(args, opts, store, use_tui)
+        return _run(args, opts, store, use_tui, given)
     finally:
         # After the run: the textfile's last write says the run finished; the port closes.
         exporters.close()
 
 
-def _run(args: argparse.Namespace, opts: Options, store: RunStore, use_tui: bool) -> int:
-    """Build the runner, start it, and follow it with the dashboard or headless."""
+def _run(
+    args: argparse.Namespace, opts: Options, store: RunStore, use_tui: bool, given: list[str]
+) -> int:
+    """Build the runner, start it, and follow it with the dashboard or headless (``given``:
+    the command line, for the run index)."""
     from tui_launch.core.inject import Injector, parse_specs
     from tui_launch.core.runner import Runner
     from tui_launch.headless import Headless, print_summary
@@ -119,8 +139,25 @@ def _run(args: argparse.Namespace, opts: Options, store: RunStore, use_tui: bool
         telemetry=telemetry,
         injector=Injector(parse_specs(opts.inject), seed=opts.inject_seed),
         inject_ready=opts.inject_ready,
+        hang_timeout=opts.hang_timeout,
+        on_hang=opts.on_hang,
+        dump_on_failure=not opts.no_dump_on_failure,
+        dump_via_faulthandler=opts.dump_via_faulthandler,
+        stack_samples=opts.stack_samples,
     )
     runner.before_exit(_say_node_dies)
+    # The per-user run index (`tuilaunch ls`): this run's entry lives as long as the run.
+    from tui_launch.core import runindex
+
+    index = runindex.Registration.register(
+        ["tuilaunch", *given], str(getattr(args, "rdzv_id", "")), opts.journal
+    )
+    runindex.follow(
+        index,
+        lambda listener: store.subscribe(listener, replay=False),
+        lambda: (runner.files.run_dir, runner.files.journal.path),
+    )
+    runner.before_exit(lambda: index.close("killed (inject node)"))
     # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.
     handled = getattr(args, "signals_to_handle", None) or DEFAULT_SIGNALS
     previous = install_signal_handlers(runner, handled)
@@ -153,6 +190,9 @@ def _run(args: argparse.Namespace, opts: Options, store: RunStore, use_tui: bool
             )
         return Headless(store, runner).run()
     finally:
+        if runner.files.run_dir:
+            index.set_run_dir(runner.files.run_dir, runner.files.journal.path)
+        index.close(runner.phase, runner.exit_code)
         for sig, old in previous.items():
             signal.signal(sig, old)  # type: ignore[arg-type]
 

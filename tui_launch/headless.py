@@ -23,7 +23,7 @@ from typing import TextIO
 
 from tui_launch.core import errors
 from tui_launch.core.console import PrefixedLines, copy_range, is_devnull, write_all
-from tui_launch.core.events import Event, Injected
+from tui_launch.core.events import Event, Injected, StacksDumped
 from tui_launch.core.handle import RunHandle
 from tui_launch.core.logs import STDOUT, LogSource
 from tui_launch.core.store import RunStore, Snapshot
@@ -37,6 +37,7 @@ from tui_launch.core.text import (
 
 TAG = "[tuilaunch]"
 CLUSTER_LINES_MAX = 32
+STACK_FRAMES = 12  # innermost frames printed per distinct stack (the files keep all)
 _CLEAR = "\r\x1b[2K"
 
 
@@ -158,7 +159,27 @@ class Headless:
             line = describe(e)
             if line:
                 self._say(line)
+            if isinstance(e, StacksDumped) and e.reason != "hang-suspected":
+                # A suspicion's stacks come again with its confirmation: printed once, then.
+                self._print_stacks(e)
         self._print_cluster()
+
+    def _print_stacks(self, e: StacksDumped) -> None:
+        """Each distinct main-thread stack of a dump once, with the ranks that share it."""
+        dump = self.runner.stack_dump(e.path)
+        if dump is None:
+            return
+        from tui_launch.core.stacks import group_stacks, rank_list
+
+        for group in group_stacks(dump):
+            n = len(group.ranks)
+            who = f"rank {group.ranks[0]}" if n == 1 else f"ranks {rank_list(group.ranks)}"
+            who += f" (\u00d7 {n} ranks)" if n > 1 else ""
+            lines = [f"  {f.where}" for f in group.frames[:STACK_FRAMES]]
+            if len(group.frames) > STACK_FRAMES:
+                lines.append(f"  ... {len(group.frames) - STACK_FRAMES} more (stacks.txt)")
+            lines = lines or ["  (no Python frame)"]
+            self._say("\n".join([f"  {who}, main thread (innermost first):", *lines]))
 
     def _print_cluster(self) -> None:
         # One line per node whenever what it says changes (not its heartbeat age). Past
@@ -274,6 +295,7 @@ def print_summary(s: Snapshot, runner: RunHandle | None, stream: TextIO) -> None
         console.print(table)
 
     _print_resources(s, console)
+    _print_goodput(s, console)
 
     if s.attempts:
         t = Table(title="attempts", title_justify="left")
@@ -292,6 +314,16 @@ def print_summary(s: Snapshot, runner: RunHandle | None, stream: TextIO) -> None
         for line in injection_lines(runner.store.events()):
             console.print(line, soft_wrap=True)
 
+    if s.hang is not None:
+        h = s.hang
+        console.print(Text("hang", style="bold red"))
+        console.print(
+            Text(
+                f"  attempt {h.attempt}: no output for {h.silence:.0f}s; {h.confirmation}\n"
+                f"  verdict: {h.verdict}\n  stacks: {h.second_path}"
+            ),
+            soft_wrap=True,
+        )
     rc = s.root_cause
     if rc is not None and outcome != "succeeded":
         console.print(Text("root cause", style="bold red"))
@@ -308,6 +340,9 @@ def print_summary(s: Snapshot, runner: RunHandle | None, stream: TextIO) -> None
             console.print(f"logs: {runner.run_dir}", soft_wrap=True)
         if runner.journal_path:
             console.print(f"journal: {runner.journal_path}", soft_wrap=True)
+    if s.dumps:
+        last = s.dumps[-1]
+        console.print(f"stacks: {len(s.dumps)} dump(s); latest: {last.path}", soft_wrap=True)
 
 
 def _print_resources(s: Snapshot, console: object) -> None:
@@ -339,6 +374,32 @@ def _print_resources(s: Snapshot, console: object) -> None:
     if any(r.mapping == "inferred" for r in tel.totals):
         notes.append("~ inferred from LOCAL_RANK/CUDA_VISIBLE_DEVICES (whole-GPU figures)")
     console.print("; ".join(notes), soft_wrap=True)  # type: ignore[attr-defined]
+
+
+def _print_goodput(s: Snapshot, console: object) -> None:
+    """Per attempt: steps reached, resumed from, work redone, time to first step; the share
+    of wall time the job made progress (from the workers' own progress lines)."""
+    from tui_launch.core.progress_view import fmt_rate, goodput, goodput_lines, straggler_line
+
+    fin = s.finished
+    if s.straggler is not None and s.straggler.global_rank is not None:
+        console.print(straggler_line(s.straggler), soft_wrap=True)  # type: ignore[attr-defined]
+    summary = goodput(s.progress, s.attempts, fin.wall if fin else time.time())
+    if summary is None or s.progress is None:
+        return
+    job = s.progress.job
+    head = "progress (from the logs)"
+    if job is not None:
+        head += f": rank {job.global_rank} printed step {job.step}"
+        head += f"/{job.total}" if job.total else ""
+        head += f", last rate {fmt_rate(job.rate)} steps/s"
+    console.print(head, soft_wrap=True)  # type: ignore[attr-defined]
+    for line in goodput_lines(summary):
+        console.print("  " + line, soft_wrap=True)  # type: ignore[attr-defined]
+    slow = [e for e in s.progress.slowdowns if e.active]
+    if slow:
+        flagged = sorted({f"rank {e.global_rank} {e.what}" for e in slow})
+        console.print("  slowdowns flagged: " + ", ".join(flagged), soft_wrap=True)  # type: ignore[attr-defined]
 
 
 def injection_lines(events: list[Event]) -> list[str]:

@@ -327,6 +327,29 @@ def unhealthy() -> RunResult:
     return result
 
 
+def failed(ranks: dict[int, tuple[int, int]]) -> RunResult:
+    """A monitor result that fails the group as a crash would (a confirmed hang): torch
+    restarts it if the budget allows, else stops it and the launch fails (exit 1).
+
+    ``ranks``: global rank -> (local rank, pid) of the ranks to name as failed.
+    """
+    from torch.distributed.elastic.agent.server.api import RunResult as TorchRunResult
+    from torch.distributed.elastic.agent.server.api import WorkerState
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    failures = {
+        g: ProcessFailure(local_rank=lr, pid=pid, exitcode=1, error_file="")
+        for g, (lr, pid) in ranks.items()
+    }
+    result: RunResult = TorchRunResult(state=WorkerState.FAILED, failures=failures)
+    return result
+
+
+def spend_restarts(agent: TorchAgent) -> None:
+    """Leave no restart in the budget: the next failed result ends the launch."""
+    agent._remaining_restarts = 0
+
+
 def stop_exception(sig: signal.Signals, reason: str) -> BaseException:
     """torch's own ``SignalException``: raised on the agent thread, it shuts the run down the
     way a signal to torchrun would."""

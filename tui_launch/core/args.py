@@ -43,9 +43,14 @@ class Options:
     gpu_interval: float = 1.0
     no_gpu: bool = False
     journal_samples: float = 10.0
+    stack_samples: float = 5.0
     inject: tuple[str, ...] = ()
     inject_seed: int | None = None
     inject_ready: bool = False
+    hang_timeout: float = 300.0
+    on_hang: str = "dump"
+    no_dump_on_failure: bool = False
+    dump_via_faulthandler: bool = False
     metrics_port: int | None = None
     metrics_bind: str = "127.0.0.1"
     metrics_textfile: str | None = None
@@ -151,6 +156,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="Write a telemetry sample to the journal every SECONDS (default 10; 0: never).",
     )
     ours.add_argument(
+        "--stack-samples",
+        dest=_OURS + "stack_samples",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="Read every rank's Python stack (py-spy --nonblocking) every SECONDS to infer a "
+        "straggler (default 5; 0: off).",
+    )
+    ours.add_argument(
         "--inject",
         dest=_OURS + "inject",
         action="append",
@@ -177,6 +191,38 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Start Python workers through tuilaunch's small bootstrap so that the dashboard "
         "can inject exit and exception faults (implied by an --inject of those kinds).",
+    )
+    ours.add_argument(
+        "--hang-timeout",
+        dest=_OURS + "hang_timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="Suspect a hang when no rank has written any output for SECONDS (default 300, "
+        "below NCCL's 10-minute collective timeout; 0: off); confirmed by a second stack dump "
+        "about 10 s later whose stacks did not move.",
+    )
+    ours.add_argument(
+        "--on-hang",
+        dest=_OURS + "on_hang",
+        choices=("dump", "restart", "stop"),
+        default="dump",
+        help="What a confirmed hang does: dump (the stacks; flag the ranks; keep running), "
+        "restart (as a failure: spends the --max-restarts budget) or stop (exit 1).",
+    )
+    ours.add_argument(
+        "--no-dump-on-failure",
+        dest=_OURS + "no_dump_on_failure",
+        action="store_true",
+        help="Do not dump the surviving ranks' stacks when a rank fails (before torch "
+        "terminates them; it adds up to 1 s to the restart).",
+    )
+    ours.add_argument(
+        "--dump-via-faulthandler",
+        dest=_OURS + "dump_via_faulthandler",
+        action="store_true",
+        help="Dump stacks without ptrace: Python workers start through tuilaunch's bootstrap "
+        "with faulthandler on a real-time signal, and dumps are cut out of their stderr logs.",
     )
     ours.add_argument(
         "--metrics-port",
@@ -254,8 +300,12 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
     ours = {k[len(_OURS) :]: v for k, v in vars(ns).items() if k.startswith(_OURS)}
     if not ours.get("gpu_interval", 1.0) > 0:
         parser.error(f"--gpu-interval must be > 0, got {ours['gpu_interval']}")
+    if not ours.get("hang_timeout", 0.0) >= 0:
+        parser.error(f"--hang-timeout must be >= 0, got {ours['hang_timeout']}")
     if not ours.get("journal_samples", 0.0) >= 0:
         parser.error(f"--journal-samples must be >= 0, got {ours['journal_samples']}")
+    if not ours.get("stack_samples", 0.0) >= 0:
+        parser.error(f"--stack-samples must be >= 0, got {ours['stack_samples']}")
     ours["inject"] = tuple(ours.get("inject") or ())
     try:
         ours["metrics_bind"] = check_metrics_options(

@@ -9,6 +9,7 @@ stripped), else its exit code in words.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import signal
 import time
@@ -17,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from tui_launch.core import errors, inject
 from tui_launch.core.agent import ProcessFailure, Worker
 from tui_launch.core.args import min_max_nodes
-from tui_launch.core.events import Failure, RendezvousSample
+from tui_launch.core.events import Failure, HangDetected, RendezvousSample, StacksDumped
 from tui_launch.core.shutdown import signal_exit_code
 from tui_launch.core.workers import RanksView
 
@@ -130,6 +131,8 @@ def run_outcome(
 
 def failure_line(f: Failure) -> str:
     """The run's one-line outcome when ``f`` is its root cause."""
+    if f.hung:
+        return f"rank {f.global_rank} (local {f.local_rank}, pid {f.pid}) hung: {f.message[6:]}"
     what = errors.describe_exit(f.exit_code)
     return f"rank {f.global_rank} (local {f.local_rank}, pid {f.pid}) failed: {what}"
 
@@ -150,3 +153,48 @@ def rendezvous_error(e: BaseException, nnodes: str, live: RendezvousSample | Non
         f"rendezvous timed out: fewer than the minimum of {lo} node(s) (--nnodes {lo}:{hi}) "
         f"joined{within}{have}. Start more nodes or lower MIN. ({errors.one_line_error(e)})"
     )
+
+
+def with_peers(failures: tuple[Failure, ...], dump: StacksDumped) -> tuple[Failure, ...]:
+    """The failures, each real one pointing to the dump of the ranks that survived it."""
+    return tuple(
+        f if f.collateral else dataclasses.replace(f, stacks=dump.path, peers=dump.places)
+        for f in failures
+    )
+
+
+def hang_failure(
+    hang: HangDetected, local_rank: int, global_rank: int, pid: int, host: str
+) -> Failure:
+    """A confirmed hang as a failure of ``global_rank`` (the root cause of the attempt)."""
+    return Failure(
+        attempt=hang.attempt,
+        local_rank=local_rank,
+        global_rank=global_rank,
+        host=host,
+        pid=pid,
+        exit_code=0,
+        signal=None,
+        hint=hang.confirmation,
+        time=hang.wall,
+        message=f"hang: {hang.verdict}",
+        traceback=None,
+        stderr_tail=(),
+        error_file=None,
+        stacks=hang.second_path,
+        hung=True,
+        caused_by=f"no output for {hang.silence:.0f} s; --on-hang {hang.action}",
+    )
+
+
+def hang_failures(hang: HangDetected, view: RanksView, host: str) -> tuple[Failure, ...]:
+    """The failures of a confirmed hang: the odd ranks out (every still rank when none is odd)
+    that run on this node."""
+    named = hang.odd_ranks or hang.still_ranks or tuple(view.global_ranks.values())
+    by_global = {g: lr for lr, g in view.global_ranks.items()}
+    out = []
+    for g in named:
+        lr = by_global.get(g)
+        if lr is not None and lr in view.pids:
+            out.append(hang_failure(hang, lr, g, view.pids[lr], host))
+    return tuple(out)

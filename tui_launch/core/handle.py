@@ -12,7 +12,8 @@ each part carries:
 - the agent's own log lines (torch and c10d records, raw stderr under the dashboard);
 - the run directory, journal path and cluster-view interval, for the summary and headless;
 - exit hooks, run just before a ``node`` injection kills the launcher;
-- the control API (every call is also a ``ControlAction`` event in the store).
+- the control API (every call is also a ``ControlAction`` event in the store), and stack
+  dumps of the ranks (``dump_stacks``; every dump is a ``StacksDumped`` event).
 
 Threads: every method may be called from any thread; sinks and hooks run on the runner's
 threads and must be quick.
@@ -29,10 +30,13 @@ from tui_launch.core.store import RunStore
 
 if TYPE_CHECKING:  # the parts import torch; a front end importing this module need not
     from tui_launch.core.control import Control
+    from tui_launch.core.dumps import Dumper
+    from tui_launch.core.events import StacksDumped
     from tui_launch.core.faults import FaultExecutor
     from tui_launch.core.inject import Fired, InjectSpec
     from tui_launch.core.membership import Membership
     from tui_launch.core.rundir import RunFiles
+    from tui_launch.core.stacks import StackDump
 
 
 class RunHandle(Protocol):
@@ -163,6 +167,15 @@ class RunHandle(Protocol):
         """Whether ``attempt`` is current and its workers are being monitored."""
         ...
 
+    def dump_stacks(self, reason: str = "api", source: str = "api") -> StacksDumped | None:
+        """Dump every live local rank's stacks now (blocks up to a few seconds: call it off a
+        UI thread), keep them in the run directory, post ``StacksDumped``; None: no rank runs."""
+        ...
+
+    def stack_dump(self, path: str) -> StackDump | None:
+        """The dump a ``StacksDumped`` points to (None: unreadable)."""
+        ...
+
 
 class PartsHandle:
     """The :class:`RunHandle` surface, forwarded to a run's parts (the runner inherits it).
@@ -178,6 +191,7 @@ class PartsHandle:
     control: Control
     faults: FaultExecutor
     membership: Membership
+    dumper: Dumper
 
     # ------------------------------------------------------------------ what the run shows
 
@@ -273,3 +287,11 @@ class PartsHandle:
     def attempt_alive(self, attempt: int) -> bool:
         """Whether ``attempt`` is the current one and still being monitored (not ending)."""
         return self.faults.attempt_alive(attempt)
+
+    def dump_stacks(self, reason: str = "api", source: str = "api") -> StacksDumped | None:
+        """Dump every live local rank's stacks now, keep and announce them (see Dumper)."""
+        return self.dumper.dump_stacks(reason, source)
+
+    def stack_dump(self, path: str) -> StackDump | None:
+        """The dump kept at ``path``."""
+        return self.dumper.load(path)

@@ -144,6 +144,42 @@ class LogTailer:
         self._lock = threading.RLock()
         self._wait = interval  # the delay before the next poll (the back-off's state)
         self._loop: Periodic | None = None
+        # Log marks (see set_mark_sink): what was last reported, and when.
+        self._mark_sink: Callable[[tuple[tuple[int, int, str, int], ...]], object] | None = None
+        self._mark_interval = 1.0
+        self._marked: dict[tuple[int, int, str], int] = {}
+        self._mark_at = 0.0
+
+    def set_mark_sink(
+        self,
+        sink: Callable[[tuple[tuple[int, int, str, int], ...]], object],
+        interval: float = 1.0,
+    ) -> None:
+        """Report, at most every ``interval`` seconds while files grow, how far each stream
+        has been read in whole lines: ``sink(((attempt, local_rank, stream, offset), ...))``
+        with the streams that moved since the last report (a replay cuts the logs there)."""
+        self._mark_sink = sink
+        self._mark_interval = interval
+
+    def _mark(self, force: bool = False) -> None:
+        if self._mark_sink is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._mark_at < self._mark_interval:
+            return
+        moved = []
+        for src in self._sources:
+            key = (src.attempt, src.local_rank, src.stream)
+            end = src.offset - len(src.partial)  # a line boundary: logs are cut between lines
+            if self._marked.get(key) != end:
+                self._marked[key] = end
+                moved.append((*key, end))
+        if moved:
+            self._mark_at = now
+            try:
+                self._mark_sink(tuple(moved))
+            except Exception:
+                logging.getLogger(__name__).exception("log mark sink failed")
 
     def add_sink(self, sink: LineSink, lossy: bool = False, accepts: Accepts | None = None) -> None:
         """Deliver lines to ``sink(source, lines)`` from now on.
@@ -214,6 +250,7 @@ class LogTailer:
             for src in self._sources:
                 self._read(src, final)
             if final:
+                self._mark(force=True)
                 self._sources = [s for s in self._sources if not s.closed]
 
     def close_attempt(self, attempt: int) -> None:
@@ -222,6 +259,9 @@ class LogTailer:
             for src in self._sources:
                 if src.attempt == attempt:
                     self._read(src, final=True)
+            self._mark(force=True)
+            for src in self._sources:
+                if src.attempt == attempt:
                     src.close()
             self._sources = [s for s in self._sources if not s.closed]
 
@@ -235,6 +275,8 @@ class LogTailer:
         """
         before = self._moved
         self.drain()
+        with self._lock:
+            self._mark()
         if self._views_only:
             self._wait = self._view_interval
         else:

@@ -55,6 +55,8 @@ class RunFiles:
         self.attempt_dir = ""
         # The current attempt's files, by local rank.
         self.stderr_paths: dict[int, str] = {}
+        # Every log file of each local rank in the current attempt (the hang watch's sizes).
+        self.log_paths: dict[int, list[str]] = {}
         self.error_files: dict[int, str] = {}
 
     def wrap_logs_specs(self, logs_specs: Any, spec: Any) -> CapturingLogsSpecs:
@@ -72,10 +74,13 @@ class RunFiles:
         if self.run_dir is None:
             self.set_run_dir(os.path.dirname(info.attempt_dir))
         attempt = self._next_attempt()
+        log_paths: dict[int, list[str]] = {}
         for src in info.sources:
             src.attempt = attempt
+            log_paths.setdefault(src.local_rank, []).append(src.path)
             if src.stream == STDERR:
                 self.stderr_paths[src.local_rank] = src.path
+        self.log_paths = log_paths
         self.error_files = dict(info.error_files)
         if self.duplicates:
             self.tailer.drain()  # the previous attempt's lines go to the previous files

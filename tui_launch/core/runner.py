@@ -9,6 +9,8 @@ job has its own module:
 
 - :mod:`.workers`: the rank table (pids, exits, stopped ranks, marks) and its lock;
 - :mod:`.control`: the control API (signal, kill, stop, continue, restart, orders, node);
+- :mod:`.dumps`: stack dumps of the ranks (``dump_stacks``, before teardown, for a hang);
+- :mod:`.hangwatch`: silence on every rank, two dumps that match, ``--on-hang``;
 - :mod:`.faults`: what a fired injection does;
 - :mod:`.membership`: rounds, lost nodes and the cluster view;
 - :mod:`.failures`: an attempt's failures, from what torch and the rank table say;
@@ -37,21 +39,29 @@ from typing import Any
 from tui_launch.core import agent, inject, rendezvous, reports
 from tui_launch.core.agent import RunResult, TorchAgent, WorkerGroup, WorkerSpec
 from tui_launch.core.control import Control, ShimDir
+from tui_launch.core.dumps import Dumper
 from tui_launch.core.events import (
     AttemptFailed,
     ExitBarrier,
     GroupState,
+    HangDetected,
+    LogMark,
     Notice,
     RunFinished,
+    StacksDumped,
     WorkersStarted,
 )
-from tui_launch.core.failures import collect_failures, run_outcome
+from tui_launch.core.failures import collect_failures, hang_failures, run_outcome, with_peers
 from tui_launch.core.faults import FaultExecutor
 from tui_launch.core.handle import PartsHandle
+from tui_launch.core.hangwatch import HangWatch
 from tui_launch.core.logspecs import CapturingLogsSpecs
 from tui_launch.core.membership import Membership, elastic, failed_here
+from tui_launch.core.progress.straggler import StragglerSampler
+from tui_launch.core.progress.watch import ProgressWatch
 from tui_launch.core.reaper import Reaper
 from tui_launch.core.rundir import RunFiles
+from tui_launch.core.shim import FAULTHANDLER_ENV, FAULTHANDLER_SIGNAL
 from tui_launch.core.shutdown import Stopper, signal_exit_code
 from tui_launch.core.store import Phase, RunStore
 from tui_launch.core.telemetry import RankTarget, Telemetry
@@ -74,6 +84,15 @@ class Runner(PartsHandle):
         injector: the ``--inject`` schedule (default: none, but the dashboard may add some).
         inject_ready: start Python workers through the injection bootstrap even without an
             ``exit``/``exception`` spec, so that the dashboard can inject those.
+        hang_timeout: ``--hang-timeout``: seconds of silence on every rank before a hang is
+            suspected (0: no detection).
+        on_hang: ``--on-hang``: dump, restart or stop once a hang is confirmed.
+        dump_on_failure: dump the surviving ranks before torch terminates a failed group
+            (``--no-dump-on-failure`` turns it off).
+        dump_via_faulthandler: start Python workers through the bootstrap with faulthandler on
+            a real-time signal, and dump through it instead of py-spy.
+        stack_samples: seconds between two stack samples of every rank, for the straggler
+            inference (0: off).
     """
 
     def __init__(
@@ -87,6 +106,11 @@ class Runner(PartsHandle):
         telemetry: Telemetry | None = None,
         injector: inject.Injector | None = None,
         inject_ready: bool = False,
+        hang_timeout: float = 0.0,
+        on_hang: str = "dump",
+        dump_on_failure: bool = True,
+        dump_via_faulthandler: bool = False,
+        stack_samples: float = 5.0,
     ) -> None:
         self.args = args
         self.store = store
@@ -117,8 +141,27 @@ class Runner(PartsHandle):
         self.files = RunFiles(args, journal_path, echo, lambda: self.ranks.attempt + 1)
         self.injector = injector or inject.Injector()
         self.shim = ShimDir(
-            inject_ready or inject.needs_shim(self.injector.specs),
+            inject_ready or dump_via_faulthandler or inject.needs_shim(self.injector.specs),
             bool(getattr(args, "no_python", False)),
+        )
+        self._faulthandler = dump_via_faulthandler and self.shim.wanted
+        self._dump_on_failure = dump_on_failure
+        self._hang: HangDetected | None = None  # a confirmed hang for monitor to act on
+        self.dumper = Dumper(
+            store.post,
+            self.ranks,
+            self._ensured_run_dir,
+            lambda: dict(self.files.stderr_paths),
+            via_faulthandler=self._faulthandler,
+        )
+        self.hangs = HangWatch(
+            store.post,
+            self.dumper,
+            lambda: dict(self.files.log_paths),
+            self._monitored,
+            timeout=hang_timeout,
+            action=on_hang,
+            on_hang=self._hang_confirmed,
         )
         self.control = Control(store.post, self.ranks, self.shim, self._request_restart)
         self.faults = FaultExecutor(
@@ -130,6 +173,9 @@ class Runner(PartsHandle):
             args, self.ranks, store.post, self._finish, self._stop_settled, self._stopping
         )
         self._sampler = rendezvous.Sampler(store.post, self._handler)
+        # Progress from the workers' logs (issue 15): steps, rate, ETA, slowdowns, goodput.
+        self.progress = ProgressWatch(store.post)
+        self.stragglers = StragglerSampler(store.post, self._rank_cpu, interval=stack_samples)
         if self.injector.uses_random:
             seed = self.injector.seed
             self._notes += (
@@ -145,10 +191,31 @@ class Runner(PartsHandle):
         agent.silence_thread_warning()
         self._fix_restarts()
         self.reaper = Reaper()
+        self.files.tailer.set_mark_sink(lambda offsets: self.store.post(LogMark(offsets=offsets)))
+        if self._faulthandler:
+            # Inherited by the workers: the bootstrap registers faulthandler on this signal.
+            os.environ[FAULTHANDLER_ENV] = str(int(FAULTHANDLER_SIGNAL))
+        if self.hangs.enabled:
+            self.files.tailer.add_sink(self.hangs.sink, lossy=True)
+            self.hangs.start()
+        self.store.subscribe(self.progress.on_event)
+        # lossy: progress needs the newest lines, not every line of a flood.
+        self.files.tailer.add_sink(self.progress.on_lines, lossy=True)
+        # TODO(w15a): switch on the unterminated-line feed (tqdm's \r bars) once the tailer
+        # has it: self.files.tailer.add_partial_sink(self.progress.on_partial)
+        self.progress.start()
+        self.stragglers.start()
         self.files.tailer.start()
         self._thread = threading.Thread(target=self._main, name="tuilaunch-agent", daemon=True)
         self._thread.start()
         self._sampler.start()
+
+    def _rank_cpu(self, global_rank: int) -> float | None:
+        tel = self.store.snapshot().telemetry
+        for r in tel.latest.ranks if tel is not None else ():
+            if r.global_rank == global_rank:
+                return r.cpu
+        return None
 
     def _handler(self) -> Any:
         return agent.rdzv_handler(self._agent) if self._agent is not None else None
@@ -225,7 +292,10 @@ class Runner(PartsHandle):
             self._phase = outcome
             self.exit_code = code
             self.error_message = message if outcome == "error" else None
+        self.hangs.stop()
         self.files.tailer.stop()
+        self.progress.stop()  # after the tailer: its last lines are in the last record
+        self.stragglers.stop()
         if self.telemetry is not None:
             self.telemetry.stop()
         self.faults.close()
@@ -253,6 +323,16 @@ class Runner(PartsHandle):
                 self._restart_requested = True
                 return None
             return f"agent is {self._phase}"
+
+    def _ensured_run_dir(self) -> str:
+        self.files.ensure_run_dir()
+        return self.files.run_dir or "."
+
+    def _hang_confirmed(self, event: HangDetected) -> None:
+        # On the hang watch's thread: the agent thread acts on it at its next monitor tick.
+        if event.action in ("restart", "stop"):
+            with self._lock:
+                self._hang = event
 
     def _monitored(self) -> bool:
         with self._lock:
@@ -329,6 +409,8 @@ class Runner(PartsHandle):
             self.telemetry.set_workers(
                 attempt, (RankTarget(w.local_rank, w.global_rank, w.pid) for w in workers)
             )
+        self.hangs.attempt_started(attempt, {w.local_rank: w.global_rank for w in wg.workers})
+        self.stragglers.set_workers(attempt, [(w.global_rank, w.pid) for w in workers])
         self._set_phase(Phase.RUNNING)
         self.injector.attempt_started(
             attempt, {w.global_rank: w.local_rank for w in wg.workers}, world
@@ -336,7 +418,10 @@ class Runner(PartsHandle):
 
     def _before_close(self, agent_obj: TorchAgent) -> None:
         # Exits seen before torch's first signal are the ranks' own (not collateral).
-        self._poll_exits(agent_obj, by_agent=False)
+        seen = self._poll_exits(agent_obj, by_agent=False)
+        if any(code not in (0, None) for code in seen.values()) and not self.stopper.requested:
+            # torch's poll found a failed rank and is about to terminate the others.
+            self._dump_survivors()
         self.ranks.continue_stopped()
 
     def monitor(
@@ -348,6 +433,9 @@ class Runner(PartsHandle):
         self.check_stop()
         with self._lock:
             manual, self._restart_requested = self._restart_requested, False
+            hang, self._hang = self._hang, None
+        if hang is not None and hang.attempt == self.ranks.attempt:
+            return self._hang_failure(agent_obj, hang)
         if manual:
             # Raise the budget by one before torch spends one: the restart count and
             # attempt_N advance, the failure budget does not.
@@ -372,6 +460,9 @@ class Runner(PartsHandle):
                 return agent.unhealthy()
         if state == "FAILED":
             self._poll_exits(agent_obj, by_agent=True)
+            # Before torch terminates the survivors (torch's poll may have begun already:
+            # _before_close dumped them then): where was every other rank?
+            peers = self._dump_survivors()
             failures = collect_failures(
                 reported=result.failures,
                 workers=wg.workers,
@@ -380,6 +471,8 @@ class Runner(PartsHandle):
                 stderr_paths=self.files.stderr_paths,
                 host=self.host,
             )
+            if peers is not None:
+                failures = with_peers(failures, peers)
             self.files.tailer.drain()
             self.store.post(AttemptFailed(attempt=self.ranks.attempt, failures=failures))
             self._pending_cause = "failure"
@@ -395,6 +488,22 @@ class Runner(PartsHandle):
             self._poll_exits(agent_obj, by_agent=False)
         self._post_group_state(state)
         return result
+
+    def _dump_survivors(self) -> StacksDumped | None:
+        """Dump the ranks still alive in a failed group (once per attempt, about a second)."""
+        if not self._dump_on_failure:
+            return None
+        return self.dumper.survivors(self.ranks.attempt)
+
+    def _hang_failure(self, agent_obj: TorchAgent, hang: HangDetected) -> RunResult:
+        """``--on-hang restart|stop``: fail the group as a crash would, the hang its cause."""
+        failures = hang_failures(hang, self.ranks.view(), self.host)
+        self.store.post(AttemptFailed(attempt=hang.attempt, failures=failures))
+        self._pending_cause = "failure"
+        if hang.action == "stop":
+            agent.spend_restarts(agent_obj)
+        self._post_group_state("FAILED")
+        return agent.failed({f.global_rank: (f.local_rank, f.pid) for f in failures})
 
     def _membership_restart(self, agent_obj: TorchAgent, wg: WorkerGroup, lost: list[str]) -> None:
         self.membership.restart(agent_obj, wg, lost)

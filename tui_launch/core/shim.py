@@ -16,11 +16,18 @@ To inject, the runner writes ``DIR/<pid>.json`` (``{"kind": "exit", "code": 3}``
 ``{"kind": "exception", "message": "boom"}``) and sends :data:`INJECT_SIGNAL` to the worker.
 Python runs signal handlers in the main thread, so the exception is raised there, inside
 whatever the training loop was doing.
+
+Stack dumps without ptrace (``--dump-via-faulthandler``): when ``TUILAUNCH_FAULTHANDLER_SIGNAL``
+(:data:`FAULTHANDLER_ENV`) names a real-time signal, the bootstrap also registers
+``faulthandler`` on it, for every thread and without chaining. That signal then makes the rank
+print every thread's stack to its stderr and carry on, even while the main thread holds the GIL
+in native code; :mod:`tui_launch.core.stacks` cuts the dump out of the rank's stderr log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import os
 import signal
@@ -30,6 +37,11 @@ from typing import Any
 # A real-time signal: nothing else uses it, and its default action (terminate) never matters
 # because it is only sent to workers that installed the handler.
 INJECT_SIGNAL = signal.SIGRTMIN + 7
+
+# The signal tuilaunch asks for with --dump-via-faulthandler. Real-time as well, and never
+# SIGUSR1/SIGUSR2: a program may use those itself, and an unhandled SIGUSR1 kills the rank.
+FAULTHANDLER_SIGNAL = signal.SIGRTMIN + 8
+FAULTHANDLER_ENV = "TUILAUNCH_FAULTHANDLER_SIGNAL"
 
 _dir = ""
 
@@ -63,10 +75,37 @@ def install(directory: str) -> None:
     signal.signal(INJECT_SIGNAL, _on_signal)
 
 
+def install_faulthandler() -> int | None:
+    """Register faulthandler on the signal that ``TUILAUNCH_FAULTHANDLER_SIGNAL`` names.
+
+    Returns the signal number, or None when the variable is unset or names no usable signal:
+    only real-time signals other than :data:`INJECT_SIGNAL` are taken, and a bad value is
+    reported on stderr and ignored rather than failing the user's program.
+    """
+    value = os.environ.get(FAULTHANDLER_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        signum = int(value)
+    except ValueError:
+        signum = -1
+    if not signal.SIGRTMIN <= signum <= signal.SIGRTMAX or signum == INJECT_SIGNAL:
+        sys.stderr.write(
+            f"tuilaunch: {FAULTHANDLER_ENV}={value!r} is not a free real-time signal "
+            f"({int(signal.SIGRTMIN)}..{int(signal.SIGRTMAX)}, not {int(INJECT_SIGNAL)}); "
+            "stack dumps through faulthandler are off\n"
+        )
+        return None
+    # chain=False: the signal is ours alone, and its default action would kill the rank.
+    faulthandler.register(signum, all_threads=True, chain=False)
+    return signum
+
+
 def run_path_entry(directory: str, training_script: str, *training_script_args: str) -> None:
-    """``--run-path`` workers: install the handler, then torch's own ``run_script_path``."""
+    """``--run-path`` workers: install the handlers, then torch's own ``run_script_path``."""
     from torch.distributed.run import run_script_path
 
+    install_faulthandler()
     install(directory)
     run_script_path(training_script, *training_script_args)
 
@@ -76,6 +115,7 @@ def main(argv: list[str]) -> None:
     import runpy
 
     directory, rest = argv[0], argv[1:]
+    install_faulthandler()
     install(directory)
     if rest and rest[0] == "-m":
         module, args = rest[1], rest[2:]

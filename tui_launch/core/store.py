@@ -21,8 +21,11 @@ from tui_launch.core.events import (
     ExitBarrier,
     Failure,
     GroupState,
+    HangDetected,
+    LogMark,
     NodeChange,
     Notice,
+    ProgressSample,
     RankExited,
     RendezvousCompleted,
     RendezvousSample,
@@ -31,10 +34,15 @@ from tui_launch.core.events import (
     RunFinished,
     RunStarted,
     Shutdown,
+    Slowdown,
+    StacksDumped,
+    Straggler,
     TelemetrySample,
     TelemetryTotals,
     WorkersStarted,
 )
+from tui_launch.core.progress_view import ProgressView, fold_slowdown
+from tui_launch.core.progress_view import fold as fold_progress
 from tui_launch.core.telemetry_view import TelemetryView, fold
 
 # Rank states shown to users.
@@ -135,6 +143,11 @@ class Snapshot:
     telemetry: TelemetryView | None = None
     cluster: ClusterSample | None = None
     node_changes: tuple[NodeChange, ...] = ()
+    dumps: tuple[StacksDumped, ...] = ()  # every stack dump of the run, oldest first
+    hang: HangDetected | None = None  # the latest confirmed hang of the current attempt
+    hung_ranks: tuple[int, ...] = ()  # global ranks the Workers table marks as hanging
+    progress: ProgressView | None = None
+    straggler: Straggler | None = None  # the inferred straggler (global_rank None: none now)
 
     @property
     def restarts_used(self) -> int:
@@ -155,6 +168,7 @@ class Snapshot:
 
 
 _CONTROLS_KEPT = 200
+_DUMPS_KEPT = 100
 
 
 def _close_attempt(attempts: tuple[AttemptView, ...], when: float, reason: str):
@@ -174,6 +188,8 @@ def pick_root_cause(failures: Iterable[Failure]) -> Failure | None:
 
 def reduce(s: Snapshot, e: Event) -> Snapshot:
     """Return the snapshot that follows ``s`` once ``e`` has happened."""
+    if isinstance(e, LogMark):
+        return s  # for replays (log cut points): not a change of state, no redraw
     s = replace(s, version=s.version + 1, events=s.events + 1)
     if isinstance(e, RendezvousSample):
         return replace(s, rendezvous_live=e, events=s.events - 1)
@@ -183,8 +199,20 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
         if s.telemetry is None:
             return s
         return replace(s, telemetry=replace(s.telemetry, totals=e.totals))
+    if isinstance(e, ProgressSample):  # and ProgressRecord, its journaled twin
+        progress = fold_progress(s.progress, e)
+        return replace(s, progress=progress, events=s.events - (not e.journaled))
+    if isinstance(e, Slowdown):
+        return replace(s, progress=fold_slowdown(s.progress, e))
+    if isinstance(e, Straggler):
+        return replace(s, straggler=e)
     if isinstance(e, ClusterSample):
         return replace(s, cluster=e, events=s.events - 1)
+    if isinstance(e, StacksDumped):
+        return replace(s, dumps=(*s.dumps, e)[-_DUMPS_KEPT:])
+    if isinstance(e, HangDetected):
+        # The odd ranks out are the suspects; when every rank waits alike, all of them.
+        return replace(s, hang=e, hung_ranks=e.odd_ranks or e.still_ranks)
     if isinstance(e, NodeChange):
         # Shown in the attempt timeline: the attempt that starts next has these nodes.
         return replace(s, node_changes=(*s.node_changes, e))
@@ -239,6 +267,7 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
             attempts=attempts,
             phase=Phase.RUNNING,
             group_state="HEALTHY",
+            hung_ranks=(),
         )
     if isinstance(e, RankExited):
         if e.attempt != s.attempt:

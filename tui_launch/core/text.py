@@ -13,6 +13,7 @@ from tui_launch.core.events import (
     ExitBarrier,
     Failure,
     GroupState,
+    HangDetected,
     Injected,
     NodeChange,
     NodeStatus,
@@ -24,8 +25,12 @@ from tui_launch.core.events import (
     RunFinished,
     RunStarted,
     Shutdown,
+    Slowdown,
+    StacksDumped,
+    Straggler,
     WorkersStarted,
 )
+from tui_launch.core.progress_view import describe_slowdown, straggler_line
 
 
 def clock(seconds: float | None) -> str:
@@ -111,7 +116,29 @@ def describe(e: Event) -> str | None:
         return f"run {e.outcome} (exit code {e.exit_code}): {e.message}"
     if isinstance(e, Injected):
         return describe_injection(e)
+    if isinstance(e, StacksDumped):
+        note = f" ({e.note})" if e.note else ""
+        return (
+            f"stacks ({e.reason}) of ranks {_ranks(e.ranks)} in {e.duration:.2f}s: "
+            f"{e.verdict}{note} -> {e.path}"
+        )
+    if isinstance(e, HangDetected):
+        then = {"dump": "keeps running", "restart": "restarting", "stop": "stopping"}
+        return (
+            f"HANG attempt {e.attempt}: no output for {e.silence:.0f}s, {e.confirmation}; "
+            f"{e.verdict} (--on-hang {e.action}: {then.get(e.action, e.action)})"
+        )
+    if isinstance(e, Slowdown):
+        return describe_slowdown(e)
+    if isinstance(e, Straggler):
+        return straggler_line(e)
     return None
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    from tui_launch.core.stacks.verdict import rank_list
+
+    return rank_list(ranks)
 
 
 def describe_injection(e: Injected) -> str:
@@ -128,6 +155,8 @@ def describe_injection(e: Injected) -> str:
 
 def failure_headline(f: Failure) -> str:
     """``rank 1 (local 1, pid 123): SIGKILL (-9)`` plus the message's first line."""
+    if f.hung:
+        return f"rank {f.global_rank} (local {f.local_rank}, pid {f.pid}) {f.message}"
     what = errors.describe_exit(f.exit_code)
     msg = f.message.splitlines()[0] if f.message else ""
     tail = f": {msg}" if msg and not msg.startswith(("Signal ", "SIG")) else ""
@@ -138,7 +167,9 @@ def failure_details(f: Failure) -> list[str]:
     """Every line worth showing about one failure, traceback or stderr tail included."""
     lines = [
         f"rank       : {f.global_rank} (local rank {f.local_rank}) on {f.host}, pid {f.pid}",
-        f"exit       : {errors.describe_exit(f.exit_code)}",
+        f"exit       : {errors.describe_exit(f.exit_code)}"
+        if not f.hung
+        else "exit       : none: hung (terminated by tuilaunch, --on-hang)",
     ]
     if f.hint:
         lines.append(f"hint       : {f.hint}")
@@ -149,6 +180,11 @@ def failure_details(f: Failure) -> list[str]:
         lines.append(f"error      : {f.message.splitlines()[0]}")
     if f.error_file:
         lines.append(f"error file : {f.error_file}")
+    if f.stacks:
+        lines.append(f"stacks     : {f.stacks}")
+    if f.peers:
+        lines.append("other ranks, before torch terminated them:" if not f.hung else "ranks:")
+        lines.extend("  " + p for p in f.peers)
     if f.traceback:
         lines.append("traceback  :")
         lines.extend("  " + ln for ln in f.traceback.rstrip().splitlines())

@@ -25,11 +25,13 @@ from tui_launch.core.events import (
     RendezvousSample,
     RendezvousStarted,
     RunStarted,
+    StacksDumped,
     TelemetrySample,
     WorkerInfo,
     WorkersStarted,
 )
 from tui_launch.core.logs import LogBuffer, LogSource
+from tui_launch.core.stacks import StackDump
 from tui_launch.testing.fake_source import T0_MONO, T0_WALL
 
 TRACEBACK = """Traceback (most recent call last):
@@ -349,3 +351,101 @@ def node_status(
         age=age,
         this_node=i == 0,
     )
+
+
+def fake_dump(reason: str, ranks: list[tuple[int, int, int]]) -> StackDump:
+    """A deterministic stack dump of ``ranks`` ((local, global, pid)): rank 1 waits in its own
+    ``load_batch``, every other rank in ``all_reduce`` (the textbook hang)."""
+    from tui_launch.core.stacks import Frame, ProcessStack, RankStack, ThreadStack
+
+    dist = "torch/distributed/distributed_c10d.py"
+    waiting = (
+        Frame("all_reduce", dist, 3252, "/site-packages/" + dist),
+        Frame("train_step", "train.py", 87),
+        Frame("main", "train.py", 120),
+    )
+    odd = (
+        Frame("load_batch", "data.py", 41),
+        Frame("train_step", "train.py", 80),
+        Frame("main", "train.py", 120),
+    )
+    out = []
+    for local, grank, pid in ranks:
+        frames = odd if grank == 1 else waiting
+        main = ThreadStack(thread_id=1, name="MainThread", frames=frames, native_id=pid, main=True)
+        proc = ProcessStack(pid=pid, state="S", method="py-spy", threads=(main,), duration=0.05)
+        out.append(RankStack(local_rank=local, global_rank=grank, process=proc))
+    return StackDump(reason=reason, wall=T0_WALL + 94.0, duration=0.08, ranks=tuple(out))
+
+
+def fake_dumped(dump: StackDump, path: str, source: str) -> StacksDumped:
+    """The event the runner would post for ``dump`` kept at ``path``, stamped at the fake clock."""
+    from tui_launch.core.stacks import verdict
+
+    v = verdict(dump)
+    return StacksDumped(
+        reason=dump.reason,
+        attempt=0,
+        ranks=tuple(r.global_rank for r in dump.ranks),
+        verdict=v.text,
+        odd_ranks=v.odd,
+        path=path,
+        method=dump.method,
+        duration=dump.duration,
+        places=tuple(f"rank {p.global_rank}: {p.place}" for p in v.places),
+        source=source,
+        **at(94.0),
+    )
+
+
+def progress(
+    attempt: int,
+    nproc: int,
+    start: float,
+    end: float,
+    rate: float,
+    *,
+    first_step: int = 0,
+    total: int | None = None,
+    printing: tuple[int, ...] = (0,),
+    fmt: str = "tqdm",
+    final: bool = False,
+) -> list[Event]:
+    """Progress events of one attempt, made by the real watcher from made-up log lines.
+
+    The printing ranks write a step line (``fmt``: ``tqdm`` or ``plain``) every quarter
+    second from ``start + 1`` to ``end`` at ``rate`` steps/s from ``first_step``; the watcher
+    (:class:`~tui_launch.core.progress.watch.ProgressWatch`, on a fake clock) samples once a
+    second. ``final``: end with the attempt's last (journaled) record, as when it ended.
+    """
+    import dataclasses
+
+    from tui_launch.core.progress.watch import ProgressWatch
+
+    out: list[Event] = []
+    now = [T0_MONO + start]
+    watch = ProgressWatch(out.append, clock=lambda: now[0])
+    watch.on_event(workers_started(attempt, nproc, 5100 + 100 * attempt, at=start))
+    t, last_tick = start + 1.0, start
+    while t <= end:
+        now[0] = T0_MONO + t
+        step = first_step + int(rate * (t - start - 1.0))
+        for rank in printing:
+            if fmt == "tqdm" and total:
+                pct = 100 * step // total
+                bar = "#" * (10 * step // total)
+                line = f"\rtrain: {pct:3d}%|{bar:10s}| {step}/{total} [00:10<00:30, {rate:.2f}it/s]"
+            elif fmt == "tqdm":
+                line = f"\rtrain: {step}it [00:10, {rate:.2f}it/s]"
+            else:
+                line = f"step {step}{'/' + str(total) if total else ''} loss {1.0 / (step + 1):.4f}"
+            src = LogSource(attempt, rank, rank, "stderr", "", False, None)
+            watch.on_lines(src, [line])
+        if t - last_tick >= 1.0:
+            last_tick = t
+            watch.tick()
+        t += 0.25
+    if final:
+        watch.tick(final=True)
+    # Stamp the events with the fake clock's times (the watcher takes ``wall`` from the OS).
+    return [dataclasses.replace(e, **_at(e.mono - T0_MONO)) for e in out]

@@ -18,8 +18,9 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tui_launch.core.events import ControlAction, Event, RunFinished
+from tui_launch.core.events import ControlAction, Event, RunFinished, StacksDumped
 from tui_launch.core.logs import LogBuffer
+from tui_launch.core.stacks import StackDump
 from tui_launch.core.store import Snapshot, reduce
 
 T0_MONO = 1000.0
@@ -42,6 +43,7 @@ class FakeSource:
     stopped: set[int] = field(default_factory=set)
     exit_code: int | None = None
     injected: list[str] = field(default_factory=list)
+    dumps: dict[str, StackDump] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._snap = Snapshot()
@@ -146,6 +148,38 @@ class FakeSource:
                 if r.global_rank == parsed.rank:
                     self.signal_rank(r.local_rank, signal.SIGSTOP, f"inject, {source}")
         return True, f"scheduled {parsed.canonical()}"
+
+    def dump_stacks(self, reason: str = "key", source: str = "dashboard") -> StacksDumped | None:
+        """A deterministic dump of the running ranks (rank 1 the odd one out), posted as the
+        runner posts one; refused like the runner's when no rank runs."""
+        from tui_launch.testing.builders import fake_dump, fake_dumped
+
+        live = [r for r in self._snap.ranks if r.state in LIVE_STATES]
+        if not live or self._snap.finished is not None:
+            self.post(
+                ControlAction(
+                    action="dump",
+                    local_rank=None,
+                    global_rank=None,
+                    pid=None,
+                    signal=None,
+                    source=source,
+                    ok=False,
+                    detail="no running worker",
+                    **self._stamp(),
+                )
+            )
+            return None
+        self.actions.append(("dump", None, None))
+        dump = fake_dump(reason, [(r.local_rank, r.global_rank, r.pid) for r in live])
+        event = fake_dumped(dump, f"/runs/demo/stacks/{len(self.dumps):03d}-{reason}", source)
+        self.dumps[event.path] = dump
+        self.post(event)
+        return event
+
+    def stack_dump(self, path: str) -> StackDump | None:
+        """A dump this fake made."""
+        return self.dumps.get(path)
 
     def stop(self, sig: int = signal.SIGTERM, reason: str = "quit") -> None:
         """Record the stop and finish the run as stopped, with exit code 128 + ``sig``."""

@@ -28,16 +28,18 @@ from tui_launch.testing.builders import (
     fill_logs,
     node_status,
     nodes_round,
+    progress,
     run_started,
     telemetry,
 )
-from tui_launch.testing.fake_source import T0_MONO, FakeSource
+from tui_launch.testing.fake_source import T0_MONO, T0_WALL, FakeSource
 
 
 def healthy(nproc: int = 4) -> FakeSource:
     """A run in its first attempt, every rank training."""
     events: list[Event] = [run_started(nproc, 3), *attempt(0, nproc, 0.1, 5100)]
     events += telemetry(0, nproc, 5100, 80.0, 14, gpus=nproc, d_state_rank=nproc - 1)
+    events += progress(0, nproc, 0.1, 94.5, 4.2, total=2000)
     src = FakeSource(events=events)
     fill_logs(src.logs, nproc, 0, 6)
     src.agent = ["2026-11-21 12:00:00 I torch.distributed.elastic: rendezvous complete"]
@@ -158,8 +160,10 @@ def finished() -> FakeSource:
             budget_left=2,
             **at(30.4),
         ),
+        *progress(0, 2, 0.1, 30.0, 10.0, total=1000, fmt="plain", final=True),
         *attempt(1, 2, 30.5, 5200),
         *telemetry(1, 2, 5200, 78.0, 10, note="GPU sampling off (--no-gpu)"),
+        *progress(1, 2, 30.5, 90.0, 10.0, first_step=200, total=1000, fmt="plain", final=True),
         exited(1, 0, 5200, 0, at=90),
         exited(1, 1, 5201, 0, at=90.1),
         GroupState(attempt=1, state="SUCCEEDED", **at(90.2)),
@@ -234,6 +238,34 @@ def multinode() -> FakeSource:
     return src
 
 
+def hung(nproc: int = 4) -> FakeSource:
+    """A run where rank 1 waits in its own code and the others in all_reduce: two dumps, a
+    confirmed hang (--on-hang dump), rank 1 flagged in the Workers table."""
+    from tui_launch.core.events import HangDetected
+
+    src = healthy(nproc)
+    first = src.dump_stacks("hang-suspected", "hang")
+    second = src.dump_stacks("hang-confirm", "hang")
+    assert first is not None and second is not None
+    src.post(
+        HangDetected(
+            attempt=0,
+            silence=310.0,
+            interval=10.0,
+            still_ranks=tuple(range(nproc)),
+            confirmation=f"hung: no main-thread stack moved in 10 s (ranks 0-{nproc - 1})",
+            verdict=second.verdict,
+            odd_ranks=second.odd_ranks,
+            first_path=first.path,
+            second_path=second.path,
+            action="dump",
+            mono=T0_MONO + 94.5,
+            wall=T0_WALL + 94.5,
+        )
+    )
+    return src
+
+
 STATES = {
     "healthy": healthy,
     "waiting": waiting_for_nodes,
@@ -242,4 +274,5 @@ STATES = {
     "finished": finished,
     "gpus8": eight_gpus_in_container,
     "multinode": multinode,
+    "hung": hung,
 }

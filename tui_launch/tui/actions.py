@@ -26,10 +26,24 @@ class Needs(Enum):
     RANK = "a selected rank"
     LIVE_RANK = "a selected rank that runs or is stopped, in a run not finished"
     RUNNING = "running workers, in a run not finished"
+    REPLAY = "a replay (tuilaunch replay)"
+
+
+# Needs that act on a live run: never in a replay, whatever the snapshot at the cursor says.
+ACTS_ON_RUN = frozenset({Needs.LIVE_RANK, Needs.RUNNING})
 
 
 # How a person writes a key (help, README) -> Textual's name for it.
-_TEXTUAL_KEY = {"/": "slash", "?": "question_mark"}
+_TEXTUAL_KEY = {
+    "/": "slash",
+    "?": "question_mark",
+    "+": "plus",
+    "-": "minus",
+    ".": "full_stop",
+    ",": "comma",
+    "[": "left_square_bracket",
+    "]": "right_square_bracket",
+}
 
 
 @dataclass(frozen=True)
@@ -185,12 +199,95 @@ ACTIONS: tuple[Action, ...] = (
         palette="Show the root cause",
     ),
     Action(
+        "dump_stacks",
+        ("d",),
+        "dump every rank's stacks on this node (the Stacks tab)",
+        label="Stacks",
+        tooltip="Dump every rank's stacks (py-spy) and show them",
+        binding_id="stacks",
+        palette="Dump every rank's stacks",
+        palette_help="where is each rank? which one is the odd one out?",
+        needs=Needs.RUNNING,
+    ),
+    Action(
         "cluster",
         ("n",),
         "show every node of the job (the cluster tab)",
         label="Cluster",
         tooltip="Every node of the job",
         binding_id="cluster",
+    ),
+    Action(
+        "replay_play",
+        ("space",),
+        "replay: play / pause",
+        label="Play/Pause",
+        tooltip="Play or pause the replay",
+        needs=Needs.REPLAY,
+    ),
+    Action(
+        "replay_faster",
+        ("+",),
+        "replay: play faster (x2)",
+        label="Faster",
+        needs=Needs.REPLAY,
+        footer=False,
+    ),
+    Action(
+        "replay_slower",
+        ("-",),
+        "replay: play slower (/2)",
+        label="Slower",
+        needs=Needs.REPLAY,
+        footer=False,
+    ),
+    Action(
+        "replay_step",
+        (".",),
+        "replay: one event forward",
+        label="Step",
+        needs=Needs.REPLAY,
+        footer=False,
+    ),
+    Action(
+        "replay_back",
+        (",",),
+        "replay: one event back",
+        label="Back",
+        needs=Needs.REPLAY,
+        footer=False,
+    ),
+    Action(
+        "replay_next",
+        ("]",),
+        "replay: jump to the next failure, restart or injection (a hang, a kill)",
+        label="Next",
+        tooltip="Next failure, restart or injection",
+        needs=Needs.REPLAY,
+    ),
+    Action(
+        "replay_previous",
+        ("[",),
+        "replay: jump to the previous failure, restart or injection",
+        label="Prev",
+        needs=Needs.REPLAY,
+        footer=False,
+    ),
+    Action(
+        "replay_start",
+        ("g",),
+        "replay: go to the start",
+        label="Start",
+        needs=Needs.REPLAY,
+        footer=False,
+    ),
+    Action(
+        "replay_end",
+        ("G",),
+        "replay: go to the end",
+        label="End",
+        needs=Needs.REPLAY,
+        footer=False,
     ),
     Action("", ("ctrl+p",), "command palette"),
     Action("help", ("?",), "this help", label="Help", binding_id="help", help_last=True),
@@ -226,10 +323,10 @@ def bindings() -> list[BindingType]:
     ]
 
 
-def help_rows() -> list[tuple[str, str]]:
-    """The help screen's rows: (keys, what they do)."""
+def help_rows(replay: bool = False) -> list[tuple[str, str]]:
+    """The help screen's rows: (keys, what they do); the replay keys only in a replay."""
     rows = sorted(ACTIONS, key=lambda a: a.help_last)  # stable: the table's order otherwise
-    return [(a.help_label, a.help) for a in rows]
+    return [(a.help_label, a.help) for a in rows if replay or a.needs is not Needs.REPLAY]
 
 
 def palette() -> Iterator[Action]:
@@ -237,10 +334,15 @@ def palette() -> Iterator[Action]:
     return (a for a in ACTIONS if a.palette)
 
 
-def applies(needs: Needs, snap: Snapshot, rank: int | None) -> bool:
-    """Whether an action that ``needs`` this applies to ``snap`` with ``rank`` selected."""
+def applies(needs: Needs, snap: Snapshot, rank: int | None, replay: bool = False) -> bool:
+    """Whether an action that ``needs`` this applies to ``snap`` with ``rank`` selected
+    (``replay``: in a replay, where nothing acts on the run and the replay keys work)."""
     if needs is Needs.NOTHING:
         return True
+    if needs is Needs.REPLAY:
+        return replay
+    if replay and needs in ACTS_ON_RUN:
+        return False
     if needs is Needs.RANK:
         return rank is not None
     finished = snap.finished is not None

@@ -21,13 +21,16 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
+from textual.worker import get_current_worker
 
 from tui_launch.core.store import Snapshot
 from tui_launch.tui import actions, render
 from tui_launch.tui.logpane import LogPane
 from tui_launch.tui.logview import LogView
+from tui_launch.tui.progress_render import straggler_of
 from tui_launch.tui.screens import ConfirmScreen, HelpScreen, InjectScreen
 from tui_launch.tui.source import Source
+from tui_launch.tui.stackview import stacks_panel
 from tui_launch.tui.table import WorkersTable
 from tui_launch.tui.tabs import TabBar
 from tui_launch.tui.widgets import CachedPanel, KeyFooter
@@ -87,6 +90,7 @@ class Dashboard(App[int]):
         self._cause = CachedPanel(id="rootcause")
         self._agent_view = LogView(id="agentlog", max_lines=2000, highlight=False)
         self._cluster = CachedPanel(id="cluster")
+        self._stacks = CachedPanel(id="stacks")
         yield self._header
         with Horizontal(id="top"):
             with Vertical(id="side"):
@@ -98,8 +102,9 @@ class Dashboard(App[int]):
                 cause = VerticalScroll(self._cause, id="cause-tab")
                 agent = Vertical(self._agent_view, id="agent-tab")
                 cluster = VerticalScroll(self._cluster, id="cluster-tab")
-                panes = (self.log_pane, cause, agent, cluster)
-                labels = ("Logs", "Root cause", "Agent log", "Cluster")
+                stacks = VerticalScroll(self._stacks, id="stacks-tab")
+                panes = (self.log_pane, cause, agent, cluster, stacks)
+                labels = ("Logs", "Root cause", "Agent log", "Cluster", "Stacks")
                 self._tabs = TabBar(
                     [(pane.id or "", label) for pane, label in zip(panes, labels, strict=True)],
                     panes,
@@ -165,17 +170,26 @@ class Dashboard(App[int]):
         title = "GPUs (simulated: fake NVML)" if simulated else "GPUs"
         if self._gpus.border_title != title:
             self._gpus.border_title = title
-        self._cause.show((snap.root_cause, len(snap.failures)), render.root_cause_panel, snap)
+        self._cause.show(
+            (snap.root_cause, len(snap.failures), snap.hang), render.root_cause_panel, snap
+        )
         if self._tabs.active == "cluster-tab":  # every node's row: only drawn when shown
             self._cluster.show((snap.cluster,), render.cluster_panel, snap, now)
-        restarts_key = (snap.attempts, snap.budget_left, snap.restarts_used, snap.finished)
+        if self._tabs.active == "stacks-tab":
+            self._show_stacks(snap, now)
+        steps = (
+            tuple((a.attempt, a.first_step, a.steps_reached) for a in snap.progress.attempts)
+            if snap.progress is not None
+            else None
+        )
+        restarts_key = (snap.attempts, snap.budget_left, snap.restarts_used, snap.finished, steps)
         self._restarts.show(restarts_key, render.restarts_panel, snap, now)
         self._refresh_keys(snap)
         # The table's ages ("last log 0s/1s") would flicker on every tick that brings log
         # lines, and a repaint of the table is among the dashboard's costliest: once a
         # second, with the clock (telemetry samples arrive mid-second and wait for it), or at
         # once when a rank changes.
-        workers_key = (second, snap.ranks)
+        workers_key = (second, snap.ranks, snap.hung_ranks)
         if workers_key != self._workers_key:
             self._workers_key = workers_key
             self._update_workers(snap, now)
@@ -191,11 +205,23 @@ class Dashboard(App[int]):
 
     def _update_workers(self, snap: Snapshot, now: float) -> None:
         last_line_at = self.source.logs.last_line_at
+        progress = snap.progress
+        columns = render.worker_columns(progress is not None)
+        if columns != self._table.column_labels:
+            self._table.set_columns(columns)
         self._table.set_rows(
             [
                 (
                     str(r.local_rank),
-                    render.rank_cells(r, now, last_line_at.get(r.local_rank), snap.telemetry),
+                    render.rank_cells(
+                        r,
+                        now,
+                        last_line_at.get(r.local_rank),
+                        snap.telemetry,
+                        progress,
+                        straggler_of(snap),
+                        hung=r.global_rank in snap.hung_ranks,
+                    ),
                 )
                 for r in snap.ranks
             ]
@@ -237,7 +263,8 @@ class Dashboard(App[int]):
         spec = actions.BY_NAME.get(action)
         if spec is None or spec.needs is actions.Needs.NOTHING:
             return True
-        return actions.applies(spec.needs, self.source.snapshot(), self.selected_rank())
+        replay = getattr(self.source, "replay", False)
+        return actions.applies(spec.needs, self.source.snapshot(), self.selected_rank(), replay)
 
     def _confirm_then(self, action: str, question: str, act: Callable[[], object]) -> None:
         # Destructive actions (the action table says which) ask y/n, unless --no-confirm.
@@ -362,6 +389,63 @@ class Dashboard(App[int]):
     def on_tab_bar_activated(self, event: TabBar.Activated) -> None:
         if event.tab_id == "cluster-tab":
             self._tick_cluster()
+        if event.tab_id == "stacks-tab":
+            self._show_stacks(self.source.snapshot(), self.source.now())
+
+    def _show_stacks(self, snap: Snapshot, now: float) -> None:
+        latest = snap.dumps[-1] if snap.dumps else None
+        key = (len(snap.dumps), snap.hang, int(now))
+        dump = self.source.stack_dump(latest.path) if latest is not None else None
+        self._stacks.show(key, stacks_panel, snap, dump, now)
+
+    def action_dump_stacks(self) -> None:
+        """Dump every rank's stacks on this node, off the UI thread; show the Stacks tab."""
+        self.notify("dumping every rank's stacks...")
+        self._dump_in_thread()
+
+    @work(thread=True, exit_on_error=False, group="stacks", exclusive=False)
+    def _dump_in_thread(self) -> None:
+        event = self.source.dump_stacks("key", "dashboard")
+        if not get_current_worker().is_cancelled:
+            self.call_from_thread(self._dumped, event)
+
+    def _dumped(self, event: object) -> None:
+        if event is None:
+            self.notify("no rank runs: nothing to dump", severity="error")
+            return
+        self._tabs.active = "stacks-tab"
+        self._show_stacks(self.source.snapshot(), self.source.now())
+        verdict = getattr(event, "verdict", "")
+        self.notify(f"stacks: {verdict}", severity="information")
+
+    # The replay keys (Needs.REPLAY) are hidden on a live run; tui/replay.py's
+    # ReplayDashboard gives them their meaning.
+    def action_replay_play(self) -> None:
+        """Replay only: play / pause."""
+
+    def action_replay_faster(self) -> None:
+        """Replay only: faster."""
+
+    def action_replay_slower(self) -> None:
+        """Replay only: slower."""
+
+    def action_replay_step(self) -> None:
+        """Replay only: one event forward."""
+
+    def action_replay_back(self) -> None:
+        """Replay only: one event back."""
+
+    def action_replay_next(self) -> None:
+        """Replay only: the next failure, restart or injection."""
+
+    def action_replay_previous(self) -> None:
+        """Replay only: the previous failure, restart or injection."""
+
+    def action_replay_start(self) -> None:
+        """Replay only: the start."""
+
+    def action_replay_end(self) -> None:
+        """Replay only: the end."""
 
     def action_help(self) -> None:
         """Show every key."""
@@ -369,7 +453,8 @@ class Dashboard(App[int]):
         # skips compose and styling, 15-20 ms of CPU instead of ~50 (what a key costs to
         # answer in a log flood, where this thread gets a fraction of a core).
         if not self.is_screen_installed("help"):
-            self.install_screen(HelpScreen(actions.help_rows()), "help")
+            rows = actions.help_rows(getattr(self.source, "replay", False))
+            self.install_screen(HelpScreen(rows), "help")
         self.push_screen("help")
 
     def action_quit_job(self) -> None:

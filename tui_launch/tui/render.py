@@ -12,9 +12,17 @@ from rich.text import Text
 
 from tui_launch.core import errors
 from tui_launch.core.events import Failure, NodeStatus, RankReading
+from tui_launch.core.progress_view import ProgressView
 from tui_launch.core.store import RankView, Snapshot
 from tui_launch.core.telemetry_view import TelemetryView
 from tui_launch.core.text import clock, failure_details, failure_headline, fmt_bytes
+from tui_launch.tui.progress_render import (
+    PROGRESS_COLUMNS,
+    attempt_steps,
+    goodput_text,
+    header_progress,
+    progress_cells,
+)
 
 PHASE_STYLE = {
     "starting": ("starting", "bold cyan"),
@@ -73,6 +81,7 @@ def header(s: Snapshot, now: float) -> Text:
     t.append(f"   run {run.run_id}", style="dim")
     t.append(f"   {run.backend} {run.endpoint}", style="dim")
     t.append(f"   {clock(elapsed)}")
+    t.append_text(header_progress(s))
     if s.finished is not None:
         t.append(f"   exit code {s.finished.exit_code}", style=style)
     return t
@@ -158,7 +167,10 @@ def restarts_panel(s: Snapshot, now: float) -> RenderableType:
     head.add_row("manual", str(s.manual_restarts))
     head.add_row("membership", str(s.membership_restarts))
     timeline = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim")
-    for col in ("#", "start", "took", "world", "ended by"):
+    steps = s.progress is not None
+    # With progress, the steps (resumed from -> reached) take the start offset's place.
+    cols = ("#", "took", "world", "steps") if steps else ("#", "start", "took", "world")
+    for col in (*cols, "ended by"):
         timeline.add_column(col, no_wrap=True)
     t0 = s.started_wall or 0.0
     for a in s.attempts[-8:]:
@@ -173,20 +185,21 @@ def restarts_panel(s: Snapshot, now: float) -> RenderableType:
             "succeeded": "green",
             "running": "green",
         }.get(reason, "")
-        timeline.add_row(
-            str(a.number),
-            f"+{clock(a.started - t0)}",
-            took,
-            str(a.world_size),
-            Text(reason, style=style),
+        cells = (
+            (took, str(a.world_size), attempt_steps(s, a.number))
+            if steps
+            else (f"+{clock(a.started - t0)}", took, str(a.world_size))
         )
+        timeline.add_row(str(a.number), *cells, Text(reason, style=style))
     # Nodes that joined or left, under the attempts they started (multi-node runs only).
     changes = Text(style="magenta")
     for c in s.node_changes[-4:]:
         who = [f"+{n}" for n in c.joined] + [f"-{n}" for n in c.left]
         changes.append(f"#{c.attempt} {c.group_world_size} nodes: {' '.join(who) or 'same'}\n")
     changes.rstrip()
-    return Group(head, Text(""), timeline, *((changes,) if changes else ()))
+    good = goodput_text(s)
+    extra = (*((changes,) if changes else ()), *((Text(""), good) if good is not None else ()))
+    return Group(head, Text(""), timeline, *extra)
 
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -274,9 +287,12 @@ def _short_name(name: str) -> str:
     return name[:16]
 
 
-def _state_cell(r: RankView, tel: RankReading | None) -> Text:
-    """The rank's state, with the process state when it needs attention (D, T, Z)."""
+def _state_cell(r: RankView, tel: RankReading | None, hung: bool = False) -> Text:
+    """The rank's state, with the process state when it needs attention (D, T, Z), and
+    ``HUNG?`` for a rank a confirmed hang names (the Stacks tab says why)."""
     text, style = r.state, STATE_STYLE.get(r.state, "")
+    if hung and r.state in ("running", "stopped"):
+        return Text(f"{text} HUNG?", style="bold red")
     if tel is not None and r.state in ("running", "stopped"):
         if tel.status == "disk-sleep" or tel.d_state:
             # Uninterruptible I/O (a hung NFS mount, a stuck driver): signals cannot reach it.
@@ -289,13 +305,21 @@ def _state_cell(r: RankView, tel: RankReading | None) -> Text:
 
 
 def rank_cells(
-    r: RankView, now: float, last_log: float | None, telemetry: TelemetryView | None = None
+    r: RankView,
+    now: float,
+    last_log: float | None,
+    telemetry: TelemetryView | None = None,
+    progress: ProgressView | None = None,
+    straggler: int | None = None,
+    hung: bool = False,
 ) -> tuple[RenderableType, ...]:
-    """The workers table's cells for one rank, in column order."""
+    """The workers table's cells for one rank, in column order (:func:`worker_columns`:
+    with ``progress``, the step, rate and ETA cells follow the exit cell; ``hung``: flagged
+    by a confirmed hang)."""
     tel = telemetry.rank(r.local_rank) if telemetry is not None else None
     if tel is not None and (tel.pid != r.pid or r.exit_code is not None):
         tel = None  # another attempt's process, or the rank is gone
-    state = _state_cell(r, tel)
+    state = _state_cell(r, tel, hung)
     exit_text = (
         Text(errors.describe_exit(r.exit_code), style="red" if r.exit_code else "")
         if r.exit_code is not None
@@ -325,6 +349,7 @@ def rank_cells(
         str(r.pid),
         state,
         exit_text,
+        *(progress_cells(r, progress, straggler) if progress is not None else ()),
         cpu,
         rss,
         gpu,
@@ -351,9 +376,26 @@ WORKER_COLUMNS = (
 )
 
 
+def worker_columns(progress: bool) -> tuple[str, ...]:
+    """The workers table's columns: the progress ones once a rank printed a step."""
+    if not progress:
+        return WORKER_COLUMNS
+    cut = WORKER_COLUMNS.index("exit") + 1
+    return (*WORKER_COLUMNS[:cut], *PROGRESS_COLUMNS, *WORKER_COLUMNS[cut:])
+
+
 def root_cause_panel(s: Snapshot) -> RenderableType:
     """The latest failure in full, then one line for each earlier one."""
     rc = s.root_cause
+    if rc is None and s.hang is not None:
+        h = s.hang
+        out = Text()
+        out.append("hang", style="bold red")
+        out.append(f"  (attempt {h.attempt}; --on-hang {h.action})\n", style="dim")
+        out.append(f"no output for {h.silence:.0f}s; {h.confirmation}\n")
+        out.append(f"{h.verdict}\n", style="yellow")
+        out.append(f"stacks: {h.second_path}\n", style="dim")
+        return out
     if rc is None:
         return Text("No failure so far.", style="dim")
     # One Text, not a Group: Textual keeps a Text's leading spaces (traceback indentation).

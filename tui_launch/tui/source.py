@@ -13,9 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from tui_launch.core.events import Event, RunFinished
+from tui_launch.core.events import Event, RunFinished, StacksDumped
 from tui_launch.core.handle import RunHandle
 from tui_launch.core.logs import LogBuffer
+from tui_launch.core.stacks import StackDump
 from tui_launch.core.store import Snapshot
 
 
@@ -55,6 +56,14 @@ class Source(Protocol):
 
     def is_stopped(self, local_rank: int) -> bool:
         """Whether this rank was stopped from here (or an injection) and not continued."""
+        ...
+
+    def dump_stacks(self, reason: str = "key", source: str = "dashboard") -> StacksDumped | None:
+        """Dump every live rank's stacks (takes up to seconds: never on the UI thread)."""
+        ...
+
+    def stack_dump(self, path: str) -> StackDump | None:
+        """The dump a ``StacksDumped`` points to (quick: kept in memory)."""
         ...
 
     def stop(self, sig: int = signal.SIGTERM, reason: str = "quit") -> None:
@@ -117,6 +126,14 @@ class LiveSource:
     def inject(self, spec: str, source: str = "dashboard") -> tuple[bool, str]:
         """Schedule an injection in the run."""
         return self.runner.inject(spec, source)
+
+    def dump_stacks(self, reason: str = "key", source: str = "dashboard") -> StacksDumped | None:
+        """Dump every live rank's stacks through the run's control API."""
+        return self.runner.dump_stacks(reason, source)
+
+    def stack_dump(self, path: str) -> StackDump | None:
+        """The run's dump at ``path``."""
+        return self.runner.stack_dump(path)
 
     def stop(self, sig: int = signal.SIGTERM, reason: str = "quit") -> None:
         """Stop the run (see :meth:`~tui_launch.core.handle.RunHandle.stop`)."""

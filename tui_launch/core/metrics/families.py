@@ -8,7 +8,7 @@ whose files' mtimes give each rank's last output time.
 
 - :func:`build_families`: one snapshot in, metric families out (pure; the tests call it).
 - :class:`RunCollector`: those families for a *custom* ``prometheus_client`` registry.
-- :func:`progress_families`, :func:`hang_families`: the hooks for progress and hang detection.
+- :func:`progress_families`, :func:`hang_families`: training progress and suspected hangs.
 
 Labels are bounded: ``node``, ``rank``, ``local_rank``, ``gpu`` (plus the label-valued info
 metrics). Never a pid or an attempt number: both change on every restart.
@@ -358,10 +358,8 @@ def _telemetry_families(
     return fams
 
 
-# --------------------------------------------------- hooks: progress and hang detection
-# Issues "Progress" and "Hangs" add these to the snapshot. Until then (and without touching this
-# module's core), their code passes an ExtraProvider to start_exporters() that reads its own
-# state and returns the families below, so the names and labels are fixed here, once.
+# --------------------------------------------------------------- progress and hangs
+# Read from the snapshot's progress sample and hang flags on every scrape, like the rest.
 
 PROGRESS_STEP = "tuilaunch_progress_step"
 PROGRESS_STEPS_PER_SECOND = "tuilaunch_progress_steps_per_second"
@@ -371,7 +369,7 @@ HANG_SUSPECTED = "tuilaunch_hang_suspected"
 
 @dataclass(frozen=True)
 class RankProgress:
-    """One rank's training progress, as the progress issue will report it."""
+    """One rank's training progress, as exported (from the snapshot's progress sample)."""
 
     rank: int
     local_rank: int
@@ -380,8 +378,27 @@ class RankProgress:
     last_step_wall: float | None = None
 
 
+def progress_of(snap: Snapshot) -> list[RankProgress]:
+    """Each printing rank's progress in the current attempt, from the snapshot's latest sample
+    (the last step time is the sample's wall clock less how long ago the counter moved)."""
+    view = snap.progress
+    if view is None or view.latest.attempt != snap.attempt:
+        return []
+    sample = view.latest
+    return [
+        RankProgress(
+            rank=r.global_rank,
+            local_rank=r.local_rank,
+            step=r.step,
+            steps_per_second=r.rate,
+            last_step_wall=(sample.wall - r.last_step_ago if r.last_step_ago is not None else None),
+        )
+        for r in sample.ranks
+    ]
+
+
 def progress_families(node: str, ranks: Iterable[RankProgress]) -> list[Metric]:
-    """The progress families (hook): step, steps per second, last step time, per rank."""
+    """The progress families: step, steps per second, last step time, per printing rank."""
     step = _gauge(PROGRESS_STEP, "The rank's last training step.", _RANK)
     rate = _gauge(PROGRESS_STEPS_PER_SECOND, "The rank's recent steps per second.", _RANK)
     last = _gauge(PROGRESS_LAST_STEP, "When the rank last finished a step.", _RANK)
@@ -394,7 +411,7 @@ def progress_families(node: str, ranks: Iterable[RankProgress]) -> list[Metric]:
 
 
 def hang_families(node: str, ranks: Iterable[tuple[int, int, bool]]) -> list[Metric]:
-    """The hang family (hook): ``(rank, local_rank, suspected)`` -> 0/1 per rank."""
+    """The hang family: ``(rank, local_rank, suspected)`` -> 0/1 per rank."""
     f = _gauge(HANG_SUSPECTED, "1 while the rank is suspected to hang.", _RANK)
     for rank, lr, suspected in ranks:
         f.add_metric([node, str(rank), str(lr)], float(suspected))
@@ -452,6 +469,12 @@ class RunCollector(Collector):
             ),
             cpu_seconds=self._cpu(snap),
             final=self.final,
+        )
+        node = self.node(snap)
+        yield from progress_families(node, progress_of(snap))
+        yield from hang_families(
+            node,
+            ((r.global_rank, r.local_rank, r.global_rank in snap.hung_ranks) for r in snap.ranks),
         )
         for provider in self.extra:
             try:

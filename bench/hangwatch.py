@@ -1,0 +1,78 @@
+"""The hang detector's CPU: tuilaunch's HangWatch loop watching 8 ranks' log files.
+
+Runs the real :class:`tui_launch.core.hangwatch.HangWatch` (its periodic thread, the file-size
+checks and the tailer sink) over 16 log files (8 ranks x stdout/stderr) that a writer thread
+appends a line to every 0.5 s, as a training loop printing progress would, and reports the
+watch thread's CPU time (``thread_time`` inside the loop) per second of wall time, for the
+default ``--hang-timeout`` (300 s: one tick a second) and a short one (3 s: 0.3 s ticks).
+No dump is taken (the ranks keep writing). Target: <= 0.1 % of one core.
+
+Usage::
+
+    .venv/bin/python bench/hangwatch.py --seconds 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from tui_launch.core.dumps import Dumper
+from tui_launch.core.hangwatch import HangWatch
+from tui_launch.core.logs import LogSource
+from tui_launch.core.workers import RankTable
+
+RANKS = 8
+
+
+def measure(timeout: float, seconds: float, tmp: Path) -> float:
+    """Percent of one core the watch's thread used over ``seconds``."""
+    paths = {r: [str(tmp / f"{r}.out"), str(tmp / f"{r}.err")] for r in range(RANKS)}
+    for files in paths.values():
+        for p in files:
+            Path(p).write_text("")
+    ranks = RankTable()
+    dumper = Dumper(lambda e: None, ranks, lambda: str(tmp), dict)
+    watch = HangWatch(lambda e: None, dumper, lambda: paths, lambda: True, timeout=timeout)
+    watch.attempt_started(0, {r: r for r in range(RANKS)})
+    stop = threading.Event()
+
+    def writer() -> None:
+        n = 0
+        while not stop.wait(0.5):
+            n += 1
+            for r, (out, _err) in paths.items():
+                with open(out, "a") as fp:
+                    fp.write(f"rank {r} step {n}\n")
+                src = LogSource(0, r, r, "stdout", out, False, None)
+                watch.sink(src, [f"rank {r} step {n}"])
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    watch.start()
+    time.sleep(seconds)
+    watch.stop()
+    stop.set()
+    t.join()
+    return 100.0 * watch.cpu_seconds / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=30.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-hangwatch-") as d:
+        for timeout in (300.0, 3.0):
+            pct = measure(timeout, args.seconds, Path(d))
+            verdict = "ok" if pct <= 0.1 else "OVER"
+            print(
+                f"--hang-timeout {timeout:g}: {pct:.4f} % of one core over {args.seconds:g} s "
+                f"({RANKS} ranks, {2 * RANKS} files) <= 0.1 %: {verdict}"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+"""Hangs, end to end (issue 14): real gloo workers on CPU, the real tuilaunch command.
+
+rank 1 of ``workers/hang.py`` stops calling collectives and waits in ``load_batch`` while rank
+0 blocks in ``all_reduce``: with a short ``--hang-timeout`` the hang is found, confirmed by a
+second dump, journaled with both dumps' paths, and ``--on-hang`` acts on it. A silent job whose
+stacks move is not a hang; a killed rank's peer is dumped before torch terminates it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import WORKERS, journal_path, read_journal
+
+from tui_launch.core.dumps import Dumper
+from tui_launch.core.events import ControlAction, StacksDumped
+from tui_launch.core.workers import RankTable
+
+HANG = str(WORKERS / "hang.py")
+QUIET = str(WORKERS / "quiet.py")
+STEADY = str(WORKERS / "steady.py")
+TICKER = str(WORKERS / "ticker.py")
+TIMEOUT = 4.0  # --hang-timeout in these tests; the confirmation window is then 4 s too
+
+
+def _journal(launch) -> list[dict]:
+    return read_journal(journal_path(launch.output))
+
+
+def _kind(events: list[dict], kind: str) -> list[dict]:
+    return [e for e in events if e["kind"] == kind]
+
+
+def test_hang_found_confirmed_and_stopped(tuilaunch, tmp_path):
+    launch = tuilaunch(
+        *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop", "--log-dir", str(tmp_path)),
+        *("--standalone", "--nproc-per-node", "2", HANG, "--seconds", "90"),
+    )
+    assert launch.wait(120) == 1, launch.output
+    events = _journal(launch)
+    (hang,) = _kind(events, "hang")
+    # Found within the timeout plus the confirmation window (counted from the last output).
+    assert TIMEOUT <= hang["silence"] <= TIMEOUT + 4.0 + 2.0, hang
+    assert hang["action"] == "stop" and hang["still_ranks"] == [0, 1]
+    assert hang["verdict"].startswith("rank 1 is not in a collective: hang.py:")
+    assert "in load_batch" in hang["verdict"] and "rank 0 waits in all_reduce" in hang["verdict"]
+    assert hang["odd_ranks"] == [1]
+    # Both dumps are in the run directory and the journal points to them.
+    for path in (hang["first_path"], hang["second_path"]):
+        text = (Path(path) / "stacks.txt").read_text()
+        assert "load_batch" in text and "all_reduce" in text
+        data = json.loads((Path(path) / "stacks.json").read_text())
+        assert sorted(r["global_rank"] for r in data["dump"]["ranks"]) == [0, 1]
+    dumped = {e["path"] for e in _kind(events, "stacks_dumped")}
+    assert {hang["first_path"], hang["second_path"]} <= dumped
+    # The hang is the root cause, in the journal and in the summary.
+    (failed,) = _kind(events, "attempt_failed")
+    (cause,) = failed["failures"]
+    assert cause["hung"] and cause["global_rank"] == 1 and cause["stacks"] == hang["second_path"]
+    assert "run failed (exit code 1): rank 1 (local 1, pid" in launch.stderr
+    assert "hung: rank 1 is not in a collective" in launch.stderr
+    assert "exit       : none: hung" in launch.stderr
+    # Headless printed each distinct stack once per dump, with the verdict.
+    assert "rank 1, main thread (innermost first):" in launch.stderr
+
+
+def test_hang_restart_spends_the_budget_and_recovers(tuilaunch, tmp_path):
+    launch = tuilaunch(
+        *("--hang-timeout", str(TIMEOUT), "--on-hang", "restart", "--max-restarts", "1"),
+        *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
+        *(HANG, "--seconds", "90", "--hang-attempts", "1"),
+    )
+    assert launch.wait(150) == 0, launch.output
+    events = _journal(launch)
+    assert [h["attempt"] for h in _kind(events, "hang")] == [0]
+    (restart,) = _kind(events, "restart")
+    assert restart["cause"] == "failure" and restart["budget_left"] == 0
+    assert restart["to_attempt"] == 1
+    assert _kind(events, "run_finished")[0]["outcome"] == "succeeded"
+    assert "rank 0 done" in launch.stdout and "rank 1 done" in launch.stdout
+
+
+def test_stopped_rank_gets_a_stack(tuilaunch, tmp_path):
+    # --inject hang SIGSTOPs rank 1: rank 0 then blocks in all_reduce, nobody prints.
+    launch = tuilaunch(
+        *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop", "--log-dir", str(tmp_path)),
+        *("--inject", "hang:rank=1,after=3s", "--standalone", "--nproc-per-node", "2"),
+        *(STEADY, "--seconds", "60"),
+    )
+    assert launch.wait(120) == 1, launch.output
+    (hang,) = _kind(_journal(launch), "hang")
+    data = json.loads((Path(hang["second_path"]) / "stacks.json").read_text())
+    ranks = {r["global_rank"]: r for r in data["dump"]["ranks"]}
+    stopped = ranks[1]["process"]
+    assert stopped["state"] in ("T", "t") and stopped["method"] == "py-spy --nonblocking"
+    assert stopped["threads"] and stopped["threads"][0]["frames"], stopped
+    assert "rank 0 waits in" in hang["verdict"] or "every rank" in hang["verdict"]
+
+
+def test_silent_job_that_moves_is_not_hung(tuilaunch, tmp_path):
+    # Silent for 3x the timeout, but its stack moves: suspected, never confirmed.
+    launch = tuilaunch(
+        *("--hang-timeout", "2", "--on-hang", "stop", "--log-dir", str(tmp_path)),
+        *("--standalone", "--nproc-per-node", "1", QUIET, "--seconds", "9"),
+    )
+    assert launch.wait(120) == 0, launch.output
+    events = _journal(launch)
+    assert not _kind(events, "hang")
+    reasons = [e["reason"] for e in _kind(events, "stacks_dumped")]
+    assert "hang-suspected" in reasons and "hang-confirm" in reasons, reasons
+
+
+def test_killed_rank_dumps_its_peer_first(tuilaunch, tmp_path):
+    # ticker.py: no collective, so rank 0 outlives rank 1 (a gloo peer blocked in a collective
+    # fails within milliseconds of its peer's death, before the monitor's next look; an NCCL
+    # peer would wait, as this one does).
+    launch = tuilaunch(
+        *("--log-dir", str(tmp_path), "--inject", "kill:rank=1,after=2s"),
+        *("--standalone", "--nproc-per-node", "2", TICKER, "--ticks", "600"),
+    )
+    assert launch.wait(120) == 1, launch.output
+    events = _journal(launch)
+    (dump,) = _kind(events, "stacks_dumped")
+    assert dump["reason"] == "before-kill" and dump["ranks"] == [0]
+    assert dump["duration"] < 1.0
+    (failed,) = _kind(events, "attempt_failed")
+    cause = next(f for f in failed["failures"] if not f["collateral"])
+    assert cause["global_rank"] == 1 and cause["stacks"] == dump["path"]
+    assert cause["peers"] and cause["peers"][0].startswith("rank 0: ")
+    assert "ticker.py" in cause["peers"][0]
+    assert "other ranks, before torch terminated them:" in launch.stderr
+    assert Path(dump["path"], "stacks.txt").exists()
+
+
+def test_no_dump_on_failure_turns_it_off(tuilaunch, tmp_path):
+    launch = tuilaunch(
+        *("--log-dir", str(tmp_path), "--inject", "kill:rank=1,after=2s"),
+        "--no-dump-on-failure",
+        *("--standalone", "--nproc-per-node", "2", TICKER, "--ticks", "600"),
+    )
+    assert launch.wait(120) == 1, launch.output
+    events = _journal(launch)
+    assert not _kind(events, "stacks_dumped")
+    assert not _kind(events, "attempt_failed")[0]["failures"][0]["stacks"]
+
+
+def test_dump_via_faulthandler(tuilaunch, tmp_path):
+    launch = tuilaunch(
+        *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop", "--dump-via-faulthandler"),
+        *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
+        *(HANG, "--seconds", "90"),
+    )
+    assert launch.wait(120) == 1, launch.output
+    events = _journal(launch)
+    (hang,) = _kind(events, "hang")
+    assert "rank 1 is not in a collective" in hang["verdict"] and "load_batch" in hang["verdict"]
+    assert {e["method"] for e in _kind(events, "stacks_dumped")} == {"faulthandler"}
+
+
+def test_pyspy_that_fails_says_why_in_one_line(tmp_path):
+    # A py-spy that fails as a ptrace refusal does: the dump says so once, with the fix.
+    fake = tmp_path / "py-spy"
+    fake.write_text("#!/bin/sh\necho 'Error: Permission denied (os error 13)' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        ranks = RankTable()
+        ranks.begin_attempt({0: sleeper.pid}, {0: 0}, 1)
+        posted: list[object] = []
+        dumper = Dumper(posted.append, ranks, lambda: str(tmp_path), dict, pyspy=str(fake))
+        taken = dumper.take("key", "dashboard")
+        assert taken is not None
+        (event,) = [e for e in posted if isinstance(e, StacksDumped)]
+        assert event.note.startswith("py-spy cannot attach"), event.note
+        assert "\n" not in event.note
+        assert event.verdict.startswith("no stacks: py-spy cannot attach")
+        assert os.path.isfile(os.path.join(event.path, "stacks.txt"))
+        assert dumper.load(event.path) == taken.dump
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # No live rank: refused with a ControlAction, nothing written.
+    posted.clear()
+    assert dumper.take("key", "dashboard") is None
+    (refused,) = posted
+    assert isinstance(refused, ControlAction) and not refused.ok
+    assert refused.detail == "no running worker"
+    assert time.monotonic() > 0
+
+
+def test_bad_hang_options_are_one_line_and_exit_2(capsys) -> None:
+    import pytest
+
+    from tui_launch.core.args import parse
+
+    for argv, message in (
+        (["--hang-timeout", "-1"], "--hang-timeout must be >= 0"),
+        (["--on-hang", "explode"], "argument --on-hang: invalid choice: 'explode'"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            parse([*argv, HANG])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    args, opts = parse(["--hang-timeout", "0", "--on-hang", "restart", HANG])
+    assert opts.hang_timeout == 0 and opts.on_hang == "restart" and not opts.no_dump_on_failure
+    assert not hasattr(args, "tl_hang_timeout")  # none of ours reaches torch

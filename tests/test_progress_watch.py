@@ -1,0 +1,226 @@
+"""The progress watcher (issue 15): log lines in, progress events out, folded by the store.
+
+Unit tests drive :class:`ProgressWatch` on a fake clock (slowdowns, stalls, the journal's
+rate, the ``\\r`` partial-line handler called directly); real launches run ``stepper.py``
+under tuilaunch (a plain ``step N/T`` loop, a tqdm bar, a kill and a resume from a
+checkpoint) and check the journal and the printed goodput summary.
+"""
+
+from __future__ import annotations
+
+import re
+
+from conftest import WORKERS, read_journal
+
+from tui_launch.core import events as ev
+from tui_launch.core.logs import LogSource
+from tui_launch.core.progress.straggler import StragglerJudge
+from tui_launch.core.progress.watch import ProgressWatch
+from tui_launch.core.progress_view import goodput
+from tui_launch.core.store import RunStore, replay
+from tui_launch.testing.builders import workers_started
+
+STEPPER = str(WORKERS / "stepper.py")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _src(rank: int = 0, stream: str = "stdout", attempt: int = 0) -> LogSource:
+    return LogSource(attempt, rank, rank, stream, "", False, None)
+
+
+def _watch(**kw) -> tuple[ProgressWatch, RunStore, Clock]:
+    store = RunStore()
+    clock = Clock()
+    w = ProgressWatch(store.post, clock=clock, **kw)
+    w.on_event(workers_started(0, 2, 5100, at=0.0))
+    return w, store, clock
+
+
+def test_rate_eta_and_journal_every_ten_seconds():
+    w, store, clock = _watch()
+    for k in range(1, 121):  # 4 steps/s for 30 s, a tick every second
+        clock.t += 0.25
+        w.on_lines(_src(), [f"step {k}/1000 loss 0.5"])
+        if k % 4 == 0:
+            w.tick()
+    job = store.snapshot().progress.job
+    assert job is not None and job.global_rank == 0 and job.step == 120 and job.total == 1000
+    assert abs(job.rate - 4.0) < 0.05
+    assert abs(job.eta - 880 / 4.0) < 3
+    records = [e for e in store.events() if isinstance(e, ev.ProgressRecord)]
+    assert len(records) == 3  # at 1 s, 11 s, 21 s (samples in between are not journaled)
+    assert store.snapshot().progress.history(0)[-1] == job.rate
+
+
+def test_slowdown_and_stall_are_flagged_and_journaled():
+    w, store, clock = _watch(slow_for=5.0, window=5.0, stall_after=8.0)
+    step = 0
+    for second in range(60):
+        per_s = 10 if second < 20 else 5  # half speed after 20 s
+        if second >= 45:
+            per_s = 0  # the counter stops
+        for _ in range(per_s):
+            step += 1
+            clock.t += 1.0 / per_s
+            w.on_lines(_src(), [f"step {step} loss 1.0"])
+        if per_s == 0:
+            clock.t += 1.0
+        w.tick()
+        if second == 19:
+            assert store.snapshot().progress.active == ()
+        if second == 35:
+            p = store.snapshot().progress
+            assert p.flagged(0) == "slow" and p.job.slow
+    p = store.snapshot().progress
+    assert p.flagged(0) == "stalled" and p.job.stalled and p.job.stalled_for >= 8
+    kinds = [(e.what, e.active) for e in store.events() if isinstance(e, ev.Slowdown)]
+    assert kinds == [("slow", True), ("slow", False), ("stalled", True)]
+
+
+def test_partial_handler_reads_an_unterminated_tqdm_bar():
+    # The tailer will hand unterminated \r text to on_partial (branch w15a); called directly.
+    w, _store, clock = _watch()
+    bar = ""
+    for k in range(0, 41):
+        clock.t += 0.1
+        bar += f"\rtrain: {k:3d}%|          | {k}/100 [00:0{k // 10}<00:10, 10.00it/s]"
+        w.on_partial(_src(stream="stderr"), bar, clock.t)
+    w.on_partial(_src(stream="stderr"), "", clock.t)  # completed: nothing to read
+    (sample,) = [e for e in w.tick() if isinstance(e, ev.ProgressSample)]
+    (r,) = sample.ranks
+    assert (r.step, r.total, r.stream, r.fmt) == (40, 100, "stderr", "tqdm")
+    assert abs(r.rate - 10.0) < 0.5
+
+
+def _last_record(journal) -> dict:
+    return [e for e in read_journal(journal) if e["kind"] == "progress"][-1]
+
+
+def test_plain_step_loop_rate_and_eta(tuilaunch, tmp_path):
+    journal = tmp_path / "j.jsonl"
+    report = tmp_path / "rate"
+    launch = tuilaunch(
+        "--nproc-per-node", "2", "--journal", str(journal),
+        STEPPER, "--steps", "150", "--interval", "0.1", "--report", str(report),
+    )  # fmt: skip
+    assert launch.wait(120) == 0, launch.output
+    real = float(report.read_text())
+    records = [e for e in read_journal(journal) if e["kind"] == "progress"]
+    assert len(records) >= 3  # at 1 s, at 11 s, the last
+    # mid-run, ten seconds in: the rate over the window so far, and the ETA from it
+    mid = records[1]["ranks"][0]
+    assert 50 < mid["step"] < 150 and mid["total"] == 150
+    assert abs(mid["rate"] - real) / real < 0.15, (mid, real)
+    assert abs(mid["eta"] - (150 - mid["step"]) / mid["rate"]) < 0.5
+    last = _last_record(journal)
+    assert last["steps_reached"] == 150 and last["leader"] == 0
+    # over the whole run, our rate (from arrival times) is the loop's within 5 %
+    assert abs(last["ranks"][0]["rate"] - real) / real < 0.05, (last, real)
+    assert "attempt 0: reached step 150" in launch.stderr
+
+
+def test_tqdm_loop_rate_close_to_the_loop(tuilaunch, tmp_path):
+    journal = tmp_path / "j.jsonl"
+    report = tmp_path / "rate"
+    launch = tuilaunch(
+        "--nproc-per-node", "1", "--journal", str(journal),
+        STEPPER, "--steps", "40", "--interval", "0.05", "--fmt", "tqdm", "--report", str(report),
+    )  # fmt: skip
+    assert launch.wait(120) == 0, launch.output
+    real = float(report.read_text())
+    last = _last_record(journal)
+    (r,) = last["ranks"]
+    assert (r["step"], r["total"], r["fmt"], r["stream"]) == (40, 40, "tqdm", "stderr")
+    assert abs(r["rate"] - real) / real < 0.05, (r, real)
+    assert r["claimed_rate"] is not None and abs(r["claimed_rate"] - r["rate"]) < 6.0
+
+
+def test_kill_and_resume_show_as_work_redone(tuilaunch, tmp_path):
+    journal = tmp_path / "j.jsonl"
+    ckpt = tmp_path / "ckpt"
+    launch = tuilaunch(
+        "--nproc-per-node", "2", "--max-restarts", "1", "--journal", str(journal),
+        "--inject", "kill:rank=1,after=2.5s,attempt=0",
+        STEPPER, "--steps", "60", "--interval", "0.1", "--ckpt", str(ckpt),
+        "--save-every", "10",
+    )  # fmt: skip
+    assert launch.wait(120) == 0, launch.output
+    out = launch.stderr
+    m = re.search(r"attempt 1: reached step 60, resumed from (\d+), (\d+) steps redone", out)
+    assert m, out[-3000:]
+    resumed, redone = int(m.group(1)), int(m.group(2))
+    # a log line reports a finished step: the first line after resuming from the checkpoint
+    # at step 10k says 10k + 1
+    assert (resumed - 1) % 10 == 0 and resumed > 1
+    assert 0 <= redone < 10
+    assert re.search(r"goodput: making progress \d+% of wall time", out)
+    # The same summary from the journal alone.
+    snap = replay(ev.from_dict(d) for d in read_journal(journal))
+    summary = goodput(snap.progress, snap.attempts, snap.finished.wall)
+    assert summary is not None and summary.steps_redone == redone
+
+
+# ----------------------------------------------------------------- stragglers (inferred)
+
+LOCKSTEP = str(WORKERS / "lockstep.py")
+
+
+def test_straggler_judge_names_one_rank_only_when_the_others_wait():
+    judge = StragglerJudge()
+    for k in range(12):  # healthy: every rank waits about half the time
+        judge.add({0: k % 2 == 0, 1: k % 2 == 1, 2: k % 3 == 0})
+    assert judge.straggler() is None
+    judge.reset()
+    for _ in range(9):
+        judge.add({0: True, 1: False, 2: True})
+    assert judge.straggler() is None  # too few samples yet
+    judge.add({0: True, 1: None, 2: True})  # an unknown sample counts for nobody
+    judge.add({0: True, 1: False, 2: False})
+    assert judge.straggler() == 1
+    judge.reset()
+    for _ in range(12):  # two ranks never wait: no single straggler to name
+        judge.add({0: True, 1: False, 2: False})
+    assert judge.straggler() is None
+
+
+def _stragglers(journal) -> list[dict]:
+    return [e for e in read_journal(journal) if e["kind"] == "straggler"]
+
+
+def _lockstep(tuilaunch, tmp_path, *extra: str, worker: tuple[str, ...] = ()) -> tuple:
+    journal = tmp_path / "j.jsonl"
+    launch = tuilaunch(
+        "--standalone", "--nproc-per-node", "3", "--stack-samples", "0.5",
+        "--journal", str(journal), *extra,
+        LOCKSTEP, "--steps", "250", "--work", "0.01", *worker,
+    )  # fmt: skip
+    assert launch.wait(180) == 0, launch.output
+    return launch, journal
+
+
+def test_straggler_with_more_work_per_step_is_named(tuilaunch, tmp_path):
+    launch, journal = _lockstep(
+        tuilaunch, tmp_path, worker=("--extra-rank", "1", "--extra", "0.05")
+    )
+    named = [e for e in _stragglers(journal) if e["global_rank"] is not None]
+    assert named and {e["global_rank"] for e in named} == {1}, _stragglers(journal)
+    assert "straggler (inferred from stack samples): rank 1" in launch.stderr
+
+
+def test_straggler_from_an_injected_slow_rank_is_named(tuilaunch, tmp_path):
+    _, journal = _lockstep(tuilaunch, tmp_path, "--inject", "slow:rank=1,duty=60,period=1s")
+    named = [e for e in _stragglers(journal) if e["global_rank"] is not None]
+    assert named and {e["global_rank"] for e in named} == {1}, _stragglers(journal)
+
+
+def test_no_straggler_claimed_on_a_healthy_run(tuilaunch, tmp_path):
+    launch, journal = _lockstep(tuilaunch, tmp_path)
+    assert [e for e in _stragglers(journal) if e["global_rank"] is not None] == []
+    assert "inferred from stack samples" not in launch.stderr

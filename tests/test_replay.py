@@ -1,0 +1,254 @@
+"""``tuilaunch replay``: a real run's journal, replayed at a cursor, panels, logs and keys."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import itertools
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PY, WORKERS, base_env, journal_path, wait_for
+from rich.console import Console
+
+from tui_launch.core.events import LogMark, WorkersStarted
+from tui_launch.core.journal import read_journal
+from tui_launch.core.replay import Timeline
+from tui_launch.core.store import replay
+from tui_launch.tui import render
+from tui_launch.tui.replay import (
+    AttachDashboard,
+    AttachSource,
+    ReplayDashboard,
+    ReplaySource,
+    journal_of,
+    resolve_attach,
+)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The journal of a real headless run: rank 1 killed in attempt 0, one restart, success."""
+    logs = tmp_path_factory.mktemp("replay-run")
+    cmd = [PY, "-m", "tui_launch", "--no-tui", "--standalone", "--nproc-per-node", "2"]
+    cmd += ["--max-restarts", "1", "--log-dir", str(logs)]
+    cmd += ["--inject", "kill:rank=1,after=1.5s,attempt=0", str(WORKERS / "ticker.py")]
+    cmd += ["--ticks", "30"]
+    index = tmp_path_factory.mktemp("replay-index")  # the run registers here, not in $HOME
+    index.chmod(0o700)
+    env = base_env(XDG_RUNTIME_DIR=str(index))
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return journal_path(done.stdout + done.stderr)
+
+
+def _text(renderable: object) -> str:
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
+
+
+def _cursors(tl: Timeline) -> dict[str, int]:
+    return {
+        "failed": tl.kinds.index("attempt_failed") + 1,
+        "restarted": tl.kinds.index("restart") + 1,
+        "end": len(tl),
+    }
+
+
+def test_snapshots_at_three_cursors_match_the_journal_prefix(recorded: Path) -> None:
+    events = read_journal(str(recorded))
+    tl = Timeline(str(recorded), every=7)  # small checkpoints: every path is exercised
+    assert len(tl) == len(events)
+    for name, n in _cursors(tl).items():
+        expected = replay(events[:n])
+        got = tl.snapshot(n)
+        assert got == expected, name
+        now = tl.mono[n - 1]
+        for panel in (render.header, render.restarts_panel, render.rendezvous_panel):
+            shown = _text(panel(got, now))
+            assert shown == _text(panel(expected, now)), (name, panel.__name__)
+    snap = tl.snapshot(_cursors(tl)["failed"])
+    assert snap.root_cause is not None and snap.root_cause.global_rank == 1
+    assert len(tl.snapshot(_cursors(tl)["restarted"]).attempts) == 1
+    assert tl.snapshot(len(tl)).finished is not None
+
+
+def test_log_marks_are_journaled_about_once_a_second(recorded: Path) -> None:
+    marks = [e for e in read_journal(str(recorded)) if isinstance(e, LogMark)]
+    assert marks, "no log_mark in the journal"
+    keys = {(a, r, s) for m in marks for a, r, s, _ in m.offsets}
+    assert {(0, 0, "stdout"), (0, 1, "stdout"), (1, 0, "stdout"), (1, 1, "stdout")} <= keys
+    # At most one a second, but for the forced ones when an attempt's files close (2).
+    gaps = [b.mono - a.mono for a, b in itertools.pairwise(marks)]
+    assert sum(g < 0.9 for g in gaps) <= 2
+
+
+def test_logs_are_cut_at_the_cursor(recorded: Path) -> None:
+    tl = Timeline(str(recorded))
+    n = _cursors(tl)["failed"]
+    src = ReplaySource(tl, cursor=n)
+    cut = tl.log_offsets(n)
+    run_dir = recorded.parent
+    for rank in (0, 1):
+        path = run_dir / "attempt_0" / str(rank) / "stdout.log"
+        whole = path.read_bytes()[: cut[(0, rank, "stdout")]].decode().splitlines()
+        assert src.logs.lines(rank, "stdout")[-len(whole) :] == whole
+        assert whole, f"rank {rank} wrote nothing before the failure"
+    # Attempt 1 has not begun at this cursor: none of its lines are shown.
+    assert all(not s.startswith("---- attempt 1") for s in src.logs.lines(0))
+    src.move(len(tl))  # forward: the rest is appended
+    assert any(s.startswith("---- attempt 1") for s in src.logs.lines(0))
+    assert src.logs.lines(0, "stdout")[-1].startswith("max gap")
+    src.move(n)  # back: rebuilt up to the cut
+    assert src.rebuilt == 1
+    assert all(not s.startswith("---- attempt 1") for s in src.logs.lines(0))
+
+
+def test_a_journal_cut_mid_line_replays_to_its_last_whole_event(
+    recorded: Path, tmp_path: Path
+) -> None:
+    data = recorded.read_bytes()
+    lines = data.splitlines(keepends=True)
+    cut = tmp_path / "journal.jsonl"
+    cut.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
+    tl = Timeline(str(cut))
+    events = read_journal(str(recorded))
+    assert len(tl) == len(events) - 1
+    assert tl.snapshot(len(tl)) == replay(events[:-1])
+    with cut.open("ab") as fp:  # the writer finishes the line: refresh() picks it up
+        fp.write(lines[-1][len(lines[-1]) // 2 :])
+    assert tl.refresh() == len(events)
+
+
+def test_replay_bad_input(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    for args in ([], [str(tmp_path / "nowhere")], [str(empty)], ["x", "y"], ["--refresh-hz"]):
+        done = subprocess.run(
+            [PY, "-m", "tui_launch", "replay", *args],
+            env=base_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, args
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, args
+        assert done.stderr.startswith("tuilaunch replay: error:"), args
+
+
+def test_replay_keys(recorded: Path) -> None:
+    tl = Timeline(str(recorded))
+    src = ReplaySource(tl)
+    app = ReplayDashboard(src, refresh_hz=20)
+    asyncio.run(_drive_keys(app, src, tl))
+    assert app.return_code == 0
+
+
+async def _drive_keys(app: ReplayDashboard, src: ReplaySource, tl: Timeline) -> None:
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        assert src.cursor == len(tl)
+        for action in ("kill", "term", "stop_continue", "restart", "inject"):
+            assert not app.check_action(action, ()), action
+        assert app.check_action("replay_play", ())
+        await pilot.press("g")
+        assert src.cursor == 0
+        await pilot.press("full_stop", "full_stop")
+        assert src.cursor == 2
+        await pilot.press("comma")
+        assert src.cursor == 1
+        await pilot.press("right_square_bracket")
+        assert tl.kinds[src.cursor - 1] in ("injection", "attempt_failed", "restart")
+        first = src.cursor
+        await pilot.press("right_square_bracket")
+        assert src.cursor > first
+        await pilot.press("left_square_bracket")
+        assert src.cursor == first
+        assert src.snapshot() == tl.snapshot(first)
+        await pilot.press("plus", "plus")
+        assert src.speed == 5.0
+        await pilot.press("minus")
+        assert src.speed == 2.0
+        await pilot.press("space")
+        assert src.playing
+        await wait_until_moved(pilot, src, first)
+        await pilot.press("G")
+        assert src.cursor == len(tl)
+        bar = str(app.query_one("#replaybar").render())
+        assert f"event {len(tl)}/{len(tl)}" in bar and "run_finished" in bar
+        await pilot.press("q")
+        await pilot.pause()
+
+
+async def wait_until_moved(pilot, src: ReplaySource, start: int) -> None:
+    """Let the app run until playing moved the cursor (polled, with a deadline)."""
+    deadline = time.monotonic() + 10
+    while src.cursor == start and time.monotonic() < deadline:
+        await pilot.pause(0.05)
+    assert src.cursor > start
+
+
+def test_a_run_directory_names_its_journal(recorded: Path, tmp_path: Path) -> None:
+    assert journal_of(str(recorded.parent)) == str(recorded)
+    assert journal_of(str(recorded)) == str(recorded)
+    with pytest.raises(ValueError, match="no journal"):
+        journal_of(str(tmp_path))
+
+
+def test_attach_follows_a_running_job_read_only(tmp_path: Path, tuilaunch) -> None:
+    index = tmp_path / "index"
+    index.mkdir(mode=0o700)
+    env = base_env(XDG_RUNTIME_DIR=str(index))
+    none = subprocess.run(
+        [PY, "-m", "tui_launch", "attach"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert none.returncode == 2 and none.stderr.count("\n") == 1 and "no live run" in none.stderr
+    job = tuilaunch(
+        "--standalone", "--nproc-per-node", "2", str(WORKERS / "ticker.py"), "--ticks", "600",
+        env=env,
+    )  # fmt: skip
+    os.environ["XDG_RUNTIME_DIR"] = str(index)
+    try:
+
+        def journal() -> str | None:
+            with contextlib.suppress(ValueError):
+                path = resolve_attach(None)
+                if '"workers_started"' in Path(path).read_text():
+                    return path
+            return None
+
+        path = wait_for(journal, 60, what="the job's journal, with its workers")
+        assert resolve_attach(str(job.pid)) == path
+    finally:
+        del os.environ["XDG_RUNTIME_DIR"]
+    started = next(e for e in read_journal(path) if isinstance(e, WorkersStarted))
+    src = AttachSource(Timeline(path))
+    app = AttachDashboard(src, refresh_hz=10)
+    asyncio.run(_drive_attach(app, src, {w.local_rank: w.pid for w in started.workers}, job))
+    job.wait()
+
+
+async def _drive_attach(app: AttachDashboard, src: AttachSource, pids: dict, job) -> None:
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        shown = {r.local_rank: r.pid for r in src.snapshot().ranks}
+        assert shown == pids
+        for action in ("kill", "term", "stop_continue", "restart", "inject"):
+            assert not app.check_action(action, ()), action
+        await pilot.press("comma")
+        assert not src.following
+        await pilot.press("G")
+        assert src.following
+        job.proc.send_signal(signal.SIGTERM)  # the job ends: the attached view sees it
+        deadline = time.monotonic() + 60
+        while src.snapshot().finished is None and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        assert src.snapshot().finished is not None
+        assert src.snapshot().finished.outcome == "stopped"
+        await pilot.press("q")

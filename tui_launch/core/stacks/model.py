@@ -1,0 +1,172 @@
+"""The typed shape of a stack dump: frames, threads, processes, ranks, and the dump itself.
+
+Every dump path (py-spy, the kernel wait channel of a rank in ``D``, faulthandler text cut out
+of a rank's stderr) produces the same frozen records, so the verdict, the grouping and the
+files written to the run directory never care how a stack was taken. Records hold only str,
+int, float, bool, None and tuples, so :func:`dump_to_dict` / :func:`dump_from_dict` round-trip
+them through JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# How a process's stack was taken (ProcessStack.method).
+PYSPY = "py-spy"
+PYSPY_NONBLOCKING = "py-spy --nonblocking"
+WCHAN = "wchan"
+FAULTHANDLER = "faulthandler"
+NONE = "none"  # nothing could be taken: see ProcessStack.error
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One Python frame: ``file`` is short (``torch/distributed/distributed_c10d.py``,
+    ``train.py``), ``path`` the full file name as the interpreter knows it."""
+
+    function: str
+    file: str
+    line: int
+    path: str = ""
+
+    @property
+    def where(self) -> str:
+        """``train.py:87 in load_batch``."""
+        return f"{self.file}:{self.line} in {self.function}"
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    """One Python thread; ``frames`` innermost first (most recent call first)."""
+
+    thread_id: int
+    name: str | None
+    frames: tuple[Frame, ...]
+    native_id: int | None = None
+    active: bool | None = None
+    owns_gil: bool | None = None
+    main: bool = False
+
+
+@dataclass(frozen=True)
+class ProcessStack:
+    """Every Python thread of one process, the main thread first.
+
+    ``state`` is the one-letter state from ``/proc/<pid>/stat`` when the dump started (``R``,
+    ``S``, ``D``, ``T``, ...; empty when the process was gone). ``wchan`` is the kernel wait
+    channel, read instead of attaching to a process in ``D``. ``error`` says in one line why
+    there are no threads (py-spy's own words when it failed).
+    """
+
+    pid: int
+    state: str
+    method: str
+    threads: tuple[ThreadStack, ...] = ()
+    wchan: str | None = None
+    error: str | None = None
+    duration: float = 0.0
+    cmdline: str = ""
+
+    @property
+    def main_thread(self) -> ThreadStack | None:
+        """The main thread, or None when no stack was taken."""
+        for t in self.threads:
+            if t.main:
+                return t
+        return self.threads[0] if self.threads else None
+
+
+@dataclass(frozen=True)
+class RankStack:
+    """One local rank: its own process and its child processes (data-loader workers, ...);
+    ``more_children`` counts descendants beyond the dump's limit, not dumped."""
+
+    local_rank: int
+    global_rank: int
+    process: ProcessStack
+    children: tuple[ProcessStack, ...] = ()
+    more_children: int = 0
+
+    @property
+    def pid(self) -> int:
+        """The rank's pid."""
+        return self.process.pid
+
+
+@dataclass(frozen=True)
+class StackDump:
+    """Every local rank at (nearly) one instant.
+
+    ``wall`` is when the dump started (wall clock), ``duration`` how long it took in seconds.
+    ``note`` is one line for the user when the dump is incomplete for a reason that has a fix
+    (ptrace not permitted, no py-spy), else None.
+    """
+
+    reason: str
+    wall: float
+    duration: float
+    ranks: tuple[RankStack, ...]
+    method: str = PYSPY
+    note: str | None = None
+
+    def rank(self, global_rank: int) -> RankStack | None:
+        """The entry of one global rank, or None."""
+        for r in self.ranks:
+            if r.global_rank == global_rank:
+                return r
+        return None
+
+
+# --------------------------------------------------------------------------- file names
+
+_SITE = re.compile(r"/(?:site|dist)-packages/")
+_STDLIB = re.compile(r"/lib/python\d+(?:\.\d+)?t?/")
+
+
+def short_file(path: str) -> str:
+    """A file name short enough to read: relative to site-packages or the standard library,
+    else the base name. Both dump paths use it, so that py-spy and faulthandler stacks of the
+    same code compare equal."""
+    # The last one: a venv inside a site-packages tree still gives the package path.
+    ends = [m.end() for m in _SITE.finditer(path)]
+    if ends:
+        return path[ends[-1] :]
+    m = _STDLIB.search(path)
+    if m is not None:
+        return path[m.end() :]
+    return path.rsplit("/", 1)[-1]
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def dump_to_dict(dump: StackDump) -> dict[str, Any]:
+    """``dump`` as JSON-ready data (nested dicts and lists)."""
+    return dataclasses.asdict(dump)
+
+
+def dump_from_dict(data: dict[str, Any]) -> StackDump:
+    """Rebuild a :class:`StackDump` from :func:`dump_to_dict`'s output (read back from JSON)."""
+
+    def frame(d: dict[str, Any]) -> Frame:
+        return Frame(**d)
+
+    def thread(d: dict[str, Any]) -> ThreadStack:
+        return ThreadStack(**{**d, "frames": tuple(frame(f) for f in d["frames"])})
+
+    def process(d: dict[str, Any]) -> ProcessStack:
+        return ProcessStack(**{**d, "threads": tuple(thread(t) for t in d["threads"])})
+
+    def rank(d: dict[str, Any]) -> RankStack:
+        return RankStack(
+            local_rank=d["local_rank"],
+            global_rank=d["global_rank"],
+            process=process(d["process"]),
+            children=tuple(process(c) for c in d["children"]),
+            more_children=d.get("more_children", 0),
+        )
+
+    return StackDump(**{**data, "ranks": tuple(rank(r) for r in data["ranks"])})

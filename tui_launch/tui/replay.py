@@ -1,0 +1,417 @@
+"""``tuilaunch replay RUN_DIR | journal.jsonl``: the dashboard on a recorded run, with a cursor.
+
+:class:`ReplaySource` is a :class:`~tui_launch.tui.source.Source` over a
+:class:`~tui_launch.core.replay.Timeline`: its snapshot is the run's state after the events up
+to the cursor, its clock the cursor's, and its log buffer holds each rank's output up to the
+last log mark before the cursor (read from the rank log files). It acts on nothing: every
+control call is refused, and the keys that act on a run are hidden (``Needs.REPLAY`` /
+``ACTS_ON_RUN`` in :mod:`.actions`). :class:`ReplayDashboard` adds the cursor's line (wall
+clock, event number, play state) under the header and the replay keys.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from rich.text import Text
+from textual.app import ComposeResult
+
+from tui_launch.core.events import StacksDumped, WorkersStarted
+from tui_launch.core.journal import JOURNAL_NAME
+from tui_launch.core.logs import LogBuffer, LogSource
+from tui_launch.core.replay import LogKey, Timeline
+from tui_launch.core.stacks import StackDump
+from tui_launch.core.stacks.save import load as load_stacks
+from tui_launch.core.store import Snapshot
+from tui_launch.tui.app import Dashboard
+from tui_launch.tui.widgets import CachedPanel
+
+# When the cursor moves back, each log is re-read from this many bytes before its cut.
+REREAD = 1 << 18
+OPEN_AT_END = 20000  # events: up to this many, the replay opens on the end
+SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 100.0, 1000.0)
+
+
+class ReplaySource:
+    """A recorded run as the dashboard's source; the cursor is an event count."""
+
+    replay = True
+
+    def __init__(self, timeline: Timeline, cursor: int | None = None) -> None:
+        self.timeline = timeline
+        self.logs = LogBuffer()
+        self.cursor = len(timeline) if cursor is None else cursor
+        self.playing = False
+        self.speed = 1.0
+        self.rebuilt = 0  # how often the log buffer was rebuilt (the pane must rerender)
+        self._cut: dict[LogKey, int] = {}
+        self._dirs: dict[int, str] = {}
+        self._snap = timeline.snapshot(self.cursor)
+        self._snap_at = self.cursor
+        self._cut_logs()
+
+    # ----------------------------------------------------------------- cursor
+
+    def move(self, cursor: int) -> None:
+        """Put the cursor after the first ``cursor`` events (clamped)."""
+        cursor = max(0, min(cursor, len(self.timeline)))
+        if cursor != self.cursor:
+            self.cursor = cursor
+            self._snap = self.timeline.snapshot(cursor)
+            self._snap_at = cursor
+            self._cut_logs()
+
+    def advance(self, seconds: float) -> None:
+        """Play: move the cursor ``seconds`` times the speed along the run's clock."""
+        if not self.playing or self.cursor >= len(self.timeline):
+            self.playing = False
+            return
+        self.move(max(self.cursor + 1, self.timeline.at_time(self.now() + seconds * self.speed)))
+
+    @property
+    def wall(self) -> float:
+        """The cursor's wall-clock time (that of the last event before it)."""
+        tl = self.timeline
+        return tl.wall[self.cursor - 1] if self.cursor else (tl.wall[0] if len(tl) else 0.0)
+
+    # ------------------------------------------------------------------ logs
+
+    def _log_dir(self, attempt: int) -> str | None:
+        if attempt not in self._dirs:
+            tl = self.timeline
+            for i, kind in enumerate(tl.kinds):
+                if kind == WorkersStarted.kind:
+                    for _, e in tl.events(i, i + 1):
+                        if isinstance(e, WorkersStarted):
+                            self._dirs[e.attempt] = e.log_dir
+        return self._dirs.get(attempt)
+
+    def _cut_logs(self) -> None:
+        cut = self.timeline.log_offsets(self.cursor)
+        onward = all(cut.get(k, -1) >= v for k, v in self._cut.items())
+        if not onward:
+            self.logs = LogBuffer()
+            self.rebuilt += 1
+            self._cut = {}
+        for key in sorted(cut):
+            start = self._cut.get(key)
+            end = cut[key]
+            if start is None:
+                start = max(0, end - REREAD)
+            if end > start:
+                self._deliver(key, start, end)
+        self._cut = cut
+
+    def _deliver(self, key: LogKey, start: int, end: int) -> None:
+        attempt, rank, stream = key
+        d = self._log_dir(attempt)
+        if d is None:
+            return
+        path = os.path.join(d, str(rank), f"{stream}.log")
+        try:
+            with open(path, "rb") as fp:
+                fp.seek(start)
+                data = fp.read(end - start)
+        except OSError:
+            return
+        if start and key not in self._cut:
+            data = data[data.find(b"\n") + 1 :]  # the first line was cut in two
+        lines = data.decode("utf-8", "replace").split("\n")[:-1]
+        if lines:
+            src = LogSource(attempt, rank, rank, stream, path, console=False, prefix=None)
+            self.logs(src, lines)
+
+    # ---------------------------------------------------------------- Source
+
+    def snapshot(self) -> Snapshot:
+        """The run's state after the events up to the cursor."""
+        return self._snap
+
+    def now(self) -> float:
+        """The cursor's time on the run's clock."""
+        tl = self.timeline
+        return tl.mono[self.cursor - 1] if self.cursor else (tl.mono[0] if len(tl) else 0.0)
+
+    def agent_lines(self) -> list[str]:
+        """None: the agent log is a file of the run directory (agent.log)."""
+        return []
+
+    def signal_rank(self, local_rank: int, sig: int, source: str = "replay") -> bool:
+        """Refused: a replay acts on nothing."""
+        return False
+
+    def restart(self, source: str = "replay") -> bool:
+        """Refused: a replay acts on nothing."""
+        return False
+
+    def inject(self, spec: str, source: str = "replay") -> tuple[bool, str]:
+        """Refused: a replay acts on nothing."""
+        return False, "a replay acts on nothing"
+
+    def dump_stacks(self, reason: str = "key", source: str = "replay") -> StacksDumped | None:
+        """Refused: a replay acts on nothing."""
+        return None
+
+    def stack_dump(self, path: str) -> StackDump | None:
+        """A dump the run saved (read from its file; None: unreadable)."""
+        try:
+            return load_stacks(path)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def is_stopped(self, local_rank: int) -> bool:
+        """Whether the rank is stopped at the cursor."""
+        row = self._snap.rank(local_rank)
+        return row is not None and row.state == "stopped"
+
+    def stop(self, sig: int = signal.SIGTERM, reason: str = "quit") -> None:
+        """Nothing to stop."""
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """0 at once: leaving a replay is the replay's success."""
+        return 0
+
+    def on_finished(self, callback: Callable[[], None]) -> None:
+        """Never called: a replay does not finish by itself."""
+
+    @property
+    def done(self) -> bool:
+        """True: quitting a replay stops nothing (and asks nothing)."""
+        return True
+
+
+def cursor_line(src: ReplaySource) -> Text:
+    """The replay bar: the cursor's wall clock, its event, play state and speed."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(src.wall))
+    frac = f"{src.wall % 1:.1f}"[1:]
+    state = "playing" if src.playing else "paused"
+    kind = src.timeline.kinds[src.cursor - 1] if src.cursor else "(start)"
+    following = getattr(src, "following", None)
+    label = "REPLAY" if following is None else "ATTACHED read-only" + (" (following)" * following)
+    return Text(
+        f" {label}  {when}{frac}   event {src.cursor}/{len(src.timeline)} ({kind})"
+        f"   {state} x{src.speed:g}   space play  ,/. step  [/] failures  g/G start/end"
+    )
+
+
+class ReplayDashboard(Dashboard):
+    """The dashboard over a :class:`ReplaySource`, with the cursor's line and keys."""
+
+    source: ReplaySource
+    CSS = "#replaybar { height: 1; background: $boost; color: $text; }"
+
+    def __init__(self, source: ReplaySource, **kwargs: object) -> None:
+        super().__init__(source, **kwargs)  # type: ignore[arg-type]
+        self._finished_seen = True  # a recorded end is shown, never acted on
+        self._rebuilt = source.rebuilt
+
+    def compose(self) -> ComposeResult:
+        self._replay_bar = CachedPanel(id="replaybar", measure=False)
+        first = True
+        for widget in super().compose():
+            yield widget
+            if first:  # right under the header
+                first = False
+                yield self._replay_bar
+
+    def _tick(self) -> None:
+        src = self.source
+        if src.playing:
+            src.advance(1.0 / self.refresh_hz)
+        self._moved()
+
+    def _moved(self) -> None:
+        src = self.source
+        if self._rebuilt != src.rebuilt:
+            self._rebuilt = src.rebuilt
+            self.log_pane.rerender()
+        super()._tick()
+        self._replay_bar.show((src.cursor, src.playing, src.speed), cursor_line, src)
+
+    def _go(self, cursor: int) -> None:
+        self.source.move(cursor)
+        self._moved()
+
+    def action_replay_play(self) -> None:
+        src = self.source
+        if src.cursor >= len(src.timeline):
+            src.move(0)
+        src.playing = not src.playing
+        self._moved()
+
+    def action_replay_faster(self) -> None:
+        self.source.speed = next((s for s in SPEEDS if s > self.source.speed), SPEEDS[-1])
+        self._moved()
+
+    def action_replay_slower(self) -> None:
+        lower = [s for s in SPEEDS if s < self.source.speed]
+        self.source.speed = lower[-1] if lower else SPEEDS[0]
+        self._moved()
+
+    def action_replay_step(self) -> None:
+        self._go(self.source.cursor + 1)
+
+    def action_replay_back(self) -> None:
+        self._go(self.source.cursor - 1)
+
+    def action_replay_next(self) -> None:
+        self._go(self.source.timeline.next_moment(self.source.cursor))
+
+    def action_replay_previous(self) -> None:
+        self._go(self.source.timeline.next_moment(self.source.cursor, forward=False))
+
+    def action_replay_start(self) -> None:
+        self._go(0)
+
+    def action_replay_end(self) -> None:
+        self.source.timeline.refresh()  # a run still writing: its newest events too
+        self._go(len(self.source.timeline))
+
+
+def journal_of(target: str) -> str:
+    """The journal a ``replay`` argument names (a run directory or the file); ValueError."""
+    path = os.path.join(target, JOURNAL_NAME) if os.path.isdir(target) else target
+    if not os.path.isfile(path):
+        raise ValueError(f"no journal at {path}")
+    return path
+
+
+USAGE = "usage: tuilaunch replay RUN_DIR|journal.jsonl [--no-confirm] [--refresh-hz HZ]"
+
+
+def replay_main(argv: list[str]) -> int:
+    """``tuilaunch replay``: open the dashboard on a journal (exit 2 on bad input)."""
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    target, refresh_hz, confirm, rest = None, 4.0, True, list(argv)
+    try:
+        while rest:
+            arg = rest.pop(0)
+            if arg == "--no-confirm":
+                confirm = False
+            elif arg == "--refresh-hz":
+                refresh_hz = float(rest.pop(0))
+                if not refresh_hz > 0:
+                    raise ValueError("--refresh-hz must be > 0")
+            elif arg.startswith("-") or target is not None:
+                raise ValueError(f"unexpected argument {arg!r}")
+            else:
+                target = arg
+        if target is None:
+            raise ValueError("a run directory or journal is needed")
+        timeline = Timeline(journal_of(target))
+        if not len(timeline):
+            raise ValueError(f"{timeline.path} holds no whole event")
+    except (ValueError, IndexError, OSError) as e:
+        msg = str(e) if not isinstance(e, IndexError) else "--refresh-hz needs a value"
+        print(f"tuilaunch replay: error: {msg} ({USAGE})", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    worker = threading.Thread(
+        target=timeline.precompute, args=(stop,), name="tuilaunch-replay", daemon=True
+    )
+    worker.start()
+    # A short journal opens on its end (the run's final state); a long one on its start, at
+    # once, while the snapshots are computed in the background (G goes to the end).
+    cursor = len(timeline) if len(timeline) <= OPEN_AT_END else 0
+    source = ReplaySource(timeline, cursor)
+    app = ReplayDashboard(source, refresh_hz=refresh_hz, confirm=confirm)
+    try:
+        app.run()
+    finally:
+        stop.set()
+    return 0
+
+
+class AttachSource(ReplaySource):
+    """A running job, read-only: the replay of its journal with the cursor following the end.
+
+    Nothing is signalled or written: the journal and the rank log files are only read. A
+    replay key (step, jump, start) stops following; ``G`` follows again.
+    """
+
+    def __init__(self, timeline: Timeline) -> None:
+        super().__init__(timeline)
+        self.following = True
+
+    def follow(self) -> None:
+        """Read what the launcher appended; with the cursor at the end, keep it there."""
+        if self.following:
+            self.timeline.refresh()
+            self.move(len(self.timeline))
+
+    def now(self) -> float:
+        """The machine's clock while following a live run (the journal's is the same clock
+        on the same node), else the cursor's."""
+        if self.following and self._snap.finished is None:
+            return time.monotonic()
+        return super().now()
+
+
+class AttachDashboard(ReplayDashboard):
+    """The replay dashboard following a live journal (``tuilaunch attach``)."""
+
+    source: AttachSource
+
+    def _tick(self) -> None:
+        self.source.follow()
+        super()._tick()
+
+    def _go(self, cursor: int) -> None:
+        self.source.following = cursor >= len(self.source.timeline)
+        super()._go(cursor)
+
+
+def resolve_attach(target: str | None) -> str:
+    """The journal of the run ``target`` names (run dir, pid, run id; default: the only live
+    run of this user on this node); ValueError with a one-line reason."""
+    from tui_launch.core import runindex
+
+    if target is not None and os.path.isdir(target):
+        return journal_of(target)
+    live = [e for e in runindex.entries() if runindex.state(e) == runindex.LIVE]
+    if target is not None:
+        live = [e for e in live if target in (str(e.pid), e.run_id)]
+    if not live:
+        raise ValueError(f"no live run{'' if target is None else ' ' + repr(target)} here")
+    if len(live) > 1:
+        pids = ", ".join(str(e.pid) for e in live)
+        raise ValueError(f"{len(live)} live runs (pids {pids}): name one (tuilaunch ls)")
+    if not live[0].journal or not os.path.isfile(live[0].journal):
+        raise ValueError(f"run {live[0].pid} has no journal yet: try again in a moment")
+    return live[0].journal
+
+
+def attach_main(argv: list[str]) -> int:
+    """``tuilaunch attach [RUN_DIR | PID | RUN_ID]``: read-only dashboard on a running job."""
+    usage = "usage: tuilaunch attach [RUN_DIR|PID|RUN_ID] [--refresh-hz HZ]"
+    if argv and argv[0] in ("-h", "--help"):
+        print(usage)
+        return 0
+    target, refresh_hz, rest = None, 4.0, list(argv)
+    try:
+        while rest:
+            arg = rest.pop(0)
+            if arg == "--refresh-hz":
+                refresh_hz = float(rest.pop(0))
+                if not refresh_hz > 0:
+                    raise ValueError("--refresh-hz must be > 0")
+            elif arg == "--no-confirm":
+                pass  # nothing asks: a read-only attach acts on nothing
+            elif arg.startswith("-") or target is not None:
+                raise ValueError(f"unexpected argument {arg!r}")
+            else:
+                target = arg
+        timeline = Timeline(resolve_attach(target))
+    except (ValueError, IndexError, OSError) as e:
+        msg = str(e) if not isinstance(e, IndexError) else "--refresh-hz needs a value"
+        print(f"tuilaunch attach: error: {msg} ({usage})", file=sys.stderr)
+        return 2
+    AttachDashboard(AttachSource(timeline), refresh_hz=refresh_hz).run()
+    return 0

@@ -1,0 +1,87 @@
+"""The Stacks tab's content: the latest stack dump, grouped, with the odd ranks highlighted.
+
+A pure renderer like :mod:`tui_launch.tui.render`: the snapshot's dumps (the
+:class:`~tui_launch.core.events.StacksDumped` events), the latest dump itself and the clock in,
+one rich ``Text`` out. Identical main-thread stacks are folded into one block ("x 7 ranks");
+the ranks the verdict names as the odd ones out come first, in yellow; older dumps of the run
+are listed at the bottom with their verdicts and where their files are.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from tui_launch.core.events import StacksDumped
+from tui_launch.core.stacks import StackDump, group_stacks, rank_list
+from tui_launch.core.store import Snapshot
+from tui_launch.core.text import clock
+
+OLDER_LISTED = 10
+FRAMES_SHOWN = 12
+
+
+def _when(s: Snapshot, e: StacksDumped, now: float) -> str:
+    into = clock(e.mono - s.started_mono) if s.started_mono is not None else "-"
+    return f"{into} into the run, {max(0, int(now - e.mono))}s ago"
+
+
+def stacks_panel(s: Snapshot, dump: StackDump | None, now: float) -> Text:
+    """The latest dump (``dump`` is its content, None if unreadable) and the older ones."""
+    out = Text()
+    if not s.dumps:
+        out.append("No stack dump yet.", style="dim")
+        out.append(
+            "\nd dumps every rank of this node now; tuilaunch also dumps when a rank fails "
+            "(the others, before they are terminated) and when no rank writes output for "
+            "--hang-timeout seconds.",
+            style="dim",
+        )
+        return out
+    e = s.dumps[-1]
+    out.append(f"stacks ({e.reason})", style="bold")
+    out.append(
+        f"  {_when(s, e, now)}; attempt {e.attempt}, ranks {rank_list(e.ranks)}, "
+        f"{e.method} in {e.duration:.2f}s\n",
+        style="dim",
+    )
+    out.append(e.verdict + "\n", style="bold yellow" if e.odd_ranks else "bold")
+    if e.note:
+        out.append(e.note + "\n", style="yellow")
+    if s.hang is not None and s.hang.second_path == e.path:
+        out.append(f"HANG: {s.hang.confirmation}\n", style="bold red")
+    out.append(f"{e.path}\n", style="dim")
+    if dump is not None:
+        odd = set(e.odd_ranks)
+        groups = group_stacks(dump)
+        # The odd ones out first: they are why the others wait.
+        groups.sort(key=lambda g: (not (set(g.ranks) & odd), -len(g.ranks), g.ranks))
+        for g in groups:
+            n = len(g.ranks)
+            who = f"rank {g.ranks[0]}" if n == 1 else f"ranks {rank_list(g.ranks)}"
+            is_odd = bool(set(g.ranks) & odd)
+            out.append("\n")
+            out.append(who, style="bold yellow" if is_odd else "bold")
+            if n > 1:
+                out.append(f"  \u00d7 {n} ranks", style="cyan")
+            if is_odd:
+                out.append("  <- odd one out", style="yellow")
+            out.append("\n")
+            for f in g.frames[:FRAMES_SHOWN]:
+                out.append(f"    {f.where}\n", style="yellow" if is_odd else "")
+            if len(g.frames) > FRAMES_SHOWN:
+                out.append(f"    ... {len(g.frames) - FRAMES_SHOWN} more frames\n", style="dim")
+        missing = [r.global_rank for r in dump.ranks if r.process.main_thread is None]
+        if missing:
+            out.append(f"\nno stack for ranks {rank_list(missing)}: ", style="red")
+            out.append("; ".join(p for p in e.places if p.split(":")[0][5:] in map(str, missing)))
+            out.append("\n")
+    elif e.places:
+        out.append("\n" + "\n".join(e.places) + "\n")
+    older = s.dumps[-1 - OLDER_LISTED : -1]
+    if older:
+        out.append("\nearlier dumps\n", style="bold")
+        for o in reversed(older):
+            out.append(f"  {_when(s, o, now)} ({o.reason}): ", style="dim")
+            out.append(f"{o.verdict}\n")
+            out.append(f"    {o.path}\n", style="dim")
+    return out
