@@ -3,17 +3,26 @@
 On a pipe or in CI it prints one line per event on stderr and the workers' output as torchrun
 would show it; on a terminal it also keeps a live status line at the bottom. At the end it
 prints a summary table. It reads the same store snapshots as the dashboard.
+
+Worker output reaches the console as bytes, the way torchrun writes it (see
+:mod:`tui_launch.core.console`): a stream torchrun leaves on the console is copied from its
+rank file by the kernel (``\r`` progress bars move in place on a terminal), a tee'd one is
+prefixed line by line (one line per ``\r`` update), and a console that is ``/dev/null`` is not
+fed at all.
 """
 
 from __future__ import annotations
 
+import codecs
 import io
+import os
 import sys
 import threading
 import time
 from typing import Any, TextIO
 
 from tui_launch.core import errors
+from tui_launch.core.console import PrefixedLines, copy_range, is_devnull, write_all
 from tui_launch.core.events import Event, ExitBarrier, Failure, Injected, StacksDumped
 from tui_launch.core.handle import RunHandle
 from tui_launch.core.logs import STDOUT, LogSource
@@ -54,24 +63,74 @@ class Headless:
         self.verbose = verbose
         self._lock = threading.Lock()
         self._status = ""
+        self._status_shown = False
+        # The last worker bytes on the terminal left a line open (a progress bar being drawn):
+        # the status line waits, or it would be drawn onto the bar.
+        self._open_line = False
+        self._tee: dict[int, PrefixedLines] = {}  # by id(source)
+        self._decoders: dict[int, codecs.IncrementalDecoder] = {}  # console without an fd
         self._next_event = 0
         self._cluster_seen: object = None
         self._cluster_lines: dict[str, str] = {}
         self._cluster_error: str | None = None
 
+    def attach_console(self) -> None:
+        """Have the tailer hand this console the streams torchrun would show on it."""
+        fds = {"stdout": _fileno(self.out), "stderr": _fileno(self.err)}
+        self._fds = fds
+        null = {k: fd is not None and is_devnull(fd) for k, fd in fds.items()}
+
+        def shown(src: LogSource) -> bool:
+            return src.console and not null[src.stream]
+
+        self.runner.add_raw_sink(self.console_bytes, accepts=shown)
+
     # Called on the log tailer's thread.
-    def console_sink(self, src: LogSource, lines: list[str]) -> None:
-        """Print a batch of worker lines the way torchrun would."""
-        if not src.console:
-            return
-        prefix = src.prefix or ""
-        text = "".join(f"{prefix}{line}\n" for line in lines)
+    def console_bytes(self, src: LogSource, fd: int, start: int, end: int, final: bool) -> None:
+        """Write bytes ``[start, end)`` of a worker stream the way torchrun would."""
         stream = self.out if src.stream == STDOUT else self.err
-        with self._lock:
-            self._hide_status()
-            stream.write(text)
-            stream.flush()
-            self._show_status()
+        out_fd = self._fds[src.stream]
+        if src.prefix is None:
+            # Straight to the console under torchrun: the worker's own bytes, as they come.
+            if end <= start:
+                return
+            with self._lock:
+                self._hide_status()
+                if out_fd is not None:
+                    stream.flush()
+                    copy_range(fd, out_fd, start, end)
+                else:
+                    dec = self._decoders.setdefault(
+                        id(src), codecs.getincrementaldecoder("utf-8")("replace")
+                    )
+                    stream.write(dec.decode(os.pread(fd, end - start, start), final))
+                    stream.flush()
+                if self.status_line:  # a bar mid-way: the status line must not land on it
+                    self._open_line = os.pread(fd, 1, end - 1) != b"\n"
+                self._show_status()
+            return
+        tee = self._tee.setdefault(id(src), PrefixedLines(src.prefix))
+        pos = start
+        while pos < end or final:
+            data = os.pread(fd, min(end - pos, 1 << 22), pos) if pos < end else b""
+            pos += len(data)
+            last = final and pos >= end
+            text = tee.feed(data, final=last)
+            if text:
+                with self._lock:
+                    self._hide_status()
+                    if out_fd is not None:
+                        stream.flush()
+                        write_all(out_fd, text)
+                    else:
+                        stream.write(text.decode("utf-8", "replace"))
+                        stream.flush()
+                    self._open_line = False
+                    self._show_status()
+            if last or not data:
+                break
+        if final:
+            self._tee.pop(id(src), None)
 
     def say(self, line: str) -> None:
         """Print one ``[tuilaunch]`` line (from any thread: torch's stderr lines too)."""
@@ -80,18 +139,24 @@ class Headless:
     def _say(self, line: str) -> None:
         with self._lock:
             self._hide_status()
+            if self._open_line and self.status_line:
+                self.err.write(_CLEAR)  # a bar being drawn: it comes back at its next update
+                self._open_line = False
             self.err.write(f"{TAG} {line}\n")
             self.err.flush()
             self._show_status()
 
     def _hide_status(self) -> None:
-        if self.status_line and self._status:
+        if self._status_shown:
             self.err.write(_CLEAR)
+            self.err.flush()
+            self._status_shown = False
 
     def _show_status(self) -> None:
-        if self.status_line and self._status:
+        if self.status_line and self._status and not self._open_line:
             self.err.write(self._status)
             self.err.flush()
+            self._status_shown = True
 
     def _print_new_events(self) -> None:
         events = self.store.events(self._next_event)
@@ -155,7 +220,7 @@ class Headless:
 
     def run(self) -> int:
         """Start nothing, but follow the runner until it is done; print the summary."""
-        self.runner.add_log_sink(self.console_sink)
+        self.attach_console()
         version = -1
         while not self.runner.done:
             snap = self.store.wait_newer(version, timeout=0.25)
@@ -174,6 +239,14 @@ class Headless:
         snap = self.store.snapshot()
         print_summary(snap, self.runner, self.err, verbose=self.verbose)
         return self.runner.exit_code if self.runner.exit_code is not None else 1
+
+
+def _fileno(stream: object) -> int | None:
+    """The descriptor under a text stream (None: an in-memory one, written as text)."""
+    try:
+        return int(stream.fileno())  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
 
 
 def status_text(s: Snapshot) -> str:

@@ -5,8 +5,10 @@ only as a :class:`RunHandle`; :class:`~tui_launch.core.runner.Runner` is the liv
 each part carries:
 
 - the store: every event and the current snapshot (the dashboard and headless render it);
-- worker log lines, through sinks on the log tailer (they bypass the store: a flood of lines
-  would drown the events; see :meth:`RunHandle.add_log_sink`);
+- worker output, through sinks on the log tailer (they bypass the store: a flood of lines
+  would drown the events): whole lines (:meth:`RunHandle.add_log_sink`), raw byte ranges for
+  a console (:meth:`RunHandle.add_raw_sink`) and each stream's unterminated text, a progress
+  bar being rewritten with ``\r`` (:meth:`RunHandle.add_partial_sink`);
 - the agent's own log lines (torch and c10d records, raw stderr under the dashboard);
 - the run directory, journal path and cluster-view interval, for the summary and headless;
 - exit hooks, run just before a ``node`` injection kills the launcher;
@@ -23,7 +25,7 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from tui_launch.core.logs import AgentLogCapture, LineSink
+from tui_launch.core.logs import Accepts, AgentLogCapture, LineSink, PartialSink, RawSink
 from tui_launch.core.store import RunStore
 
 if TYPE_CHECKING:  # the parts import torch; a front end importing this module need not
@@ -75,12 +77,25 @@ class RunHandle(Protocol):
         """The run's exit status once done (0, 1, 2 or 128+N), else None."""
         ...
 
-    def add_log_sink(self, sink: LineSink, lossy: bool = False) -> None:
+    def add_log_sink(
+        self, sink: LineSink, lossy: bool = False, accepts: Accepts | None = None
+    ) -> None:
         """Give ``sink`` every batch of worker lines, in file order per stream.
 
         ``lossy``: the sink is a view that may skip lines in a flood (the dashboard); when every
-        sink is lossy the tailer may skip ahead. The files always keep every line.
+        sink of a stream is lossy the tailer may skip ahead. ``accepts(source)``: the streams
+        it wants (default: all). The files always keep every line.
         """
+        ...
+
+    def add_raw_sink(self, sink: RawSink, accepts: Accepts | None = None) -> None:
+        """Give ``sink`` each new byte range of the streams it ``accepts``, as file offsets
+        (a console copies them with ``os.sendfile``; see :data:`~tui_launch.core.logs.RawSink`)."""
+        ...
+
+    def add_partial_sink(self, sink: PartialSink) -> None:
+        """Give ``sink(source, text, t)`` each stream's text after its last newline whenever
+        it changes ("" once completed; see :meth:`LogTailer.add_partial_sink`)."""
         ...
 
     def agent_lines(self) -> list[str]:
@@ -200,9 +215,19 @@ class PartsHandle:
         """Seconds between two cluster-view records (None: no cluster view)."""
         return self.membership.cluster_interval
 
-    def add_log_sink(self, sink: LineSink, lossy: bool = False) -> None:
+    def add_log_sink(
+        self, sink: LineSink, lossy: bool = False, accepts: Accepts | None = None
+    ) -> None:
         """Give ``sink`` every batch of worker lines (``lossy``: a view that may skip)."""
-        self.files.tailer.add_sink(sink, lossy=lossy)
+        self.files.tailer.add_sink(sink, lossy=lossy, accepts=accepts)
+
+    def add_raw_sink(self, sink: RawSink, accepts: Accepts | None = None) -> None:
+        """Give ``sink`` each new byte range of the worker streams it accepts."""
+        self.files.tailer.add_raw_sink(sink, accepts=accepts)
+
+    def add_partial_sink(self, sink: PartialSink) -> None:
+        """Give ``sink`` each worker stream's unterminated text whenever it changes."""
+        self.files.tailer.add_partial_sink(sink)
 
     def agent_lines(self) -> list[str]:
         """The agent's most recent log lines, oldest first."""

@@ -6,6 +6,18 @@ rank's stdout and stderr always land in per-rank files (keeping torch's own layo
 files), then decides itself what the console shows, with torchrun's rules. Workers write to
 regular files, so they never block on a pipe, and one tailer thread reads all files in large
 chunks (torch's ``--tee`` polls one thread per stream and reads line by line).
+
+What the tailer hands out, per stream:
+
+- *bytes* (:meth:`LogTailer.add_raw_sink`): each newly written byte range of the file, as an
+  open file descriptor and offsets, so that a console copies it with ``os.sendfile`` (the
+  kernel moves it; Python never sees it) or turns it into prefixed lines with a few bytes
+  operations. A stream no sink accepts is not read at all.
+- *whole lines* (:meth:`LogTailer.add_sink`): decoded, split on ``\n`` only (a progress
+  bar's ``\r`` stays inside its line, as in the file).
+- *the unterminated tail* (:meth:`LogTailer.add_partial_sink`): the text after the last
+  ``\n`` (a ``\r``-rewritten progress bar), whenever it changed; read from the end of the
+  file only, so it costs nothing in a flood.
 """
 
 from __future__ import annotations
@@ -36,9 +48,11 @@ class LogSource:
     console: bool
     prefix: str | None
     teed: bool = False
-    offset: int = 0
+    offset: int = 0  # read for lines (or the tail) up to here
     partial: bytes = b""
     closed: bool = False
+    raw_offset: int = 0  # handed to raw sinks up to here
+    partial_sent: bytes | None = None  # the partial last handed to partial sinks
     fp: Any = field(default=None, repr=False)  # kept open: one read per poll, no reopening
 
     def close(self) -> None:
@@ -50,12 +64,57 @@ class LogSource:
 
 
 LineSink = Callable[[LogSource, list[str]], None]
+RawSink = Callable[[LogSource, int, int, int, bool], None]
+"""``sink(source, fd, start, end, final)``: bytes ``[start, end)`` of ``source``'s file are new.
+
+``fd`` is the tailer's descriptor of the file (read it with ``os.pread``/``os.sendfile`` at an
+explicit offset, never move its position); ``final``: the writer is gone and this is the end.
+"""
+PartialSink = Callable[[LogSource, str, float], None]
+"""``sink(source, text, t)``: the stream's text after its last ``\n`` is now ``text`` (raw,
+``\r`` segments included; "" once a ``\n`` completed it), read at ``t`` (``time.monotonic``)."""
+Accepts = Callable[[LogSource], bool]
+
+
+def _every(src: LogSource) -> bool:
+    return True
+
+
+def last_segment(text: str) -> str:
+    """What a terminal shows of a ``\r``-rewritten line: its last non-empty segment."""
+    if "\r" not in text:
+        return text
+    return text.rstrip("\r").rsplit("\r", 1)[-1]
+
+
+def _decode_partial(data: bytes) -> str:
+    """Decode an unterminated line that may end inside a UTF-8 character (not shown yet)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.end == len(data) and e.reason == "unexpected end of data":
+            return data[: e.start].decode("utf-8", "replace")
+        return data.decode("utf-8", "replace")
+
+
+def _compact(partial: bytes, limit: int) -> bytes:
+    """Keep a ``\r``-rewritten partial line bounded: from its last non-empty segment on.
+
+    The dropped segments are earlier states of a progress bar (the file keeps them). A line
+    without ``\r`` is left as it is (the caller delivers it in pieces).
+    """
+    if len(partial) <= limit:
+        return partial
+    body = partial.rstrip(b"\r")
+    cut = body.rfind(b"\r")
+    return partial[cut:] if cut > 0 else partial
 
 
 class LogTailer:
-    """One thread that tails every log file by byte offset and hands whole lines to sinks.
+    """One thread that tails every log file by byte offset and hands bytes and lines to sinks.
 
-    Lines are delivered in file order per stream. ``drain`` reads everything written so far,
+    Per stream, in file order: raw byte ranges to raw sinks, whole lines to line sinks, then
+    the unterminated tail to partial sinks. ``drain`` reads everything written so far,
     synchronously, so that a failure report can follow the last lines that led to it.
     """
 
@@ -65,6 +124,9 @@ class LogTailer:
     # SKIP_KEEP bytes: a view can show a screenful of a flood, never all of it.
     SKIP_OVER = 1 << 18
     SKIP_KEEP = 1 << 15
+    # When no line sink reads a stream, partial sinks get its unterminated tail from at most
+    # the last TAIL bytes (a progress bar's last states), however much was written.
+    TAIL = 1 << 16
 
     def __init__(
         self, interval: float = 0.05, idle_interval: float = 0.2, view_interval: float = 0.5
@@ -74,10 +136,11 @@ class LogTailer:
         # Views redraw their logs once a second and show ages in whole seconds: two polls a
         # second keep them current.
         self._view_interval = max(interval, view_interval)
-        self._delivered = 0  # lines delivered so far (tells the loop whether a poll found any)
+        self._moved = 0  # bytes handed on so far (tells the loop whether a poll found any)
         self._sources: list[LogSource] = []
-        self._sinks: list[LineSink] = []
-        self._lossless_sinks = 0
+        self._sinks: list[tuple[LineSink, bool, Accepts]] = []  # (sink, lossy, accepts)
+        self._raw_sinks: list[tuple[RawSink, Accepts]] = []
+        self._partial_sinks: list[PartialSink] = []
         self._lock = threading.RLock()
         self._wait = interval  # the delay before the next poll (the back-off's state)
         self._loop: Periodic | None = None
@@ -118,22 +181,43 @@ class LogTailer:
             except Exception:
                 logging.getLogger(__name__).exception("log mark sink failed")
 
-    def add_sink(self, sink: LineSink, lossy: bool = False) -> None:
+    def add_sink(self, sink: LineSink, lossy: bool = False, accepts: Accepts | None = None) -> None:
         """Deliver lines to ``sink(source, lines)`` from now on.
 
         A ``lossy`` sink (a view that shows the latest lines) accepts that, in a flood, the
         tailer jumps over what it has fallen behind by and hands it a line saying so instead:
-        the files keep every line. While any sink is lossless (a console, a filter file),
-        every line is read and delivered.
+        the files keep every line. While any sink of a stream is lossless (a filter file),
+        every line of it is read and delivered. ``accepts(source)``: the streams the sink
+        wants (default: all); a stream no sink wants is not read for lines.
         """
         with self._lock:
-            self._sinks.append(sink)
-            self._lossless_sinks += not lossy
+            self._sinks.append((sink, lossy, accepts or _every))
+
+    def add_raw_sink(self, sink: RawSink, accepts: Accepts | None = None) -> None:
+        """Hand ``sink`` every new byte range of the streams it ``accepts`` (see RawSink).
+
+        For a console: the bytes are the worker's own, unsplit and undecoded, so it can copy
+        them as they are (``os.sendfile``) or prefix their lines with bytes operations.
+        """
+        with self._lock:
+            self._raw_sinks.append((sink, accepts or _every))
+
+    def add_partial_sink(self, sink: PartialSink) -> None:
+        """Hand ``sink(source, text, t)`` each stream's unterminated text when it changes.
+
+        ``text`` is what follows the last ``\\n`` (raw: a progress bar's ``\\r`` segments
+        included; :func:`last_segment` gives what a terminal shows), "" once a ``\\n``
+        completed it (the whole line then goes to the line sinks); ``t`` is the
+        ``time.monotonic()`` of the read. Only the end of each file is read for it.
+        """
+        with self._lock:
+            self._partial_sinks.append(sink)
 
     @property
     def _views_only(self) -> bool:
-        """Only lossy sinks (views) read the lines: a flood may be skipped, polls may be slow."""
-        return bool(self._sinks) and not self._lossless_sinks
+        """Only lossy sinks (views) read the output: a flood may be skipped, polls may be slow."""
+        sinks = self._sinks or self._partial_sinks
+        return bool(sinks) and not self._raw_sinks and all(lossy for _, lossy, _ in self._sinks)
 
     def add_sources(self, sources: list[LogSource]) -> None:
         """Start tailing ``sources`` (a new attempt's files)."""
@@ -184,56 +268,130 @@ class LogTailer:
     def _poll(self) -> float:
         """One poll of every file; returns the delay before the next one.
 
-        Poll fast while lines flow; back off (doubling, up to idle_interval) while the files
+        Poll fast while output flows; back off (doubling, up to idle_interval) while the files
         are quiet, as in a steady training loop that prints a line a second: most polls of
-        every rank's files would find nothing. When only views read the lines (they redraw
+        every rank's files would find nothing. When only views read the output (they redraw
         about once a second), polling faster than view_interval would show nothing sooner.
         """
-        before = self._delivered
+        before = self._moved
         self.drain()
         with self._lock:
             self._mark()
         if self._views_only:
             self._wait = self._view_interval
         else:
-            found = self._delivered != before
+            found = self._moved != before
             self._wait = self._interval if found else min(self._wait * 2, self._idle_interval)
         return self._wait
 
     def _read(self, src: LogSource, final: bool) -> None:
-        """Deliver every whole line written to ``src`` since the last read.
+        """Hand on what was written to ``src`` since the last read; ``final``: to its end."""
+        if src.closed:
+            return
+        try:
+            if src.fp is None:
+                src.fp = open(src.path, "rb")  # noqa: SIM115 (kept open across polls)
+                src.fp.seek(src.offset)
+        except OSError:  # not created yet, or gone with a deleted attempt
+            return
+        t = time.monotonic()
+        raw = [sink for sink, accepts in self._raw_sinks if accepts(src)]
+        if raw:
+            self._read_raw(src, raw, final)
+        sinks = [(sink, lossy) for sink, lossy, accepts in self._sinks if accepts(src)]
+        lines = False
+        if sinks:
+            lines = self._read_lines(src, sinks, final)
+        elif self._partial_sinks:
+            self._read_tail(src)
+        if self._partial_sinks and not src.closed:
+            self._send_partial(src, t, lines)
+        if final:
+            src.close()
 
-        ``final`` (the writer is gone) also delivers a last line without a newline. A "line"
-        longer than ``MAX_LINE`` (progress bars that only ever print \\r) is delivered in
-        pieces, so memory stays bounded.
-        """
-        while not src.closed:
+    def _read_raw(self, src: LogSource, sinks: list[RawSink], final: bool) -> None:
+        fd = src.fp.fileno()
+        end = os.fstat(fd).st_size
+        if end <= src.raw_offset and not final:
+            return
+        for sink in sinks:
             try:
-                if src.fp is None:
-                    src.fp = open(src.path, "rb")  # noqa: SIM115 (kept open across polls)
-                    src.fp.seek(src.offset)
-                if not final and self._views_only:
-                    self._skip_ahead(src)
+                sink(src, fd, src.raw_offset, end, final)
+            except Exception:  # a sink's failure must not stall the other sinks or workers
+                logging.getLogger(__name__).exception("raw log sink failed")
+        self._moved += end - src.raw_offset
+        src.raw_offset = end
+
+    def _read_lines(self, src: LogSource, sinks: list[tuple[LineSink, bool]], final: bool) -> bool:
+        """Deliver every whole line written to ``src`` since the last read; whether any was.
+
+        ``final`` (the writer is gone) also delivers a last line without a newline. A
+        ``\\r``-rewritten line (a progress bar) longer than ``MAX_LINE`` is kept from its last
+        states on (:func:`_compact`); any other "line" that long is delivered in pieces, so
+        memory stays bounded.
+        """
+        views_only = all(lossy for _, lossy in sinks)
+        delivered = False
+        if src.fp.tell() != src.offset:  # the tail reader moved on without moving the file
+            src.fp.seek(src.offset)
+        while True:
+            try:
+                if not final and views_only:
+                    self._skip_ahead(src, sinks)
                 data = src.fp.read(self.CHUNK)
-            except OSError:  # not created yet, or gone with a deleted attempt
-                return
+            except OSError:
+                return delivered
             more = len(data) == self.CHUNK
             flush = final and not more  # the partial line is final once the file is read out
             src.offset += len(data)
+            self._moved += len(data)
             data = src.partial + data
             cut = data.rfind(b"\n")
-            whole, src.partial = (b"", data) if cut < 0 else (data[: cut + 1], data[cut + 1 :])
-            if (flush or len(src.partial) > self.MAX_LINE) and src.partial:
-                whole += src.partial + b"\n"
-                src.partial = b""
-            if flush:
-                src.close()
+            whole, partial = (b"", data) if cut < 0 else (data[: cut + 1], data[cut + 1 :])
+            partial = _compact(partial, self.MAX_LINE)
+            if (flush or len(partial) > self.MAX_LINE) and partial:
+                whole += partial + b"\n"
+                partial = b""
+            src.partial = partial
             if whole:
-                self._deliver(src, whole)
+                self._deliver(src, whole, sinks)
+                delivered = True
             if not more:
-                return
+                return delivered
 
-    def _skip_ahead(self, src: LogSource) -> None:
+    def _read_tail(self, src: LogSource) -> None:
+        """Keep ``src.partial`` current from the file's last bytes only (no line sink reads it)."""
+        fd = src.fp.fileno()
+        end = os.fstat(fd).st_size
+        if end <= src.offset:
+            return
+        start = max(src.offset, end - self.TAIL)
+        data = os.pread(fd, end - start, start)
+        cut = data.rfind(b"\n")
+        if cut >= 0:
+            src.partial = data[cut + 1 :]
+        else:  # no newline: the line goes on; its last TAIL bytes hold its last states
+            src.partial = (src.partial + data if start == src.offset else data)[-self.TAIL :]
+        self._moved += end - src.offset
+        src.offset = end
+
+    def _send_partial(self, src: LogSource, t: float, lines: bool) -> None:
+        """Tell partial sinks about ``src``'s unterminated text if it changed (or lines came)."""
+        partial = src.partial
+        if partial == src.partial_sent and not (lines and partial):
+            return
+        if not partial and not src.partial_sent:
+            src.partial_sent = partial
+            return
+        src.partial_sent = partial
+        text = _decode_partial(partial)
+        for sink in self._partial_sinks:
+            try:
+                sink(src, text, t)
+            except Exception:
+                logging.getLogger(__name__).exception("partial log sink failed")
+
+    def _skip_ahead(self, src: LogSource, sinks: list[tuple[LineSink, bool]]) -> None:
         """Jump to the last ``SKIP_KEEP`` bytes of a stream far behind; say so in a line."""
         end = os.fstat(src.fp.fileno()).st_size
         if end - src.offset <= self.SKIP_OVER:
@@ -241,16 +399,16 @@ class LogTailer:
         src.fp.seek(end - self.SKIP_KEEP)
         head = src.fp.readline()  # the rest of a line cut in two: skipped with the others
         skipped = end - self.SKIP_KEEP + len(head) - src.offset + len(src.partial)
+        self._moved += end - self.SKIP_KEEP + len(head) - src.offset
         src.offset = end - self.SKIP_KEEP + len(head)
         src.partial = b""
         note = f"... {skipped / 1e6:.1f} MB not shown here; every line is in {src.path} ..."
-        self._deliver(src, note.encode() + b"\n")
+        self._deliver(src, note.encode() + b"\n", sinks)
 
-    def _deliver(self, src: LogSource, whole: bytes) -> None:
+    def _deliver(self, src: LogSource, whole: bytes, sinks: list[tuple[LineSink, bool]]) -> None:
         # Split on newlines only: a progress bar's \r stays inside its line, as in the file.
         lines = whole.decode("utf-8", "replace").split("\n")[:-1]
-        self._delivered += len(lines)
-        for sink in self._sinks:
+        for sink, _ in sinks:
             try:
                 sink(src, lines)
             except Exception:  # a sink's failure must not stall the other sinks or workers
@@ -271,6 +429,11 @@ class DuplicateFilter:
 
     def __bool__(self) -> bool:
         return bool(self._filters)
+
+    @staticmethod
+    def accepts(src: LogSource) -> bool:
+        """Only tee'd streams are filtered (the tailer reads no other stream for it)."""
+        return src.teed
 
     def set_files(self, paths: dict[str, str]) -> None:
         """The files of a new attempt (torch has just created them)."""
@@ -308,7 +471,9 @@ class LogBuffer:
 
     Every line gets a sequence number, so a view can ask for what it has not shown yet
     (:meth:`since`). Memory stays bounded however much the workers print: old lines fall off
-    the front, and the files keep everything. A marker line separates attempts.
+    the front, and the files keep everything. A marker line separates attempts. Each stream's
+    unterminated line (a progress bar being rewritten with ``\r``) is kept apart, as its last
+    state (:meth:`partial_lines`), and replaced at each update until a newline completes it.
     """
 
     def __init__(self, per_rank: int = 5000, merged: int = 20000) -> None:
@@ -318,7 +483,9 @@ class LogBuffer:
         self._merged: collections.deque[LogLine] = collections.deque(maxlen=merged)
         self._attempt: dict[int, int] = {}
         self._merged_attempt = 0
+        self._partials: dict[tuple[int, str], str] = {}
         self.seq = 0
+        self.partial_version = 0  # changes whenever an unterminated line does
         self.last_line_at: dict[int, float] = {}
 
     def __call__(self, src: LogSource, lines: list[str]) -> None:
@@ -337,6 +504,7 @@ class LogBuffer:
                 if src.attempt > self._merged_attempt:  # one marker per attempt when merged
                     self._merged.append(marker)
                     self._merged_attempt = src.attempt
+                self._drop_partials(lr)
             self._attempt[lr] = src.attempt
             stream = src.stream
             kept = [(seq + i + 1, lr, stream, text) for i, text in enumerate(lines)]
@@ -344,6 +512,34 @@ class LogBuffer:
             dq.extend(kept)
             self._merged.extend(kept)
             self.last_line_at[lr] = now
+            # The unterminated line was completed by these lines (the tailer sends the next).
+            if self._partials.pop((lr, stream), None) is not None:
+                self.partial_version += 1
+
+    def partial(self, src: LogSource, text: str, t: float) -> None:
+        """Tailer partial sink: ``src``'s unterminated line is now ``text`` (raw)."""
+        shown = last_segment(text)
+        key = (src.local_rank, src.stream)
+        with self._lock:
+            if self._attempt.get(src.local_rank, src.attempt) > src.attempt:
+                return  # an ended attempt's last words come as lines
+            if shown:
+                self._partials[key] = shown
+                self.last_line_at[src.local_rank] = t
+            elif self._partials.pop(key, None) is None:
+                return
+            self.partial_version += 1
+
+    def _drop_partials(self, local_rank: int) -> None:
+        for key in [k for k in self._partials if k[0] == local_rank]:
+            del self._partials[key]
+            self.partial_version += 1
+
+    def partial_lines(self, local_rank: int | None = None) -> list[LogLine]:
+        """The unterminated lines as last drawn (sequence number 0), by rank then stream."""
+        with self._lock:
+            items = sorted(self._partials.items())
+        return [(0, lr, s, t) for (lr, s), t in items if local_rank in (None, lr)]
 
     def since(self, seq: int, local_rank: int | None = None) -> list[LogLine]:
         """Kept lines after sequence number ``seq``: one rank's, or all ranks' merged."""

@@ -48,7 +48,7 @@ class RunFiles:
             }
         )
         if self.duplicates:
-            self.tailer.add_sink(self.duplicates)
+            self.tailer.add_sink(self.duplicates, accepts=self.duplicates.accepts)
         self.agent_log = AgentLogCapture()
         self.journal = Journal(journal_path)
         self.run_dir: str | None = None

@@ -204,8 +204,8 @@ class Runner(PartsHandle):
         self.store.subscribe(self.progress.on_event)
         # lossy: progress needs the newest lines, not every line of a flood.
         self.files.tailer.add_sink(self.progress.on_lines, lossy=True)
-        # TODO(w15a): switch on the unterminated-line feed (tqdm's \r bars) once the tailer
-        # has it: self.files.tailer.add_partial_sink(self.progress.on_partial)
+        # tqdm's bars rewrite one line with \r and end it only at close: the unterminated text.
+        self.files.tailer.add_partial_sink(self.progress.on_partial)
         self.progress.start()
         self.stragglers.start()
         self.files.tailer.start()

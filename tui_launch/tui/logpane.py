@@ -6,6 +6,10 @@ scrolls up (counting what arrives meanwhile), and the bar that says all of this.
 it what to show (:meth:`LogPane.show_rank`, :meth:`LogPane.show_all`, ...) and calls
 :meth:`LogPane.write_new` on each tick; lines come from the source's
 :class:`~tui_launch.core.logs.LogBuffer`.
+
+A line rewritten with ``\r`` (a tqdm bar) is one line showing its last state: while it is
+being written it sits at the bottom and changes in place (the view's tail); once a newline ends
+it, it is a line like the others.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, Static
 
-from tui_launch.core.logs import LogBuffer, LogLine
+from tui_launch.core.logs import LogBuffer, LogLine, last_segment
 from tui_launch.tui.logview import LogView
 
 LOG_LINES_SHOWN = 5000
@@ -53,6 +57,7 @@ class LogPane(Vertical):
         self._filter = ""
         self._follow = True
         self._shown_seq = 0
+        self._shown_partials = -1  # the buffer's partial_version last shown
         self._pending = 0
         self._written_at = 0.0
         self._bar_text = ""
@@ -179,6 +184,7 @@ class LogPane(Vertical):
 
     def _format(self, line: LogLine) -> str:
         _, rank, stream, text = line
+        text = last_segment(text)  # what a terminal shows of a \r-rewritten line
         if self._view_rank is None and stream != "marker":
             tag = f"[{rank}]" if stream == "stdout" else f"[{rank} err]"
             return f"{tag} {text}"
@@ -189,18 +195,27 @@ class LogPane(Vertical):
         log = self.view
         logs = self._logs()
         log.clear()
-        lines = [ln for ln in logs.since(0, self._view_rank) if self._keep(ln)]
+        seq = logs.seq  # first: a line that comes while this reads is shown next time
+        lines = [ln for ln in logs.since(0, self._view_rank) if ln[0] <= seq and self._keep(ln)]
         lines = lines[-LOG_LINES_SHOWN:]
         log.write_lines([self._format(ln) for ln in lines], scroll_end=True)
-        self._shown_seq = logs.seq
+        self._shown_seq = seq
+        self._write_tail(logs)
         self._pending = 0
         self._follow = True
         self._update_bar()
 
+    def _write_tail(self, logs: LogBuffer) -> None:
+        """Show the lines still being written (progress bars) at the bottom, as they are now."""
+        self._shown_partials = logs.partial_version
+        tail = [ln for ln in logs.partial_lines(self._view_rank) if self._keep(ln)]
+        self.view.set_tail([self._format(ln) for ln in tail], scroll_end=True)
+
     def write_new(self, due: bool = False) -> None:
         """Append what arrived; ``due``: this tick draws the clocks, so it is time anyway."""
         logs = self._logs()
-        if logs.seq == self._shown_seq and not self._pending:
+        partials = logs.partial_version != self._shown_partials
+        if logs.seq == self._shown_seq and not self._pending and not partials:
             return
         now = time.monotonic()
         # A tick that is not due writes only when the clock frame is late (1.25 periods).
@@ -210,7 +225,12 @@ class LogPane(Vertical):
         log = self.view
         if self._follow and log.line_count and not log.is_vertical_scroll_end:
             self._follow = False  # the user scrolled up: pause, count what arrives
-        new = [ln for ln in logs.since(self._shown_seq, self._view_rank) if self._keep(ln)]
+        seq = logs.seq  # first: a line that comes while this reads is shown next time
+        new = [
+            ln
+            for ln in logs.since(self._shown_seq, self._view_rank)
+            if ln[0] <= seq and self._keep(ln)
+        ]
         if self._follow:
             # In a flood, a tick writes at most what a screen can show, so keys stay
             # responsive; every line is still in the files (and the buffer, for the filter).
@@ -220,7 +240,9 @@ class LogPane(Vertical):
                 log.write_line(f"... {skipped} lines not shown (all are in the log files) ...")
             if new:
                 log.write_lines([self._format(ln) for ln in new], scroll_end=True)
-            self._shown_seq = logs.seq
+            self._shown_seq = seq
+            if partials:
+                self._write_tail(logs)
             self._pending = 0
         else:
             self._pending = len(new)

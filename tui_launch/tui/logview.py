@@ -12,12 +12,17 @@ Its ``rich_style`` (a walk up the DOM) is also taken once per repaint rather tha
 and a line's final strip (cropped to the view, with the offsets text selection needs) is kept,
 so a scroll costs a dictionary lookup per line already shown and one small strip per new line.
 
+The last lines may be a *tail* (:meth:`LogView.set_tail`): lines still being written (a
+progress bar rewritten with ``\r``), replaced in place at each update and kept below whatever
+is appended after them.
+
 Textual internals used here; checked against the pinned range (``textual>=8.2,<9``):
 
 - ``Log`` methods overridden or called: ``_render_line``, ``_render_line_strip``,
   ``_prune_max_lines``, ``_update_size``, ``_update_maximum_width``, ``_process_line``;
   ``ScrollView._scroll_update``; ``Widget.render_lines`` (overridden for the plain path).
-- ``Log`` attributes read: ``_lines``, ``_render_line_cache``.
+- ``Log`` attributes read: ``_lines`` (the tail is removed from its end), ``_width``,
+  ``_render_line_cache``.
 - ``Log.virtual_size`` redeclared as a reactive without ``layout=True``; the vertical
   scrollbar's ``position`` reactive set silently (``set_reactive``).
 """
@@ -52,16 +57,48 @@ class LogView(Log):
         # Line number -> ((scroll_x, width, style), the line as painted). Emptied whenever
         # Log empties its own cache (and on pruning, which renumbers the lines).
         self._painted: dict[int, tuple[tuple[int, int, Style], Strip]] = {}
+        self._tail: list[str] = []  # the last len(_tail) lines of _lines: lines in progress
+
+    @property
+    def tail(self) -> list[str]:
+        """The lines in progress shown at the bottom (see :meth:`set_tail`)."""
+        return list(self._tail)
+
+    def _take_tail(self) -> list[str]:
+        """Remove the tail from the end of the lines; return it."""
+        tail, n = self._tail, len(self._tail)
+        if n:
+            del self._lines[-n:]
+            self._tail = []
+        return tail
 
     def write_lines(self, lines: Iterable[str], scroll_end: bool | None = None) -> LogView:
-        """Append lines; scroll to the end when following (see ``Log.write_lines``)."""
-        super().write_lines(lines, scroll_end)
+        """Append lines (above the tail); scroll to the end when following."""
+        tail = self._take_tail()
+        lines = list(lines)
+        super().write_lines([*lines, *tail], scroll_end)
+        self._tail = tail
+        self._scroll_update(self.virtual_size)
+        return self
+
+    def set_tail(self, tail: list[str], scroll_end: bool | None = None) -> LogView:
+        """Show ``tail`` as the last lines, in place of the previous tail (one line each)."""
+        if tail == self._tail:
+            return self
+        old = len(self._take_tail())
+        if tail:
+            super().write_lines(tail, scroll_end)
+            self._tail = list(tail)
+        if len(tail) < old:  # lines went away: their rows must be painted blank
+            self.virtual_size = Size(self._width, len(self._lines))
+            self.refresh_lines(len(self._lines), old - len(tail))
         self._scroll_update(self.virtual_size)
         return self
 
     def clear(self) -> LogView:
         """Remove every line."""
         super().clear()
+        self._tail = []
         self._painted.clear()
         self._scroll_update(self.virtual_size)
         return self

@@ -97,6 +97,7 @@ class LiveSource:
         self.runner = run
         self.logs = logs or LogBuffer()
         run.add_log_sink(self.logs, lossy=True)
+        run.add_partial_sink(self.logs.partial)
 
     def snapshot(self) -> Snapshot:
         """The store's latest snapshot."""
