@@ -337,17 +337,24 @@ class Recorder:
             return list(self.fired)
 
 
-def _run_attempts(injector: Injector, rec: Recorder, attempts: int, expect: int) -> list[Fired]:
+def _run_attempts(injector: Injector, rec: Recorder, per_attempt: list[int]) -> list[Fired]:
+    """Run one attempt per entry of ``per_attempt``, waiting for that many firings in each.
+
+    Timers of one attempt fire on their own threads in no set order, so each attempt first
+    waits for the firings it expects; then a sentinel firing (added last, due at once) shows
+    that nothing else was due at the attempt's start before the attempt is ended.
+    """
     injector.bind(rec)
-    for attempt in range(attempts):
+    for attempt, n in enumerate(per_attempt):
+        before = len(rec.fired)
         injector.attempt_started(attempt, {g: g for g in range(8)}, 8)
-        # Every attempt ends with a sentinel firing: what was due at its start fired first.
+        rec.wait_for(before + n)
         injector.add(parse_spec(f"kill:rank=7,attempt={attempt}"), "sentinel")
-        rec.wait_for(len(rec.fired) + 1)
+        rec.wait_for(before + n + 1)
         injector.attempt_ended(attempt)
     injector.close()
     got = [f for f in rec.fired if f.source != "sentinel"]
-    assert len(got) == expect, got
+    assert len(got) == sum(per_attempt), got
     return got
 
 
@@ -356,7 +363,7 @@ def test_injector_same_seed_same_ranks():
     runs = []
     for _ in range(2):
         rec = Recorder()
-        got = _run_attempts(Injector(specs, seed=1234), rec, attempts=3, expect=6)
+        got = _run_attempts(Injector(specs, seed=1234), rec, [2, 2, 2])
         runs.append(sorted((f.attempt, f.spec.kind, f.global_rank) for f in got))
     assert runs[0] == runs[1]
     assert all(0 <= g < 8 for _, _, g in runs[0])
@@ -366,7 +373,7 @@ def test_injector_same_seed_same_ranks():
 def test_injector_attempt_and_times():
     rec = Recorder()
     specs = [parse_spec("kill:rank=2,attempt=1"), parse_spec("exit:rank=3,times=2")]
-    got = _run_attempts(Injector(specs, seed=0), rec, attempts=4, expect=3)
+    got = _run_attempts(Injector(specs, seed=0), rec, [1, 2, 0, 0])
     assert sorted((f.attempt, f.spec.kind, f.global_rank, f.count) for f in got) == [
         (0, "exit", 3, 1),
         (1, "exit", 3, 2),  # times=2: once per attempt, then never again

@@ -315,6 +315,7 @@ def print_summary(
         nodes = s.rendezvous.group_world_size if s.rendezvous else None
         where = f" on {nodes} nodes" if nodes and nodes > 1 else ""
         console.print(f"{ranks} rank(s){where} exited 0; no failures, no restarts")
+        _print_goodput(s, console)  # how far it got (only when the ranks printed steps)
         _print_paths(runner, console, s)
         return
 
