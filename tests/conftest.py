@@ -40,8 +40,21 @@ LAUNCH_TMP: list[Path] = []
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _launch_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
+def _launch_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     LAUNCH_TMP.append(tmp_path_factory.mktemp("launch-tmp"))
+    # Every launch registers in the per-user run index ($XDG_RUNTIME_DIR/tuilaunch, else
+    # $XDG_STATE_HOME/tuilaunch): the suite's runs go to pytest's temp directory, never into
+    # the index of the person running the tests.
+    index_home = tmp_path_factory.mktemp("run-index")
+    saved = {k: os.environ.get(k) for k in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME")}
+    os.environ["XDG_RUNTIME_DIR"] = str(index_home)
+    os.environ["XDG_STATE_HOME"] = str(index_home)
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def base_env(**extra: str) -> dict[str, str]:

@@ -122,6 +122,7 @@ def _ls(env: dict[str, str], *args: str, user: int | None = None) -> subprocess.
 def test_another_user_cannot_read_the_index(runtime_dir: Path) -> None:
     Registration.register(["tuilaunch", "secret.py"], "x")
     env = base_env(XDG_RUNTIME_DIR=str(runtime_dir), HOME="/nonexistent")
+    env.pop("XDG_STATE_HOME", None)  # nobody's own index: under its (absent) home
     # As nobody: the entry's file cannot be opened, and `ls` refuses an index it does not own.
     entry = next((runtime_dir / "tuilaunch").iterdir())
     cat = subprocess.run(

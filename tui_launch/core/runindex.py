@@ -104,6 +104,8 @@ def _check_dir(path: Path) -> None:
         st = os.lstat(path)
     except FileNotFoundError:
         return
+    except OSError as e:  # e.g. a parent directory of another user's: say so, no traceback
+        raise UnsafeIndexDir(f"{path} cannot be read ({e.strerror}): refusing to use it") from e
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise UnsafeIndexDir(f"{path} is not a directory (a symlink?): refusing to use it")
     if st.st_uid != os.getuid():
