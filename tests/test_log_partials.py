@@ -377,3 +377,16 @@ def iter_read(fd: int) -> bytes:
     while data := os.read(fd, 65536):
         chunks.append(data)
     return b"".join(chunks)
+
+
+def test_a_partial_cut_inside_a_character_drops_the_pieces() -> None:
+    from tui_launch.core.logs import _decode_partial
+
+    bar = "\r 60%|██████    | 3000/5000".encode()
+    # A tail read may start inside a 3-byte block character and end inside another: neither
+    # piece is shown (no replacement characters, so the text never grows past the bytes read).
+    for start in (1, 2, 3):
+        for cut in (0, 1, 2):
+            data = bar[bar.index("█".encode()) + start : len(bar) - cut if cut else len(bar)]
+            text = _decode_partial(data)
+            assert "\ufffd" not in text and len(text.encode()) <= len(data), (start, cut, text)

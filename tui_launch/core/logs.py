@@ -88,7 +88,16 @@ def last_segment(text: str) -> str:
 
 
 def _decode_partial(data: bytes) -> str:
-    """Decode an unterminated line that may end inside a UTF-8 character (not shown yet)."""
+    """Decode an unterminated line that may end inside a UTF-8 character (not shown yet).
+
+    A partial kept from a file's last bytes may also start inside a character (a bar drawn
+    with 3-byte block characters): its leading continuation bytes are dropped, not shown as
+    replacement characters.
+    """
+    skip = 0
+    while skip < 3 and skip < len(data) and data[skip] & 0xC0 == 0x80:
+        skip += 1
+    data = data[skip:]
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
