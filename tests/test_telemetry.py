@@ -605,8 +605,9 @@ def test_schedule_does_not_drift() -> None:
 
 
 def _run(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    # --verbose: these runs succeed cleanly, and their telemetry tables are in the full summary.
     return subprocess.run(
-        tuilaunch_cmd(*args), env=env, capture_output=True, text=True, timeout=timeout,
+        tuilaunch_cmd("--verbose", *args), env=env, capture_output=True, text=True, timeout=timeout,
         cwd=Path(__file__).resolve().parent.parent, start_new_session=True,
     )  # fmt: skip
 
