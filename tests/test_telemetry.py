@@ -642,7 +642,7 @@ def test_launcher_with_fake_gpus_matching_pids(tmp_path: Path) -> None:
     from tui_launch.headless import print_summary
 
     buf = io.StringIO()
-    print_summary(snap, None, buf)
+    print_summary(snap, None, buf, verbose=True)
     live = p.stderr[p.stderr.index("resources (telemetry)") : p.stderr.index("attempts")]
     assert live in buf.getvalue()
 
