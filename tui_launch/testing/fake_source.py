@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tui_launch.core.events import ControlAction, Event, RunFinished, StacksDumped
-from tui_launch.core.logs import LogBuffer
+from tui_launch.core.logsinks import LogBuffer
 from tui_launch.core.stacks import StackDump
 from tui_launch.core.store import Snapshot, reduce
 
