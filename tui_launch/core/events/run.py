@@ -236,6 +236,23 @@ class ControlAction(Event):
     ok: bool
     detail: str = ""
 
+    @classmethod
+    def on_run(
+        cls, action: str, source: str, ok: bool, detail: str = "", **stamp: float
+    ) -> ControlAction:
+        """An action on the whole run, not on one rank (a restart, a dump, a refusal)."""
+        return cls(
+            action=action,
+            local_rank=None,
+            global_rank=None,
+            pid=None,
+            signal=None,
+            source=source,
+            ok=ok,
+            detail=detail,
+            **stamp,
+        )
+
 
 @dataclass(frozen=True)
 class ExitBarrier(Event):
