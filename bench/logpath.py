@@ -20,6 +20,12 @@ alternate (torchrun, tuilaunch; ``--abba`` flips every other round) within each 
 turn, so that both see the same machine. Targets (tuilaunch / torchrun wall): default <= 1.1,
 redirects <= 1.05, tee <= 0.33.
 
+The launcher's own CPU during the flood (``launcher_flood_cpu_s``: its ``/proc/PID/stat``
+utime + stime, read every 0.1 s, between the first worker's start mark and the last one's end
+mark) is what the launcher takes from the workers on a machine with fewer cores than ranks.
+``--profile DIR`` also records tuilaunch's launcher with ``py-spy record --nonblocking``
+(collapsed stacks, ``DIR/<mode>-<round>.txt``): where that CPU goes.
+
 Usage::
 
     .venv/bin/python bench/logpath.py --repeat 3 [--lines 2000000] [--console devnull|file]
@@ -36,6 +42,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -65,6 +72,46 @@ LAUNCHERS = {
     "torchrun": ("-m", "torch.distributed.run"),
     "tuilaunch": ("-m", "tui_launch", "--no-tui"),
 }
+
+
+def _proc_cpu(pid: int) -> float | None:
+    """utime + stime of one process (not its children), in seconds; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fp:
+            fields = fp.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuTrace:
+    """(wall time, CPU s) of one process every ``every`` seconds, on a thread, until it ends."""
+
+    def __init__(self, pid: int, every: float = 0.1) -> None:
+        self.pid, self.every = pid, every
+        self.points: list[tuple[float, float]] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            cpu = _proc_cpu(self.pid)
+            if cpu is None:
+                return
+            self.points.append((time.time(), cpu))
+            time.sleep(self.every)
+
+    def join(self) -> None:
+        self._thread.join(timeout=5)
+
+    def at(self, t: float) -> float | None:
+        """The CPU seconds at wall time ``t`` (the nearest sample at or before it)."""
+        before = [cpu for when, cpu in self.points if when <= t]
+        return before[-1] if before else None
+
+    def between(self, t0: float, t1: float) -> float | None:
+        a, b = self.at(t0), self.at(t1)
+        return None if a is None or b is None else b - a
 
 
 def one(launcher: str, mode: str, opts: argparse.Namespace, pythonpath: str | None) -> dict:
@@ -102,6 +149,16 @@ def one(launcher: str, mode: str, opts: argparse.Namespace, pythonpath: str | No
                 stderr=out,
                 start_new_session=True,
             )
+            trace = CpuTrace(proc.pid)
+            spy = None
+            if opts.profile and launcher == "tuilaunch":
+                Path(opts.profile).mkdir(parents=True, exist_ok=True)
+                spy = subprocess.Popen(
+                    ["py-spy", "record", "--nonblocking", "--pid", str(proc.pid), "--rate",
+                     "100", "--format", "raw", "--threads", "-o",
+                     str(Path(opts.profile) / f"{mode}-{opts.round}.txt")],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )  # fmt: skip
             try:
                 rc: int | None = proc.wait(timeout=opts.timeout)
             except subprocess.TimeoutExpired:
@@ -111,6 +168,9 @@ def one(launcher: str, mode: str, opts: argparse.Namespace, pythonpath: str | No
                 proc.wait()
             wall = time.perf_counter() - t0
             cpu = children_cpu_s() - cpu0
+            trace.join()
+            if spy is not None:
+                spy.wait(timeout=30)
             foreign = max(0.0, busy_cpu_s() - busy0 - cpu)
         starts = [float((marks / f"start_{r}").read_text()) for r in range(opts.nproc)]
         ends = [float((marks / f"end_{r}").read_text()) for r in range(opts.nproc)]
@@ -119,6 +179,7 @@ def one(launcher: str, mode: str, opts: argparse.Namespace, pythonpath: str | No
             exit_code=rc,
             wall_s=wall,
             workers_wall_s=max(ends) - min(starts),
+            launcher_flood_cpu_s=trace.between(min(starts), max(ends)),
             cpu_s=cpu,
             foreign_load=foreign / (wall * (os.cpu_count() or 1)),
             leftover_processes=settle(token, grace=5.0),
@@ -149,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--code", default="worktree", metavar="worktree|installed|REV")
     p.add_argument("--results-dir", default=str(RESULTS))
+    p.add_argument("--profile", default=None, metavar="DIR")
     opts = p.parse_args(argv)
     modes = [m for m in opts.modes.split(",") if m]
     started = time.time()
@@ -162,13 +224,16 @@ def main(argv: list[str] | None = None) -> int:
                 if opts.abba and r % 2:
                     order.reverse()
                 for launcher in order:
+                    opts.round = r
                     s = one(launcher, mode, opts, pythonpath)
                     s["round"] = r
                     samples.append(s)
                     print(
                         f"[logpath {r + 1}/{opts.repeat}] {mode:<9} {launcher:<9} "
                         f"wall {s['wall_s'] or 0:.2f}s workers {s.get('workers_wall_s', 0):.2f}s "
-                        f"cpu {s.get('cpu_s', 0):.2f}s ok={s['ok']} files={s.get('files_ok')} "
+                        f"cpu {s.get('cpu_s', 0):.2f}s launcher-in-flood "
+                        f"{s.get('launcher_flood_cpu_s') or 0:.2f}s ok={s['ok']} "
+                        f"files={s.get('files_ok')} "
                         f"others {s.get('foreign_load', 0):.0%}",
                         file=sys.stderr,
                         flush=True,
@@ -181,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in LAUNCHERS:
             mine = [s for s in samples if s["round"] >= 0 and s["mode"] == mode]
             mine = [s for s in mine if s["launcher"] == name and s["ok"]]
-            for key in ("wall_s", "workers_wall_s", "cpu_s"):
-                row[f"{name}_{key}"] = median([s[key] for s in mine])
+            for key in ("wall_s", "workers_wall_s", "cpu_s", "launcher_flood_cpu_s"):
+                row[f"{name}_{key}"] = median([s[key] for s in mine if s.get(key) is not None])
             row[f"{name}_files_ok"] = all(s.get("files_ok", True) for s in mine)
         t, u = row["torchrun_wall_s"], row["tuilaunch_wall_s"]
         row["ratio"] = u / t if t and u else None
@@ -222,9 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         "| console mode | torchrun wall | tuilaunch wall | ratio | paired | goal | "
-        "workers' wall (torchrun / tuilaunch) | CPU s (torchrun / tuilaunch) | files whole |"
+        "workers' wall (torchrun / tuilaunch) | CPU s (torchrun / tuilaunch) | "
+        "launcher CPU s in the flood (torchrun / tuilaunch) | files whole |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         m = row["mode"]
 
@@ -236,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| **{f(row['ratio'])}x** | {f(row['paired_ratio'])}x | <= {TARGETS[m]}x "
             f"| {f(row['torchrun_workers_wall_s'])} / {f(row['tuilaunch_workers_wall_s'])} s "
             f"| {f(row['torchrun_cpu_s'])} / {f(row['tuilaunch_cpu_s'])} "
+            f"| {f(row['torchrun_launcher_flood_cpu_s'])} / "
+            f"{f(row['tuilaunch_launcher_flood_cpu_s'])} "
             f"| {'yes' if row['tuilaunch_files_ok'] else '**no**'} |"
         )
     by_mode = {row["mode"]: row for row in rows}

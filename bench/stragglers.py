@@ -12,9 +12,16 @@ slows the ranks' step rate by at most 1 %.
 ``dump``  — CPU seconds one ``py-spy dump --nonblocking`` costs (its own process: the rank
             is read, never paused), so the cost per rank and second at an interval is
             known without the noise of a shared machine.
+``tick``  — the real ``StragglerSampler.tick`` over ``--ranks`` idle Python processes, in
+            this process as in the launcher: per sample of every rank, the CPU this process
+            spends (``RUSAGE_SELF``: the thread pool, fork/exec of py-spy, reading its JSON)
+            and the CPU of the py-spy processes (``RUSAGE_CHILDREN``: the launcher's waited
+            children, so a launch's CPU counts them); as % of a core at ``--interval`` and
+            after the back-off on a balanced run (4 x the interval).
 
     .venv/bin/python bench/stragglers.py rate [--rounds 5] [--ranks 2] [--steps 500]
     .venv/bin/python bench/stragglers.py dump
+    .venv/bin/python bench/stragglers.py tick [--ranks 8] [--samples 20] [--interval 5]
 """
 
 from __future__ import annotations
@@ -97,6 +104,52 @@ def dump(_: argparse.Namespace) -> None:
         p.wait()
 
 
+def tick(args: argparse.Namespace) -> None:
+    from tui_launch.core.progress.straggler import StragglerJudge, StragglerSampler
+
+    sampler = StragglerSampler(
+        lambda e: None, lambda r: None, interval=args.interval, judge=StragglerJudge()
+    )
+    assert sampler.pyspy, "py-spy not found"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(TICKER), "--ticks", "100000", "--interval", "0.01"],
+            stdout=subprocess.DEVNULL,
+        )
+        for _ in range(args.ranks)
+    ]
+    try:
+        time.sleep(2.0)
+        sampler.set_workers(0, [(r, p.pid) for r, p in enumerate(procs)])
+        sampler.tick()  # warm: the thread pool's imports, py-spy's binary in the page cache
+        s0 = resource.getrusage(resource.RUSAGE_SELF)
+        c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.monotonic()
+        for _ in range(args.samples):
+            sampler.tick()
+        wall = (time.monotonic() - t0) / args.samples
+        s1 = resource.getrusage(resource.RUSAGE_SELF)
+        c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        own = (s1.ru_utime - s0.ru_utime + s1.ru_stime - s0.ru_stime) / args.samples
+        spy = (c1.ru_utime - c0.ru_utime + c1.ru_stime - c0.ru_stime) / args.samples
+        print(
+            f"one sample of {args.ranks} ranks: launcher {1000 * own:.1f} ms CPU, "
+            f"py-spy {1000 * spy:.1f} ms CPU, {1000 * wall:.0f} ms wall"
+        )
+        for label, every in (
+            (f"every {args.interval:g} s", args.interval),
+            (f"backed off ({4 * args.interval:g} s)", 4 * args.interval),
+        ):
+            print(
+                f"  {label}: launcher {100 * own / every:.2f} % of a core, py-spy "
+                f"{100 * spy / every:.2f} %, together {100 * (own + spy) / every:.2f} %"
+            )
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -106,8 +159,12 @@ def main() -> None:
     r.add_argument("--steps", type=int, default=500)
     r.add_argument("--work", type=float, default=0.01)
     sub.add_parser("dump")
+    t = sub.add_parser("tick")
+    t.add_argument("--ranks", type=int, default=8)
+    t.add_argument("--samples", type=int, default=20)
+    t.add_argument("--interval", type=float, default=5.0)
     args = parser.parse_args()
-    {"rate": rate, "dump": dump}[args.cmd](args)
+    {"rate": rate, "dump": dump, "tick": tick}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,11 @@ What the tailer hands out, per stream:
   kernel moves it; Python never sees it) or turns it into prefixed lines with a few bytes
   operations. A stream no sink accepts is not read at all.
 - *whole lines* (:meth:`LogTailer.add_sink`): decoded, split on ``\n`` only (a progress
-  bar's ``\r`` stays inside its line, as in the file).
+  bar's ``\r`` stays inside its line, as in the file). When every line sink of a stream is
+  lossy (views, the progress and hang watches), the poll reads its lines at most every
+  ``view_interval`` and, in a flood, only its last ``SKIP_KEEP`` bytes: those sinks see a
+  bounded sample (a few hundred lines per stream and poll), however fast the ranks print,
+  even while a console makes the tailer poll 20 times a second.
 - *the unterminated tail* (:meth:`LogTailer.add_partial_sink`): the text after the last
   ``\n`` (a ``\r``-rewritten progress bar), whenever it changed; read from the end of the
   file only, so it costs nothing in a flood.
@@ -52,6 +56,7 @@ class LogSource:
     closed: bool = False
     raw_offset: int = 0  # handed to raw sinks up to here
     partial_sent: bytes | None = None  # the partial last handed to partial sinks
+    lines_at: float = float("-inf")  # when lossy sinks alone last got its lines (monotonic)
     fp: Any = field(default=None, repr=False)  # kept open: one read per poll, no reopening
 
     def close(self) -> None:
@@ -223,9 +228,14 @@ class LogTailer:
 
     @property
     def _views_only(self) -> bool:
-        """Only lossy sinks (views) read the output: a flood may be skipped, polls may be slow."""
+        """Only lossy sinks (views) read the output: a flood may be skipped, polls may be slow.
+
+        A raw sink that accepts none of the streams (a console to ``/dev/null``, or every
+        stream redirected) does not count.
+        """
         sinks = self._sinks or self._partial_sinks
-        return bool(sinks) and not self._raw_sinks and all(lossy for _, lossy, _ in self._sinks)
+        raw = any(accepts(src) for _, accepts in self._raw_sinks for src in self._sources)
+        return bool(sinks) and not raw and all(lossy for _, lossy, _ in self._sinks)
 
     def add_sources(self, sources: list[LogSource]) -> None:
         """Start tailing ``sources`` (a new attempt's files)."""
@@ -252,11 +262,15 @@ class LogTailer:
                 src.close()
             self._sources = []
 
-    def drain(self, final: bool = False) -> None:
-        """Read all sources to their current end now; ``final`` also flushes partial lines."""
+    def drain(self, final: bool = False, polled: bool = False) -> None:
+        """Read all sources to their current end now; ``final`` also flushes partial lines.
+
+        ``polled`` (the tailer's own poll): a stream read only by lossy line sinks is read
+        for lines at most every ``view_interval``.
+        """
         with self._lock:
             for src in self._sources:
-                self._read(src, final)
+                self._read(src, final, polled)
             if final:
                 self._mark(force=True)
                 self._sources = [s for s in self._sources if not s.closed]
@@ -282,7 +296,7 @@ class LogTailer:
         about once a second), polling faster than view_interval would show nothing sooner.
         """
         before = self._moved
-        self.drain()
+        self.drain(polled=True)
         with self._lock:
             self._mark()
         if self._views_only:
@@ -292,8 +306,9 @@ class LogTailer:
             self._wait = self._interval if found else min(self._wait * 2, self._idle_interval)
         return self._wait
 
-    def _read(self, src: LogSource, final: bool) -> None:
-        """Hand on what was written to ``src`` since the last read; ``final``: to its end."""
+    def _read(self, src: LogSource, final: bool, polled: bool = False) -> None:
+        """Hand on what was written to ``src`` since the last read; ``final``: to its end;
+        ``polled``: lines only lossy sinks want wait for ``view_interval`` since the last."""
         if src.closed:
             return
         try:
@@ -308,6 +323,13 @@ class LogTailer:
             self._read_raw(src, raw, final)
         sinks = [(sink, lossy) for sink, lossy, accepts in self._sinks if accepts(src)]
         lines = False
+        if sinks and polled and not final and all(lossy for _, lossy in sinks):
+            # Views and watches: a sample twice a second is all they show or need. A console
+            # poll 20 times a second must not make them decode and parse 10 times as much.
+            # (0.8: a poll on the view_interval grid must not miss its turn by a jitter)
+            if t - src.lines_at < 0.8 * self._view_interval:
+                return  # its lines and its partial wait for the next turn
+            src.lines_at = t
         if sinks:
             lines = self._read_lines(src, sinks, final)
         elif self._partial_sinks:
@@ -344,7 +366,7 @@ class LogTailer:
             src.fp.seek(src.offset)
         while True:
             try:
-                if not final and views_only:
+                if views_only:  # a closing attempt's flood too: its last lines are kept
                     self._skip_ahead(src, sinks)
                 data = src.fp.read(self.CHUNK)
             except OSError:

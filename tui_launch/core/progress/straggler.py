@@ -10,6 +10,17 @@ waiting while the others almost always are. CPU utilisation from the telemetry g
 verdict as evidence (a rank doing more work per step is busier; one stopped or starved is
 not).
 
+A rank that is *stopped* (``SIGSTOP``: the ``slow`` and ``hang`` injections, a pause, a
+debugger) is read from ``/proc/<pid>/stat`` before any py-spy: it waits for nobody, it is
+the one the others wait for. Its stack would say where it was stopped, which is inside a
+collective as often as the others are when steps are short, so a rank slowed by stop/continue
+cycles looked like everyone else (issue 15's ``--inject slow`` case).
+
+Cost: one py-spy process per rank and sample (about 11 ms of CPU each, in py-spy, on the
+launcher's side). Once the verdict is settled on a balanced run the sampler backs off
+(doubling its interval up to ``backoff`` times), and it comes back to the full rate as soon
+as the shares drift apart or a rank is named.
+
 :class:`StragglerJudge` is pure (samples in, verdict out); :class:`StragglerSampler` runs it
 on a :class:`~tui_launch.core.periodic.Periodic` and posts a journaled
 :class:`~tui_launch.core.events.Straggler` event whenever the verdict changes.
@@ -27,7 +38,7 @@ from tui_launch.core.events import Event, Straggler
 from tui_launch.core.periodic import Periodic
 from tui_launch.core.stacks import collective_of, find_pyspy, parse_pyspy_json
 
-__all__ = ["StragglerJudge", "StragglerSampler", "in_collective"]
+__all__ = ["StragglerJudge", "StragglerSampler", "in_collective", "is_stopped"]
 
 
 class StragglerJudge:
@@ -65,6 +76,14 @@ class StragglerJudge:
         """Global rank -> share of its known samples inside a collective."""
         return {r: sum(s) / len(s) for r, s in self._seen.items() if s}
 
+    def balanced(self) -> bool:
+        """Enough samples, nobody named, and every rank's share within half the naming gap of
+        every other's: a healthy run, where sampling less often loses nothing."""
+        if len(self._seen) < 2 or self.samples() < self.min_samples or self._named is not None:
+            return False
+        shares = self.shares().values()
+        return max(shares) - min(shares) < self.gap / 2
+
     def samples(self) -> int:
         """The fewest known samples of any rank."""
         return min((len(s) for s in self._seen.values()), default=0)
@@ -86,12 +105,27 @@ class StragglerJudge:
         return self._named
 
 
+def is_stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped by a signal (state ``T``) or a tracer (``t``) now."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fp:
+            stat = fp.read()
+    except OSError:
+        return False
+    # "pid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ")"
+    cut = stat.rfind(b")")
+    return cut >= 0 and stat[cut + 2 : cut + 3] in (b"T", b"t")
+
+
 def in_collective(pid: int, pyspy: str, timeout: float = 2.0) -> bool | None:
     """Whether ``pid``'s main thread is inside a collective now (None: no stack read).
 
-    ``--nonblocking``: py-spy reads the process's memory without stopping it, so sampling
-    costs the rank nothing but a core's share of py-spy's own work.
+    A stopped process is not (False, without py-spy): it is not waiting for anybody, whatever
+    its stack says. ``--nonblocking``: py-spy reads the process's memory without stopping it,
+    so sampling costs the rank nothing but a core's share of py-spy's own work.
     """
+    if is_stopped(pid):
+        return False
     try:
         p = subprocess.run(
             [pyspy, "dump", "--pid", str(pid), "--json", "--nonblocking"],
@@ -120,6 +154,8 @@ class StragglerSampler:
         interval: seconds between two samples (0: off).
         pyspy: the py-spy binary (empty: find it; None: none, the sampler stays off).
         judge: the rule (default :class:`StragglerJudge`).
+        backoff: on a balanced run (:meth:`StragglerJudge.balanced`) the interval doubles
+            after each sample, up to ``backoff`` times ``interval`` (1: never backs off).
     """
 
     def __init__(
@@ -130,12 +166,15 @@ class StragglerSampler:
         interval: float = 5.0,
         pyspy: str | None = "",
         judge: StragglerJudge | None = None,
+        backoff: float = 4.0,
     ) -> None:
         self.post = post
         self.cpu = cpu
         self.interval = interval
         self.pyspy = find_pyspy() if pyspy == "" else pyspy
         self.judge = judge or StragglerJudge()
+        self.backoff = max(1.0, backoff)
+        self._delay = interval  # the back-off's state: seconds to the next sample
         self._lock = threading.Lock()
         self._attempt = -1
         self._targets: tuple[tuple[int, int], ...] = ()  # (global rank, pid)
@@ -154,6 +193,7 @@ class StragglerSampler:
             self._attempt, self._targets = attempt, tuple(targets)
             self.judge.reset()
             self._named = None
+            self._delay = self.interval
 
     def start(self) -> None:
         """Start sampling (once; nothing when disabled)."""
@@ -171,13 +211,14 @@ class StragglerSampler:
         if self._loop is not None:
             self._loop.stop(timeout=3.0)
 
-    def tick(self) -> None:
-        """One sample of every rank, then the verdict (posted when it changed)."""
+    def tick(self) -> float:
+        """One sample of every rank, then the verdict (posted when it changed); returns the
+        seconds to the next sample (the interval, longer on a balanced run)."""
         with self._lock:
             attempt, targets = self._attempt, self._targets
         pyspy = self.pyspy
         if len(targets) < 2 or pyspy is None:
-            return
+            return self.interval
         with ThreadPoolExecutor(len(targets), thread_name_prefix="straggler") as pool:
             found = dict(
                 zip(
@@ -188,12 +229,17 @@ class StragglerSampler:
             )
         with self._lock:
             if attempt != self._attempt:
-                return  # the attempt changed meanwhile: these samples are stale
+                return self._delay  # the attempt changed meanwhile: these samples are stale
             self.samples_taken += 1
             self.judge.add(found)
             named = self.judge.straggler()
+            if self.judge.balanced():
+                self._delay = min(self._delay * 2, self.interval * self.backoff)
+            else:
+                self._delay = self.interval
+            delay = self._delay
             if named == self._named:
-                return
+                return delay
             self._named = named
             shares = self.judge.shares()
             samples = self.judge.samples()
@@ -206,3 +252,4 @@ class StragglerSampler:
                 cpu=tuple((gr, self.cpu(gr)) for gr, _ in targets),
             )
         )
+        return delay

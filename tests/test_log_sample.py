@@ -1,0 +1,62 @@
+"""A flood under the log tailer: consoles get every byte, views and watches a bounded sample.
+
+The progress and hang watches (and the dashboard's log view) are lossy line sinks: they need
+the newest lines, not every line. A console (a raw sink) makes the tailer poll fast while
+output flows; those polls must not make the lossy sinks decode and parse every line of a
+flood (issue 15: the log-path benchmark). A real process floods a file here; the tailer's
+raw sink must see every byte, the lossy sink at most ``SKIP_KEEP`` bytes of lines per read
+and at most one read per ``view_interval`` (bar the final one).
+"""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import PY
+
+from tui_launch.core.logs import LogSource, LogTailer
+
+LINES = 400_000  # 100 bytes each: 40 MB, far more than SKIP_OVER per poll
+FLOOD = (
+    "import sys\n"
+    "w = sys.stdout.write\n"
+    "for i in range({n}):\n"
+    "    w(f'[flood] line {{i:07d}} ' + 'x' * 76 + '\\n')\n"
+)
+
+
+def test_lossy_sinks_get_a_bounded_sample_while_a_console_gets_every_byte(tmp_path: Path) -> None:
+    path = tmp_path / "stdout.log"
+    path.touch()
+    tailer = LogTailer(interval=0.02, view_interval=0.5)
+    raw_bytes: list[int] = []
+    reads: list[tuple[float, list[str]]] = []
+    tailer.add_raw_sink(lambda src, fd, start, end, final: raw_bytes.append(end - start))
+    tailer.add_sink(lambda src, lines: reads.append((time.monotonic(), list(lines))), lossy=True)
+    tailer.add_sources([LogSource(0, 0, 0, "stdout", str(path), True, None)])
+    tailer.start()
+    try:
+        with open(path, "ab") as out:
+            proc = subprocess.run(
+                [PY, "-c", FLOOD.format(n=LINES)], stdout=out, check=True, timeout=120
+            )
+        assert proc.returncode == 0
+    finally:
+        tailer.stop()
+    size = path.stat().st_size
+    assert size == LINES * 100
+    assert sum(raw_bytes) == size  # the console: every byte
+    assert reads, "the lossy sink saw nothing"
+    per_read = LogTailer.SKIP_KEEP // 100 + 2  # the kept tail's lines and the "not shown" note
+    assert max(len(lines) for _, lines in reads) <= per_read
+    seen = sum(len(lines) for _, lines in reads)
+    assert seen < LINES / 10, f"the lossy sink parsed {seen} of {LINES} lines"
+    assert any("not shown here" in line for _, lines in reads for line in lines)
+    # The last line is in the last read (the final read keeps the tail).
+    assert reads[-1][1][-1].startswith(f"[flood] line {LINES - 1:07d} ")
+    # One read per view_interval while polled (the final read at stop may follow at once).
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(reads[:-1])]
+    assert all(g >= 0.8 * 0.5 for g in gaps), gaps
