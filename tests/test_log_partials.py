@@ -41,6 +41,7 @@ from textual.app import App, ComposeResult
 from tui_launch.core.console import PrefixedLines, copy_range, is_devnull
 from tui_launch.core.logs import STDERR, LogSource, LogTailer, last_segment
 from tui_launch.core.logsinks import LogBuffer
+from tui_launch.core.progress.parse import parse_line
 from tui_launch.tui.logpane import LogPane
 
 BAR = str(WORKERS / "bar.py")
@@ -391,3 +392,42 @@ def test_a_partial_cut_inside_a_character_drops_the_pieces() -> None:
             data = bar[bar.index("█".encode()) + start : len(bar) - cut if cut else len(bar)]
             text = _decode_partial(data)
             assert "\ufffd" not in text and len(text.encode()) <= len(data), (start, cut, text)
+
+
+RICHBAR = str(WORKERS / "richbar.py")
+
+
+@pytest.mark.parametrize("tty_compatible", [False, True], ids=["plain", "TTY_COMPATIBLE=1"])
+def test_a_rich_bar_is_live_in_the_rank_log_only_with_tty_compatible(
+    tuilaunch, tmp_path: Path, tty_compatible: bool
+) -> None:
+    """rich draws a Progress live only on a terminal; a rank's stdout is a file under tuilaunch.
+    ``TTY_COMPATIBLE=1`` in the launch's environment (rich >= 14 honours it) makes it draw
+    into the file anyway, where the tailer and the progress parser see it (the README's
+    workaround for Lightning's RichProgressBar)."""
+    env = {k: v for k, v in base_env().items() if k not in ("FORCE_COLOR", "TTY_INTERACTIVE")}
+    env.pop("TTY_COMPATIBLE", None)
+    if tty_compatible:
+        env["TTY_COMPATIBLE"] = "1"
+    go = tmp_path / "go"
+    logs = tmp_path / "logs"
+    launch = tuilaunch(
+        "--standalone", "--nproc-per-node", "1", "--redirects", "3", "--log-dir", str(logs),
+        RICHBAR, "--hold", str(go), env=env,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: Path(f"{go}.reached").exists(), 60, what="the bar held at 37/100")
+        (log,) = logs.rglob("stdout.log")
+        if tty_compatible:
+            wait_for(lambda: "37/100" in log.read_text(), 30, what="the live bar in the log")
+            reading = parse_line(last_segment(log.read_text().rsplit("\n", 1)[-1]))
+            assert reading is not None and (reading.step, reading.total) == (37, 100)
+            assert reading.fmt == "lightning_rich" and reading.epoch == 0
+        else:
+            # rich's refresh thread would have drawn it by now on a terminal (10 Hz); on a
+            # file it draws nothing before the end
+            assert "/100" not in log.read_text()
+    finally:
+        go.touch()
+    assert launch.wait(60) == 0, launch.output
+    assert "100/100" in log.read_text()
