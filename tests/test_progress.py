@@ -150,6 +150,22 @@ def test_lightning_rich_piped_and_terminal() -> None:
     assert {r.desc for r in rs if r.phase == "eval"} == {"Sanity Checking", "Validation"}
 
 
+def test_lightning_rich_wrapped_at_80_columns() -> None:
+    # Lightning 2.6.6, rich 15, RichProgressBar() to a file (a rank's log under tuilaunch, 300
+    # steps): rich cannot ask a file its width and uses 80 columns, where the remaining time
+    # wraps onto a line of its own ("300/300 0:00:18 •        16.55it/s ...", then
+    # "0:00:00"). Piped: the final bar only; with TTY_COMPATIBLE=1: live redraws (cursor up
+    # over the two lines), the first 14 and the last 6 lines of the log kept.
+    (final,) = readings("lightning_rich_80cols.txt")
+    assert (final.fmt, final.step, final.total, final.epoch) == ("lightning_rich", 300, 300, 0.0)
+    assert final.rate == pytest.approx(16.55) and final.loss == pytest.approx(1.925)
+    rs = readings("lightning_rich_tty_compatible.txt")
+    assert {r.fmt for r in rs} == {"lightning_rich"} and {r.total for r in rs} == {300}
+    steps = [r.step for r in rs]
+    assert steps[:4] == [0, 0, 1, 2] and steps[-4:] == [297, 298, 299, 300]
+    assert rs[-1].rate == pytest.approx(15.46) and rs[-1].loss == pytest.approx(1.928)
+
+
 def test_tuilaunch_example_capture() -> None:
     rs = readings("tuilaunch_example.txt")
     assert [(r.fmt, r.step, r.epoch) for r in rs[::2]] == [

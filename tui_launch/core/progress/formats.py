@@ -99,9 +99,11 @@ def _parse_tqdm(s: str) -> ProgressReading | None:
 # --- Lightning's RichProgressBar -------------------------------------------------------------
 
 # "Epoch 1/1  ━━━━━━━━━━━━━━━━━━━ 32/32 0:00:00 • 0:00:00 112.63it/s v_num: 0 train_loss: 0.25"
+# On a console narrower than the bar (80 columns: a file, whose width rich cannot ask) rich
+# wraps the remaining time onto a line of its own: "32/32 0:00:00 •       112.63it/s ...".
 _RICH = re.compile(
     r"^\s*(?P<desc>.*?)\s*[━╸╺─\s]*\s(?P<n>\d+)/(?P<total>\d+|\?)\s+"
-    r"(?P<elapsed>[\d:-]+)\s*•\s*(?P<remaining>[\d:-]+)\s+"
+    r"(?P<elapsed>[\d:-]+)\s*•\s*(?P<remaining>[\d:-]+)?\s+"
     rf"(?:(?P<rate>{_NUM})it/s)?(?P<metrics>.*)$"
 )
 _RICH_PAIR = re.compile(rf"(\w+): ({_NUM}|nan)")
