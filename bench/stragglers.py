@@ -17,7 +17,7 @@ slows the ranks' step rate by at most 1 %.
             spends (``RUSAGE_SELF``: the thread pool, fork/exec of py-spy, reading its JSON)
             and the CPU of the py-spy processes (``RUSAGE_CHILDREN``: the launcher's waited
             children, so a launch's CPU counts them); as % of a core at ``--interval`` and
-            after the back-off on a balanced run (4 x the interval).
+            after the back-off on a balanced run (8 x the interval).
 
     .venv/bin/python bench/stragglers.py rate [--rounds 5] [--ranks 2] [--steps 500]
     .venv/bin/python bench/stragglers.py dump
@@ -138,7 +138,7 @@ def tick(args: argparse.Namespace) -> None:
         )
         for label, every in (
             (f"every {args.interval:g} s", args.interval),
-            (f"backed off ({4 * args.interval:g} s)", 4 * args.interval),
+            (f"backed off ({8 * args.interval:g} s)", 8 * args.interval),
         ):
             print(
                 f"  {label}: launcher {100 * own / every:.2f} % of a core, py-spy "

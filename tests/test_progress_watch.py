@@ -21,6 +21,7 @@ from tui_launch.core.logs import LogSource
 from tui_launch.core.progress.straggler import (
     StragglerJudge,
     StragglerSampler,
+    _lone_outsider,
     in_collective,
     is_stopped,
 )
@@ -260,6 +261,11 @@ def test_sampler_backs_off_on_a_balanced_run_and_comes_back():
         judge.add({0: True, 1: False, 2: True})
     assert not judge.balanced()  # rank 1 drifts away: sample at the full rate again
     judge.reset()
+    # one rank out while all the others wait: a straggler's sample, whatever the shares say
+    assert _lone_outsider({0: True, 1: False, 2: True})
+    assert not _lone_outsider({0: True, 1: False})  # two ranks: one out is half of all samples
+    assert not _lone_outsider({0: True, 1: False, 2: False})
+    assert not _lone_outsider({0: True, 1: False, 2: None})
     if sampler.pyspy is None:
         pytest.skip("py-spy is not installed")
     idle = "import time; print('up', flush=True); time.sleep(60)"
@@ -269,9 +275,9 @@ def test_sampler_backs_off_on_a_balanced_run_and_comes_back():
             assert p.stdout is not None and p.stdout.readline() == b"up\n"
         sampler.set_workers(0, [(r, p.pid) for r, p in enumerate(procs)])
         # two idle ranks, never in a collective: balanced once min_samples are in
-        delays = [sampler.tick() for _ in range(6)]
+        delays = [sampler.tick() for _ in range(7)]
         assert delays[:2] == [1.0, 1.0]
-        assert delays[2:] == [2.0, 4.0, 4.0, 4.0], delays
+        assert delays[2:] == [2.0, 4.0, 8.0, 8.0, 8.0], delays
         sampler.set_workers(1, [(r, p.pid) for r, p in enumerate(procs)])
         assert sampler.tick() == 1.0  # a new attempt starts over
     finally:

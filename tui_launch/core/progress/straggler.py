@@ -16,10 +16,11 @@ the one the others wait for. Its stack would say where it was stopped, which is 
 collective as often as the others are when steps are short, so a rank slowed by stop/continue
 cycles looked like everyone else (issue 15's ``--inject slow`` case).
 
-Cost: one py-spy process per rank and sample (about 11 ms of CPU each, in py-spy, on the
-launcher's side). Once the verdict is settled on a balanced run the sampler backs off
-(doubling its interval up to ``backoff`` times), and it comes back to the full rate as soon
-as the shares drift apart or a rank is named.
+Cost: one py-spy process per rank and sample (about 11-18 ms of CPU each, in py-spy, a child
+of the launcher: ``bench/stragglers.py tick``). Once the verdict is settled on a balanced run
+the sampler backs off (doubling its interval up to ``backoff`` times), and it comes back to
+the full rate as soon as the shares drift apart, a sample looks like a straggler's (one rank
+out of a collective while all the others wait) or a rank is named.
 
 :class:`StragglerJudge` is pure (samples in, verdict out); :class:`StragglerSampler` runs it
 on a :class:`~tui_launch.core.periodic.Periodic` and posts a journaled
@@ -145,6 +146,14 @@ def in_collective(pid: int, pyspy: str, timeout: float = 2.0) -> bool | None:
     return collective_of(main.frames) is not None
 
 
+def _lone_outsider(sample: dict[int, bool | None]) -> bool:
+    """Whether one rank of three or more is outside a collective while all the others wait
+    in one: what a straggler looks like. On a balanced run of many ranks that is rare (each
+    rank must be the only one out); with a straggler it is most samples."""
+    known = [inside for inside in sample.values() if inside is not None]
+    return len(known) >= 3 and known.count(False) == 1
+
+
 class StragglerSampler:
     """Sample every rank's stack every ``interval`` seconds and post the straggler verdict.
 
@@ -155,7 +164,9 @@ class StragglerSampler:
         pyspy: the py-spy binary (empty: find it; None: none, the sampler stays off).
         judge: the rule (default :class:`StragglerJudge`).
         backoff: on a balanced run (:meth:`StragglerJudge.balanced`) the interval doubles
-            after each sample, up to ``backoff`` times ``interval`` (1: never backs off).
+            after each sample, up to ``backoff`` times ``interval`` (1: never backs off); a
+            sample that looks like a straggler's (:func:`_lone_outsider`) or shares that
+            drift apart bring it back to ``interval`` at once.
     """
 
     def __init__(
@@ -166,7 +177,7 @@ class StragglerSampler:
         interval: float = 5.0,
         pyspy: str | None = "",
         judge: StragglerJudge | None = None,
-        backoff: float = 4.0,
+        backoff: float = 8.0,
     ) -> None:
         self.post = post
         self.cpu = cpu
@@ -233,7 +244,7 @@ class StragglerSampler:
             self.samples_taken += 1
             self.judge.add(found)
             named = self.judge.straggler()
-            if self.judge.balanced():
+            if self.judge.balanced() and not _lone_outsider(found):
                 self._delay = min(self._delay * 2, self.interval * self.backoff)
             else:
                 self._delay = self.interval
