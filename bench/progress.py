@@ -11,13 +11,16 @@ Target: at 8 ranks x 2,000 lines/s, parsing takes at most 2 % of one core, i.e. 
              one core) and CPU microseconds per line, net of the benchmark's own loop (the
              same loop calling a no-op ``feed`` is measured and subtracted; "gross" keeps it).
              It runs twice: with the default coalescing, and with ``min_interval=0`` (every
-             line parsed) to show what the coalescing saves.
+             line parsed) to show what the coalescing saves. Then a third time as the
+             progress watch really gets the lines: in batches, one per tailer read of a
+             rank's stream (``--poll`` seconds apart, 0.5 by default: the tailer's
+             ``view_interval`` for lossy sinks), through ``JobProgress.feed_lines``.
 
 CPU time is ``time.thread_time`` (this thread only), so other load on the machine disturbs it
 far less than wall time. Stdlib only::
 
     .venv/bin/python bench/progress.py lines
-    .venv/bin/python bench/progress.py load [--seconds 5] [--ranks 8] [--rate 2000]
+    .venv/bin/python bench/progress.py load [--seconds 5] [--ranks 8] [--rate 2000] [--poll 0.5]
     .venv/bin/python bench/progress.py all
 """
 
@@ -123,6 +126,42 @@ class _NoOp:
     def state(self, now: float) -> None:
         pass
 
+    def feed_lines(self, rank: int, stream: str, lines: list[str], t: float) -> None:
+        pass
+
+
+def _drive_batched(
+    job: JobProgress | _NoOp, lines: list[str], seconds: int, ranks: int, poll: float
+) -> float:
+    per_read = max(1, round(len(lines) * poll))
+    reads = [lines[i : i + per_read] for i in range(0, len(lines), per_read)]
+    gc.disable()
+    t0 = time.thread_time()
+    for sec in range(seconds):
+        for k, batch in enumerate(reads):
+            t = sec + (k + 1) * poll
+            for rank in range(ranks):
+                job.feed_lines(rank, "stdout", batch, t)
+        job.state(sec + 1.0)
+    cpu = time.thread_time() - t0
+    gc.enable()
+    return cpu
+
+
+def bench_batched(seconds: int, ranks: int, rate: int, poll: float) -> None:
+    print(
+        f"load: {ranks} ranks x {rate} lines/s, {seconds} simulated s, as the progress watch "
+        f"gets them: one batch per rank every {poll:g} s (JobProgress.feed_lines)"
+    )
+    print(f"  {'mix':34s} {'net share of a core':>20s} {'net us/line':>12s} {'gross':>8s}")
+    for name in MIXES:
+        lines = [mix(name, i) for i in range(rate)]
+        base = min(_drive_batched(_NoOp(), lines, seconds, ranks, poll) for _ in range(2))
+        cpu = _drive_batched(JobProgress(), lines, seconds, ranks, poll)
+        net = max(cpu - base, 0.0) / seconds
+        per_line = net / (rate * ranks) * 1e6
+        print(f"  {name:34s} {net * 100:19.2f}% {per_line:12.2f} {cpu / seconds * 100:7.2f}%")
+
 
 def _drive(job: JobProgress | _NoOp, lines: list[str], seconds: int, ranks: int) -> float:
     dt = 1.0 / len(lines)
@@ -162,12 +201,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--rate", type=int, default=2000)
     ap.add_argument("--n", type=int, default=20000, help="calls per line kind (lines)")
+    ap.add_argument("--poll", type=float, default=0.5, help="seconds between tailer reads")
     args = ap.parse_args(argv)
     if args.what in ("lines", "all"):
         bench_lines(args.n)
     if args.what in ("load", "all"):
         bench_load(args.seconds, args.ranks, args.rate, coalesce=True)
         bench_load(args.seconds, args.ranks, args.rate, coalesce=False)
+        bench_batched(args.seconds, args.ranks, args.rate, args.poll)
 
 
 if __name__ == "__main__":

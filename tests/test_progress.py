@@ -501,3 +501,24 @@ def test_noise_between_bar_redraws_does_not_hide_the_bar() -> None:
     assert st.locked and st.fmt == "tqdm"
     assert st.step == 3999
     assert st.rate == pytest.approx(200.0, rel=0.02)
+
+
+def test_a_batch_of_lines_gives_what_feeding_them_one_by_one_gives() -> None:
+    # One read of the tailer: lines that arrived together. The progress watch feeds them as a
+    # batch (only the first and newest of each kind are looked at): the progress it reads is
+    # the one feeding every line gives (the format lock may come a read later: it counts
+    # readings, and a batch gives fewer).
+    hf = lines("hf_trainer.txt")
+    bars = segments("tqdm_total.txt")
+    noise = [f"INFO loading shard {i} of 64" for i in range(50)]
+    batches = [noise[:10], hf[:40], bars[:30] + noise + bars[30:60], noise, hf[40:] + bars[60:]]
+    one, batch = ProgressTracker(), ProgressTracker()
+    for k, group in enumerate(batches):
+        t = 100.0 + k
+        for line in group:
+            one.feed(line, t)
+        batch.feed_lines(group, t)
+        a, b = one.snapshot(t + 0.5), batch.snapshot(t + 0.5)
+        fields = ("step", "total", "epoch", "loss", "steps_done", "finished", "fmt")
+        assert [getattr(b, f) for f in fields] == [getattr(a, f) for f in fields], k
+    assert b == a

@@ -54,6 +54,12 @@ class JobProgress:
         tr = self._trackers.get((rank, stream))
         (tr if tr is not None else self.tracker(rank, stream)).feed(text, t)
 
+    def feed_lines(self, rank: int, stream: str, lines: list[str], t: float) -> None:
+        """Whole lines a rank wrote on ``stream`` that arrived together at monotonic ``t``
+        (see :meth:`ProgressTracker.feed_lines`: the newest of each kind counts)."""
+        tr = self._trackers.get((rank, stream))
+        (tr if tr is not None else self.tracker(rank, stream)).feed_lines(lines, t)
+
     @staticmethod
     def _position(state: ProgressState) -> tuple[float, int]:
         return (state.epoch if state.epoch is not None else -1.0, state.step or 0)

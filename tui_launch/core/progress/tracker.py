@@ -165,6 +165,62 @@ class ProgressTracker:
                 return
             else:
                 kind = "any" if anchor is None else "other"
+        self._feed_kind(text, t, kind)
+
+    def feed_lines(self, lines: list[str], t: float) -> None:
+        """Take whole lines (no ``\n`` in them) that arrived together at ``t`` (one read of
+        the log tailer), with the same result as feeding them one by one.
+
+        Fed one by one, lines of one kind that share an arrival time are coalesced: the
+        first is parsed (the step a restart resumed from), the newest supersedes the ones
+        between. So only those two of each kind are looked for: from the oldest line
+        forward and from the newest back, with the pre-filter's tests inline, each scan
+        stopping once it has found every kind. A read of a thousand bar updates costs a
+        few tests, not a thousand calls.
+        """
+        anchor = self._anchor
+        kinds = 2 if anchor is None else 3  # dict and any | dict, fam and other
+        last: dict[str, int] = {}  # kind -> its newest line
+        first: dict[str, int] = {}  # kind -> its oldest line (known once scanned to the start)
+        n = len(lines)
+        whole = True
+        for i in range(n - 1, -1, -1):  # from the newest back
+            text = lines[i]
+            if "{" in text:
+                kind = "dict"
+            elif anchor is not None and anchor(text):
+                kind = "fam"
+            elif not ("/" in text or "tep" in text or "ter" in text or "poch" in text):
+                continue
+            else:
+                kind = "any" if anchor is None else "other"
+            first[kind] = i
+            if kind not in last:
+                last[kind] = i
+                if len(last) == kinds and i > 0:
+                    whole = False  # every kind is in: their oldest lines are found forward
+                    break
+        if not whole:
+            first = {}
+            for i in range(n):
+                text = lines[i]
+                if "{" in text:
+                    kind = "dict"
+                elif anchor is not None and anchor(text):
+                    kind = "fam"
+                elif not ("/" in text or "tep" in text or "ter" in text or "poch" in text):
+                    continue
+                else:
+                    kind = "any" if anchor is None else "other"
+                if kind not in first:
+                    first[kind] = i
+                    if len(first) == kinds:
+                        break
+        for i in sorted(set(first.values()) | set(last.values())):  # in arrival order
+            self.feed(lines[i], t)
+
+    def _feed_kind(self, text: str, t: float, kind: str) -> None:
+        """Parse ``text`` of ``kind`` now, or keep it as its kind's newest (coalescing)."""
         last = self._last_parse.get(kind)
         if last is not None and t - last < self.min_interval:
             self._pending[kind] = (text, t)  # a newer line of this kind supersedes it

@@ -113,9 +113,9 @@ class ProgressWatch:
         with self._lock:
             a = self._attempt(attempt, t)
             a.local.setdefault(rank, int(getattr(src, "local_rank", rank)))
-            job = a.job
-            for line in lines:
-                job.feed(rank, stream, line, t)
+            # One read of the tailer: the newest line of each kind counts (the parser stays
+            # off the hot path however many lines a read holds).
+            a.job.feed_lines(rank, stream, lines, t)
 
     def on_partial(self, src: object, text: str, t: float) -> None:
         """The unterminated text after a stream's last newline (a ``\\r`` progress bar), seen
