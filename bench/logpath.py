@@ -139,6 +139,7 @@ def one(launcher: str, mode: str, opts: argparse.Namespace, pythonpath: str | No
     try:
         with open(console, "wb") as out:
             busy0, cpu0 = busy_cpu_s(), children_cpu_s()
+            launched = time.time()
             t0 = time.perf_counter()
             proc = subprocess.Popen(
                 cmd,
@@ -167,6 +168,7 @@ def one(launcher: str, mode: str, opts: argparse.Namespace, pythonpath: str | No
                 proc.kill()
                 proc.wait()
             wall = time.perf_counter() - t0
+            exited = time.time()
             cpu = children_cpu_s() - cpu0
             trace.join()
             if spy is not None:
@@ -179,6 +181,8 @@ def one(launcher: str, mode: str, opts: argparse.Namespace, pythonpath: str | No
             exit_code=rc,
             wall_s=wall,
             workers_wall_s=max(ends) - min(starts),
+            head_s=min(starts) - launched,  # launch to the first line (start-up, rendezvous)
+            tail_s=exited - max(ends),  # the last line to the launcher's exit
             launcher_flood_cpu_s=trace.between(min(starts), max(ends)),
             cpu_s=cpu,
             foreign_load=foreign / (wall * (os.cpu_count() or 1)),
@@ -230,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                     samples.append(s)
                     print(
                         f"[logpath {r + 1}/{opts.repeat}] {mode:<9} {launcher:<9} "
-                        f"wall {s['wall_s'] or 0:.2f}s workers {s.get('workers_wall_s', 0):.2f}s "
+                        f"wall {s['wall_s'] or 0:.2f}s (head {s.get('head_s', 0):.2f}s, tail "
+                        f"{s.get('tail_s', 0):.2f}s) workers {s.get('workers_wall_s', 0):.2f}s "
                         f"cpu {s.get('cpu_s', 0):.2f}s launcher-in-flood "
                         f"{s.get('launcher_flood_cpu_s') or 0:.2f}s ok={s['ok']} "
                         f"files={s.get('files_ok')} "
@@ -246,7 +251,14 @@ def main(argv: list[str] | None = None) -> int:
         for name in LAUNCHERS:
             mine = [s for s in samples if s["round"] >= 0 and s["mode"] == mode]
             mine = [s for s in mine if s["launcher"] == name and s["ok"]]
-            for key in ("wall_s", "workers_wall_s", "cpu_s", "launcher_flood_cpu_s"):
+            for key in (
+                "wall_s",
+                "workers_wall_s",
+                "cpu_s",
+                "launcher_flood_cpu_s",
+                "head_s",
+                "tail_s",
+            ):
                 row[f"{name}_{key}"] = median([s[key] for s in mine if s.get(key) is not None])
             row[f"{name}_files_ok"] = all(s.get("files_ok", True) for s in mine)
         t, u = row["torchrun_wall_s"], row["tuilaunch_wall_s"]
@@ -288,9 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "| console mode | torchrun wall | tuilaunch wall | ratio | paired | goal | "
         "workers' wall (torchrun / tuilaunch) | CPU s (torchrun / tuilaunch) | "
-        "launcher CPU s in the flood (torchrun / tuilaunch) | files whole |"
+        "launcher CPU s in the flood (torchrun / tuilaunch) | start-up to first line, s "
+        "(torchrun / tuilaunch) | last line to exit, s (torchrun / tuilaunch) | files whole |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         m = row["mode"]
 
@@ -304,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| {f(row['torchrun_cpu_s'])} / {f(row['tuilaunch_cpu_s'])} "
             f"| {f(row['torchrun_launcher_flood_cpu_s'])} / "
             f"{f(row['tuilaunch_launcher_flood_cpu_s'])} "
+            f"| {f(row['torchrun_head_s'])} / {f(row['tuilaunch_head_s'])} "
+            f"| {f(row['torchrun_tail_s'])} / {f(row['tuilaunch_tail_s'])} "
             f"| {'yes' if row['tuilaunch_files_ok'] else '**no**'} |"
         )
     by_mode = {row["mode"]: row for row in rows}
