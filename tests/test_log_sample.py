@@ -5,7 +5,8 @@ the newest lines, not every line. A console (a raw sink) makes the tailer poll f
 output flows; those polls must not make the lossy sinks decode and parse every line of a
 flood (issue 15: the log-path benchmark). A real process floods a file here; the tailer's
 raw sink must see every byte, the lossy sink at most ``SKIP_OVER`` bytes of lines per read
-and at most one read per ``view_interval`` (bar the final one).
+and, while the stream is more than ``SKIP_KEEP`` behind, at most one read per
+``view_interval``.
 """
 
 from __future__ import annotations
@@ -61,5 +62,6 @@ def test_lossy_sinks_get_a_bounded_sample_while_a_console_gets_every_byte(tmp_pa
     # One read per view_interval while polled (the final read at stop may follow at once). A
     # read that skips hands the sink its "not shown" note first, then the lines, at once.
     starts = [t for k, (t, _) in enumerate(reads) if k == 0 or t - reads[k - 1][0] > 0.1]
-    gaps = [b - a for a, b in itertools.pairwise(starts[:-1])]
+    # (the flood's last bytes, less than SKIP_KEEP behind, may be read at the next poll)
+    gaps = [b - a for a, b in itertools.pairwise(starts[:-2])]
     assert all(g >= 0.8 * 0.5 for g in gaps), gaps

@@ -15,10 +15,11 @@ What the tailer hands out, per stream:
   operations. A stream no sink accepts is not read at all.
 - *whole lines* (:meth:`LogTailer.add_sink`): decoded, split on ``\n`` only (a progress
   bar's ``\r`` stays inside its line, as in the file). When every line sink of a stream is
-  lossy (views, the progress and hang watches), the poll reads its lines at most every
-  ``view_interval`` and, in a flood, only its last ``SKIP_KEEP`` bytes: those sinks see a
-  bounded sample (a few hundred lines per stream and poll), however fast the ranks print,
-  even while a console makes the tailer poll 20 times a second.
+  lossy (views, the progress and hang watches), a poll that finds it more than ``SKIP_KEEP``
+  bytes behind reads its lines only if ``view_interval`` has passed since the last read, and
+  then, in a flood, only its last ``SKIP_KEEP`` bytes: those sinks see a bounded sample
+  however fast the ranks print, even while a console makes the tailer poll 20 times a second
+  (a trickle of lines is read at every poll, so their arrival times stay exact).
 - *the unterminated tail* (:meth:`LogTailer.add_partial_sink`): the text after the last
   ``\n`` (a ``\r``-rewritten progress bar), whenever it changed; read from the end of the
   file only, so it costs nothing in a flood.
@@ -326,8 +327,11 @@ class LogTailer:
         if sinks and polled and not final and all(lossy for _, lossy in sinks):
             # Views and watches: a sample twice a second is all they show or need. A console
             # poll 20 times a second must not make them decode and parse 10 times as much.
-            # (0.8: a poll on the view_interval grid must not miss its turn by a jitter)
-            if t - src.lines_at < 0.8 * self._view_interval:
+            # A trickle is read at every poll (the progress watch's arrival times stay exact);
+            # a stream more than SKIP_KEEP behind waits for its turn. (0.8: a poll on the
+            # view_interval grid must not miss its turn by a jitter.)
+            soon = t - src.lines_at < 0.8 * self._view_interval
+            if soon and os.fstat(src.fp.fileno()).st_size - src.offset > self.SKIP_KEEP:
                 return  # its lines and its partial wait for the next turn
             src.lines_at = t
         if sinks:
