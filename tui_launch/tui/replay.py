@@ -193,7 +193,8 @@ def cursor_line(src: ReplaySource) -> Text:
     state = "playing" if src.playing else "paused"
     kind = src.timeline.kinds[src.cursor - 1] if src.cursor else "(start)"
     following = getattr(src, "following", None)
-    label = "REPLAY" if following is None else "ATTACHED read-only" + (" (following)" * following)
+    mode = getattr(src, "mode_label", "read-only")  # an attach --control says so
+    label = "REPLAY" if following is None else f"ATTACHED {mode}" + (" (following)" * following)
     return Text(
         f" {label}  {when}{frac}   event {src.cursor}/{len(src.timeline)} ({kind})"
         f"   {state} x{src.speed:g}   space play  ,/. step  [/] failures  g/G start/end"
