@@ -75,17 +75,28 @@ class Console:
             return self.path
 
     def move_to(self, run_dir: str) -> None:
-        """The run directory exists now: carry on in its ``console.log`` (any thread)."""
+        """The run directory exists now: carry on in its ``console.log`` (any thread).
+
+        Every descriptor of this process open on the spare file is pointed at the new one,
+        not only 1 and 2: the headless stderr filter (``core/stderrpipe.py``) writes to a
+        private copy of fd 2.
+        """
         with self._lock:
             if not self._spare or self.path is None:
                 return
             old, new = self.path, os.path.join(run_dir, CONSOLE_NAME)
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
             try:
+                spare = os.stat(old)
                 with open(old, "rb") as src:
                     fd = os.open(new, _FLAGS, 0o600)
                     try:
                         os.write(fd, src.read())
-                        redirect_stdio(new)
+                        for other in _fds_on(spare.st_dev, spare.st_ino):
+                            if other != src.fileno():
+                                os.dup2(fd, other, inheritable=other <= 2)
                         os.write(fd, src.read())  # what was written in between
                     finally:
                         os.close(fd)
@@ -93,6 +104,17 @@ class Console:
             except OSError:
                 return  # the spare file stays the console: nothing is lost
             self.path, self._spare = new, False
+
+
+def _fds_on(dev: int, ino: int) -> list[int]:
+    """This process's descriptors open on the file (dev, ino)."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError, ValueError):
+            st = os.fstat(int(name))
+            if (st.st_dev, st.st_ino) == (dev, ino):
+                found.append(int(name))
+    return found
 
 
 def daemonize() -> int | None:

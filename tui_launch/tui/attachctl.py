@@ -14,6 +14,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from typing import Any
 
 from tui_launch.core.controlsock import ControlClient, ControlError, find
 from tui_launch.core.events import StacksDumped, from_dict
@@ -90,7 +91,7 @@ class ControlDashboard(AttachDashboard):
 
     source: ControlSource
 
-    def notify(self, message: str, **kwargs: object) -> None:  # type: ignore[override]
+    def notify(self, message: str, **kwargs: Any) -> None:
         # "could not kill rank 1": say why when the socket said (refused, connection lost).
         if kwargs.get("severity") == "error" and self.source.error:
             message = f"{message}: {self.source.error}"
