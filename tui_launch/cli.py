@@ -192,7 +192,7 @@ def _run(
     # The control socket (attach --control): off unless asked for (--control-socket,
     # --detach, or D in the dashboard); it listens once the run directory exists.
     from tui_launch.core.controlsock import ControlServer
-    from tui_launch.core.detach import Console
+    from tui_launch.core.detach import Console, detach_message
 
     control = ControlServer(runner, _spare_dir(), on_listen=index.set_control)
     store.subscribe(control.listener, replay=False)
@@ -233,12 +233,13 @@ def _run(
             if code == DETACHED:
                 # D: the terminal is released; the job goes on headless, its console output
                 # in the run directory, deaf to SIGHUP, and listening for attach --control.
+                print(detach_message(os.getpid(), runner.files.run_dir), flush=True)
                 detached = Console(_spare_dir())
-                path = detached.detach(runner.files.run_dir)
+                detached.detach(runner.files.run_dir)
                 consoles.append(detached)
                 index.set_detached()
                 control.enable()
-                print(f"tuilaunch: detached at {time.strftime('%H:%M:%S')}; console: {path}")
+                print(f"tuilaunch: detached from the dashboard at {time.strftime('%H:%M:%S')}")
             elif error is None and code is not None:
                 runner.wait()
                 print_summary(store.snapshot(), runner, sys.stderr, verbose=opts.verbose)

@@ -62,6 +62,13 @@ class Console:
         """Leave the terminal: stdio to the console file, SIGHUP ignored from now on; returns
         the file's path (call from the main thread)."""
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        # Textual leaves its suspend/resume handlers behind after App.exit: a SIGCONT (tmux
+        # sends one with the SIGHUP when its session is killed) would try to redraw the
+        # dashboard from the headless loop and raise there. Back to the defaults.
+        for sig in (signal.SIGCONT, signal.SIGTSTP, signal.SIGWINCH):
+            signal.signal(sig, signal.SIG_DFL)
+        for sig in (signal.SIGTTIN, signal.SIGTTOU):
+            signal.signal(sig, signal.SIG_IGN)  # no terminal I/O from here on
         with self._lock:
             if run_dir:
                 self.path = os.path.join(run_dir, CONSOLE_NAME)
@@ -147,4 +154,15 @@ def attach_hint(pid: int) -> str:
         f"  watch it:  tuilaunch attach {pid}\n"
         f"  steer it:  tuilaunch attach {pid} --control\n"
         f"  stop it:   kill {pid}"
+    )
+
+
+def detach_message(pid: int, run_dir: str | None) -> str:
+    """What ``D`` leaves on the terminal it releases."""
+    where = os.path.join(run_dir, CONSOLE_NAME) if run_dir else f"{CONSOLE_NAME} in the run dir"
+    return (
+        f"tuilaunch: detached; the job goes on (pid {pid}) and this terminal may be closed.\n"
+        f"  console output: {where}\n"
+        f"  the cockpit again: tuilaunch attach {pid} --control   (read-only: without --control)\n"
+        "  your prompt back here: ctrl+z, then bg"
     )
