@@ -202,6 +202,9 @@ def _run(
         control.enable()
     if console is not None:
         index.set_detached()
+        from tui_launch.core.detach import ready
+
+        ready()  # --detach's first process may return: `tuilaunch attach PID` finds the run
     # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.
     handled = getattr(args, "signals_to_handle", None) or DEFAULT_SIGNALS
     previous = install_signal_handlers(runner, handled)

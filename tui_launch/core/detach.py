@@ -126,7 +126,8 @@ def _fds_on(dev: int, ino: int) -> list[int]:
 
 def daemonize() -> int | None:
     """Fork twice. In the launcher (the grandchild, in a new session) return None; in the
-    original process return the launcher's pid (the intermediate child exits at once)."""
+    original process return the launcher's pid once it called :func:`ready` (the
+    intermediate child exits at once)."""
     read_end, write_end = os.pipe()
     first = os.fork()
     if first:
@@ -142,8 +143,20 @@ def daemonize() -> int | None:
     if os.fork():
         os._exit(0)
     os.write(write_end, str(os.getpid()).encode())
-    os.close(write_end)
+    # Kept open until the run is in the index (ready()): the original process returns once
+    # `tuilaunch attach PID` can find it (or once this process has exited, whatever happened).
+    _READY.append(write_end)
     return None
+
+
+_READY: list[int] = []
+
+
+def ready() -> None:
+    """The detached launcher is registered in the run index: let ``--detach`` return."""
+    while _READY:
+        with contextlib.suppress(OSError):
+            os.close(_READY.pop())
 
 
 def attach_hint(pid: int) -> str:
