@@ -374,3 +374,55 @@ def test_detach_with_d_then_attach_control_in_tmux() -> None:
         for pid in leftovers(token):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_attach_control_bad_input(tmp_path: Path) -> None:
+    """No live run, or an unknown argument: one line, exit 2, no traceback."""
+    index = tmp_path / "index"
+    index.mkdir(mode=0o700)
+    env = base_env(XDG_RUNTIME_DIR=str(index))
+    for args, says in (
+        ([], "no live run here"),
+        (["12345678"], "no live run '12345678' here"),
+        (["--bogus"], "unexpected argument '--bogus'"),
+        (["--refresh-hz"], "--refresh-hz needs a value"),
+    ):
+        out = subprocess.run(
+            [PY, "-m", "tui_launch", "attach", "--control", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 2, (args, out.stderr)
+        assert out.stderr.count("\n") == 1 and says in out.stderr, (args, out.stderr)
+        assert out.stderr.startswith("tuilaunch attach: error: ")
+
+
+@pytest.mark.timeout(300)
+def test_no_socket_unless_asked_for(tuilaunch) -> None:
+    job = tuilaunch(
+        "--standalone", "--nproc-per-node", "1", str(WORKERS / "ticker.py"), "--ticks", "6000"
+    )
+
+    def started() -> runindex.Entry | None:
+        found = [e for e in runindex.entries() if e.pid == job.pid and e.run_dir]
+        if found and '"workers_started"' in Path(found[0].journal or "").read_text():
+            return found[0]
+        return None
+
+    entry = wait_for(started, 180, what="the run's workers")
+    assert entry.control is None
+    assert not [p for p in Path(entry.run_dir or "").iterdir() if p.suffix == ".sock"]
+    assert not [p for p in runindex.index_dir().iterdir() if p.suffix == ".sock"]
+    out = subprocess.run(
+        [PY, "-m", "tui_launch", "attach", str(job.pid), "--control"],
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "does not listen for control" in out.stderr
+    assert "--control-socket" in out.stderr and out.stderr.count("\n") == 1
+    job.proc.send_signal(signal.SIGTERM)
+    assert job.wait(120) == 143
