@@ -189,6 +189,19 @@ def test_control_from_a_second_process(tuilaunch) -> None:
     refused = next(e for e in controls if e["action"] == "signal" and not e["ok"])
     assert refused["source"] == f"attach (read-only) pid {reader} uid {uid}"
 
+    # An injection the launcher refuses, and a stack dump: both journaled with the client.
+    injector, answer = _client(path, "control", "inject", spec="bogus:rank=0")
+    assert answer["ok"] is False and answer["detail"]
+    dumper, answer = _client(path, "control", "dump")
+    assert answer["ok"] is True and answer["event"]["kind"] == "stacks_dumped"
+    assert answer["event"]["source"] == f"attach pid {dumper} uid {uid}"
+    events = _journal(journal)
+    inject = next(e for e in events if e["kind"] == "control" and e["action"] == "inject")
+    assert inject["source"] == f"attach pid {injector} uid {uid}" and not inject["ok"]
+    assert "bogus:rank=0" in inject["detail"]
+    dumped = next(e for e in events if e["kind"] == "stacks_dumped" and e["reason"] == "attach")
+    assert dumped["source"] == f"attach pid {dumper} uid {uid}"
+
     # Stop the whole job from the socket: it ends as a SIGTERM to the launcher would.
     stopper, answer = _client(path, "control", "stop")
     assert answer["ok"]

@@ -295,7 +295,11 @@ class ControlServer:
         if cmd == "restart":
             return {"ok": run.restart(who)}
         if cmd == "inject":
-            ok, detail = run.inject(str(request["spec"]), who)
+            # Scheduling posts nothing of its own (each firing is an Injected later): the
+            # request is journaled here, refused or not.
+            spec = str(request["spec"])
+            ok, detail = run.inject(spec, who)
+            run.store.post(ControlAction.on_run("inject", who, ok, f"{spec}: {detail}"))
             return {"ok": ok, "detail": detail}
         if cmd == "dump":
             event = run.dump_stacks("attach", who)
