@@ -196,6 +196,7 @@ def _run(
 
     control = ControlServer(runner, _spare_dir(), on_listen=index.set_control)
     store.subscribe(control.listener, replay=False)
+    runner.before_exit(control.close)  # a `node` injection SIGKILLs us: no socket left behind
     consoles: list[Console] = [console] if console is not None else []
     store.subscribe(lambda e: _console_follows(e, consoles, runner), replay=False)
     if opts.control_socket or console is not None:
