@@ -339,7 +339,7 @@ def test_detach_with_d_then_attach_control_in_tmux() -> None:
         old = poll(first, "both ranks running", 240, both_running)
         first.keys("D")
         screen: str = poll(
-            first, "the detach message", 60, lambda s: s if "tuilaunch: detached" in s else None
+            first, "the detach message", 120, lambda s: s if "tuilaunch: detached" in s else None
         )
         assert "tuilaunch attach" in screen and "--control" in screen
         launcher = int(screen.split("(pid ")[1].split(")")[0])
@@ -347,7 +347,7 @@ def test_detach_with_d_then_attach_control_in_tmux() -> None:
         first.close()
         entry = wait_for(
             lambda: next((e for e in runindex.entries() if e.pid == launcher and e.control), None),
-            60,
+            120,
             what="the detached run listening for control",
         )
         assert runindex.state(entry) == runindex.LIVE and entry.detached
@@ -357,7 +357,7 @@ def test_detach_with_d_then_attach_control_in_tmux() -> None:
         assert shown == old  # the same workers: nothing was restarted by the hang-up
         assert "ATTACHED control" in second.screen()
         second.keys("Down", "k")
-        poll(second, "the kill confirmation", 30, lambda s: f"rank 1 (local 1, pid {old[1]})?" in s)
+        poll(second, "the kill confirmation", 60, lambda s: f"rank 1 (local 1, pid {old[1]})?" in s)
         second.keys("y")
 
         def restarted(screen: str) -> dict[int, int] | None:
@@ -368,7 +368,7 @@ def test_detach_with_d_then_attach_control_in_tmux() -> None:
 
         poll(second, "restart 1 of 3 with new pids", 240, restarted)
         second.keys("q")
-        poll(second, "the quit confirmation", 30, lambda s: "Stop the workers and quit?" in s)
+        poll(second, "the quit confirmation", 60, lambda s: "Stop the workers and quit?" in s)
         second.keys("y")
         # tmux's own line on a dead pane gives attach's exit status.
         poll(second, "the attach to leave", 180, lambda s: "Pane is dead (status 0," in s)

@@ -192,7 +192,7 @@ def _run(
     # The control socket (attach --control): off unless asked for (--control-socket,
     # --detach, or D in the dashboard); it listens once the run directory exists.
     from tui_launch.core.controlsock import ControlServer
-    from tui_launch.core.detach import Console, detach_message
+    from tui_launch.core.detach import Console, detach_message, ignore_hangup
 
     control = ControlServer(runner, _spare_dir(), on_listen=index.set_control)
     store.subscribe(control.listener, replay=False)
@@ -237,6 +237,7 @@ def _run(
             if code == DETACHED:
                 # D: the terminal is released; the job goes on headless, its console output
                 # in the run directory, deaf to SIGHUP, and listening for attach --control.
+                ignore_hangup()  # before saying the terminal may be closed
                 print(detach_message(os.getpid(), runner.files.run_dir), flush=True)
                 detached = Console(_spare_dir())
                 detached.detach(runner.files.run_dir)

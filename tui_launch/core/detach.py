@@ -44,6 +44,19 @@ def redirect_stdio(path: str) -> None:
         os.close(null)
 
 
+def ignore_hangup() -> None:
+    """From now on a hang-up stops nothing (call from the main thread, before the user is
+    told the terminal may be closed)."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # Textual leaves its suspend/resume handlers behind after App.exit: a SIGCONT (tmux sends
+    # one with the SIGHUP when its session is killed) would try to redraw the dashboard from
+    # the headless loop and raise there. Back to the defaults.
+    for sig in (signal.SIGCONT, signal.SIGTSTP, signal.SIGWINCH):
+        signal.signal(sig, signal.SIG_DFL)
+    for sig in (signal.SIGTTIN, signal.SIGTTOU):
+        signal.signal(sig, signal.SIG_IGN)  # no terminal I/O from here on
+
+
 class Console:
     """The launcher's console once it has no terminal.
 
@@ -61,14 +74,7 @@ class Console:
     def detach(self, run_dir: str | None) -> str:
         """Leave the terminal: stdio to the console file, SIGHUP ignored from now on; returns
         the file's path (call from the main thread)."""
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        # Textual leaves its suspend/resume handlers behind after App.exit: a SIGCONT (tmux
-        # sends one with the SIGHUP when its session is killed) would try to redraw the
-        # dashboard from the headless loop and raise there. Back to the defaults.
-        for sig in (signal.SIGCONT, signal.SIGTSTP, signal.SIGWINCH):
-            signal.signal(sig, signal.SIG_DFL)
-        for sig in (signal.SIGTTIN, signal.SIGTTOU):
-            signal.signal(sig, signal.SIG_IGN)  # no terminal I/O from here on
+        ignore_hangup()
         with self._lock:
             if run_dir:
                 self.path = os.path.join(run_dir, CONSOLE_NAME)
