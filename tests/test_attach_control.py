@@ -439,3 +439,22 @@ def test_no_socket_unless_asked_for(tuilaunch) -> None:
     assert "--control-socket" in out.stderr and out.stderr.count("\n") == 1
     job.proc.send_signal(signal.SIGTERM)
     assert job.wait(120) == 143
+
+
+def test_control_attach_shows_the_acting_keys_and_read_only_does_not() -> None:
+    """The action table's rule: a replay or read-only attach hides what acts on the run, an
+    attach --control (``controls``) shows it, D included; a finished run hides D."""
+    from tui_launch.testing import scenarios
+    from tui_launch.tui import actions
+
+    live = scenarios.healthy().snapshot()
+    done = scenarios.finished().snapshot()
+    acting = [a for a in actions.ACTIONS if a.needs in actions.ACTS_ON_RUN]
+    assert {a.name for a in acting} >= {"kill", "term", "stop_continue", "restart", "detach"}
+    for a in acting:
+        assert not actions.applies(a.needs, live, 0, replay=True), a.name
+        assert actions.applies(a.needs, live, 0, replay=True, controls=True), a.name
+        assert actions.applies(a.needs, live, 0), a.name  # the launcher's own dashboard
+    detach = actions.BY_NAME["detach"]
+    assert not detach.destructive and detach.keys == ("D",)
+    assert not actions.applies(detach.needs, done, None, replay=True, controls=True)
