@@ -151,6 +151,9 @@ def test_control_from_a_second_process(tuilaunch) -> None:
         return None
 
     path, journal = wait_for(listening, 180, what="the run's control socket in the index")
+    # In the run directory, or (pytest's deep temp paths) in the index directory.
+    run_dir = os.path.dirname(journal)
+    assert path == socket_path(run_dir, str(runindex.index_dir()), job.pid)
     st = os.lstat(path)
     assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
     assert st.st_uid == os.getuid()
