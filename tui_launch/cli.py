@@ -192,7 +192,7 @@ def _run(
     # The control socket (attach --control): off unless asked for (--control-socket,
     # --detach, or D in the dashboard); it listens once the run directory exists.
     from tui_launch.core.controlsock import ControlServer
-    from tui_launch.core.detach import Console, detach_message, ignore_hangup
+    from tui_launch.core.detach import Console, detach_message, ignore_hangup, ready
 
     control = ControlServer(runner, _spare_dir(), on_listen=index.set_control)
     store.subscribe(control.listener, replay=False)
@@ -203,14 +203,12 @@ def _run(
         control.enable()
     if console is not None:
         index.set_detached()
-        from tui_launch.core.detach import ready
-
         ready()  # --detach's first process may return: `tuilaunch attach PID` finds the run
     # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.
     handled = getattr(args, "signals_to_handle", None) or DEFAULT_SIGNALS
     previous = install_signal_handlers(runner, handled)
     if console is not None:
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # detached: a hang-up stops nothing
+        ignore_hangup()  # detached from the start: a hang-up stops nothing
     if use_tui:
         from tui_launch.tui.run import DETACHED, run_dashboard  # Textual: before the freeze
     # What is loaded by now (torch alone is ~170,000 objects) lives as long as the process.
