@@ -42,7 +42,8 @@ def run_subcommand(argv: list[str]) -> int:
         from tui_launch.core.runindex import ls_main
 
         return ls_main(argv[1:])
-    if argv[0] == "attach" and "--control" in argv[1:]:
+    helps = {"-h", "--help"} & set(argv[1:])
+    if argv[0] == "attach" and ("--control" in argv[1:] or helps):  # its help names both
         from tui_launch.tui.attachctl import control_attach_main
 
         return control_attach_main(argv[1:])

@@ -22,6 +22,13 @@ from tui_launch.core.replay import Timeline
 from tui_launch.tui.replay import AttachDashboard, AttachSource
 
 USAGE = "usage: tuilaunch attach [RUN_DIR|PID|RUN_ID] --control [--no-confirm] [--refresh-hz HZ]"
+HELP = """usage: tuilaunch attach [RUN_DIR|PID|RUN_ID] [--control [--no-confirm]] [--refresh-hz HZ]
+
+The dashboard on a job that runs now (default: the only live run of yours on this node).
+Read-only by default: it reads the run's journal and log files and acts on nothing.
+--control adds the keys that act (kill, SIGTERM, stop, restart, inject, dump, q stops the
+job, D leaves it running) through the run's control socket: the run must have been started
+with --control-socket or --detach, or detached with D."""
 
 
 class ControlSource(AttachSource):
@@ -101,7 +108,7 @@ class ControlDashboard(AttachDashboard):
 def control_attach_main(argv: list[str]) -> int:
     """``tuilaunch attach [TARGET] --control``: exit 2 with one line on bad input."""
     if any(a in ("-h", "--help") for a in argv):
-        print(USAGE)
+        print(HELP)
         return 0
     target, refresh_hz, confirm, rest = None, 4.0, True, list(argv)
     try:
