@@ -37,6 +37,7 @@ from tui_launch.core.controlsock import (
     find,
     peer_allowed,
     peer_cred,
+    prune_stale,
     socket_path,
 )
 
@@ -55,8 +56,10 @@ s = socket.socket(socket.AF_UNIX)
 try:
     s.connect(sys.argv[1])
     s.sendall(b'{"hello": "tuilaunch-control", "mode": "control"}\\n')
-    s.sendall(b'{"cmd": "signal", "rank": 0, "signal": "SIGKILL"}\\n')
-    print(s.makefile().readline().strip())
+    reply = s.makefile().readline().strip()
+    if json.loads(reply).get("ok"):
+        s.sendall(b'{"cmd": "signal", "rank": 0, "signal": "SIGKILL"}\\n')
+    print(reply)
 except OSError as e:
     print(type(e).__name__)
 """
@@ -430,7 +433,7 @@ def test_no_socket_unless_asked_for(tuilaunch) -> None:
     entry = wait_for(started, 180, what="the run's workers")
     assert entry.control is None
     assert not [p for p in Path(entry.run_dir or "").iterdir() if p.suffix == ".sock"]
-    assert not [p for p in runindex.index_dir().iterdir() if p.suffix == ".sock"]
+    assert not (runindex.index_dir() / f"ctl-{job.pid}.sock").exists()
     out = subprocess.run(
         [PY, "-m", "tui_launch", "attach", str(job.pid), "--control"],
         env=base_env(),
@@ -461,3 +464,17 @@ def test_control_attach_shows_the_acting_keys_and_read_only_does_not() -> None:
     detach = actions.BY_NAME["detach"]
     assert not detach.destructive and detach.keys == ("D",)
     assert not actions.applies(detach.needs, done, None, replay=True, controls=True)
+
+
+def test_stale_sockets_of_dead_launchers_are_pruned(tmp_path: Path) -> None:
+    gone = subprocess.run([PY, "-c", "import os; print(os.getpid())"], capture_output=True)
+    dead = int(gone.stdout)
+    socks = [bind_private(str(tmp_path / f"ctl-{pid}.sock")) for pid in (dead, os.getpid())]
+    try:
+        (tmp_path / "ctl-notapid.sock").write_text("")
+        prune_stale(str(tmp_path))
+        left = sorted(p.name for p in tmp_path.iterdir())
+        assert left == sorted([f"ctl-{os.getpid()}.sock", "ctl-notapid.sock"])
+    finally:
+        for s in socks:
+            s.close()

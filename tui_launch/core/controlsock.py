@@ -136,6 +136,23 @@ def bind_private(path: str) -> socket.socket:
     return sock
 
 
+def prune_stale(directory: str) -> None:
+    """Remove the ``ctl-<pid>.sock`` files of launchers that are gone (a SIGKILLed one
+    cannot remove its own)."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            pid = name[len("ctl-") : -len(".sock")]
+            if not (name.startswith("ctl-") and name.endswith(".sock") and pid.isdigit()):
+                continue
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(directory, name))
+            except PermissionError:
+                pass  # alive
+
+
 # ------------------------------------------------------------------ the server
 
 
@@ -188,6 +205,8 @@ class ControlServer:
             if self._sock is not None or self._closed or not run_dir:
                 return self.path
             path = socket_path(run_dir, self.fallback_dir)
+            if self.fallback_dir and path and os.path.dirname(path) == self.fallback_dir:
+                prune_stale(self.fallback_dir)
             if path is None:
                 self.run.store.post(
                     Notice("warn", "no control socket: every candidate path is too long")
@@ -250,12 +269,14 @@ class ControlServer:
         pid, uid, _ = peer_cred(conn)
         who = f"attach pid {pid} uid {uid}"
         lines = _lines(conn)
+        # The hello first, even from a peer about to be refused: the refusal is then an
+        # answer it reads, not a connection reset under its first write.
+        hello = json.loads(next(lines))
         if not peer_allowed(uid):
             reason = f"refused: uid {uid} is not the run's owner (uid {os.getuid()})"
             self.run.store.post(ControlAction.on_run("connect", who, False, reason))
             _send(conn, {"ok": False, "error": reason})
             return
-        hello = json.loads(next(lines))
         mode = hello.get("mode") if hello.get("hello") == HELLO else None
         if mode not in ("control", "read"):
             _send(conn, {"ok": False, "error": "not a tuilaunch control client"})
