@@ -377,7 +377,10 @@ def test_detach_with_d_then_attach_control_in_tmux() -> None:
         poll(second, "the quit confirmation", 60, lambda s: "Stop the workers and quit?" in s)
         second.keys("y")
         # tmux's own line on a dead pane gives attach's exit status.
-        poll(second, "the attach to leave", 180, lambda s: "Pane is dead (status 0," in s)
+        try:
+            poll(second, "the attach to leave", 180, lambda s: "Pane is dead (status 0," in s)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{_stacks_of_attach()}") from None
         assert not wait_gone(token, 120)
         journal = Path(entry.journal or "")
         controls = [e for e in _journal(str(journal)) if e["kind"] == "control"]
@@ -478,3 +481,18 @@ def test_stale_sockets_of_dead_launchers_are_pruned(tmp_path: Path) -> None:
     finally:
         for s in socks:
             s.close()
+
+
+def _stacks_of_attach() -> str:
+    """py-spy dumps of every live ``tui_launch attach`` process (why one did not leave)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            if b"tui_launch" in cmd and b"attach" in cmd:
+                spy = shutil.which("py-spy") or "py-spy"
+                dump = subprocess.run(
+                    [spy, "dump", "--pid", entry], capture_output=True, text=True, timeout=60
+                )
+                out.append(f"attach pid {entry}:\n{dump.stdout}{dump.stderr}")
+    return "\n".join(out) or "no attach process left"
