@@ -296,7 +296,13 @@ class ControlServer:
         if cmd == "status":
             snap = run.store.snapshot()
             stopped = [r.local_rank for r in snap.ranks if run.is_stopped(r.local_rank)]
-            return {"ok": True, "phase": snap.phase, "done": run.done, "stopped": stopped}
+            return {
+                "ok": True,
+                "pid": os.getpid(),
+                "phase": snap.phase,
+                "done": run.done,
+                "stopped": stopped,
+            }
         if cmd not in ("signal", "restart", "inject", "dump", "stop"):
             return {"ok": False, "detail": f"unknown command {cmd!r}"}
         if not control:

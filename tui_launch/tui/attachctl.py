@@ -11,6 +11,7 @@ dashboard and the destructive ones still ask y/n (unless ``--no-confirm``); ``q`
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -21,6 +22,7 @@ from tui_launch.core.events import StacksDumped, from_dict
 from tui_launch.core.replay import Timeline
 from tui_launch.tui.replay import AttachDashboard, AttachSource
 
+GONE_GRACE = 3.0  # seconds a dead launcher's journal gets to show its end
 USAGE = "usage: tuilaunch attach [RUN_DIR|PID|RUN_ID] --control [--no-confirm] [--refresh-hz HZ]"
 HELP = """usage: tuilaunch attach [RUN_DIR|PID|RUN_ID] [--control [--no-confirm]] [--refresh-hz HZ]
 
@@ -37,10 +39,12 @@ class ControlSource(AttachSource):
     controls = True  # the acting keys apply (tui.actions.applies)
     mode_label = "control"
 
-    def __init__(self, timeline: Timeline, client: ControlClient) -> None:
+    def __init__(self, timeline: Timeline, client: ControlClient, pid: int | None = None) -> None:
         super().__init__(timeline)
         self.client = client
+        self.pid = pid  # the launcher's
         self.error = ""  # the last refusal or lost connection, for the notification
+        self.closed = False  # the dashboard is leaving: a waiting thread must not hold it
 
     def _call(self, cmd: str, **args: object) -> dict[str, object]:
         try:
@@ -79,13 +83,34 @@ class ControlSource(AttachSource):
         """Wait until the journal says the run finished; its exit code (None: timeout).
         The UI thread keeps following the journal meanwhile."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        gone_since: float | None = None
         while True:
             fin = self._snap.finished
             if fin is not None:
                 return fin.exit_code
-            if deadline is not None and time.monotonic() >= deadline:
+            if self.closed:
                 return None
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return None
+            # A launcher that died without a last word (SIGKILL) never writes RunFinished:
+            # once it has been gone a few seconds (time to read what it did write), stop.
+            if not self._launcher_alive():
+                gone_since = gone_since or now
+                if now - gone_since > GONE_GRACE:
+                    return 1
             time.sleep(0.1)
+
+    def _launcher_alive(self) -> bool:
+        if self.pid is None:
+            return True
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
 
     @property
     def done(self) -> bool:
@@ -97,6 +122,12 @@ class ControlDashboard(AttachDashboard):
     """The attached dashboard with the control keys (``tuilaunch attach --control``)."""
 
     source: ControlSource
+
+    def exit(self, *args: Any, **kwargs: Any) -> None:
+        # Thread workers run on asyncio's default executor, which the app's shutdown waits
+        # for: a worker still in source.wait() would keep the process alive after the UI.
+        self.source.closed = True
+        super().exit(*args, **kwargs)
 
     def notify(self, message: str, **kwargs: Any) -> None:
         # "could not kill rank 1": say why when the socket said (refused, connection lost).
@@ -131,6 +162,7 @@ def control_attach_main(argv: list[str]) -> int:
         answer = client.call("status")  # the socket answers, and it is ours, before any UI
         if not answer.get("ok"):
             raise ControlError(str(answer.get("detail", "refused")))
+        pid = answer.get("pid")
         if not journal:
             raise ValueError("the run has no journal yet: try again in a moment")
         timeline = Timeline(journal)
@@ -138,6 +170,7 @@ def control_attach_main(argv: list[str]) -> int:
         msg = str(e) if not isinstance(e, IndexError) else "--refresh-hz needs a value"
         print(f"tuilaunch attach: error: {msg} ({USAGE})", file=sys.stderr)
         return 2
-    app = ControlDashboard(ControlSource(timeline, client), refresh_hz=refresh_hz, confirm=confirm)
+    source = ControlSource(timeline, client, pid if isinstance(pid, int) else None)
+    app = ControlDashboard(source, refresh_hz=refresh_hz, confirm=confirm)
     app.run()
     return 0
