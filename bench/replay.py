@@ -32,32 +32,44 @@ import json
 import os
 import random
 import resource
+import shlex
 import statistics
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 from tui_launch.core.events import LogMark, Restart, TelemetryRecord, to_dict
 from tui_launch.core.replay import Timeline
 from tui_launch.testing import builders
-from tui_launch.tui.replay import ReplaySource
+from tui_launch.tui.replay import OPEN_AT_END, ReplaySource
 
 DAY = 86400
 NPROC = 8
+STREAMS = ("stdout", "stderr")
 
 
 def _line(seq: int, data: dict) -> str:
     return json.dumps({"seq": seq, **data}, default=str) + "\n"
 
 
-def write_journal(path: str, marks_per_s: int) -> int:
-    """Write the synthetic journal; return its number of events."""
+def write_journal(path: str, marks_per_s: int, seconds: int = DAY) -> int:
+    """Write the synthetic journal and its rank log files; return its number of events.
+
+    The logs are ``PATH.logs/attempt_N/RANK/{stdout,stderr}.log`` (the workers_started events
+    name them): each rank writes an 80-byte line to stdout per log mark, stderr stays empty,
+    and each attempt starts new files (offsets from 0), as torch's log directories do.
+    """
     samples = [
         TelemetryRecord(**{f.name: getattr(s, f.name) for f in dataclasses.fields(s)})
         for s in builders.telemetry(0, NPROC, 1000, 0.0, 30, gpus=NPROC)
     ]
+    logs = path + ".logs"
     seq = 0
     attempt = 0
-    offsets = dict.fromkeys(((r, s) for r in range(NPROC) for s in ("stdout", "stderr")), 0)
+    offsets: dict[tuple[int, str], int] = {}
+    files: list = []
     with open(path, "w") as fp:
 
         def put(event_dict: dict) -> None:
@@ -65,12 +77,29 @@ def write_journal(path: str, marks_per_s: int) -> int:
             fp.write(_line(seq, event_dict))
             seq += 1
 
+        def start(n: int, t: float) -> None:
+            nonlocal files
+            for f in files:
+                f.close()
+            files = []
+            for r in range(NPROC):
+                d = os.path.join(logs, f"attempt_{n}", str(r))
+                os.makedirs(d, exist_ok=True)
+                open(os.path.join(d, "stderr.log"), "w").close()
+                files.append(open(os.path.join(d, "stdout.log"), "w"))  # noqa: SIM115
+            offsets.update(dict.fromkeys(((r, s) for r in range(NPROC) for s in STREAMS), 0))
+            for e in builders.attempt(n, NPROC, t, 1000 + 100 * n):
+                if e.journaled:
+                    data = to_dict(e)
+                    if e.kind == "workers_started":
+                        data["log_dir"] = os.path.join(logs, f"attempt_{n}")
+                    put(data)
+
         put(to_dict(builders.run_started(NPROC, max_restarts=20)))
-        for e in builders.attempt(0, NPROC, 0.0, 1000):
-            if e.journaled:
-                put(to_dict(e))
+        start(0, 0.0)
         step = 1.0 / marks_per_s
-        for second in range(1, DAY):
+        line = 0
+        for second in range(1, seconds):
             t = float(second)
             if second % 7200 == 0:  # a failure and a restart every 2 hours
                 pid0 = 1000 + 100 * attempt
@@ -89,13 +118,15 @@ def write_journal(path: str, marks_per_s: int) -> int:
                     )
                 )
                 attempt += 1
-                for e in builders.attempt(attempt, NPROC, t + 0.5, 1000 + 100 * attempt):
-                    if e.journaled:
-                        put(to_dict(e))
+                start(attempt, t + 0.5)
             if second % 10 == 0:
                 s = samples[(second // 10) % len(samples)]
                 put(to_dict(dataclasses.replace(s, attempt=attempt, **builders.at(t))))
             for k in range(marks_per_s):
+                line += 1
+                for r, f in enumerate(files):
+                    f.write(f"rank {r} step {line:012d} loss 0.{line % 999983:06d} ".ljust(79))
+                    f.write("\n")
                 for key in offsets:
                     offsets[key] += 80 if key[1] == "stdout" else 0
                 # Formatted directly (as Journal.write would write it): asdict is slow to
@@ -109,7 +140,9 @@ def write_journal(path: str, marks_per_s: int) -> int:
                     f'"wall": {when["wall"]!r}, "offsets": [{marks}]}}\n'
                 )
                 seq += 1
-        put(to_dict(builders.failed_attempt(attempt, DAY - 1.0)))
+        put(to_dict(builders.failed_attempt(attempt, seconds - 1.0)))
+    for f in files:
+        f.close()
     return seq
 
 
@@ -118,21 +151,29 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def main() -> None:
-    """Write the journal if needed, then measure."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--marks-per-s", type=int, default=10)
-    parser.add_argument("--path", default=None)
-    parser.add_argument("--moves", type=int, default=200)
-    a = parser.parse_args()
-    path = a.path or f"/tmp/tuilaunch-replay-24h-{a.marks_per_s}.jsonl"
-    if not os.path.exists(path):
+def _moves(src: ReplaySource, count: int, seed: int) -> list[float]:
+    """Move the cursor to ``count`` random places; the seconds each move took."""
+    rng = random.Random(seed)
+    times = []
+    for _ in range(count):
+        n = rng.randrange(len(src.timeline) + 1)
         t = time.perf_counter()
-        n = write_journal(path, a.marks_per_s)
-        print(
-            f"wrote {path}: {n} events, {os.path.getsize(path) / 1e6:.0f} MB "
-            f"in {time.perf_counter() - t:.0f} s"
-        )
+        src.move(n)
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def _stats(times: list[float]) -> str:
+    times = sorted(times)
+    p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
+    return (
+        f"median {statistics.median(times) * 1e3:.0f} ms, p99 {p99 * 1e3:.0f} ms, "
+        f"max {times[-1] * 1e3:.0f} ms"
+    )
+
+
+def in_process(path: str, moves: int) -> None:
+    """The replay's own steps, timed in this process (what its UI thread waits for)."""
     base = rss_mb()
     t = time.perf_counter()
     tl = Timeline(path)
@@ -141,38 +182,105 @@ def main() -> None:
         f"open (index {len(tl)} events): {open_s:.2f} s; peak RSS {rss_mb():.0f} MB "
         f"(before: {base:.0f} MB)"
     )
-
     t = time.perf_counter()
-    src = ReplaySource(tl, cursor=0)
-    print(f"first frame's source at the start: {time.perf_counter() - t:.3f} s")
+    cursor = len(tl) if len(tl) <= OPEN_AT_END else 0
+    src = ReplaySource(tl, cursor)
+    print(f"first frame's source (cursor {cursor}): {time.perf_counter() - t:.3f} s")
 
+    # As replay_main does: the checkpoints on a background thread, the UI moving meanwhile.
     done = threading.Event()
-    t = time.perf_counter()
-    tl.precompute(done)
-    pre_s = time.perf_counter() - t
+    t0 = time.perf_counter()
+    worker = threading.Thread(target=tl.precompute, args=(done,), name="tuilaunch-replay")
+    worker.start()
+    early = _moves(src, min(20, moves), 1)
+    print(
+        f"cursor move x{len(early)} (random, while the checkpoints are computed): {_stats(early)}"
+    )
+    worker.join()
+    pre_s = time.perf_counter() - t0
     print(
         f"precompute (every checkpoint, background in a replay): {pre_s:.1f} s; "
         f"peak RSS {rss_mb():.0f} MB"
     )
-
-    rng = random.Random(16)
-    times = []
-    for _ in range(a.moves):
-        n = rng.randrange(len(tl) + 1)
-        t = time.perf_counter()
-        src.move(n)
-        times.append(time.perf_counter() - t)
-    times.sort()
-    p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
+    times = _moves(src, moves, 16)
     print(
-        f"cursor move x{a.moves} (random, checkpoints ready): median "
-        f"{statistics.median(times) * 1e3:.0f} ms, p99 {p99 * 1e3:.0f} ms, "
-        f"max {times[-1] * 1e3:.0f} ms; peak RSS {rss_mb():.0f} MB"
+        f"cursor move x{moves} (random, checkpoints ready): {_stats(times)}; "
+        f"peak RSS {rss_mb():.0f} MB"
     )
+    tl.close()
     tl2 = Timeline(path)
     t = time.perf_counter()
-    tl2.snapshot(len(tl2))
-    print(f"cold: the end before any checkpoint (a full reduce): {time.perf_counter() - t:.1f} s")
+    ReplaySource(tl2, 0).move(len(tl2))
+    print(
+        f"cold: to the end before any checkpoint (a full reduce and log fold): "
+        f"{time.perf_counter() - t:.2f} s"
+    )
+    tl2.close()
+
+
+def in_tmux(path: str, precompute_wait: float) -> None:
+    """``tuilaunch replay PATH`` in a real terminal: the first full frame, and its RSS."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from dashboard import Tmux
+
+    tmp = Path(tempfile.mkdtemp(prefix="tlbench_replay_"))
+    tmux = Tmux(tmp)
+    cmd = shlex.join([sys.executable, "-m", "tui_launch", "replay", path])
+    t0 = time.time()
+    tmux.start(cmd, dict(os.environ))
+    try:
+        deadline = time.monotonic() + 120
+        t1 = None
+        while time.monotonic() < deadline:
+            t = time.time()
+            text = tmux.capture()
+            if "REPLAY" in text and "event 0/" in text and "^p palette" in text:
+                t1 = t
+                break
+            time.sleep(0.01)
+        if t1 is None:
+            raise RuntimeError(f"no replay frame within 120 s:\n{text}")
+        print(f"tuilaunch replay in tmux: first full frame {t1 - t0:.2f} s after the start")
+        pane_pid = tmux._run("display-message", "-p", "-t", tmux.name, "#{pane_pid}").stdout
+        status = Path(f"/proc/{pane_pid.strip()}/status")
+        hwm = [ln for ln in status.read_text().splitlines() if ln.startswith("VmHWM")]
+        print(f"  its peak RSS then: {hwm[0].split(':')[1].strip()}")
+        time.sleep(precompute_wait)
+        hwm = [ln for ln in status.read_text().splitlines() if ln.startswith("VmHWM")]
+        print(f"  its peak RSS {precompute_wait:.0f} s later: {hwm[0].split(':')[1].strip()}")
+    finally:
+        tmux.kill()
+
+
+def main() -> None:
+    """Write the journal if needed, then measure."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--marks-per-s", type=int, default=10)
+    parser.add_argument("--hours", type=float, default=24.0)
+    parser.add_argument("--path", default=None)
+    parser.add_argument("--moves", type=int, default=200)
+    parser.add_argument(
+        "--tmux",
+        type=float,
+        default=20.0,
+        metavar="S",
+        help="also run tuilaunch replay in tmux, RSS read S s after the frame (0: not)",
+    )
+    a = parser.parse_args()
+    suffix = "" if a.hours == 24 else f"-{a.hours:g}h"
+    path = a.path or f"/tmp/tuilaunch-replay-24h-{a.marks_per_s}{suffix}.jsonl"
+    if not os.path.exists(path):
+        t = time.perf_counter()
+        n = write_journal(path, a.marks_per_s, int(a.hours * 3600))
+        print(
+            f"wrote {path}: {n} events, {os.path.getsize(path) / 1e6:.0f} MB "
+            f"in {time.perf_counter() - t:.0f} s"
+        )
+    print(f"load average: {os.getloadavg()[0]:.2f}")
+    in_process(path, a.moves)
+    if a.tmux:
+        in_tmux(path, a.tmux)
+    print(f"load average: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

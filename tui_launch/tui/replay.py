@@ -84,11 +84,10 @@ class ReplaySource:
     def _log_dir(self, attempt: int) -> str | None:
         if attempt not in self._dirs:
             tl = self.timeline
-            for i, kind in enumerate(tl.kinds):
-                if kind == WorkersStarted.kind:
-                    for _, e in tl.events(i, i + 1):
-                        if isinstance(e, WorkersStarted):
-                            self._dirs[e.attempt] = e.log_dir
+            for i in tl.indices(WorkersStarted.kind):  # state events only: no full scan
+                for _, e in tl.events(i, i + 1):
+                    if isinstance(e, WorkersStarted):
+                        self._dirs[e.attempt] = e.log_dir
         return self._dirs.get(attempt)
 
     def _cut_logs(self) -> None:
@@ -98,16 +97,24 @@ class ReplaySource:
             self.logs = LogBuffer()
             self.rebuilt += 1
             self._cut = {}
-        for key in sorted(cut):
-            start = self._cut.get(key)
-            end = cut[key]
-            if start is None:
-                start = max(0, end - REREAD)
+        # Each rank's newest REREAD bytes at most (newest attempt first): the bounded buffer
+        # would drop anything older, and a jump across hours of output or a rebuild of every
+        # attempt's files then costs one read of REREAD bytes a rank, not of all of them.
+        budget: dict[int, int] = {}
+        reads: list[tuple[LogKey, int, int]] = []
+        for key in sorted(cut, reverse=True):
+            rank, end = key[1], cut[key]
+            done = self._cut.get(key)
+            left = budget.get(rank, REREAD)
+            start = max(0 if done is None else done, end - left, 0)
             if end > start:
-                self._deliver(key, start, end)
+                budget[rank] = left - (end - start)
+                reads.append((key, start, end))
+        for key, start, end in reversed(reads):
+            self._deliver(key, start, end, whole=start == self._cut.get(key, 0))
         self._cut = cut
 
-    def _deliver(self, key: LogKey, start: int, end: int) -> None:
+    def _deliver(self, key: LogKey, start: int, end: int, whole: bool = True) -> None:
         attempt, rank, stream = key
         d = self._log_dir(attempt)
         if d is None:
@@ -119,7 +126,7 @@ class ReplaySource:
                 data = fp.read(end - start)
         except OSError:
             return
-        if start and key not in self._cut:
+        if not whole:
             data = data[data.find(b"\n") + 1 :]  # the first line was cut in two
         lines = data.decode("utf-8", "replace").split("\n")[:-1]
         if lines:
