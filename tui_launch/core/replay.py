@@ -33,6 +33,7 @@ after the first frame); until then a cursor move computes the checkpoints up to 
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import operator
 import os
@@ -41,7 +42,7 @@ import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from itertools import accumulate, repeat
+from itertools import accumulate, pairwise, repeat
 from typing import Generic, TypeVar, cast, overload
 
 from tui_launch.core.events import Event, LogMark, from_dict
@@ -60,7 +61,8 @@ _STATE = re.compile(
 _LINE_START = b'\n{"seq": '
 _MARK_KIND = b', "kind": "' + MARK.encode() + b'", "mono": '
 # One entry of a log mark's offsets, as json.dumps writes it: the key's text and the offset.
-_OFFSET = re.compile(rb'\[(\d+, \d+, "(?:[^"\\]|\\.)*"), (\d+)\]')
+# (A stream name with a quote or a backslash fails the count check: the marks are parsed.)
+_OFFSET = re.compile(rb'\[(\d+, \d+, "[^"\\]*"), (\d+)\]')
 # Where the replay's ]/[ keys stop: a failure, a restart, an injected fault, the end.
 MOMENTS = frozenset({"attempt_failed", "restart", "injection", "run_finished"})
 LogKey = tuple[int, int, str]  # (attempt, local rank, stream)
@@ -153,7 +155,7 @@ class Timeline:
     SPAN = 1 << 23  # bytes read at once when the lines wanted lie close together
     CACHED = 16  # parsed blocks kept
 
-    def __init__(self, path: str, every: int = 32) -> None:
+    def __init__(self, path: str, every: int = 8) -> None:
         self.path = path
         self.every = every
         self._names = _Names()
@@ -193,11 +195,16 @@ class Timeline:
     def refresh(self) -> int:
         """Index what was appended since the last call (a run still writing); new count."""
         with self._lock:
+            size = self.CHUNK
             while True:
-                chunk = os.pread(self._fd, self.CHUNK, self._scanned)
+                chunk = os.pread(self._fd, size, self._scanned)
                 last = chunk.rfind(b"\n") + 1
+                if not last and len(chunk) == size:
+                    size *= 2  # one line longer than a chunk
+                    continue
                 if not last:
                     break  # no whole line yet: one being written, or cut off
+                size = self.CHUNK
                 if not self._index_fast(chunk, last):
                     self._index_slow(chunk, last)
                 self._scanned += last
@@ -205,32 +212,33 @@ class Timeline:
 
     def _index_fast(self, chunk: bytes, last: int) -> bool:
         """Index ``chunk[:last]`` if every line is a state event or a log mark (False, and
-        nothing indexed, if not)."""
-        lines = chunk.count(b"\n", 0, last)
-        starts = chunk.count(_LINE_START, 0, last) + chunk.startswith(_LINE_START[1:])
+        nothing indexed, if not). Each byte is counted once: newlines between the blocks'
+        and the state lines' starts, in order."""
         found = [
             m
             for m in _STATE.finditer(chunk, 0, last)
             if not m.start() or chunk[m.start() - 1] == 10
         ]
-        if starts != lines or chunk.count(_MARK_KIND, 0, last) + len(found) != lines:
-            return False
+        blocks = [0]  # block starts: about BLOCK bytes apart, at line starts
+        while blocks[-1] < last:
+            blocks.append(chunk.find(b"\n", min(blocks[-1] + self.BLOCK, last) - 1) + 1)
+        number: dict[int, int] = {}  # chunk position -> lines before it
+        at, lines = 0, 0
+        for pos in sorted({*blocks, *(m.start() for m in found)}):
+            lines += chunk.count(b"\n", at, pos)
+            number[pos] = lines
+            at = pos
+        if chunk.count(_MARK_KIND, 0, last) + len(found) != lines:
+            return False  # a line that is neither: index line by line
         base, first = self._scanned, self._count
-        # The state events: their numbers counted from the newlines before them.
-        at, number = 0, first
         for m in found:
-            number += chunk.count(b"\n", at, m.start())
-            at = m.start()
-            end = chunk.index(b"\n", at) + 1
-            self._add_state(number, base + at, base + end, m)
-        # Blocks of about BLOCK bytes, cut at newlines.
-        pos, number = 0, first
-        while pos < last:
-            end = chunk.find(b"\n", min(pos + self.BLOCK, last) - 1) + 1
+            end = chunk.index(b"\n", m.start()) + 1
+            self._add_state(first + number[m.start()], base + m.start(), base + end, m)
+        for pos, end in pairwise(blocks):
             m = _PREFIX.match(chunk, pos)
-            self._add_block(base + pos, base + end, number, float(m.group(2)) if m else 0.0)
-            number += chunk.count(b"\n", pos, end)
-            pos = end
+            self._add_block(
+                base + pos, base + end, first + number[pos], float(m.group(2)) if m else 0.0
+            )
         self._count = first + lines
         return True
 
@@ -441,11 +449,9 @@ class Timeline:
             at = self._state_end[s] - start
         pieces.append(data[at:])
         marks = b"".join(pieces)
-        found = _OFFSET.findall(marks)
-        raw: dict[bytes, bytes] = {}
-        if len(found) == marks.count(b"]") - ((b - a) - (s1 - s0)):
-            raw.update(found)  # in journal order: the last mark of each stream wins
-        else:  # not the writer's usual layout (or lines that are no event): parse each mark
+        raw = _fold_raw(marks, (b - a) - (s1 - s0))
+        if raw is None:  # not the writer's usual layout (or lines that are no event)
+            raw = {}
             for _, line in self._mark_lines(a, b):
                 try:
                     offsets = json.loads(line)["offsets"]
@@ -478,6 +484,38 @@ class Timeline:
             if kinds[s] in MOMENTS:
                 return states[s] + 1
         return 0
+
+
+@functools.lru_cache(maxsize=64)
+def _other_stream(keys: tuple[bytes, ...]) -> re.Pattern[bytes]:
+    """A regex for an entry of a log mark whose stream is not one of ``keys``."""
+    return re.compile(rb"\[(?!(?:" + b"|".join(map(re.escape, keys)) + rb"), )\d")
+
+
+def _fold_raw(marks: bytes, count: int, tail: int = 64) -> dict[bytes, bytes] | None:
+    """Fold ``count`` log-mark lines (``marks``, in journal order) into the last offset of each
+    stream, as the journal's text; None if they are not laid out as the writer writes them.
+
+    Only the last ``tail`` lines are parsed when the lines before them name no stream that
+    the tail does not (the tail then has the last word on each): one regex ``search`` for an
+    entry of another stream checks that, creating no object per entry. Otherwise every entry
+    is parsed (a regex ``findall`` into one dict).
+    """
+    cut = len(marks)
+    for _ in range(min(tail, count)):
+        cut = marks.rfind(b"\n", 0, cut - 1) + 1 if cut > 1 else 0
+    head, last = marks[:cut], marks[cut:]
+    found = _OFFSET.findall(last)
+    lines_last = last.count(b"\n")
+    if len(found) != last.count(b"]") - lines_last:
+        return None
+    raw = dict(found)  # in journal order: the last mark of each stream wins
+    if raw and _other_stream(tuple(raw)).search(head) is None:
+        return raw  # the lines before the tail only move streams the tail moves later
+    found = _OFFSET.findall(marks)
+    if len(found) != marks.count(b"]") - count:
+        return None
+    return dict(found)
 
 
 def _key(raw: bytes) -> LogKey:

@@ -323,12 +323,12 @@ def replay_main(argv: list[str]) -> int:
     worker = threading.Thread(
         target=timeline.precompute, args=(stop,), name="tuilaunch-replay", daemon=True
     )
-    worker.start()
     # A short journal opens on its end (the run's final state); a long one on its start, at
-    # once, while the snapshots are computed in the background (G goes to the end).
+    # once, and the checkpoints are computed in the background once the first frame is up
+    # (started before, that thread would hold the GIL the first frame needs).
     cursor = len(timeline) if len(timeline) <= OPEN_AT_END else 0
     source = ReplaySource(timeline, cursor)
-    app = ReplayDashboard(source, refresh_hz=refresh_hz, confirm=confirm)
+    app = ReplayDashboard(source, refresh_hz=refresh_hz, confirm=confirm, on_ready=worker.start)
     try:
         app.run()
     finally:
