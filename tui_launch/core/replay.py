@@ -151,17 +151,18 @@ class Timeline:
 
     CHUNK = 1 << 24  # bytes read at once to index
     BLOCK = 1 << 16  # bytes of lines in one block
-    CUT_EVERY = 2048  # events between two kept log cuts
+    CUT_EVERY = 1024  # events between two kept log cuts
     SPAN = 1 << 23  # bytes read at once when the lines wanted lie close together
     CACHED = 16  # parsed blocks kept
 
-    def __init__(self, path: str, every: int = 8) -> None:
+    def __init__(self, path: str, every: int = 8, index: bool = True) -> None:
         self.path = path
         self.every = every
         self._names = _Names()
         self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         self._lock = threading.RLock()
         self._scanned = 0  # bytes indexed so far
+        self.indexed = False  # whether the last refresh reached the end of the file
         self._count = 0  # events indexed so far
         # Blocks: byte range, first event, first event's mono.
         self._block_start = array("q")
@@ -181,7 +182,7 @@ class Timeline:
         self.wall: _Column[float] = _Column(self, "wall")
         self._snaps: list[Snapshot] = [Snapshot()]  # [k]: after the first k*every states
         self._cuts: list[dict[LogKey, int]] = [{}]  # [k]: after the first k*CUT_EVERY events
-        self.refresh()
+        self.refresh(None if index else 1)
 
     def close(self) -> None:
         """Release the journal file."""
@@ -192,11 +193,16 @@ class Timeline:
 
     # ------------------------------------------------------------------- index
 
-    def refresh(self) -> int:
-        """Index what was appended since the last call (a run still writing); new count."""
+    def refresh(self, chunks: int | None = None) -> int:
+        """Index what was appended since the last call (a run still writing), or only the
+        next ``chunks`` chunks of it; the new count. :attr:`indexed` says whether the end of
+        the file (as it was then) was reached."""
         with self._lock:
             size = self.CHUNK
+            self.indexed = False
             while True:
+                if chunks is not None and chunks <= 0:
+                    return self._count
                 chunk = os.pread(self._fd, size, self._scanned)
                 last = chunk.rfind(b"\n") + 1
                 if not last and len(chunk) == size:
@@ -208,6 +214,10 @@ class Timeline:
                 if not self._index_fast(chunk, last):
                     self._index_slow(chunk, last)
                 self._scanned += last
+                if len(chunk) < size:
+                    break  # the end of the file, as it is now
+                chunks = None if chunks is None else chunks - 1
+            self.indexed = True
             return self._count
 
     def _index_fast(self, chunk: bytes, last: int) -> bool:
@@ -402,10 +412,14 @@ class Timeline:
             self._snaps.append(snap)
 
     def precompute(self, stop: threading.Event | None = None) -> None:
-        """Compute every checkpoint (from a background thread; ``stop`` ends it early).
+        """Index the rest of the file, then compute every checkpoint (from a background
+        thread; ``stop`` ends it early).
 
-        One checkpoint at a time under the lock, so the UI thread gets the lock in between.
+        One chunk or checkpoint at a time under the lock, so the UI thread gets the lock in
+        between.
         """
+        while not self.indexed and not (stop is not None and stop.is_set()):
+            self.refresh(1)
         while not (stop is not None and stop.is_set()):
             with self._lock:
                 if len(self._snaps) <= len(self.states) // self.every:

@@ -31,8 +31,9 @@ from tui_launch.core.store import Snapshot
 from tui_launch.tui.app import Dashboard
 from tui_launch.tui.widgets import CachedPanel
 
-# When the cursor moves back, each log is re-read from this many bytes before its cut.
-REREAD = 1 << 18
+# When the cursor moves back (or jumps ahead), each rank's logs are re-read from this many bytes
+# before their cuts (newest attempt first): about 800 lines of 80 bytes, read in a few ms.
+REREAD = 1 << 16
 OPEN_AT_END = 20000  # events: up to this many, the replay opens on the end
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 100.0, 1000.0)
 
@@ -238,7 +239,8 @@ class ReplayDashboard(Dashboard):
             self._rebuilt = src.rebuilt
             self.log_pane.rerender()
         super()._tick()
-        self._replay_bar.show((src.cursor, src.playing, src.speed), cursor_line, src)
+        key = (src.cursor, len(src.timeline), src.playing, src.speed)
+        self._replay_bar.show(key, cursor_line, src)
 
     def _go(self, cursor: int) -> None:
         self.source.move(cursor)
@@ -312,7 +314,9 @@ def replay_main(argv: list[str]) -> int:
                 target = arg
         if target is None:
             raise ValueError("a run directory or journal is needed")
-        timeline = Timeline(journal_of(target))
+        # Only the first chunk is indexed before the first frame: the precompute thread
+        # indexes the rest (the bar's event count grows meanwhile; G waits for it).
+        timeline = Timeline(journal_of(target), index=False)
         if not len(timeline):
             raise ValueError(f"{timeline.path} holds no whole event")
     except (ValueError, IndexError, OSError) as e:
@@ -326,7 +330,7 @@ def replay_main(argv: list[str]) -> int:
     # A short journal opens on its end (the run's final state); a long one on its start, at
     # once, and the checkpoints are computed in the background once the first frame is up
     # (started before, that thread would hold the GIL the first frame needs).
-    cursor = len(timeline) if len(timeline) <= OPEN_AT_END else 0
+    cursor = len(timeline) if timeline.indexed and len(timeline) <= OPEN_AT_END else 0
     source = ReplaySource(timeline, cursor)
     app = ReplayDashboard(source, refresh_hz=refresh_hz, confirm=confirm, on_ready=worker.start)
     try:
