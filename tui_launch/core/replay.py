@@ -245,10 +245,9 @@ class Timeline:
             end = chunk.index(b"\n", m.start()) + 1
             self._add_state(first + number[m.start()], base + m.start(), base + end, m)
         for pos, end in pairwise(blocks):
-            m = _PREFIX.match(chunk, pos)
-            self._add_block(
-                base + pos, base + end, first + number[pos], float(m.group(2)) if m else 0.0
-            )
+            head = _PREFIX.match(chunk, pos)
+            mono = float(head.group(2)) if head is not None else 0.0
+            self._add_block(base + pos, base + end, first + number[pos], mono)
         self._count = first + lines
         return True
 
@@ -317,8 +316,9 @@ class Timeline:
     def _field(self, i: int, field: str) -> object:
         k = bisect.bisect_left(self.states, i)
         if k < len(self.states) and self.states[k] == i:  # a state event: no block needed
-            column = {"kinds": self._state_kind, "mono": self._state_mono}.get(field)
-            return (self._state_wall if column is None else column)[k]
+            if field == "kinds":
+                return self._state_kind[k]
+            return (self._state_mono if field == "mono" else self._state_wall)[k]
         block, line = self._where(i)
         return getattr(block, field)[line]
 
