@@ -179,6 +179,27 @@ def stats(values: list[float]) -> str:
     )
 
 
+def startup(repeat: int) -> list[float]:
+    """Wall time of a bare ``python -c 'import tui_launch.tui.replay'`` (interpreter, Textual
+    and the dashboard's modules): the floor under any first frame."""
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import tui_launch.tui.replay"], check=True)
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def source_at_end(journal: Path) -> float:
+    """Seconds to build the attached source in this process: index, state at the end, logs."""
+    from tui_launch.core.replay import Timeline
+    from tui_launch.tui.replay import AttachSource
+
+    t = time.perf_counter()
+    AttachSource(Timeline(str(journal))).timeline.close()
+    return time.perf_counter() - t
+
+
 def bench_first_frame(a: argparse.Namespace) -> list[float]:
     tmp = Path(tempfile.mkdtemp(prefix="tlbench_attach_"))
     job = Job(tmp, [], ticks=100000)
@@ -186,6 +207,8 @@ def bench_first_frame(a: argparse.Namespace) -> list[float]:
     try:
         journal = job.journal()
         pids = last_pids(journal)
+        print(f"interpreter and imports alone: {stats(startup(a.repeat))}")
+        print(f"the attached source, in process: {source_at_end(journal) * 1e3:.0f} ms")
         for k in range(a.repeat):
             d = tmp / f"client{k}"
             d.mkdir()
@@ -271,6 +294,7 @@ def bench_long(a: argparse.Namespace) -> None:
             if b'"kind": "workers_started"' in line:
                 started = json.loads(line)
     pids = [w["pid"] for w in started["workers"]] if started else []
+    print(f"the attached source for {a.long}, in process: {source_at_end(Path(a.long)):.2f} s")
     env = base_env(uuid.uuid4().hex, {"XDG_RUNTIME_DIR": str(tmp)})
     tmux, watch, t0 = attach(tmp, env, str(run_dir), a.refresh_hz)
     try:
