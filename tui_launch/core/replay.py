@@ -422,9 +422,14 @@ class Timeline:
             self.refresh(1)
         while not (stop is not None and stop.is_set()):
             with self._lock:
-                if len(self._snaps) <= len(self.states) // self.every:
+                # Both kinds advance together along the journal: a cursor behind both
+                # frontiers is answered from checkpoints.
+                snaps = len(self._snaps) <= len(self.states) // self.every
+                cuts = len(self._cuts) <= self._count // self.CUT_EVERY
+                at_snap = self.states[len(self._snaps) * self.every - 1] if snaps else -1
+                if snaps and (not cuts or at_snap < len(self._cuts) * self.CUT_EVERY):
                     self._ensure(len(self._snaps))
-                elif len(self._cuts) <= self._count // self.CUT_EVERY:
+                elif cuts:
                     self._ensure_cut(len(self._cuts))
                 else:
                     return
