@@ -1,27 +1,38 @@
 """Benchmark: ``tuilaunch replay`` on a synthetic 24-hour journal.
 
-The journal (written once, to ``--path``) is a 24-hour run of 8 ranks on 8 (fake) GPUs:
-telemetry records every 10 s (8,640), a failure and a restart every 2 hours, and log marks,
-``--marks-per-s`` a second with all 16 streams' offsets. tuilaunch itself writes at most one
-log mark a second (``--marks-per-s 1``: a real 24-hour journal at these rates is ~100,000
-events); the default of 10 a second makes the ~1,000,000 events the issue asks for, so the
-index and the log-cut path carry ten times what a real day gives them.
+The journal (written once, to ``--path``, with its rank log files in ``PATH.logs/``) is a
+24-hour run of 8 ranks on 8 (fake) GPUs: telemetry records every 10 s (8,640), a failure and a
+restart every 2 hours (12 attempts, each with new log files), and log marks, ``--marks-per-s``
+a second with all 16 streams' offsets, each mark an 80-byte line more in every rank's stdout.
+tuilaunch itself writes at most one log mark a second (``--marks-per-s 1``: a real 24-hour
+journal at these rates is ~100,000 events); the default of 10 a second makes the ~1,000,000
+events the issue asks for, so the index and the log-cut path carry ten times what a real day
+gives them. ``--hours`` makes a shorter run.
 
 Measured, in this process (the numbers a replay's UI thread sees):
 
-- ``open``: :class:`~tui_launch.core.replay.Timeline` indexes the file (no JSON parsed);
-- ``rss``: the process's peak RSS after the open, and after every checkpoint was computed;
-- ``precompute``: computing the snapshots every 1,000 events (``Timeline.precompute``, which a
-  replay runs on a background thread while the dashboard is already up);
-- ``cold``: the first move of the cursor to the end before any checkpoint exists;
+- ``index``: :class:`~tui_launch.core.replay.Timeline` indexes the whole file (no JSON
+  parsed), as ``attach`` does; peak RSS;
+- ``open``: what ``replay`` does before its first frame: the first 16 MB chunk indexed and the
+  source at the first event;
+- ``moves while precomputing``: 20 random cursor moves while the background thread indexes the
+  rest and computes the checkpoints (a move past its frontier computes them itself);
+- ``precompute``: the rest of the index, the snapshot checkpoints (every 8 state events) and
+  the log cuts (every 1,024 events), as ``replay``'s background thread does; peak RSS;
 - ``move``: moving the cursor to 200 random positions once the checkpoints exist
-  (``ReplaySource.move``: the snapshot and the log cut); reported: median, p99, max.
+  (``ReplaySource.move``: the snapshot, the log cut, the rank logs read up to it); reported:
+  median, p99, max;
+- ``cold``: the first move of the cursor to the end before any checkpoint exists.
+
+And in a real terminal (``--tmux S``, default 20; 0: not): ``tuilaunch replay PATH`` in a tmux
+pane, from starting it to the first capture with the replay bar and the footer, and the
+process's peak RSS (``VmHWM``) then and S seconds later.
 
 Targets (issue 16): open ≤ 3 s, ≤ 300 MB RSS, a cursor move ≤ 200 ms.
 
 Usage::
 
-    .venv/bin/python bench/replay.py [--marks-per-s 10] [--path /tmp/replay-24h.jsonl]
+    .venv/bin/python bench/replay.py [--marks-per-s 10] [--hours 24] [--path PATH] [--tmux 20]
 """
 
 from __future__ import annotations
