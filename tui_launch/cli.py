@@ -84,14 +84,9 @@ def run_cli(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
     if given and given[0] in SUBCOMMANDS:
         return run_subcommand(given)  # before torch is imported: `ls` answers at once
-    from tui_launch.core.args import (
-        USAGE_ERROR,
-        UsageError,
-        parse,
-        validate,
-        validate_injections,
-    )
+    from tui_launch.core.args import parse
     from tui_launch.core.store import RunStore
+    from tui_launch.core.validate import USAGE_ERROR, UsageError, validate, validate_injections
 
     args, opts = parse(argv)
     try:
