@@ -176,7 +176,9 @@ async def _drive_keys(app: ReplayDashboard, src: ReplaySource, tl: Timeline) -> 
         await pilot.press("minus")
         assert src.speed == 2.0
         await pilot.press("space")
-        assert src.playing
+        # Playing moves at least one event a tick (20 Hz): on a loaded machine the press can
+        # take longer than the ~20 ticks left to the end, where playing stops by itself.
+        assert src.playing or src.cursor == len(tl)
         await wait_until_moved(pilot, src, first)
         await pilot.press("G")
         assert src.cursor == len(tl)
