@@ -33,74 +33,33 @@ after the first frame); until then a cursor move computes the checkpoints up to 
 from __future__ import annotations
 
 import bisect
-import functools
 import json
-import operator
 import os
 import re
 import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from itertools import accumulate, pairwise, repeat
+from itertools import pairwise
 from typing import Generic, TypeVar, cast, overload
 
-from tui_launch.core.events import Event, LogMark, from_dict
+from tui_launch.core.events import Event, from_dict
+from tui_launch.core.journaltext import (
+    MARK,
+    MARK_KIND,
+    PREFIX,
+    STATE,
+    Block,
+    LogKey,
+    Names,
+    fold_marks,
+    log_key,
+)
 from tui_launch.core.store import Snapshot, reduce
 
-# The prefix of every journal line: its kind, mono and wall.
-_PREFIX = re.compile(
-    rb'\{"seq": \d+, "kind": "([a-z_]+)", "mono": ([-+0-9.eE]+), "wall": ([-+0-9.eE]+)'
-)
-MARK = LogMark.kind
-# A state event's prefix (anything but a log mark); a match must start a line.
-_STATE = re.compile(
-    rb'\{"seq": \d+, "kind": "(?!' + MARK.encode() + rb'")([a-z_]+)", '
-    rb'"mono": ([-+0-9.eE]+), "wall": ([-+0-9.eE]+)'
-)
-_LINE_START = b'\n{"seq": '
-_MARK_KIND = b', "kind": "' + MARK.encode() + b'", "mono": '
-# One entry of a log mark's offsets, as json.dumps writes it: the key's text and the offset.
-# (A stream name with a quote or a backslash fails the count check: the marks are parsed.)
-_OFFSET = re.compile(rb'\[(\d+, \d+, "[^"\\]*"), (\d+)\]')
 # Where the replay's ]/[ keys stop: a failure, a restart, an injected fault, the end.
 MOMENTS = frozenset({"attempt_failed", "restart", "injection", "run_finished"})
-LogKey = tuple[int, int, str]  # (attempt, local rank, stream)
 T = TypeVar("T")
-
-
-class _Names(dict[bytes, str]):
-    """Kind names, decoded and interned once each."""
-
-    def __missing__(self, key: bytes) -> str:
-        name = self[key] = key.decode()
-        return name
-
-
-class _Block:
-    """One block's events, parsed: where each line starts, and its kind, mono and wall."""
-
-    __slots__ = ("bounds", "kinds", "mono", "wall")
-
-    def __init__(self, data: bytes, base: int, names: _Names) -> None:
-        lines = data.split(b"\n")
-        lines.pop()  # the empty tail after the last newline
-        # Byte offsets: bounds[k] is where line k starts, bounds[-1] where the block ends.
-        self.bounds = array(
-            "q", accumulate(map(operator.add, map(len, lines), repeat(1)), initial=base)
-        )
-        self.kinds: list[str] = []
-        self.mono = array("d")
-        self.wall = array("d")
-        for m in map(_PREFIX.match, lines):
-            if m is None:  # validated at open: only a mark with an odd clock gets here
-                self.kinds.append(MARK)
-                self.mono.append(self.mono[-1] if self.mono else 0.0)
-                self.wall.append(self.wall[-1] if self.wall else 0.0)
-                continue
-            self.kinds.append(names[m.group(1)])
-            self.mono.append(float(m.group(2)))
-            self.wall.append(float(m.group(3)))
 
 
 class _Column(Sequence[T], Generic[T]):
@@ -158,7 +117,7 @@ class Timeline:
     def __init__(self, path: str, every: int = 8, index: bool = True) -> None:
         self.path = path
         self.every = every
-        self._names = _Names()
+        self._names = Names()
         self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         self._lock = threading.RLock()
         self._scanned = 0  # bytes indexed so far
@@ -169,7 +128,7 @@ class Timeline:
         self._block_end = array("q")
         self._block_first = array("q")
         self._block_mono = array("d")
-        self._cache: OrderedDict[int, _Block] = OrderedDict()
+        self._cache: OrderedDict[int, Block] = OrderedDict()
         # State events: number, byte range, kind, mono, wall.
         self.states = array("q")
         self._state_start = array("q")
@@ -225,9 +184,7 @@ class Timeline:
         nothing indexed, if not). Each byte is counted once: newlines between the blocks'
         and the state lines' starts, in order."""
         found = [
-            m
-            for m in _STATE.finditer(chunk, 0, last)
-            if not m.start() or chunk[m.start() - 1] == 10
+            m for m in STATE.finditer(chunk, 0, last) if not m.start() or chunk[m.start() - 1] == 10
         ]
         blocks = [0]  # block starts: about BLOCK bytes apart, at line starts
         while blocks[-1] < last:
@@ -238,14 +195,14 @@ class Timeline:
             lines += chunk.count(b"\n", at, pos)
             number[pos] = lines
             at = pos
-        if chunk.count(_MARK_KIND, 0, last) + len(found) != lines:
+        if chunk.count(MARK_KIND, 0, last) + len(found) != lines:
             return False  # a line that is neither: index line by line
         base, first = self._scanned, self._count
         for m in found:
             end = chunk.index(b"\n", m.start()) + 1
             self._add_state(first + number[m.start()], base + m.start(), base + end, m)
         for pos, end in pairwise(blocks):
-            head = _PREFIX.match(chunk, pos)
+            head = PREFIX.match(chunk, pos)
             mono = float(head.group(2)) if head is not None else 0.0
             self._add_block(base + pos, base + end, first + number[pos], mono)
         self._count = first + lines
@@ -259,7 +216,7 @@ class Timeline:
         block = -1  # the chunk position where the open block starts (-1: none)
         for line in chunk[:last].split(b"\n")[:-1]:
             end = pos + len(line) + 1
-            m = _PREFIX.match(line)
+            m = PREFIX.match(line)
             if m is None:
                 block = -1
             else:
@@ -295,20 +252,20 @@ class Timeline:
 
     # ---------------------------------------------------------------- blocks
 
-    def _block(self, b: int) -> _Block:
+    def _block(self, b: int) -> Block:
         with self._lock:
             block = self._cache.get(b)
             if block is None:
                 start = self._block_start[b]
                 data = os.pread(self._fd, self._block_end[b] - start, start)
-                block = self._cache[b] = _Block(data, start, self._names)
+                block = self._cache[b] = Block(data, start, self._names)
                 if len(self._cache) > self.CACHED:
                     self._cache.popitem(last=False)
             else:
                 self._cache.move_to_end(b)
             return block
 
-    def _where(self, i: int) -> tuple[_Block, int]:
+    def _where(self, i: int) -> tuple[Block, int]:
         """Event ``i``'s block, parsed, and its line there."""
         b = bisect.bisect_right(self._block_first, i) - 1
         return self._block(b), i - self._block_first[b]
@@ -411,6 +368,18 @@ class Timeline:
                 snap = reduce(snap, e)
             self._snaps.append(snap)
 
+    def ready(self, n: int) -> bool:
+        """Whether the state and log cut at cursor ``n`` are answered from kept checkpoints
+        (a few ms), not by computing the ones before it."""
+        j = bisect.bisect_left(self.states, n)
+        return len(self._snaps) > j // self.every and len(self._cuts) > n // self.CUT_EVERY
+
+    def frontier(self) -> int:
+        """The cursor up to which :meth:`ready` holds (what the precompute has reached)."""
+        snaps = len(self._snaps) * self.every
+        at_snap = self.states[snaps] if snaps < len(self.states) else self._count
+        return min(at_snap, len(self._cuts) * self.CUT_EVERY, self._count)
+
     def precompute(self, stop: threading.Event | None = None) -> None:
         """Index the rest of the file, then compute every checkpoint (from a background
         thread; ``stop`` ends it early).
@@ -468,7 +437,7 @@ class Timeline:
             at = self._state_end[s] - start
         pieces.append(data[at:])
         marks = b"".join(pieces)
-        raw = _fold_raw(marks, (b - a) - (s1 - s0))
+        raw = fold_marks(marks, (b - a) - (s1 - s0))
         if raw is None:  # not the writer's usual layout (or lines that are no event)
             raw = {}
             for _, line in self._mark_lines(a, b):
@@ -478,7 +447,7 @@ class Timeline:
                     continue
                 for attempt, rank, stream, offset in offsets:
                     raw[f"{attempt}, {rank}, {json.dumps(stream)}".encode()] = b"%d" % offset
-        return {_key(key): int(value) for key, value in raw.items()}
+        return {log_key(key): int(value) for key, value in raw.items()}
 
     # ------------------------------------------------------------------ cursor
 
@@ -503,40 +472,3 @@ class Timeline:
             if kinds[s] in MOMENTS:
                 return states[s] + 1
         return 0
-
-
-@functools.lru_cache(maxsize=64)
-def _other_stream(keys: tuple[bytes, ...]) -> re.Pattern[bytes]:
-    """A regex for an entry of a log mark whose stream is not one of ``keys``."""
-    return re.compile(rb"\[(?!(?:" + b"|".join(map(re.escape, keys)) + rb"), )\d")
-
-
-def _fold_raw(marks: bytes, count: int, tail: int = 64) -> dict[bytes, bytes] | None:
-    """Fold ``count`` log-mark lines (``marks``, in journal order) into the last offset of each
-    stream, as the journal's text; None if they are not laid out as the writer writes them.
-
-    Only the last ``tail`` lines are parsed when the lines before them name no stream that
-    the tail does not (the tail then has the last word on each): one regex ``search`` for an
-    entry of another stream checks that, creating no object per entry. Otherwise every entry
-    is parsed (a regex ``findall`` into one dict).
-    """
-    cut = len(marks)
-    for _ in range(min(tail, count)):
-        cut = marks.rfind(b"\n", 0, cut - 1) + 1 if cut > 1 else 0
-    head, last = marks[:cut], marks[cut:]
-    found = _OFFSET.findall(last)
-    lines_last = last.count(b"\n")
-    if len(found) != last.count(b"]") - lines_last:
-        return None
-    raw = dict(found)  # in journal order: the last mark of each stream wins
-    if raw and _other_stream(tuple(raw)).search(head) is None:
-        return raw  # the lines before the tail only move streams the tail moves later
-    found = _OFFSET.findall(marks)
-    if len(found) != marks.count(b"]") - count:
-        return None
-    return dict(found)
-
-
-def _key(raw: bytes) -> LogKey:
-    attempt, rank, stream = raw.split(b", ", 2)
-    return int(attempt), int(rank), json.loads(stream)

@@ -36,6 +36,7 @@ from tui_launch.tui.widgets import CachedPanel
 # before their cuts (newest attempt first): about 800 lines of 80 bytes, read in a few ms.
 REREAD = 1 << 16
 OPEN_AT_END = 20000  # events: up to this many, the replay opens on the end
+END = -1  # a pending jump to the end of the journal, once indexed
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 100.0, 1000.0)
 
 
@@ -50,6 +51,7 @@ class ReplaySource:
         self.cursor = len(timeline) if cursor is None else cursor
         self.playing = False
         self.speed = 1.0
+        self.pending: int | None = None  # where a jump waits for the checkpoints (END: the end)
         self.rebuilt = 0  # how often the log buffer was rebuilt (the pane must rerender)
         self._cut: dict[LogKey, int] = {}
         self._dirs: dict[int, str] = {}
@@ -202,6 +204,9 @@ def cursor_line(src: ReplaySource) -> Text:
     kind = src.timeline.kinds[src.cursor - 1] if src.cursor else "(start)"
     following = getattr(src, "following", None)
     label = "REPLAY" if following is None else "ATTACHED read-only" + (" (following)" * following)
+    if src.pending is not None:
+        to = "the end" if src.pending == END else f"event {src.pending}"
+        state = f"going to {to}: computed up to event {src.timeline.frontier()}"
     return Text(
         f" {label}  {when}{frac}   event {src.cursor}/{len(src.timeline)} ({kind})"
         f"   {state} x{src.speed:g}   space play  ,/. step  [/] failures  g/G start/end"
@@ -214,10 +219,19 @@ class ReplayDashboard(Dashboard):
     source: ReplaySource
     CSS = "#replaybar { height: 1; background: $boost; color: $text; }"
 
-    def __init__(self, source: ReplaySource, **kwargs: object) -> None:
+    def __init__(
+        self,
+        source: ReplaySource,
+        background: threading.Thread | None = None,
+        **kwargs: object,
+    ) -> None:
         super().__init__(source, **kwargs)  # type: ignore[arg-type]
         self._finished_seen = True  # a recorded end is shown, never acted on
         self._rebuilt = source.rebuilt
+        # The thread indexing the journal and computing its checkpoints (replay_main's). While
+        # it runs, a jump past what it has reached waits for it instead of computing the
+        # checkpoints on this thread: the screen keeps answering, the bar says how far it is.
+        self._background = background
 
     def compose(self) -> ComposeResult:
         self._replay_bar = CachedPanel(id="replaybar", measure=False)
@@ -230,7 +244,9 @@ class ReplayDashboard(Dashboard):
 
     def _tick(self) -> None:
         src = self.source
-        if src.playing:
+        if src.pending is not None:
+            self._go(src.pending)
+        elif src.playing:
             src.advance(1.0 / self.refresh_hz)
         self._moved()
 
@@ -240,11 +256,20 @@ class ReplayDashboard(Dashboard):
             self._rebuilt = src.rebuilt
             self.log_pane.rerender()
         super()._tick()
-        key = (src.cursor, len(src.timeline), src.playing, src.speed)
+        tl = src.timeline
+        frontier = tl.frontier() if src.pending is not None else None
+        key = (src.cursor, len(tl), src.playing, src.speed, src.pending, frontier)
         self._replay_bar.show(key, cursor_line, src)
 
     def _go(self, cursor: int) -> None:
-        self.source.move(cursor)
+        src, tl = self.source, self.source.timeline
+        busy = self._background is not None and self._background.is_alive()
+        target = len(tl) if cursor == END and tl.indexed else cursor
+        if busy and (target == END or not tl.ready(target)):
+            src.pending = cursor  # the next ticks try again
+        else:
+            src.pending = None
+            src.move(len(tl) if target == END else target)
         self._moved()
 
     def action_replay_play(self) -> None:
@@ -279,6 +304,9 @@ class ReplayDashboard(Dashboard):
         self._go(0)
 
     def action_replay_end(self) -> None:
+        if self._background is not None and self._background.is_alive():
+            self._go(END)  # the end once the background thread has indexed it
+            return
         self.source.timeline.refresh()  # a run still writing: its newest events too
         self._go(len(self.source.timeline))
 
@@ -333,7 +361,9 @@ def replay_main(argv: list[str]) -> int:
     # (started before, that thread would hold the GIL the first frame needs).
     cursor = len(timeline) if timeline.indexed and len(timeline) <= OPEN_AT_END else 0
     source = ReplaySource(timeline, cursor)
-    app = ReplayDashboard(source, refresh_hz=refresh_hz, confirm=confirm, on_ready=worker.start)
+    app = ReplayDashboard(
+        source, worker, refresh_hz=refresh_hz, confirm=confirm, on_ready=worker.start
+    )
     try:
         app.run()
     finally:
