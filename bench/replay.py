@@ -54,7 +54,7 @@ from pathlib import Path
 from tui_launch.core.events import LogMark, Restart, TelemetryRecord, to_dict
 from tui_launch.core.replay import Timeline
 from tui_launch.testing import builders
-from tui_launch.tui.replay import OPEN_AT_END, ReplaySource
+from tui_launch.tui.replay import OPEN_AT_END, ReplaySource, precompute
 
 DAY = 86400
 NPROC = 8
@@ -205,7 +205,7 @@ def in_process(path: str, moves: int) -> None:
     # the UI moving meanwhile.
     done = threading.Event()
     t0 = time.perf_counter()
-    worker = threading.Thread(target=tl.precompute, args=(done,), name="tuilaunch-replay")
+    worker = threading.Thread(target=precompute, args=(tl, done), name="tuilaunch-replay")
     worker.start()
     early = _moves(src, min(20, moves), 1)
     print(
