@@ -262,9 +262,14 @@ class ReplayDashboard(Dashboard):
         key = (src.cursor, len(tl), src.playing, src.speed, src.pending, frontier)
         self._replay_bar.show(key, cursor_line, src)
 
+    def _busy(self) -> bool:
+        """Whether the background thread is still to start or running."""
+        bg = self._background
+        return bg is not None and (bg.ident is None or bg.is_alive())
+
     def _go(self, cursor: int) -> None:
         src, tl = self.source, self.source.timeline
-        busy = self._background is not None and self._background.is_alive()
+        busy = self._busy()
         target = len(tl) if cursor == END and tl.indexed else cursor
         if busy and (target == END or not tl.ready(target)):
             src.pending = cursor  # the next ticks try again
@@ -305,7 +310,7 @@ class ReplayDashboard(Dashboard):
         self._go(0)
 
     def action_replay_end(self) -> None:
-        if self._background is not None and self._background.is_alive():
+        if self._busy():
             self._go(END)  # the end once the background thread has indexed it
             return
         self.source.timeline.refresh()  # a run still writing: its newest events too
