@@ -285,7 +285,7 @@ def main() -> None:
     a = parser.parse_args()
     suffix = "" if a.hours == 24 else f"-{a.hours:g}h"
     path = a.path or f"/tmp/tuilaunch-replay-24h-{a.marks_per_s}{suffix}.jsonl"
-    if not os.path.exists(path):
+    if not os.path.exists(path) or not os.path.isdir(path + ".logs"):  # (older: no logs)
         t = time.perf_counter()
         n = write_journal(path, a.marks_per_s, int(a.hours * 3600))
         print(
