@@ -285,7 +285,9 @@ def main() -> None:
     a = parser.parse_args()
     suffix = "" if a.hours == 24 else f"-{a.hours:g}h"
     path = a.path or f"/tmp/tuilaunch-replay-24h-{a.marks_per_s}{suffix}.jsonl"
-    if not os.path.exists(path) or not os.path.isdir(path + ".logs"):  # (older: no logs)
+    # Written when missing (the default path: also when written without its logs, as before);
+    # a journal named with --path that exists is only read.
+    if not os.path.exists(path) or (a.path is None and not os.path.isdir(path + ".logs")):
         t = time.perf_counter()
         n = write_journal(path, a.marks_per_s, int(a.hours * 3600))
         print(
