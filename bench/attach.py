@@ -34,6 +34,7 @@ import glob
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -222,6 +223,7 @@ def bench_first_frame(a: argparse.Namespace) -> list[float]:
             print(f"  attach {k}: first full frame {(t1 - t0) * 1e3:.0f} ms", file=sys.stderr)
     finally:
         left = job.close()
+        shutil.rmtree(tmp, ignore_errors=True)
     print(f"first full frame (job of 2 ranks, {a.repeat} attaches): {stats(times)}")
     if left:
         print(f"  ({left} leftover processes killed)")
@@ -271,6 +273,7 @@ def bench_events(a: argparse.Namespace) -> dict[str, list[float]]:
                     out["workers_started"].append(shown - e["wall"])
     finally:
         left = job.close()
+        shutil.rmtree(tmp, ignore_errors=True)
     print(
         f"event to attached pane ({a.kills} injected kills, --refresh-hz {a.refresh_hz:g}; "
         f"one tmux capture-pane: {stats(capture_costs)}):"
@@ -302,6 +305,7 @@ def bench_long(a: argparse.Namespace) -> None:
     finally:
         watch.stop()
         tmux.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
     print(f"first full frame, attached to {a.long}: {(t1 - t0) * 1e3:.0f} ms")
 
 

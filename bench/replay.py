@@ -44,6 +44,7 @@ import os
 import random
 import resource
 import shlex
+import shutil
 import statistics
 import sys
 import tempfile
@@ -266,6 +267,7 @@ def in_tmux(path: str, precompute_wait: float) -> None:
         print(f"  its peak RSS {precompute_wait:.0f} s later: {hwm[0].split(':')[1].strip()}")
     finally:
         tmux.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> None:
