@@ -26,7 +26,7 @@ from tui_launch.core.console import PrefixedLines, copy_range, is_devnull, write
 from tui_launch.core.events import Event, ExitBarrier, Failure, Injected, StacksDumped
 from tui_launch.core.handle import RunHandle
 from tui_launch.core.logs import STDOUT, LogSource
-from tui_launch.core.store import Phase, RunStore, Snapshot
+from tui_launch.core.store import RunStore, Snapshot
 from tui_launch.core.text import (
     clock,
     cluster_lines,
@@ -222,19 +222,9 @@ class Headless:
         """Start nothing, but follow the runner until it is done; print the summary."""
         self.attach_console()
         version = -1
-        preloaded = False
         while not self.runner.done:
             snap = self.store.wait_newer(version, timeout=0.25)
             version = snap.version
-            if not preloaded and snap.phase == Phase.RUNNING:
-                # The summary's rich import (~0.1 s of CPU, more on a busy machine) would
-                # come after the workers end, on the launch's wall time; the workers import
-                # torch for seconds meanwhile, so it costs nothing here. Not before: a
-                # launch's start-up is measured against torchrun's.
-                preloaded = True
-                threading.Thread(
-                    target=_preload_rich, name="tuilaunch-preload", daemon=True
-                ).start()
             self._print_new_events()
             if self.status_line:
                 with self._lock:
@@ -249,13 +239,6 @@ class Headless:
         snap = self.store.snapshot()
         print_summary(snap, self.runner, self.err, verbose=self.verbose)
         return self.runner.exit_code if self.runner.exit_code is not None else 1
-
-
-def _preload_rich() -> None:
-    """Import what :func:`print_summary` needs (on a thread, while the workers run)."""
-    import rich.console
-    import rich.table
-    import rich.text  # noqa: F401
 
 
 def _fileno(stream: object) -> int | None:
