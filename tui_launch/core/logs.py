@@ -235,13 +235,19 @@ class LogTailer:
         stream redirected) does not count.
         """
         sinks = self._sinks or self._partial_sinks
-        raw = any(accepts(src) for _, accepts in self._raw_sinks for src in self._sources)
+        if not self._sources:  # nothing to tail yet: the next attempt's files may want it
+            raw = bool(self._raw_sinks)
+        else:
+            raw = any(accepts(src) for _, accepts in self._raw_sinks for src in self._sources)
         return bool(sinks) and not raw and all(lossy for _, lossy, _ in self._sinks)
 
     def add_sources(self, sources: list[LogSource]) -> None:
-        """Start tailing ``sources`` (a new attempt's files)."""
+        """Start tailing ``sources`` (a new attempt's files), from the next poll on, at once."""
         with self._lock:
             self._sources.extend(sources)
+            self._wait = self._interval  # a new attempt's first lines are not read late
+        if self._loop is not None:
+            self._loop.wake()
 
     def start(self) -> None:
         """Start the tailer thread (once)."""
