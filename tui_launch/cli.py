@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from tui_launch.core.args import Options
     from tui_launch.core.handle import RunHandle
     from tui_launch.core.store import RunStore
+    from tui_launch.core.warm import WarmPool
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 # Subcommands, recognised only as the first argument (before torchrun's parser sees argv).
@@ -84,12 +85,25 @@ def run_cli(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
     if given and given[0] in SUBCOMMANDS:
         return run_subcommand(given)  # before torch is imported: `ls` answers at once
+    # --warm-start: spares start importing torch now, while this process imports it too.
+    from tui_launch.core.warm import prestart
+
+    pool = prestart(given)
+    try:
+        return _parse_and_run(argv, given, pool)
+    finally:
+        if pool is not None:
+            pool.close()  # the runner closed it already unless the launch never began
+
+
+def _parse_and_run(argv: list[str] | None, given: list[str], pool: WarmPool | None) -> int:
     from tui_launch.core.args import (
         USAGE_ERROR,
         UsageError,
         parse,
         validate,
         validate_injections,
+        validate_warm,
     )
     from tui_launch.core.store import RunStore
 
@@ -97,9 +111,18 @@ def run_cli(argv: list[str] | None = None) -> int:
     try:
         validate(args)
         validate_injections(args, opts.inject)
+        validate_warm(args, opts.warm_start)
     except UsageError as e:
         print(f"tuilaunch: error: {e}", file=sys.stderr)
         return USAGE_ERROR
+    if opts.warm_start:
+        from tui_launch.core.warm import WarmPool
+
+        pool = pool or WarmPool()
+        pool.modules = opts.warm_import
+    elif pool is not None:
+        pool.close()  # "--warm-start" was an argument of the script's
+        pool = None
 
     use_tui = not opts.no_tui and _isatty(sys.stdout) and _isatty(sys.stdin)
     if not opts.no_tui and not use_tui:
@@ -118,14 +141,19 @@ def run_cli(argv: list[str] | None = None) -> int:
         print(f"tuilaunch: error: {e}", file=sys.stderr)
         return USAGE_ERROR
     try:
-        return _run(args, opts, store, use_tui, given)
+        return _run(args, opts, store, use_tui, given, pool)
     finally:
         # After the run: the textfile's last write says the run finished; the port closes.
         exporters.close()
 
 
 def _run(
-    args: argparse.Namespace, opts: Options, store: RunStore, use_tui: bool, given: list[str]
+    args: argparse.Namespace,
+    opts: Options,
+    store: RunStore,
+    use_tui: bool,
+    given: list[str],
+    pool: WarmPool | None = None,
 ) -> int:
     """Build the runner, start it, and follow it with the dashboard or headless (``given``:
     the command line, for the run index)."""
@@ -158,6 +186,7 @@ def _run(
         dump_on_failure=not opts.no_dump_on_failure,
         dump_via_faulthandler=opts.dump_via_faulthandler,
         stack_samples=opts.stack_samples,
+        warm=pool,
     )
     runner.before_exit(_say_node_dies)
     # The per-user run index (`tuilaunch ls`): this run's entry lives as long as the run.

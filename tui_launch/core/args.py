@@ -55,6 +55,8 @@ class Options:
     metrics_port: int | None = None
     metrics_bind: str = "127.0.0.1"
     metrics_textfile: str | None = None
+    warm_start: bool = False
+    warm_import: tuple[str, ...] = ()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -259,6 +261,23 @@ def build_parser() -> argparse.ArgumentParser:
         "atomically, for node_exporter's textfile collector (no port); the last write marks "
         "the run finished. DIR must exist.",
     )
+    ours.add_argument(
+        "--warm-start",
+        dest=_OURS + "warm_start",
+        action="store_true",
+        help="Keep a spare Python process per local rank with torch already imported; each "
+        "attempt's workers (the first one too) start in the spares, so a restart does not pay "
+        "for importing torch again. Spares are replaced at low priority while workers run. "
+        "Not with --no-python or --numa-binding.",
+    )
+    ours.add_argument(
+        "--warm-import",
+        dest=_OURS + "warm_import",
+        default=None,
+        metavar="MOD,...",
+        help="With --warm-start: modules the spares also import ahead of need "
+        "(e.g. transformers,mypkg.model), found as the worker would find them.",
+    )
     ours.add_argument("--version", action="version", version=f"tuilaunch {__version__}")
     return parser
 
@@ -321,6 +340,10 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
         parser.error(f"--stack-samples must be >= 0, got {ours['stack_samples']}")
     ours["inject"] = tuple(ours.get("inject") or ())
     try:
+        ours["warm_import"] = warm_modules(ours.get("warm_import"), bool(ours.get("warm_start")))
+    except UsageError as e:
+        parser.error(str(e))
+    try:
         ours["metrics_bind"] = check_metrics_options(
             ours.get("metrics_port"), ours.get("metrics_bind"), ours.get("metrics_textfile")
         )
@@ -330,6 +353,38 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
         **{k: v for k, v in vars(ns).items() if not k.startswith(_OURS)}
     )
     return torch_args, Options(**ours)
+
+
+def warm_modules(text: str | None, warm_start: bool) -> tuple[str, ...]:
+    """``--warm-import MOD,...`` as module names; :class:`UsageError` on a bad name, or
+    without ``--warm-start``."""
+    if text is None:
+        return ()
+    if not warm_start:
+        raise UsageError("--warm-import needs --warm-start")
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    for name in names:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise UsageError(f"--warm-import: not a module name: {name!r}")
+    if not names:
+        raise UsageError("--warm-import needs at least one module name")
+    return names
+
+
+def validate_warm(args: argparse.Namespace, warm_start: bool) -> None:
+    """``--warm-start`` with a launch it cannot serve is refused. Raises UsageError."""
+    if not warm_start:
+        return
+    if args.no_python:
+        raise UsageError(
+            "--warm-start runs Python workers in spare interpreters; --no-python starts "
+            f"{args.training_script} as a program of its own (use one or the other)"
+        )
+    if getattr(args, "numa_binding", None) is not None:
+        raise UsageError(
+            "--warm-start cannot apply --numa-binding: the spares are already running when "
+            "the binding would be set (use one or the other)"
+        )
 
 
 def check_metrics_options(port: int | None, bind: str | None, textfile: str | None) -> str:

@@ -17,6 +17,7 @@ job has its own module:
 - :mod:`.shutdown`: stopping the run, and the watchdog for when torch cannot be reached;
 - :mod:`.rundir`: the run directory and the log wiring;
 - :mod:`.reports`: torch's objects as events;
+- :mod:`.warm`: ``--warm-start``'s spare interpreters (handed to torch through the seam);
 - :mod:`.handle`: the surface the front ends use (:class:`~.handle.RunHandle`).
 
 Threads: the agent runs on ``tuilaunch-agent``. Commands only set flags or send signals; the
@@ -67,6 +68,7 @@ from tui_launch.core.shim import FAULTHANDLER_ENV, FAULTHANDLER_SIGNAL
 from tui_launch.core.shutdown import Stopper, signal_exit_code
 from tui_launch.core.store import Phase, RunStore
 from tui_launch.core.telemetry import RankTarget, Telemetry
+from tui_launch.core.warm import WarmPool
 from tui_launch.core.workers import RankTable
 
 SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
@@ -95,6 +97,8 @@ class Runner(PartsHandle):
             a real-time signal, and dump through it instead of py-spy.
         stack_samples: seconds between two stack samples of every rank, for the straggler
             inference (0: off).
+        warm: ``--warm-start``'s spares (None: every worker starts cold, as in torchrun); the
+            runner configures, refills and closes them.
     """
 
     def __init__(
@@ -113,8 +117,10 @@ class Runner(PartsHandle):
         dump_on_failure: bool = True,
         dump_via_faulthandler: bool = False,
         stack_samples: float = 5.0,
+        warm: WarmPool | None = None,
     ) -> None:
         self.args = args
+        self.warm = warm
         self.store = store
         self.host = socket.gethostname()
         self.telemetry = telemetry
@@ -194,6 +200,8 @@ class Runner(PartsHandle):
         agent.silence_thread_warning()
         self._fix_restarts()
         self.reaper = Reaper()
+        if self.warm is not None:
+            self.warm.set_watch(self.reaper.watch, self.reaper.forget)
         self.files.tailer.set_mark_sink(lambda offsets: self.store.post(LogMark(offsets=offsets)))
         if self._faulthandler:
             # Inherited by the workers: the bootstrap registers faulthandler on this signal.
@@ -264,7 +272,10 @@ class Runner(PartsHandle):
         try:
             with (
                 agent.observed(self),
-                agent.worker_bootstrap(self.shim.open()),
+                agent.worker_bootstrap(
+                    self.shim.open(), self._warm_configure if self.warm is not None else None
+                ),
+                agent.warm_handlers(self.warm.hand_off if self.warm is not None else None),
                 rendezvous.local_store_host(self._hosting_by_address),
             ):
                 agent.torchrun(self.args)
@@ -282,6 +293,11 @@ class Runner(PartsHandle):
                     self._connecting,
                 )
             )
+
+    def _warm_configure(self, count: int, boot: Any) -> None:
+        # In torchrun's config_from_args, before the agent exists: a note for RunStarted.
+        assert self.warm is not None
+        self._notes += (self.warm.configure(count, boot),)
 
     def _hosting_by_address(self, host: str) -> None:
         # Called while torch creates the rendezvous handler, before RunStarted: a note.
@@ -307,6 +323,8 @@ class Runner(PartsHandle):
         if self.telemetry is not None:
             self.telemetry.stop()
         self.faults.close()
+        if self.warm is not None:
+            self.warm.close()
         self.store.post(RunFinished(outcome=outcome, exit_code=code, message=message))
         self._sampler.stop()
         self.membership.stop()  # one last cluster record: the outcome, for the other nodes
@@ -425,6 +443,8 @@ class Runner(PartsHandle):
         self.injector.attempt_started(
             attempt, {w.global_rank: w.local_rank for w in wg.workers}, world
         )
+        if self.warm is not None:  # which ranks run in spares; the spares used are replaced
+            self.store.post(Notice(level="info", message=self.warm.attempt_started(attempt, pids)))
 
     def _before_close(self, agent_obj: TorchAgent) -> None:
         # Exits seen before torch's first signal are the ranks' own (not collateral).
