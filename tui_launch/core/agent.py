@@ -318,7 +318,9 @@ def warm_handlers(hand_off: HandOff | None) -> Iterator[None]:
     import torch.distributed.elastic.multiprocessing.api as mp_api
     from torch.distributed.elastic.multiprocessing.subprocess_handler import SubprocessHandler
 
-    class WarmHandler(SubprocessHandler):  # type: ignore[misc]
+    take: HandOff = hand_off  # narrowed for the class body
+
+    class WarmHandler(SubprocessHandler):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             env = kwargs.get("env", args[2] if len(args) > 2 else None) or {}
             self._tl_worker_keys = tuple(env)  # the variables torch sets for this worker
@@ -327,7 +329,7 @@ def warm_handlers(hand_off: HandOff | None) -> Iterator[None]:
         def _popen(self, args: tuple[Any, ...], env: dict[str, str]) -> Any:
             out = self._stdout.fileno() if self._stdout else 1
             err = self._stderr.fileno() if self._stderr else 2
-            proc = hand_off(tuple(args), dict(env), self._tl_worker_keys, out, err)
+            proc = take(tuple(args), dict(env), self._tl_worker_keys, out, err)
             return proc if proc is not None else super()._popen(args, env)
 
     original = mp_api.get_subprocess_handler
