@@ -124,8 +124,9 @@ def bench_tick(ticks: int, inferred: bool) -> dict[str, float]:
 
 def bench_share(seconds: float) -> dict[str, float]:
     """The telemetry thread's share of the launcher's CPU in a real 8-rank launch."""
-    from tui_launch.core.args import parse, validate
+    from tui_launch.core.args import parse
     from tui_launch.core.runner import Runner
+    from tui_launch.core.validate import validate
 
     os.environ[tm.FAKE_ENV] = str(N)
     args, _ = parse(

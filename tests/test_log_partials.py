@@ -39,7 +39,8 @@ from conftest import (
 from textual.app import App, ComposeResult
 
 from tui_launch.core.console import PrefixedLines, copy_range, is_devnull
-from tui_launch.core.logs import STDERR, LogBuffer, LogSource, LogTailer, last_segment
+from tui_launch.core.logs import STDERR, LogSource, LogTailer, last_segment
+from tui_launch.core.logsinks import LogBuffer
 from tui_launch.tui.logpane import LogPane
 
 BAR = str(WORKERS / "bar.py")

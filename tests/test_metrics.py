@@ -40,6 +40,7 @@ from tui_launch.core.args import Options, parse
 from tui_launch.core.metrics import families as fam
 from tui_launch.core.metrics import serve
 from tui_launch.core.store import RunStore
+from tui_launch.testing.builders import exited
 
 NODE = "node-a"
 ALLOWED_LABELS = {"node", "rank", "local_rank", "gpu", "state", "cause", "reason"}
@@ -135,28 +136,8 @@ def _failure(local_rank: int, code: int, sig: str, collateral: bool) -> ev.Failu
 
 def _kill_rank_1(store: RunStore) -> None:
     """What the runner posts when rank 1 is SIGKILLed and the group restarts on failure."""
-    store.post(
-        ev.RankExited(
-            attempt=0,
-            local_rank=1,
-            global_rank=1,
-            pid=101,
-            exit_code=-9,
-            signal="SIGKILL",
-            by_agent=False,
-        )
-    )
-    store.post(
-        ev.RankExited(
-            attempt=0,
-            local_rank=0,
-            global_rank=0,
-            pid=100,
-            exit_code=-15,
-            signal="SIGTERM",
-            by_agent=True,
-        )
-    )
+    store.post(exited(0, 1, 101, -9))
+    store.post(exited(0, 0, 100, -15, by_agent=True))
     store.post(
         ev.AttemptFailed(
             attempt=0,

@@ -20,7 +20,8 @@ from textual.widgets import Footer, Input, Log, Static
 from textual.widgets._footer import FooterKey
 
 from tui_launch.core.events import RankExited, RunFinished
-from tui_launch.core.logs import LogBuffer, LogSource
+from tui_launch.core.logs import LogSource
+from tui_launch.core.logsinks import LogBuffer
 from tui_launch.testing import builders, scenarios
 from tui_launch.testing.fake_source import FakeSource
 from tui_launch.tui import actions, render

@@ -97,15 +97,15 @@ def run_cli(argv: list[str] | None = None) -> int:
 
 
 def _parse_and_run(argv: list[str] | None, given: list[str], pool: WarmPool | None) -> int:
-    from tui_launch.core.args import (
+    from tui_launch.core.args import parse
+    from tui_launch.core.store import RunStore
+    from tui_launch.core.validate import (
         USAGE_ERROR,
         UsageError,
-        parse,
         validate,
         validate_injections,
         validate_warm,
     )
-    from tui_launch.core.store import RunStore
 
     args, opts = parse(argv)
     try:

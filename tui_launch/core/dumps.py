@@ -102,18 +102,7 @@ class Dumper:
             targets = self.targets()
             attempt = self._ranks.attempt
             if not targets:
-                self._post(
-                    ControlAction(
-                        action="dump",
-                        local_rank=None,
-                        global_rank=None,
-                        pid=None,
-                        signal=None,
-                        source=source,
-                        ok=False,
-                        detail="no running worker",
-                    )
-                )
+                self._post(ControlAction.on_run("dump", source, False, "no running worker"))
                 return None
             if self.via_faulthandler:
                 dump = dump_via_faulthandler(

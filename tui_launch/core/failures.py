@@ -17,7 +17,6 @@ from collections.abc import Iterable, Mapping
 
 from tui_launch.core import errors, inject
 from tui_launch.core.agent import ProcessFailure, Worker
-from tui_launch.core.args import min_max_nodes
 from tui_launch.core.events import (
     Connecting,
     Failure,
@@ -26,6 +25,7 @@ from tui_launch.core.events import (
     StacksDumped,
 )
 from tui_launch.core.shutdown import signal_exit_code
+from tui_launch.core.validate import min_max_nodes
 from tui_launch.core.workers import RanksView
 
 # torch's worker-side excepthook prefixes traceback lines with "[rank1]: ".

@@ -25,7 +25,8 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from tui_launch.core.logs import Accepts, AgentLogCapture, LineSink, PartialSink, RawSink
+from tui_launch.core.logs import Accepts, LineSink, PartialSink, RawSink
+from tui_launch.core.logsinks import AgentLogCapture
 from tui_launch.core.store import RunStore
 
 if TYPE_CHECKING:  # the parts import torch; a front end importing this module need not

@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from tui_launch.core import agent, errors, rendezvous
-from tui_launch.core.args import min_max_nodes
 from tui_launch.core.cluster import ClusterView, interval_from_env
 from tui_launch.core.events import Event, Failure, NodeChange, Notice, RendezvousSample
 from tui_launch.core.store import Snapshot
+from tui_launch.core.validate import min_max_nodes
 
 SINGLE_NODE_CLUSTER_INTERVAL = 10.0  # s between cluster-view records when the job has one node
 

@@ -14,7 +14,6 @@ from typing import Any
 
 from tui_launch.core import errors, rendezvous
 from tui_launch.core.agent import WorkerGroup, WorkerSpec
-from tui_launch.core.args import min_max_nodes
 from tui_launch.core.events import (
     Connecting,
     RankExited,
@@ -25,6 +24,7 @@ from tui_launch.core.events import (
     RunStarted,
     WorkerInfo,
 )
+from tui_launch.core.validate import min_max_nodes
 from tui_launch.core.workers import RankExit
 
 

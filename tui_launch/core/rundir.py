@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tui_launch.core.journal import Journal
-from tui_launch.core.logs import STDERR, STDOUT, AgentLogCapture, DuplicateFilter, LogTailer
+from tui_launch.core.logs import STDERR, STDOUT, LogTailer
+from tui_launch.core.logsinks import AgentLogCapture, DuplicateFilter
 from tui_launch.core.logspecs import CapturingLogsSpecs, ReifiedLogs
 
 

@@ -30,7 +30,8 @@ from tui_launch.core.events import (
     WorkerInfo,
     WorkersStarted,
 )
-from tui_launch.core.logs import LogBuffer, LogSource
+from tui_launch.core.logs import LogSource
+from tui_launch.core.logsinks import LogBuffer
 from tui_launch.core.stacks import StackDump
 from tui_launch.testing.fake_source import T0_MONO, T0_WALL
 

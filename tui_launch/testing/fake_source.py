@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tui_launch.core.events import ControlAction, Event, RunFinished, StacksDumped
-from tui_launch.core.logs import LogBuffer
+from tui_launch.core.logsinks import LogBuffer
 from tui_launch.core.stacks import StackDump
 from tui_launch.core.store import Snapshot, reduce
 
@@ -115,19 +115,8 @@ class FakeSource:
         self.actions.append(("restart", None, None))
         snap = self._snap
         ok = snap.phase == "running" and snap.finished is None
-        self.post(
-            ControlAction(
-                action="restart",
-                local_rank=None,
-                global_rank=None,
-                pid=None,
-                signal=None,
-                source=source,
-                ok=ok,
-                detail="" if ok else f"agent is {snap.phase}",
-                **self._stamp(),
-            )
-        )
+        detail = "" if ok else f"agent is {snap.phase}"
+        self.post(ControlAction.on_run("restart", source, ok, detail, **self._stamp()))
         return ok
 
     def is_stopped(self, local_rank: int) -> bool:
@@ -156,19 +145,10 @@ class FakeSource:
 
         live = [r for r in self._snap.ranks if r.state in LIVE_STATES]
         if not live or self._snap.finished is not None:
-            self.post(
-                ControlAction(
-                    action="dump",
-                    local_rank=None,
-                    global_rank=None,
-                    pid=None,
-                    signal=None,
-                    source=source,
-                    ok=False,
-                    detail="no running worker",
-                    **self._stamp(),
-                )
+            refused = ControlAction.on_run(
+                "dump", source, False, "no running worker", **self._stamp()
             )
+            self.post(refused)
             return None
         self.actions.append(("dump", None, None))
         dump = fake_dump(reason, [(r.local_rank, r.global_rank, r.pid) for r in live])

@@ -37,6 +37,18 @@ from tui_launch.testing.builders import (
 from tui_launch.testing.fake_source import T0_MONO, T0_WALL, FakeSource
 
 
+def _source(
+    events: list[Event], nproc: int, *logs: tuple[int, int], clock: float | None = None
+) -> FakeSource:
+    """A fake source of ``events`` whose log buffer holds, for each ``(attempt, epochs)`` of
+    ``logs``, ``epochs`` lines of every one of ``nproc`` ranks, settled (nothing pending)."""
+    src = FakeSource(events=events) if clock is None else FakeSource(events=events, clock=clock)
+    for attempt_no, epochs in logs:
+        fill_logs(src.logs, nproc, attempt_no, epochs)
+    src.settle_logs()
+    return src
+
+
 def healthy(nproc: int = 4) -> FakeSource:
     """A run in its first attempt, every rank training."""
     events: list[Event] = [run_started(nproc, 3), *attempt(0, nproc, 0.1, 5100)]
@@ -101,11 +113,7 @@ def failed_with_traceback() -> FakeSource:
         GroupState(attempt=1, state="FAILED", **at(70.3)),
         RunFinished(outcome="failed", exit_code=1, message="rank 1 failed", **at(70.5)),
     ]
-    src = FakeSource(events=events)
-    fill_logs(src.logs, 2, 0, 3)
-    fill_logs(src.logs, 2, 1, 2)
-    src.settle_logs()
-    return src
+    return _source(events, 2, (0, 3), (1, 2))
 
 
 def restarting() -> FakeSource:
@@ -142,10 +150,7 @@ def restarting() -> FakeSource:
             **at(80.5),
         ),
     ]
-    src = FakeSource(events=events, clock=T0_MONO + 81.0)
-    fill_logs(src.logs, 2, 0, 5)
-    src.settle_logs()
-    return src
+    return _source(events, 2, (0, 5), clock=T0_MONO + 81.0)
 
 
 def finished() -> FakeSource:
@@ -171,11 +176,7 @@ def finished() -> FakeSource:
         GroupState(attempt=1, state="SUCCEEDED", **at(90.2)),
         RunFinished(outcome="succeeded", exit_code=0, message="all ranks exited 0", **at(90.5)),
     ]
-    src = FakeSource(events=events)
-    fill_logs(src.logs, 2, 0, 3)
-    fill_logs(src.logs, 2, 1, 8)
-    src.settle_logs()
-    return src
+    return _source(events, 2, (0, 3), (1, 8))
 
 
 def eight_gpus_in_container() -> FakeSource:
@@ -187,10 +188,7 @@ def eight_gpus_in_container() -> FakeSource:
     cvd = ",".join(gpu_uuid(i) for i in reversed(range(nproc)))
     events: list[Event] = [run_started(nproc, 3), *attempt(0, nproc, 0.1, 5100)]
     events += telemetry(0, nproc, 5100, 80.0, 14, gpus=nproc, cvd=cvd, pid_offset=PID_OFFSET)
-    src = FakeSource(events=events)
-    fill_logs(src.logs, nproc, 0, 4)
-    src.settle_logs()
-    return src
+    return _source(events, nproc, (0, 4))
 
 
 def multinode() -> FakeSource:
@@ -234,10 +232,7 @@ def multinode() -> FakeSource:
             **at(94),
         ),
     ]
-    src = FakeSource(events=events)
-    fill_logs(src.logs, 2, 1, 4)
-    src.settle_logs()
-    return src
+    return _source(events, 2, (1, 4))
 
 
 _ENDPOINT = "10.0.0.7:29400"

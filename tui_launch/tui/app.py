@@ -6,29 +6,28 @@ Commands go through the runner's control API. Quitting stops the workers cleanly
 prints the headless summary and exits with the job's exit code.
 
 Every key, footer label, help row and palette entry, and when each applies, comes from the
-action table (:mod:`tui_launch.tui.actions`); the Logs tab is a widget of its own
+action table (:mod:`tui_launch.tui.actions`); the keys that act on the run are in
+:mod:`tui_launch.tui.commands` (a base class of the Dashboard); the Logs tab is a widget of its own
 (:mod:`tui_launch.tui.logpane`), and the panels cache what they show (:class:`CachedPanel`).
 """
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from textual import work
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.worker import get_current_worker
 
 from tui_launch.core.store import Snapshot
-from tui_launch.tui import actions, render
+from tui_launch.tui import actions, render, render_ranks
+from tui_launch.tui.commands import RunCommands
 from tui_launch.tui.logpane import LogPane
 from tui_launch.tui.logview import LogView
 from tui_launch.tui.progress_render import straggler_of
-from tui_launch.tui.screens import ConfirmScreen, HelpScreen, InjectScreen
+from tui_launch.tui.screens import HelpScreen
 from tui_launch.tui.source import Source
 from tui_launch.tui.stackview import stacks_panel
 from tui_launch.tui.table import WorkersTable
@@ -43,7 +42,7 @@ class RunEnded(Message):
     """The run has finished (posted from the agent's thread)."""
 
 
-class Dashboard(App[int]):
+class Dashboard(RunCommands):
     """tuilaunch's dashboard. ``App.run()`` returns the job's exit code.
 
     ``on_ready`` is called once, after the first frame is on the screen.
@@ -55,7 +54,7 @@ class Dashboard(App[int]):
 
     BINDINGS = actions.bindings()
     # The screen gets -narrow below 120 columns: the side panels stack above the table (see
-    # dashboard.tcss), and the table drops the columns that matter least (render.WORKER_KEEP).
+    # dashboard.tcss), and the table drops the columns that matter least (render_ranks.WORKER_KEEP).
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (NARROW_BELOW, "-wide")]
 
     def __init__(
@@ -126,7 +125,7 @@ class Dashboard(App[int]):
         self._restarts.border_title = "Restarts"
         self._gpus.border_title = "GPUs"
         self._table.border_title = "Workers"
-        self._table.set_columns(render.WORKER_COLUMNS, render.WORKER_KEEP)
+        self._table.set_columns(render_ranks.WORKER_COLUMNS, render_ranks.WORKER_KEEP)
         self._table.focus()
         self._tick()
         self.set_interval(1.0 / self.refresh_hz, self._tick)
@@ -184,7 +183,7 @@ class Dashboard(App[int]):
         shape = None if tel is None else (tel.latest.gpu_state, len(tel.latest.gpus))
         if clock or shape != self._gpu_shape:
             self._gpu_shape = shape
-            self._gpus.show((tel,), render.gpu_panel, snap)
+            self._gpus.show((tel,), render_ranks.gpu_panel, snap)
         # "Simulated" labels readings; a fake NVML that failed to open has none to label.
         simulated = tel is not None and tel.latest.simulated and bool(tel.latest.gpus)
         title = "GPUs (simulated: fake NVML)" if simulated else "GPUs"
@@ -199,12 +198,13 @@ class Dashboard(App[int]):
             self._cluster.show((snap.cluster,), render.cluster_panel, snap, now)
         if self._tabs.active == "stacks-tab":
             self._show_stacks(snap, now)
-        steps = (
-            tuple((a.attempt, a.first_step, a.steps_reached) for a in snap.progress.attempts)
-            if snap.progress is not None
-            else None
+        restarts_key = (
+            snap.attempts,
+            snap.budget_left,
+            snap.restarts_used,
+            snap.finished,
+            _steps_key(snap, second),
         )
-        restarts_key = (snap.attempts, snap.budget_left, snap.restarts_used, snap.finished, steps)
         self._restarts.show(restarts_key, render.restarts_panel, snap, now)
         self._refresh_keys(snap)
         # The table's ages ("last log 0s/1s") would flicker on every tick that brings log
@@ -231,14 +231,14 @@ class Dashboard(App[int]):
     def _update_workers(self, snap: Snapshot, now: float) -> None:
         last_line_at = self.source.logs.last_line_at
         progress = snap.progress
-        columns = render.worker_columns(progress is not None)
+        columns = render_ranks.worker_columns(progress is not None)
         if columns != self._table.column_labels:
-            self._table.set_columns(columns, render.WORKER_KEEP)
+            self._table.set_columns(columns, render_ranks.WORKER_KEEP)
         self._table.set_rows(
             [
                 (
                     str(r.local_rank),
-                    render.rank_cells(
+                    render_ranks.rank_cells(
                         r,
                         now,
                         last_line_at.get(r.local_rank),
@@ -297,84 +297,6 @@ class Dashboard(App[int]):
         replay = getattr(self.source, "replay", False)
         return actions.applies(spec.needs, self.source.snapshot(), self.selected_rank(), replay)
 
-    def _confirm_then(self, action: str, question: str, act: Callable[[], object]) -> None:
-        # Destructive actions (the action table says which) ask y/n, unless --no-confirm.
-        if not (self.confirm and actions.BY_NAME[action].destructive):
-            act()
-            return
-
-        def done(yes: bool | None) -> None:
-            if yes:
-                act()
-
-        self.push_screen(ConfirmScreen(question), done)
-
-    def _signal_selected(self, action: str, sig: signal.Signals, verb: str) -> None:
-        rank = self.selected_rank()
-        if rank is None:
-            return
-        row = self.source.snapshot().rank(rank)
-        who = (
-            f"rank {row.global_rank} (local {rank}, pid {row.pid})" if row else f"local rank {rank}"
-        )
-
-        def act() -> None:
-            ok = self.source.signal_rank(rank, sig, "dashboard")
-            self.notify(
-                f"{verb} {who}" if ok else f"could not {verb.lower()} {who}",
-                severity="information" if ok else "error",
-            )
-
-        self._confirm_then(action, f"{verb} {who}?", act)
-
-    def action_kill(self) -> None:
-        """SIGKILL the selected rank."""
-        self._signal_selected("kill", signal.SIGKILL, "Kill (SIGKILL)")
-
-    def action_term(self) -> None:
-        """SIGTERM the selected rank."""
-        self._signal_selected("term", signal.SIGTERM, "Terminate (SIGTERM)")
-
-    def action_stop_continue(self) -> None:
-        """SIGSTOP the selected rank, or SIGCONT it when it is stopped."""
-        rank = self.selected_rank()
-        if rank is None:
-            return
-        if self.source.is_stopped(rank):
-            self._signal_selected("stop_continue", signal.SIGCONT, "Continue (SIGCONT)")
-        else:
-            self._signal_selected("stop_continue", signal.SIGSTOP, "Stop (SIGSTOP)")
-
-    def action_inject(self) -> None:
-        """Open the inject menu for the selected rank."""
-        rank = self.selected_rank()
-        row = self.source.snapshot().rank(rank) if rank is not None else None
-        if row is None:
-            return
-        who = f"rank {row.global_rank} (local {rank}, pid {row.pid})"
-
-        def done(spec: str | None) -> None:
-            if not spec:
-                return
-            ok, message = self.source.inject(spec, "dashboard")
-            self.notify(message, severity="information" if ok else "error")
-
-        self.push_screen(InjectScreen(who, row.global_rank), done)
-
-    def action_restart(self) -> None:
-        """Restart the whole local worker group without spending the failure budget."""
-
-        def act() -> None:
-            ok = self.source.restart("dashboard")
-            self.notify(
-                "restarting the worker group" if ok else "cannot restart now",
-                severity="information" if ok else "error",
-            )
-
-        self._confirm_then(
-            "restart", "Restart the whole worker group? (no failure budget spent)", act
-        )
-
     def action_rank_log(self) -> None:
         """Show the selected rank's log."""
         rank = self.selected_rank()
@@ -432,31 +354,16 @@ class Dashboard(App[int]):
         if event.tab_id == "stacks-tab":
             self._show_stacks(self.source.snapshot(), self.source.now())
 
+    def show_stacks_tab(self) -> None:
+        """Bring the Stacks tab to the front, showing the latest dump."""
+        self._tabs.active = "stacks-tab"
+        self._show_stacks(self.source.snapshot(), self.source.now())
+
     def _show_stacks(self, snap: Snapshot, now: float) -> None:
         latest = snap.dumps[-1] if snap.dumps else None
         key = (len(snap.dumps), snap.hang, int(now))
         dump = self.source.stack_dump(latest.path) if latest is not None else None
         self._stacks.show(key, stacks_panel, snap, dump, now)
-
-    def action_dump_stacks(self) -> None:
-        """Dump every rank's stacks on this node, off the UI thread; show the Stacks tab."""
-        self.notify("dumping every rank's stacks...")
-        self._dump_in_thread()
-
-    @work(thread=True, exit_on_error=False, group="stacks", exclusive=False)
-    def _dump_in_thread(self) -> None:
-        event = self.source.dump_stacks("key", "dashboard")
-        if not get_current_worker().is_cancelled:
-            self.call_from_thread(self._dumped, event)
-
-    def _dumped(self, event: object) -> None:
-        if event is None:
-            self.notify("no rank runs: nothing to dump", severity="error")
-            return
-        self._tabs.active = "stacks-tab"
-        self._show_stacks(self.source.snapshot(), self.source.now())
-        verdict = getattr(event, "verdict", "")
-        self.notify(f"stacks: {verdict}", severity="information")
 
     # The replay keys (Needs.REPLAY) are hidden on a live run; tui/replay.py's
     # ReplayDashboard gives them their meaning.
@@ -497,33 +404,6 @@ class Dashboard(App[int]):
             self.install_screen(HelpScreen(rows), "help")
         self.push_screen("help")
 
-    def action_quit_job(self) -> None:
-        """Quit; a running job is stopped first (SIGTERM, then SIGKILL after the timeout)."""
-        if self.source.done:
-            self._leave(self.source.wait(0) or 0)
-            return
-
-        def act() -> None:
-            self._quitting = True
-            self.notify("stopping the workers...")
-            self.source.stop(signal.SIGTERM, "quit from the dashboard")
-            self._wait_for_end()
-
-        self._confirm_then("quit_job", "The job is running. Stop the workers and quit?", act)
-
-    async def action_quit(self) -> None:
-        """Textual's own quit (ctrl+q, the palette's Quit) must stop the job cleanly too."""
-        self.action_quit_job()
-
-    @work(thread=True, exit_on_error=False)
-    def _wait_for_end(self) -> None:
-        code = self.source.wait()
-        self.call_from_thread(self._leave, code if code is not None else 1)
-
-    def _leave(self, code: int) -> None:
-        self.clean_exit = True
-        self.exit(code)
-
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """Command palette entries for the dashboard's actions."""
         yield from super().get_system_commands(screen)
@@ -531,6 +411,21 @@ class Dashboard(App[int]):
             if self.check_action(action.name, ()):
                 callback = getattr(self, f"action_{action.name}")
                 yield SystemCommand(action.palette, action.palette_help or action.palette, callback)
+
+
+def _steps_key(snap: Snapshot, second: int) -> tuple[object, ...] | None:
+    """What the Restarts panel shows of progress: the steps each attempt reached and resumed
+    from. The running attempt's step moves every second, and measuring and repainting the
+    panel that often was a fifth of the dashboard's CPU: it is redrawn every 10 s (the table
+    and the header show the live step), and exactly once the attempt or the run ends."""
+    if snap.progress is None:
+        return None
+    *ended, live = snap.progress.attempts or (None,)
+    steps = tuple((a.attempt, a.first_step, a.steps_reached) for a in ended if a is not None)
+    if live is None:
+        return steps
+    moving = live.steps_reached if snap.finished is not None else second // 10
+    return (*steps, (live.attempt, live.first_step, moving))
 
 
 def _waiting(snap: Snapshot) -> bool:

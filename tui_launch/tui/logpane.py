@@ -5,7 +5,7 @@ streams, the text filter (its input box and Esc), following new lines or pausing
 scrolls up (counting what arrives meanwhile), and the bar that says all of this. The app tells
 it what to show (:meth:`LogPane.show_rank`, :meth:`LogPane.show_all`, ...) and calls
 :meth:`LogPane.write_new` on each tick; lines come from the source's
-:class:`~tui_launch.core.logs.LogBuffer`.
+:class:`~tui_launch.core.logsinks.LogBuffer`.
 
 A line rewritten with ``\r`` (a tqdm bar) is one line showing its last state: while it is
 being written it sits at the bottom and changes in place (the view's tail); once a newline ends
@@ -23,7 +23,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, Static
 
-from tui_launch.core.logs import LogBuffer, LogLine, last_segment
+from tui_launch.core.logs import last_segment
+from tui_launch.core.logsinks import LogBuffer, LogLine
 from tui_launch.tui.logview import LogView
 
 LOG_LINES_SHOWN = 5000

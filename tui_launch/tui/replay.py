@@ -23,7 +23,8 @@ from textual.app import ComposeResult
 
 from tui_launch.core.events import StacksDumped, WorkersStarted
 from tui_launch.core.journal import JOURNAL_NAME
-from tui_launch.core.logs import LogBuffer, LogSource
+from tui_launch.core.logs import LogSource
+from tui_launch.core.logsinks import LogBuffer
 from tui_launch.core.replay import LogKey, Timeline
 from tui_launch.core.stacks import StackDump
 from tui_launch.core.stacks.save import load as load_stacks

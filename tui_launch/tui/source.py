@@ -15,7 +15,7 @@ from typing import Protocol
 
 from tui_launch.core.events import Event, RunFinished, StacksDumped
 from tui_launch.core.handle import RunHandle
-from tui_launch.core.logs import LogBuffer
+from tui_launch.core.logsinks import LogBuffer
 from tui_launch.core.stacks import StackDump
 from tui_launch.core.store import Snapshot
 
