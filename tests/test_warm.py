@@ -139,7 +139,12 @@ def test_spares_die_with_a_sigkilled_launcher(tmp_path, tuilaunch):
     os.kill(launch.pid, signal.SIGKILL)
     launch.wait()
     assert wait_gone(launch.token, 15) == [], [_cmdline(p) for p in leftovers(launch.token)]
-    assert all(not os.path.exists(f"/proc/{p}") or _zombie(p) for p in pids)
+    # A dying process's environment reads empty before it is gone: wait for the pids too.
+    wait_for(
+        lambda: all(not os.path.exists(f"/proc/{p}") or _zombie(p) for p in pids),
+        15,
+        what="the spares and workers to be gone",
+    )
 
 
 def _cmdline(pid: int) -> bytes:
