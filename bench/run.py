@@ -963,7 +963,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not settings.warm_start:
             parts += [table_restart(results["restart"]), ""]
         else:
-            what = f"restart (failing rank fails {settings.fail_after:g} s after its start)"
+            what = f"restart (the failing rank fails {settings.fail_after:g} s into attempt 0)"
             parts += [table_warm(results["restart"], what, WARM_RESTART_TARGET), ""]
     leftovers = sum(
         s["leftover_processes"] for r in results.values() for s in r["samples"] + r["warmup"]

@@ -165,7 +165,7 @@ def main() -> int:
         assert isinstance(rss, list) and isinstance(ready, list)
         print(
             f"| {r['nproc']} | {r['spares']} | {statistics.median(rss) if rss else 'n/a'} "
-            f"| {statistics.median(ready) if ready else 'n/a'} "
+            f"| {round(statistics.median(ready), 2) if ready else 'n/a'} "
             f"| {sum(r['idle_cpu_s_each']) if r['idle_cpu_s_each'] else 0:.3f} "  # type: ignore[arg-type]
             f"({r['window_s']} s) | {r['workers_cpu_s_in_window']} "
             f"| {r['worker_rss_mb_each']} |"
