@@ -145,6 +145,7 @@ class _Importer:
         self._sock = sock
         self._low = low
         self._thread: threading.Thread | None = None
+        self._tid: int | None = None
 
     def start(self, modules: tuple[str, ...] | list[str], say_ready: bool) -> None:
         self._thread = threading.Thread(
@@ -152,12 +153,19 @@ class _Importer:
         )
         self._thread.start()
 
-    def join(self) -> None:
+    def join(self, urgent: bool = False) -> None:
+        """Wait for the imports; ``urgent`` (the spare is a worker now): first give the import
+        thread the main thread's priority back where that is allowed (CAP_SYS_NICE)."""
         if self._thread is not None:
+            if urgent and self._low and self._thread.is_alive() and self._tid is not None:
+                with contextlib.suppress(OSError):
+                    nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+                    os.setpriority(os.PRIO_PROCESS, self._tid, nice)
             self._thread.join()
             self._thread = None
 
     def _run(self, modules: tuple[str, ...], say_ready: bool) -> None:
+        self._tid = threading.get_native_id()
         if self._low:
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
@@ -236,7 +244,7 @@ def main(argv: list[str]) -> None:
         if got is None:
             os._exit(0)
         order, fds = got
-        importer.join()
+        importer.join(urgent=order.get("kind") == "run")
         if order.get("kind") == "prepare":
             sys.path.insert(0, str(order["path0"]))
             importer.start(list(order.get("modules") or ()), say_ready=True)
