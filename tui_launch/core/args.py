@@ -49,6 +49,8 @@ class Options:
     metrics_textfile: str | None = None
     warm_start: bool = False
     warm_import: tuple[str, ...] = ()
+    control_socket: bool = False
+    detach: bool = False
 
 
 class _Parser(argparse.ArgumentParser):
@@ -269,6 +271,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MOD,...",
         help="With --warm-start: modules the spares also import ahead of need "
         "(e.g. transformers,mypkg.model), found as the worker would find them.",
+    )
+    ours.add_argument(
+        "--control-socket",
+        dest=_OURS + "control_socket",
+        action="store_true",
+        help="Listen on a Unix socket in the run directory (mode 0600, this user and root "
+        "only; never TCP) so that 'tuilaunch attach --control' can kill, stop, restart, "
+        "inject, dump and stop the job from another terminal. Off by default.",
+    )
+    ours.add_argument(
+        "--detach",
+        dest=_OURS + "detach",
+        action="store_true",
+        help="Start the job in the background, detached from this terminal (headless, its "
+        "console output in console.log of the run directory, a hang-up does not stop it; "
+        "implies --control-socket), print how to attach, and return at once.",
     )
     ours.add_argument("--version", action="version", version=f"tuilaunch {__version__}")
     return parser
