@@ -86,12 +86,19 @@ def run_cli(argv: list[str] | None = None) -> int:
         return run_subcommand(given)  # before torch is imported: `ls` answers at once
     from tui_launch.core.args import parse
     from tui_launch.core.store import RunStore
-    from tui_launch.core.validate import USAGE_ERROR, UsageError, validate, validate_injections
+    from tui_launch.core.validate import (
+        USAGE_ERROR,
+        UsageError,
+        validate,
+        validate_dump_options,
+        validate_injections,
+    )
 
     args, opts = parse(argv)
     try:
         validate(args)
         validate_injections(args, opts.inject)
+        validate_dump_options(args, opts.dump_via_faulthandler)
     except UsageError as e:
         print(f"tuilaunch: error: {e}", file=sys.stderr)
         return USAGE_ERROR

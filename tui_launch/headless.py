@@ -23,7 +23,14 @@ from typing import Any, TextIO
 
 from tui_launch.core import errors
 from tui_launch.core.console import PrefixedLines, copy_range, is_devnull, write_all
-from tui_launch.core.events import Event, ExitBarrier, Failure, Injected, StacksDumped
+from tui_launch.core.events import (
+    Event,
+    ExitBarrier,
+    Failure,
+    Injected,
+    JobStacks,
+    StacksDumped,
+)
 from tui_launch.core.handle import RunHandle
 from tui_launch.core.logs import STDOUT, LogSource
 from tui_launch.core.store import RunStore, Snapshot
@@ -171,7 +178,20 @@ class Headless:
             if isinstance(e, StacksDumped) and e.reason != "hang-suspected":
                 # A suspicion's stacks come again with its confirmation: printed once, then.
                 self._print_stacks(e)
+            if isinstance(e, JobStacks):
+                self._print_job(e)
         self._print_cluster()
+
+    def _print_job(self, e: JobStacks) -> None:
+        """Where every rank of the job is: each place once, with its ranks and nodes."""
+        from tui_launch.core.jobstacks import place_groups
+        from tui_launch.core.stacks import rank_list
+
+        for g in place_groups(e):
+            who = f"rank {g.ranks[0]}" if len(g.ranks) == 1 else f"ranks {rank_list(g.ranks)}"
+            odd = "  <- odd one out" if g.odd else ""
+            frames = [f"    {f}" for f in g.frames[:STACK_FRAMES]]
+            self._say("\n".join([f"  {who} on {', '.join(g.nodes)}: {g.place}{odd}", *frames]))
 
     def _print_stacks(self, e: StacksDumped) -> None:
         """Each distinct main-thread stack of a dump once, with the ranks that share it."""
@@ -402,6 +422,12 @@ def _print_paths(runner: RunHandle | None, console: Any, s: Snapshot) -> None:
     if s.dumps:
         last = s.dumps[-1]
         console.print(f"stacks: {len(s.dumps)} dump(s); latest: {last.path}", soft_wrap=True)
+    if s.job_stacks:
+        job = s.job_stacks[-1]
+        console.print(
+            f"stacks of the job: {len(job.ranks)} ranks on {len(job.nodes)} node(s): {job.verdict}",
+            soft_wrap=True,
+        )
 
 
 def run_duration(s: Snapshot, now: float | None = None) -> float:

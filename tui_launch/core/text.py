@@ -13,8 +13,10 @@ from tui_launch.core.events import (
     ExitBarrier,
     Failure,
     GroupState,
+    HangCleared,
     HangDetected,
     Injected,
+    JobStacks,
     NodeChange,
     NodeStatus,
     Notice,
@@ -133,6 +135,14 @@ def describe(e: Event) -> str | None:
         return (
             f"HANG attempt {e.attempt}: no output for {e.silence:.0f}s, {e.confirmation}; "
             f"{e.verdict} (--on-hang {e.action}: {then.get(e.action, e.action)})"
+        )
+    if isinstance(e, HangCleared):
+        return f"hang over (attempt {e.attempt}, ranks {_ranks(e.ranks)}): {e.detail or e.why}"
+    if isinstance(e, JobStacks):
+        where = f" -> {e.path}" if e.path else ""
+        return (
+            f"stacks of the job ({e.reason}, asked by {e.requested_by}): {len(e.ranks)} ranks "
+            f"on {len(e.nodes)} node(s): {e.verdict}{where}"
         )
     if isinstance(e, Slowdown):
         return describe_slowdown(e)

@@ -18,6 +18,7 @@ from tui_launch.tui.progress_render import (
     goodput_text,
     header_progress,
 )
+from tui_launch.tui.stackview import job_panel
 
 PHASE_STYLE = {
     "starting": ("starting", "bold cyan"),
@@ -351,4 +352,7 @@ def cluster_panel(s: Snapshot, now: float) -> RenderableType:
     parts: list[RenderableType] = [head, t]
     if more > 0:
         parts.append(Text(f"... and {more} more healthy node(s)", style="dim"))
+    job = job_panel(s, now, frames=0)
+    if job is not None:  # where every rank of the job is (d, dump_stacks, a hang)
+        parts += [Text(""), job]
     return Group(*parts)
