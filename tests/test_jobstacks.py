@@ -1,0 +1,149 @@
+"""Job-wide stack dumps (issue 14, many nodes): two agents as two nodes on this machine.
+
+A dump asked for on one node goes through the job's own c10d store (no new server, no new
+port) to the other node, which dumps its own ranks and publishes where they are; the asking
+node gathers every rank of the job into one ``job_stacks`` event (journal, Cluster and Stacks
+tabs) and ``job.txt``. Real agents, real gloo workers: one node is a ``tuilaunch --no-tui``
+process, the other a :class:`Runner` in this process when the test calls its control API.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import (
+    TOKEN_VAR,
+    WORKERS,
+    Launch,
+    _launch,
+    read_journal,
+    tuilaunch_cmd,
+    wait_for,
+    wait_gone,
+)
+from test_multinode import Job, c10d_args, free_port, node_env, wait_hosting
+
+from tui_launch.core.args import parse
+from tui_launch.core.events import JobStacks, StacksDumped
+from tui_launch.core.runner import SHARE_STORE_ENV, Runner
+from tui_launch.core.store import RunStore
+
+HANG = str(WORKERS / "hang.py")
+TWO = ("--nproc-per-node", "2")
+
+
+def _node(launches: list[Launch], args: list[str], journal: Path) -> Launch:
+    launch = _launch(tuilaunch_cmd("--journal", str(journal), *args), None, node_env())
+    launches.append(launch)
+    return launch
+
+
+def _kind(path: Path, kind: str) -> list[dict]:
+    if not path.exists():
+        return []
+    return [e for e in read_journal(path) if e["kind"] == kind]
+
+
+@pytest.fixture
+def in_process(monkeypatch):
+    """Isolate what a Runner in this process changes in its environment; stop it after."""
+    token = uuid.uuid4().hex
+    monkeypatch.setenv(TOKEN_VAR, token)
+    monkeypatch.setenv("TUILAUNCH_CLUSTER_INTERVAL", "0.5")
+    monkeypatch.setenv(SHARE_STORE_ENV, "x")
+    monkeypatch.delenv(SHARE_STORE_ENV)
+    made: list[Runner] = []
+    yield made
+    for r in made:
+        if not r.done:
+            r.stop()
+            r.stop()
+            r.wait(30)
+    assert wait_gone(token, 10) == []
+
+
+def test_dump_on_one_node_gives_every_rank_of_the_job(launches, tmp_path, in_process):
+    """2 nodes x 2 ranks: dump_stacks on one node (the control API, as the d key calls it)
+    gives the stacks of all four ranks, the other node's among them."""
+    job, port, run_id = Job(tmp_path), free_port(), f"js{uuid.uuid4().hex[:6]}"
+    args = [*c10d_args(port, run_id, "2"), *TWO, "--hang-timeout", "0"]
+    remote_journal = tmp_path / "remote.jsonl"
+    remote = _node(launches, [*args, *job.script()], remote_journal)
+    wait_hosting(remote, port)
+    targs, _ = parse([*args, "--log-dir", str(tmp_path / "logs"), *job.script()])
+    store = RunStore()
+    runner = Runner(targs, store, echo=False, journal_path=str(tmp_path / "local.jsonl"))
+    in_process.append(runner)
+    runner.start()
+    job.wait_world(4, 4)
+    wait_for(
+        lambda: (c := store.snapshot().cluster) is not None and len(c.nodes) == 2,
+        30,
+        what="both nodes in the cluster view",
+    )
+
+    local = runner.dump_stacks("api", "api")
+    assert isinstance(local, StacksDumped) and len(local.ranks) == 2
+
+    def gathered() -> JobStacks | None:
+        jobs = store.snapshot().job_stacks
+        return jobs[-1] if jobs else None
+
+    e = wait_for(gathered, 30, what="the job-wide dump")
+    assert sorted(r.global_rank for r in e.ranks) == [0, 1, 2, 3], e
+    assert e.missing == () and len(e.nodes) == 2 and e.path == local.path
+    me = runner.membership.cluster.node if runner.membership.cluster else ""
+    theirs = [r for r in e.ranks if r.node != me]
+    assert sorted(r.global_rank for r in theirs) == sorted(set(range(4)) - set(local.ranks))
+    # Where each remote rank is: its innermost frames, down to the worker's own file.
+    for r in theirs:
+        assert r.known and r.frames and any("elastic.py" in f for f in r.frames), r
+    other = next(n for n in e.nodes if n.node != me)
+    assert other.error == "" and other.method.startswith("py-spy") and other.path
+    # The other node dumped its own ranks because this one asked, and kept them.
+    remote_dumps = wait_for(
+        lambda: _kind(remote_journal, "stacks_dumped"), 10, what="the other node's dump"
+    )
+    assert remote_dumps[0]["source"] == "remote" and remote_dumps[0]["reason"] == "api"
+    assert Path(remote_dumps[0]["path"], "stacks.txt").exists()
+    # This node's journal has the job-wide record, and job.txt sits beside its own dump.
+    (journaled,) = _kind(tmp_path / "local.jsonl", "job_stacks")
+    assert sorted(r["global_rank"] for r in journaled["ranks"]) == [0, 1, 2, 3]
+    text = Path(local.path, "job.txt").read_text()
+    assert text.startswith(e.verdict) and "elastic.py" in text and other.node in text
+
+    job.stop.touch()
+    assert remote.wait(60) == 0, remote.output[-4000:]
+    assert runner.wait(60) == 0
+
+
+def test_hang_suspected_on_one_node_dumps_every_node(launches, tmp_path):
+    """Only one node watches for hangs (the other has --hang-timeout 0): its suspicion asks
+    both, and the job-wide verdict names rank 1 and the three ranks waiting in all_reduce."""
+    port, run_id = free_port(), f"jh{uuid.uuid4().hex[:6]}"
+    base = [*c10d_args(port, run_id, "2"), *TWO]
+    script = [HANG, "--seconds", "90"]
+    watching_journal, other_journal = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    watching = _node(
+        launches, [*base, "--hang-timeout", "4", "--on-hang", "stop", *script], watching_journal
+    )
+    wait_hosting(watching, port)
+    other = _node(launches, [*base, "--hang-timeout", "0", *script], other_journal)
+    assert watching.wait(150) == 1, watching.output[-4000:]
+    (e,) = [x for x in _kind(watching_journal, "job_stacks") if x["reason"] == "hang-suspected"]
+    assert sorted(r["global_rank"] for r in e["ranks"]) == [0, 1, 2, 3], e
+    assert len(e["nodes"]) == 2 and e["missing"] == []
+    assert e["verdict"].startswith("rank 1 is not in a collective: hang.py:"), e["verdict"]
+    assert "in load_batch" in e["verdict"]
+    assert "ranks 0, 2, 3 wait in all_reduce" in e["verdict"], e["verdict"]
+    assert e["odd_ranks"] == [1]
+    remote = [d for d in _kind(other_journal, "stacks_dumped") if d["source"] == "remote"]
+    assert remote and remote[0]["reason"] == "hang-suspected", remote
+    assert "stacks of the job (hang-suspected" in watching.stderr
+    if other.proc.poll() is None:
+        os.kill(other.pid, signal.SIGTERM)
+    other.wait(60)
