@@ -147,3 +147,81 @@ def test_hang_suspected_on_one_node_dumps_every_node(launches, tmp_path):
     if other.proc.poll() is None:
         os.kill(other.pid, signal.SIGTERM)
     other.wait(60)
+
+
+# ----------------------------------------------------------------------------- pure parts
+
+
+def _answers() -> dict:
+    from tui_launch.core.events import JobNode, JobRank
+
+    coll = ("torch/distributed/distributed_c10d.py:3252 in all_reduce", "train.py:80 in step")
+    own = ("data.py:41 in load_batch", "train.py:77 in step")
+
+    def rank(node: str, g: int, odd: bool = False) -> JobRank:
+        if odd:
+            return JobRank(node, g, g % 2, 100 + g, "data.py:41 in load_batch", None, True, own)
+        place = "all_reduce (train.py:80 in step)"
+        return JobRank(node, g, g % 2, 100 + g, place, "all_reduce", True, coll)
+
+    a = JobNode("10.0.0.1:11", "a", 0, "rank 1 is not in a collective", "/ra/stacks/1", "py-spy")
+    b = JobNode("10.0.0.2:22", "b", 1, "every rank waits in all_reduce", "/rb/stacks/1", "py-spy")
+    return {
+        a.node: (a, (rank(a.node, 0), rank(a.node, 1, odd=True))),
+        b.node: (b, (rank(b.node, 2), rank(b.node, 3))),
+    }
+
+
+def test_job_verdict_spans_the_nodes_and_answers_round_trip() -> None:
+    from tui_launch.core.jobstacks import decode_answer, encode_answer, job_event, job_text
+
+    answers = _answers()
+    for info, ranks in answers.values():
+        assert decode_answer(encode_answer(info, ranks)) == (info, ranks)
+    assert decode_answer(b"{not json") is None
+    e = job_event(4, "key", "dashboard", "10.0.0.1:11", answers, missing=["10.0.0.3:33"])
+    assert e.verdict == (
+        "rank 1 is not in a collective: data.py:41 in load_batch; ranks 0, 2, 3 wait in "
+        "all_reduce; no answer from 10.0.0.3:33"
+    )
+    assert e.odd_ranks == (1,) and [r.global_rank for r in e.ranks] == [0, 1, 2, 3]
+    assert [n.group_rank for n in e.nodes] == [0, 1]
+    text = job_text(e)
+    assert "rank 1 on 10.0.0.1:11: data.py:41 in load_batch  <- odd one out" in text
+    assert "ranks 0, 2, 3 on 10.0.0.1:11, 10.0.0.2:22: all_reduce" in text
+    assert "10.0.0.3:33: no answer" in text
+
+
+def test_cluster_and_stacks_tabs_show_where_every_rank_of_the_job_is() -> None:
+    from rich.console import Console
+
+    from tui_launch.core.events import ClusterSample
+    from tui_launch.core.jobstacks import job_event
+    from tui_launch.core.store import reduce
+    from tui_launch.testing import scenarios
+    from tui_launch.tui.render import cluster_panel
+    from tui_launch.tui.stackview import stacks_panel
+
+    src = scenarios.hung()
+    s = src.snapshot()
+    e = job_event(1, "key", "dashboard", "10.0.0.1:11", _answers())
+    s = reduce(s, e)
+    assert s.job_stacks == (e,)
+
+    def text(renderable: object) -> str:
+        console = Console(width=120, record=True, color_system=None)
+        console.print(renderable)
+        return console.export_text()
+
+    now = e.mono + 3
+    stacks = text(stacks_panel(s, None, now))
+    head = "stacks of the job  (key, asked by 10.0.0.1:11; 3s ago): 4 ranks on 2 node(s)"
+    assert head in stacks
+    assert "rank 1 on 10.0.0.1:11: data.py:41 in load_batch" in stacks
+    assert "ranks 0, 2, 3  \u00d7 3 ranks on 10.0.0.1:11, 10.0.0.2:22: all_reduce" in stacks
+    assert "data.py:41 in load_batch" in stacks.split("ranks 0, 2, 3")[0]  # odd one first
+
+    s = reduce(s, ClusterSample(nodes=(), store="tcpstore 127.0.0.1:1"))
+    cluster = text(cluster_panel(s, now))
+    assert "stacks of the job" in cluster and "rank 1 on 10.0.0.1:11" in cluster
+    assert "train.py:80 in step" not in cluster.split("stacks of the job")[1]  # places only

@@ -676,6 +676,20 @@ def test_dumps_and_a_confirmed_hang_flag_the_ranks_until_the_next_attempt() -> N
     assert s.hung_ranks == () and len(s.dumps) == 2  # a new attempt: no rank is suspect
 
 
+def test_hung_flag_goes_when_the_ranks_move_again() -> None:
+    from tui_launch.core.events import HangCleared
+    from tui_launch.testing import scenarios
+
+    s = scenarios.hung().snapshot()
+    assert s.hung_ranks == (1,)
+    stale = reduce(s, HangCleared(attempt=s.attempt + 1, ranks=(1,), why="output"))
+    assert stale.hung_ranks == (1,) and stale.hang_cleared is None  # another attempt's
+    cleared = HangCleared(attempt=s.attempt, ranks=(1,), why="stacks", detail="moved")
+    s = reduce(s, cleared)
+    assert s.hung_ranks == () and s.hang_cleared == cleared
+    assert s.hang is not None  # the hang stays in the history (root cause, journal)
+
+
 def test_replayed_progress_records_give_the_same_goodput():
     from tui_launch.core.progress_view import goodput
     from tui_launch.core.store import RunStore

@@ -190,7 +190,7 @@ class Dashboard(RunCommands):
         if self._gpus.border_title != title:
             self._gpus.border_title = title
         self._cause.show(
-            (snap.root_cause, len(snap.failures), snap.hang, snap.finished),
+            (snap.root_cause, len(snap.failures), snap.hang, snap.hang_cleared, snap.finished),
             render.root_cause_panel,
             snap,
         )

@@ -252,6 +252,9 @@ def root_cause_panel(s: Snapshot) -> RenderableType:
         out.append(f"no output for {h.silence:.0f}s; {h.confirmation}\n")
         out.append(f"{h.verdict}\n", style="yellow")
         out.append(f"stacks: {h.second_path}\n", style="dim")
+        if s.hang_cleared is not None:
+            c = s.hang_cleared
+            out.append(f"over: the ranks move again ({c.detail or c.why})\n", style="green")
         return out
     if rc is None:
         return Text("No failure so far.", style="dim")
