@@ -134,7 +134,8 @@ def test_hang_suspected_on_one_node_dumps_every_node(launches, tmp_path):
     wait_hosting(watching, port)
     other = _node(launches, [*base, "--hang-timeout", "0", *script], other_journal)
     assert watching.wait(150) == 1, watching.output[-4000:]
-    (e,) = [x for x in _kind(watching_journal, "job_stacks") if x["reason"] == "hang-suspected"]
+    # The last suspicion (a slow start can make an earlier one, before the ranks printed).
+    *_, e = [x for x in _kind(watching_journal, "job_stacks") if x["reason"] == "hang-suspected"]
     assert sorted(r["global_rank"] for r in e["ranks"]) == [0, 1, 2, 3], e
     assert len(e["nodes"]) == 2 and e["missing"] == []
     assert e["verdict"].startswith("rank 1 is not in a collective: hang.py:"), e["verdict"]
@@ -224,4 +225,4 @@ def test_cluster_and_stacks_tabs_show_where_every_rank_of_the_job_is() -> None:
     s = reduce(s, ClusterSample(nodes=(), store="tcpstore 127.0.0.1:1"))
     cluster = text(cluster_panel(s, now))
     assert "stacks of the job" in cluster and "rank 1 on 10.0.0.1:11" in cluster
-    assert "train.py:80 in step" not in cluster.split("stacks of the job")[1]  # places only
+    assert "distributed_c10d.py" not in cluster  # places only, no frames
