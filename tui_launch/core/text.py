@@ -126,8 +126,9 @@ def describe(e: Event) -> str | None:
         return describe_injection(e)
     if isinstance(e, StacksDumped):
         note = f" ({e.note})" if e.note else ""
+        asked = ", asked by another node" if e.source == "remote" else ""
         return (
-            f"stacks ({e.reason}) of ranks {_ranks(e.ranks)} in {e.duration:.2f}s: "
+            f"stacks ({e.reason}{asked}) of ranks {_ranks(e.ranks)} in {e.duration:.2f}s: "
             f"{e.verdict}{note} -> {e.path}"
         )
     if isinstance(e, HangDetected):
