@@ -25,7 +25,16 @@ from conftest import (
     wait_for,
     wait_gone,
 )
-from test_multinode import Job, c10d_args, free_port, node_env, wait_hosting
+from test_multinode import (
+    COMMON,
+    RDZV_CONF,
+    Job,
+    c10d_args,
+    etcd_server,  # noqa: F401 - the fixture, for the etcd-v2 case
+    free_port,
+    node_env,
+    wait_hosting,
+)
 
 from tui_launch.core.args import parse
 from tui_launch.core.events import JobStacks, StacksDumped
@@ -48,8 +57,17 @@ def _kind(path: Path, kind: str) -> list[dict]:
     return [e for e in read_journal(path) if e["kind"] == kind]
 
 
+@pytest.fixture(params=["c10d", "etcd-v2"])
+def backend(request) -> tuple[str, tuple[str, int] | None]:
+    """The rendezvous backend, and the etcd server for etcd-v2 (started before the token is
+    set: it must not count as something a launch left behind)."""
+    if request.param == "etcd-v2":
+        return request.param, request.getfixturevalue("etcd_server")
+    return request.param, None
+
+
 @pytest.fixture
-def in_process(monkeypatch):
+def in_process(backend, monkeypatch):
     """Isolate what a Runner in this process changes in its environment; stop it after."""
     token = uuid.uuid4().hex
     monkeypatch.setenv(TOKEN_VAR, token)
@@ -66,14 +84,25 @@ def in_process(monkeypatch):
     assert wait_gone(token, 10) == []
 
 
-def test_dump_on_one_node_gives_every_rank_of_the_job(launches, tmp_path, in_process):
+def test_dump_on_one_node_gives_every_rank_of_the_job(backend, launches, tmp_path, in_process):
     """2 nodes x 2 ranks: dump_stacks on one node (the control API, as the d key calls it)
-    gives the stacks of all four ranks, the other node's among them."""
-    job, port, run_id = Job(tmp_path), free_port(), f"js{uuid.uuid4().hex[:6]}"
-    args = [*c10d_args(port, run_id, "2"), *TWO, "--hang-timeout", "0"]
+    gives the stacks of all four ranks, the other node's among them; through the c10d
+    store, and through etcd (where the request counter is a compare-and-swap)."""
+    job, run_id = Job(tmp_path), f"js{uuid.uuid4().hex[:6]}"
+    name, etcd = backend
+    if etcd is None:
+        port = free_port()
+        rdzv = c10d_args(port, run_id, "2")
+    else:
+        host, port = etcd
+        rdzv = [*COMMON, "--nnodes", "2", "--rdzv-backend", name]
+        rdzv += ["--rdzv-endpoint", f"{host}:{port}", "--rdzv-id", run_id]
+        rdzv += ["--rdzv-conf", RDZV_CONF]
+    args = [*rdzv, *TWO, "--hang-timeout", "0"]
     remote_journal = tmp_path / "remote.jsonl"
     remote = _node(launches, [*args, *job.script()], remote_journal)
-    wait_hosting(remote, port)
+    if etcd is None:
+        wait_hosting(remote, port)
     targs, _ = parse([*args, "--log-dir", str(tmp_path / "logs"), *job.script()])
     store = RunStore()
     runner = Runner(targs, store, echo=False, journal_path=str(tmp_path / "local.jsonl"))
