@@ -14,6 +14,9 @@ Keys (all under ``tuilaunch/<run id>/cluster/``):
 * ``i/<k>``   the id of the k-th node to register (written once);
 * ``s/<id>``  that node's latest status (overwritten; ~300-600 bytes).
 
+(and ``d/...``: job-wide stack dumps, :mod:`.jobstacks`, which rides on this loop as the view's
+``rider``: one counter read per tick, and a tick every 0.25 s while a dump is under way).
+
 A ``TCPStore`` cannot list keys, hence the counter and index; etcd can, and its records carry a
 TTL so that a dead node's record disappears. Everything runs on one daemon thread with short
 store timeouts: the agent thread never waits for the cluster view, and a store that is gone
