@@ -302,7 +302,9 @@ def cluster_panel(s: Snapshot, now: float) -> RenderableType:
     """
     c = s.cluster
     if c is None:
-        return Text("no cluster view yet: it starts after the first rendezvous", style="dim")
+        empty = Text("no cluster view yet: it starts after the first rendezvous", style="dim")
+        job = job_panel(s, now, frames=0)  # a replayed journal keeps job-wide dumps, not samples
+        return empty if job is None else Group(empty, Text(""), job)
     stale_after = 10.0
     t = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim")
     t.add_column("node", no_wrap=True, min_width=12)
