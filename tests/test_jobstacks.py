@@ -139,6 +139,12 @@ def test_dump_on_one_node_gives_every_rank_of_the_job(backend, launches, tmp_pat
     )
     assert remote_dumps[0]["source"] == "remote" and remote_dumps[0]["reason"] == "api"
     assert Path(remote_dumps[0]["path"], "stacks.txt").exists()
+    # The other node is told the gathered record too (its Cluster and Stacks tabs show it).
+    shared = wait_for(
+        lambda: _kind(remote_journal, "job_stacks"), 20, what="the record on the other node"
+    )
+    assert sorted(r["global_rank"] for r in shared[0]["ranks"]) == [0, 1, 2, 3]
+    assert shared[0]["requested_by"] == me and shared[0]["verdict"] == e.verdict
     # This node's journal has the job-wide record, and job.txt sits beside its own dump.
     (journaled,) = _kind(tmp_path / "local.jsonl", "job_stacks")
     assert sorted(r["global_rank"] for r in journaled["ranks"]) == [0, 1, 2, 3]

@@ -7,13 +7,16 @@ watch's suspicion) becomes a request in the store; every node's loop polls the r
 dumps its own ranks (a dump taken here in the last two seconds serves instead) and publishes
 where each rank is; the requesting node gathers the answers and posts one
 :class:`~tui_launch.core.events.JobStacks` (the journal keeps it; the Cluster and Stacks tabs
-show it) and writes ``job.json`` and ``job.txt`` beside its own dump.
+show it) and writes ``job.json`` and ``job.txt`` beside its own dump, and puts that record in the
+store, where every node that answered reads it and posts it too.
 
 Keys, under the cluster view's prefix ``tuilaunch/<run id>/cluster/``:
 
 * ``d/n``               a counter (``add``): how many job-wide dumps were asked for;
 * ``d/r/<k>``           the k-th request: who asked, why (JSON, written once);
-* ``d/a/<k>/<node>``    one node's answer: its verdict and where each of its ranks is (JSON).
+* ``d/a/<k>/<node>``    one node's answer: its verdict and where each of its ranks is (JSON);
+* ``d/j/<k>``           the gathered record, for the nodes that answered (their Cluster and
+  Stacks tabs show the job too; innermost frames only for jobs of up to 64 ranks).
 
 Dumps taken before a failed group's teardown (``before-kill``: every node tears down anyway),
 the hang watch's confirming dump (its suspicion already asked) and the answers themselves
@@ -28,12 +31,20 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tui_launch.core.cluster import KV
 from tui_launch.core.dumps import Dumper, Taken
-from tui_launch.core.events import Event, JobNode, JobRank, JobStacks, NodeStatus
+from tui_launch.core.events import (
+    Event,
+    JobNode,
+    JobRank,
+    JobStacks,
+    NodeStatus,
+    from_dict,
+    to_dict,
+)
 from tui_launch.core.stacks import RankPlace, judge, place_of, rank_list
 from tui_launch.core.store import Phase, Snapshot
 
@@ -44,6 +55,7 @@ FAST_TICK = 0.25  # s between cluster ticks while a job-wide dump is under way
 NOT_BROADCAST_SOURCES = frozenset({"remote", "before-kill"})
 NOT_BROADCAST_REASONS = frozenset({"hang-confirm"})
 REMOTE = "remote"  # the source of a dump taken because another node asked
+SHARED_FRAMES_UP_TO = 64  # ranks: bigger jobs share the gathered record without frames
 
 
 def wants_broadcast(taken: Taken) -> bool:
@@ -253,6 +265,7 @@ class JobDumps:
         self._outgoing: list[tuple[Taken, tuple[JobNode, tuple[JobRank, ...]]]] = []
         self._answers: list[tuple[int, bytes]] = []
         self._answering = 0
+        self._follow: dict[int, float] = {}  # answered here -> until when to wait for the record
         self._gathers: dict[int, _Gather] = {}
         self._seen: int | None = None  # the last request looked at
 
@@ -264,7 +277,9 @@ class JobDumps:
     def busy(self) -> bool:
         """Whether a request, an answer or a gather is under way (the loop then ticks fast)."""
         with self._lock:
-            return bool(self._outgoing or self._answers or self._answering or self._gathers)
+            return bool(
+                self._outgoing or self._answers or self._answering or self._gathers or self._follow
+            )
 
     def on_taken(self, taken: Taken) -> None:
         """A dumper listener: a local dump for a person or a hang goes to every node."""
@@ -304,9 +319,29 @@ class JobDumps:
                 self._gathers[k] = gather
         for k, raw in answers:
             kv.set(key + f"a/{k}/{self.node}", raw)
+            with self._lock:
+                self._follow[k] = now + self.timeout + 5.0
         self._poll_requests(kv, key)
         self._gather(kv, key, now)
+        self._read_gathered(kv, key, now)
         return self.busy
+
+    def _read_gathered(self, kv: KV, key: str, now: float) -> None:
+        """On a node that answered: the asking node's gathered record, posted here too."""
+        with self._lock:
+            follow = sorted(self._follow.items())
+        if not follow:
+            return
+        raws = kv.get_many([key + f"j/{k}" for k, _ in follow])
+        for (k, until), raw in zip(follow, raws, strict=True):
+            if raw is None and now < until:
+                continue
+            with self._lock:
+                self._follow.pop(k, None)
+            event = _shared_event(raw) if raw is not None else None
+            if event is not None:
+                # Its clocks are the asking node's: "ago" is counted from its arrival here.
+                self._post(replace(event, mono=time.monotonic()))
 
     def _poll_requests(self, kv: KV, key: str) -> None:
         seen = self._seen or 0
@@ -369,6 +404,20 @@ class JobDumps:
             with self._lock:
                 self._gathers.pop(g.request, None)
             self._post(event)
+            shared = event
+            if len(event.ranks) > SHARED_FRAMES_UP_TO:
+                shared = replace(event, ranks=tuple(replace(r, frames=()) for r in event.ranks))
+            data = json.dumps(to_dict(shared), separators=(",", ":")).encode()
+            kv.set(key + f"j/{g.request}", data)
+
+
+def _shared_event(raw: bytes) -> JobStacks | None:
+    """The gathered record read back from the store (None: not one of ours)."""
+    try:
+        event = from_dict(json.loads(raw))
+    except (ValueError, KeyError, TypeError):
+        return None
+    return event if isinstance(event, JobStacks) else None
 
 
 def _alive(n: NodeStatus) -> bool:

@@ -195,7 +195,9 @@ class JobStacks(Event):
     suspicion) reached every node through the job's own store; each answered with
     :class:`JobNode` and the :class:`JobRank` of each of its ranks. ``verdict`` judges all
     of them together; ``missing`` lists the nodes that did not answer in time; ``path`` is the
-    requesting node's dump directory, which also holds ``job.json`` and ``job.txt``.
+    requesting node's dump directory (on that node), which also holds ``job.json`` and
+    ``job.txt``. Posted on the requesting node, and on every node that answered once it reads
+    the gathered record back from the store.
     """
 
     kind: ClassVar[str] = "job_stacks"
