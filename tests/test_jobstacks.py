@@ -261,3 +261,41 @@ def test_cluster_and_stacks_tabs_show_where_every_rank_of_the_job_is() -> None:
     cluster = text(cluster_panel(s, now))
     assert "stacks of the job" in cluster and "rank 1 on 10.0.0.1:11" in cluster
     assert "distributed_c10d.py" not in cluster  # places only, no frames
+
+
+def test_a_request_that_never_came_does_not_block_later_ones(tmp_path, monkeypatch) -> None:
+    """Request numbers come from a counter, the request record from a second write: an asker
+    that lost the store in between leaves a hole. A node waits for it a while, then answers
+    the requests after it (a real TCPStore on loopback; a node with no running rank says so)."""
+    import json
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from tui_launch.core import jobstacks
+    from tui_launch.core.cluster import TCPStoreKV
+    from tui_launch.core.dumps import Dumper
+    from tui_launch.core.workers import RankTable
+
+    monkeypatch.setattr(jobstacks, "MISSING_REQUEST_WAIT", 0.5)
+    server = TCPStore(
+        "127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=10), wait_for_workers=False
+    )
+    kv = TCPStoreKV("127.0.0.1", server.port)
+    store = RunStore()
+    dumper = Dumper(store.post, RankTable(), lambda: str(tmp_path), dict)
+    node = jobstacks.JobDumps(store.post, dumper, "b:2", "hb", store.snapshot, lambda: None)
+    pfx = "tuilaunch/t/cluster/"
+    node.tick(kv, pfx, ())  # joins: requests from now on are its to answer
+    kv.add(pfx + "d/n", 1)  # request 1: counted, never written
+    kv.add(pfx + "d/n", 1)
+    kv.set(pfx + "d/r/2", json.dumps({"node": "a:1", "reason": "key"}).encode())
+
+    def answered() -> bytes | None:
+        node.tick(kv, pfx, ())
+        return kv.get_many([pfx + "d/a/2/b:2"])[0]
+
+    raw = wait_for(answered, 10, what="the answer to request 2")
+    got = jobstacks.decode_answer(raw)
+    assert got is not None and got[0].error == "no running worker" and got[1] == ()
+    assert kv.get_many([pfx + "d/a/1/b:2"]) == [None]  # the hole is skipped, not answered

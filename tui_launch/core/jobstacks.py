@@ -55,6 +55,7 @@ FAST_TICK = 0.25  # s between cluster ticks while a job-wide dump is under way
 NOT_BROADCAST_SOURCES = frozenset({"remote", "before-kill"})
 NOT_BROADCAST_REASONS = frozenset({"hang-confirm"})
 REMOTE = "remote"  # the source of a dump taken because another node asked
+MISSING_REQUEST_WAIT = 10.0  # s a counted request may stay unwritten before it is skipped
 SHARED_FRAMES_UP_TO = 64  # ranks: bigger jobs share the gathered record without frames
 
 
@@ -268,6 +269,7 @@ class JobDumps:
         self._follow: dict[int, float] = {}  # answered here -> until when to wait for the record
         self._gathers: dict[int, _Gather] = {}
         self._seen: int | None = None  # the last request looked at
+        self._missing: dict[int, float] = {}  # counted requests not written yet: since when
 
     def _group_rank(self) -> int | None:
         rv = self._snapshot().rendezvous
@@ -299,7 +301,30 @@ class JobDumps:
             outgoing, self._outgoing = self._outgoing, []
             answers, self._answers = self._answers, []
         now = time.monotonic()
-        for taken, (info, ranks) in outgoing:
+        try:
+            self._send(kv, key, now, outgoing, answers, nodes)
+        except Exception:
+            with self._lock:  # the store failed: send what is left at the next tick
+                self._outgoing[:0] = outgoing
+                self._answers[:0] = answers
+            raise
+        self._poll_requests(kv, key)
+        self._gather(kv, key, now)
+        self._read_gathered(kv, key, now)
+        return self.busy
+
+    def _send(
+        self,
+        kv: KV,
+        key: str,
+        now: float,
+        outgoing: list[tuple[Taken, tuple[JobNode, tuple[JobRank, ...]]]],
+        answers: list[tuple[int, bytes]],
+        nodes: Sequence[NodeStatus],
+    ) -> None:
+        """Publish this node's requests and answers; each leaves its list once sent."""
+        while outgoing:
+            taken, (info, ranks) = outgoing[0]
             k = kv.add(key + "n", 1)
             request = {"node": self.node, "reason": taken.event.reason, "t": time.time()}
             request["source"] = taken.event.source
@@ -317,14 +342,13 @@ class JobDumps:
             )
             with self._lock:
                 self._gathers[k] = gather
-        for k, raw in answers:
+            outgoing.pop(0)
+        while answers:
+            k, raw = answers[0]
             kv.set(key + f"a/{k}/{self.node}", raw)
             with self._lock:
                 self._follow[k] = now + self.timeout + 5.0
-        self._poll_requests(kv, key)
-        self._gather(kv, key, now)
-        self._read_gathered(kv, key, now)
-        return self.busy
+            answers.pop(0)
 
     def _read_gathered(self, kv: KV, key: str, now: float) -> None:
         """On a node that answered: the asking node's gathered record, posted here too."""
@@ -351,8 +375,15 @@ class JobDumps:
         numbers = list(range(seen + 1, n + 1))
         for k, raw in zip(numbers, kv.get_many([key + f"r/{k}" for k in numbers]), strict=True):
             if raw is None:
-                break  # counted but not written yet: look again next tick
+                # Counted but not written yet: look again next tick. A request whose asker
+                # lost the store between the two writes never comes: skip it after a while.
+                first = self._missing.setdefault(k, time.monotonic())
+                if time.monotonic() - first < MISSING_REQUEST_WAIT:
+                    break
+            self._missing.pop(k, None)
             self._seen = k
+            if raw is None:
+                continue
             try:
                 req = json.loads(raw)
                 asker, reason = str(req["node"]), str(req["reason"])
