@@ -852,6 +852,8 @@ def test_destructive_actions_ask_first_and_the_others_do_not() -> None:
     async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         main = app.screen
         for action in BOUND:
+            if action.name == "detach":
+                continue  # D leaves the dashboard by design (test_d_detaches)
             await pilot.press(action.bound_keys[0])
             await pilot.pause()
             asked = isinstance(app.screen, ConfirmScreen)
@@ -863,6 +865,18 @@ def test_destructive_actions_ask_first_and_the_others_do_not() -> None:
         # Nothing was done without a yes (a stack dump reads the ranks, it changes nothing).
         assert [a for a in src.actions if a[0] != "dump"] == []
         assert app.is_running
+
+    drive("healthy", check)
+
+
+def test_d_detaches() -> None:
+    """D leaves at once (nothing is stopped: it is not destructive) and says it detached."""
+
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        assert app.check_action("detach", ())
+        await pilot.press("D")
+        await wait_until(pilot, lambda: not app.is_running)
+        assert app.detached and app.clean_exit and src.actions == []
 
     drive("healthy", check)
 

@@ -16,6 +16,7 @@ import gc
 import os
 import signal
 import sys
+import time
 import warnings
 from typing import TYPE_CHECKING, NoReturn
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     import argparse
 
     from tui_launch.core.args import Options
+    from tui_launch.core.detach import Console
     from tui_launch.core.handle import RunHandle
     from tui_launch.core.store import RunStore
 
@@ -40,6 +42,11 @@ def run_subcommand(argv: list[str]) -> int:
         from tui_launch.core.runindex import ls_main
 
         return ls_main(argv[1:])
+    helps = {"-h", "--help"} & set(argv[1:])
+    if argv[0] == "attach" and ("--control" in argv[1:] or helps):  # its help names both
+        from tui_launch.tui.attachctl import control_attach_main
+
+        return control_attach_main(argv[1:])
     from tui_launch.tui.replay import attach_main, replay_main
 
     return (replay_main if argv[0] == "replay" else attach_main)(argv[1:])
@@ -103,8 +110,19 @@ def run_cli(argv: list[str] | None = None) -> int:
         print(f"tuilaunch: error: {e}", file=sys.stderr)
         return USAGE_ERROR
 
-    use_tui = not opts.no_tui and _isatty(sys.stdout) and _isatty(sys.stdin)
-    if not opts.no_tui and not use_tui:
+    console = None
+    if opts.detach:
+        # Before anything starts (no thread yet): the launcher goes on in a grandchild.
+        from tui_launch.core import detach
+
+        pid = detach.daemonize()
+        if pid is not None:
+            print(detach.attach_hint(pid))
+            return 0
+        console = detach.Console(_spare_dir())
+        console.detach(None)
+    use_tui = not opts.no_tui and not opts.detach and _isatty(sys.stdout) and _isatty(sys.stdin)
+    if not opts.no_tui and not opts.detach and not use_tui:
         print(
             "tuilaunch: stdout or stdin is not a terminal: running headless (as --no-tui)",
             file=sys.stderr,
@@ -120,17 +138,22 @@ def run_cli(argv: list[str] | None = None) -> int:
         print(f"tuilaunch: error: {e}", file=sys.stderr)
         return USAGE_ERROR
     try:
-        return _run(args, opts, store, use_tui, given)
+        return _run(args, opts, store, use_tui, given, console)
     finally:
         # After the run: the textfile's last write says the run finished; the port closes.
         exporters.close()
 
 
 def _run(
-    args: argparse.Namespace, opts: Options, store: RunStore, use_tui: bool, given: list[str]
+    args: argparse.Namespace,
+    opts: Options,
+    store: RunStore,
+    use_tui: bool,
+    given: list[str],
+    console: Console | None = None,
 ) -> int:
     """Build the runner, start it, and follow it with the dashboard or headless (``given``:
-    the command line, for the run index)."""
+    the command line, for the run index; ``console``: the launcher runs detached)."""
     from tui_launch.core.inject import Injector, parse_specs
     from tui_launch.core.runner import Runner
     from tui_launch.core.stderrpipe import StderrPipe
@@ -174,11 +197,28 @@ def _run(
         lambda: (runner.files.run_dir, runner.files.journal.path),
     )
     runner.before_exit(lambda: index.close("killed (inject node)"))
+    # The control socket (attach --control): off unless asked for (--control-socket,
+    # --detach, or D in the dashboard); it listens once the run directory exists.
+    from tui_launch.core.controlsock import ControlServer
+    from tui_launch.core.detach import Console, detach_message, ignore_hangup, ready
+
+    control = ControlServer(runner, _spare_dir(), on_listen=index.set_control)
+    store.subscribe(control.listener, replay=False)
+    runner.before_exit(control.close)  # a `node` injection SIGKILLs us: no socket left behind
+    consoles: list[Console] = [console] if console is not None else []
+    store.subscribe(lambda e: _console_follows(e, consoles, runner), replay=False)
+    if opts.control_socket or console is not None:
+        control.enable()
+    if console is not None:
+        index.set_detached()
+        ready()  # --detach's first process may return: `tuilaunch attach PID` finds the run
     # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.
     handled = getattr(args, "signals_to_handle", None) or DEFAULT_SIGNALS
     previous = install_signal_handlers(runner, handled)
+    if console is not None:
+        ignore_hangup()  # detached from the start: a hang-up stops nothing
     if use_tui:
-        from tui_launch.tui.run import run_dashboard  # Textual: loaded before the freeze
+        from tui_launch.tui.run import DETACHED, run_dashboard  # Textual: before the freeze
     # What is loaded by now (torch alone is ~170,000 objects) lives as long as the process.
     # Move it out of the cyclic GC's reach: otherwise every full collection walks all of it,
     # 80 ms of CPU on an idle core, and 165 ms of the dashboard's main thread in a log flood
@@ -200,20 +240,33 @@ def _run(
                 confirm=not opts.no_confirm,
                 exit_on_finish=opts.exit_on_finish,
             )
-            if error is None and code is not None:
+            if code == DETACHED:
+                # D: the terminal is released; the job goes on headless, its console output
+                # in the run directory, deaf to SIGHUP, and listening for attach --control.
+                ignore_hangup()  # before saying the terminal may be closed
+                print(detach_message(os.getpid(), runner.files.run_dir), flush=True)
+                detached = Console(_spare_dir())
+                detached.detach(runner.files.run_dir)
+                consoles.append(detached)
+                index.set_detached()
+                control.enable()
+                print(f"tuilaunch: detached from the dashboard at {time.strftime('%H:%M:%S')}")
+            elif error is None and code is not None:
                 runner.wait()
                 print_summary(store.snapshot(), runner, sys.stderr, verbose=opts.verbose)
                 return runner.exit_code if runner.exit_code is not None else code
-            print(
-                f"tuilaunch: the dashboard failed ({type(error).__name__}: {error}); "
-                "the job goes on headless. Every log line is in the run's log files.",
-                file=sys.stderr,
-            )
+            else:
+                print(
+                    f"tuilaunch: the dashboard failed ({type(error).__name__}: {error}); "
+                    "the job goes on headless. Every log line is in the run's log files.",
+                    file=sys.stderr,
+                )
         headless = Headless(store, runner, verbose=opts.verbose)
         if pipe is not None:
             pipe.console = headless.say
         return headless.run()
     finally:
+        control.close()
         if runner.files.run_dir:
             index.set_run_dir(runner.files.run_dir, runner.files.journal.path)
         index.close(runner.phase, runner.exit_code)
@@ -227,6 +280,25 @@ def _run(
             pipe.__exit__(None, None, None)
         for sig, old in previous.items():
             signal.signal(sig, old)  # type: ignore[arg-type]
+
+
+def _spare_dir() -> str | None:
+    # The run index directory (0700, the user's own): the control socket's and the console
+    # file's place when the run directory cannot hold them (yet).
+    from tui_launch.core import runindex
+
+    try:
+        return str(runindex.index_dir())
+    except (OSError, runindex.UnsafeIndexDir):
+        return None
+
+
+def _console_follows(event: object, consoles: list[Console], runner: RunHandle) -> None:
+    # A store listener: a console detached before torch made the run directory moves into it.
+    from tui_launch.core.events import WorkersStarted
+
+    if isinstance(event, WorkersStarted) and consoles and runner.run_dir:
+        consoles[-1].move_to(runner.run_dir)
 
 
 def _say_node_dies() -> None:

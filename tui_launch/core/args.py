@@ -47,6 +47,8 @@ class Options:
     metrics_port: int | None = None
     metrics_bind: str = "127.0.0.1"
     metrics_textfile: str | None = None
+    control_socket: bool = False
+    detach: bool = False
 
 
 class _Parser(argparse.ArgumentParser):
@@ -250,6 +252,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="Write the same metrics every 10 s to DIR/tuilaunch_<run-id>_<node>.prom, "
         "atomically, for node_exporter's textfile collector (no port); the last write marks "
         "the run finished. DIR must exist.",
+    )
+    ours.add_argument(
+        "--control-socket",
+        dest=_OURS + "control_socket",
+        action="store_true",
+        help="Listen on a Unix socket in the run directory (mode 0600, this user and root "
+        "only; never TCP) so that 'tuilaunch attach --control' can kill, stop, restart, "
+        "inject, dump and stop the job from another terminal. Off by default.",
+    )
+    ours.add_argument(
+        "--detach",
+        dest=_OURS + "detach",
+        action="store_true",
+        help="Start the job in the background, detached from this terminal (headless, its "
+        "console output in console.log of the run directory, a hang-up does not stop it; "
+        "implies --control-socket), print how to attach, and return at once.",
     )
     ours.add_argument("--version", action="version", version=f"tuilaunch {__version__}")
     return parser

@@ -54,6 +54,8 @@ class Entry:
     ended: float | None = None
     outcome: str | None = None
     exit_code: int | None = None
+    control: str | None = None  # the control socket, while the run listens on one
+    detached: bool = False  # the run has no terminal (--detach, or D in its dashboard)
     path: str = field(default="", compare=False)  # where the entry was read from
 
     def to_json(self) -> str:
@@ -213,6 +215,20 @@ class Registration:
             )
             self._write()
 
+    def set_control(self, path: str | None) -> None:
+        """The run listens on a control socket at ``path`` (None: no longer)."""
+        with self._lock:
+            if not self._closed and path != self.entry.control:
+                self.entry = replace(self.entry, control=path)
+                self._write()
+
+    def set_detached(self) -> None:
+        """The run left its terminal (``tuilaunch ls`` says so)."""
+        with self._lock:
+            if not self._closed and not self.entry.detached:
+                self.entry = replace(self.entry, detached=True)
+                self._write()
+
     def close(self, outcome: str | None = None, exit_code: int | None = None) -> None:
         """The run ended: remove the live entry, keep an ``ended-`` record (idempotent)."""
         with self._lock:
@@ -222,7 +238,7 @@ class Registration:
             if self.directory is None:
                 return
             self.entry = replace(
-                self.entry, ended=time.time(), outcome=outcome, exit_code=exit_code
+                self.entry, ended=time.time(), outcome=outcome, exit_code=exit_code, control=None
             )
             name = f"ended-{int(self.entry.ended or 0)}-{self._name[len('live-') :]}"
             with contextlib.suppress(OSError):
@@ -305,6 +321,10 @@ def format_table(found: list[Entry], now: float | None = None, host: str | None 
         st = state(e, host)
         if st == ENDED:
             st = f"ended ({e.outcome}, exit {e.exit_code})"
+        elif st == LIVE and (e.detached or e.control):
+            # How to come back to it: detached (no terminal) and/or listening for control.
+            how = [w for w, on in (("detached", e.detached), ("control", e.control)) if on]
+            st += f" ({', '.join(how)})"
         rows.append(
             (
                 st,

@@ -28,10 +28,12 @@ class Needs(Enum):
     RUNNING = "running workers, in a run not finished"
     FILTER = "a log filter applied"  # the app answers this one (the filter is UI state)
     REPLAY = "a replay (tuilaunch replay)"
+    LIVE = "a run not finished"
 
 
-# Needs that act on a live run: never in a replay, whatever the snapshot at the cursor says.
-ACTS_ON_RUN = frozenset({Needs.LIVE_RANK, Needs.RUNNING})
+# Needs that act on a live run: never in a replay or a read-only attach, whatever the
+# snapshot at the cursor says (an attach --control may: its source has ``controls``).
+ACTS_ON_RUN = frozenset({Needs.LIVE_RANK, Needs.RUNNING, Needs.LIVE})
 
 
 # How a person writes a key (help, README) -> Textual's name for it.
@@ -313,6 +315,19 @@ ACTIONS: tuple[Action, ...] = (
         needs=Needs.REPLAY,
         footer=False,
     ),
+    Action(
+        "detach",
+        ("D",),
+        "detach: release the terminal, the job goes on in the background "
+        "(tuilaunch attach brings the cockpit back)",
+        label="Detach",
+        tooltip="Leave the job running without this terminal",
+        binding_id="detach",
+        palette="Detach: leave the job running in the background",
+        palette_help="its console output goes to console.log in the run directory",
+        needs=Needs.LIVE,
+        footer=False,
+    ),
     Action("", ("ctrl+p",), "command palette"),
     Action("help", ("?",), "this help", label="Help", binding_id="help", help_last=True),
     Action(
@@ -358,18 +373,23 @@ def palette() -> Iterator[Action]:
     return (a for a in ACTIONS if a.palette)
 
 
-def applies(needs: Needs, snap: Snapshot, rank: int | None, replay: bool = False) -> bool:
+def applies(
+    needs: Needs, snap: Snapshot, rank: int | None, replay: bool = False, controls: bool = False
+) -> bool:
     """Whether an action that ``needs`` this applies to ``snap`` with ``rank`` selected
-    (``replay``: in a replay, where nothing acts on the run and the replay keys work)."""
+    (``replay``: in a replay, where nothing acts on the run and the replay keys work;
+    ``controls``: an ``attach --control``, a replay of a live run that may act on it)."""
     if needs is Needs.NOTHING:
         return True
     if needs is Needs.REPLAY:
         return replay
-    if replay and needs in ACTS_ON_RUN:
+    if replay and needs in ACTS_ON_RUN and not controls:
         return False
     if needs is Needs.RANK:
         return rank is not None
     finished = snap.finished is not None
+    if needs is Needs.LIVE:
+        return not finished
     if needs is Needs.RUNNING:
         return not finished and snap.phase == "running"
     row = snap.rank(rank) if rank is not None else None

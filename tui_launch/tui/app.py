@@ -297,7 +297,9 @@ class Dashboard(RunCommands):
         if spec.needs is actions.Needs.FILTER:
             return bool(self.log_pane.filter_text)
         replay = getattr(self.source, "replay", False)
-        return actions.applies(spec.needs, self.source.snapshot(), self.selected_rank(), replay)
+        controls = getattr(self.source, "controls", False)
+        snap = self.source.snapshot()
+        return actions.applies(spec.needs, snap, self.selected_rank(), replay, controls)
 
     def action_rank_log(self) -> None:
         """Show the selected rank's log."""

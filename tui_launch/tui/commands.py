@@ -1,4 +1,4 @@
-"""The dashboard's keys that act on the run: signal, inject, restart, dump, quit.
+"""The dashboard's keys that act on the run: signal, inject, restart, dump, detach, quit.
 
 :class:`RunCommands` is the half of :class:`~tui_launch.tui.app.Dashboard` (which inherits it)
 whose actions go through the :class:`~tui_launch.tui.source.Source`'s control calls. Which
@@ -28,6 +28,7 @@ class RunCommands(App[int]):
     confirm: bool
     clean_exit: bool
     _quitting: bool
+    detached: bool = False  # D was pressed: the job goes on without this dashboard
 
     def selected_rank(self) -> int | None:
         """The local rank of the highlighted row (the Dashboard's table)."""
@@ -151,6 +152,12 @@ class RunCommands(App[int]):
     async def action_quit(self) -> None:
         """Textual's own quit (ctrl+q, the palette's Quit) must stop the job cleanly too."""
         self.action_quit_job()
+
+    def action_detach(self) -> None:
+        """Release the terminal and leave the job running (the launcher goes on headless,
+        its console output in the run directory; an attached client just leaves)."""
+        self.detached = True
+        self._leave(0)
 
     @work(thread=True, exit_on_error=False)
     def _wait_for_end(self) -> None:

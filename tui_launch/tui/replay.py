@@ -11,6 +11,7 @@ clock, event number, play state) under the header and the replay keys.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -32,9 +33,11 @@ from tui_launch.core.store import Snapshot
 from tui_launch.tui.app import Dashboard
 from tui_launch.tui.widgets import CachedPanel
 
-# When the cursor moves back, each log is re-read from this many bytes before its cut.
-REREAD = 1 << 18
+# When the cursor moves back (or jumps ahead), each rank's logs are re-read from this many bytes
+# before their cuts (newest attempt first): about 800 lines of 80 bytes, read in a few ms.
+REREAD = 1 << 16
 OPEN_AT_END = 20000  # events: up to this many, the replay opens on the end
+END = -1  # a pending jump to the end of the journal, once indexed
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 100.0, 1000.0)
 
 
@@ -49,6 +52,7 @@ class ReplaySource:
         self.cursor = len(timeline) if cursor is None else cursor
         self.playing = False
         self.speed = 1.0
+        self.pending: int | None = None  # where a jump waits for the checkpoints (END: the end)
         self.rebuilt = 0  # how often the log buffer was rebuilt (the pane must rerender)
         self._cut: dict[LogKey, int] = {}
         self._dirs: dict[int, str] = {}
@@ -85,11 +89,10 @@ class ReplaySource:
     def _log_dir(self, attempt: int) -> str | None:
         if attempt not in self._dirs:
             tl = self.timeline
-            for i, kind in enumerate(tl.kinds):
-                if kind == WorkersStarted.kind:
-                    for _, e in tl.events(i, i + 1):
-                        if isinstance(e, WorkersStarted):
-                            self._dirs[e.attempt] = e.log_dir
+            for i in tl.indices(WorkersStarted.kind):  # state events only: no full scan
+                for _, e in tl.events(i, i + 1):
+                    if isinstance(e, WorkersStarted):
+                        self._dirs[e.attempt] = e.log_dir
         return self._dirs.get(attempt)
 
     def _cut_logs(self) -> None:
@@ -99,16 +102,24 @@ class ReplaySource:
             self.logs = LogBuffer()
             self.rebuilt += 1
             self._cut = {}
-        for key in sorted(cut):
-            start = self._cut.get(key)
-            end = cut[key]
-            if start is None:
-                start = max(0, end - REREAD)
+        # Each rank's newest REREAD bytes at most (newest attempt first): the bounded buffer
+        # would drop anything older, and a jump across hours of output or a rebuild of every
+        # attempt's files then costs one read of REREAD bytes a rank, not of all of them.
+        budget: dict[int, int] = {}
+        reads: list[tuple[LogKey, int, int]] = []
+        for key in sorted(cut, reverse=True):
+            rank, end = key[1], cut[key]
+            done = self._cut.get(key)
+            left = budget.get(rank, REREAD)
+            start = max(0 if done is None else done, end - left, 0)
             if end > start:
-                self._deliver(key, start, end)
+                budget[rank] = left - (end - start)
+                reads.append((key, start, end))
+        for key, start, end in reversed(reads):
+            self._deliver(key, start, end, whole=start == self._cut.get(key, 0))
         self._cut = cut
 
-    def _deliver(self, key: LogKey, start: int, end: int) -> None:
+    def _deliver(self, key: LogKey, start: int, end: int, whole: bool = True) -> None:
         attempt, rank, stream = key
         d = self._log_dir(attempt)
         if d is None:
@@ -120,7 +131,7 @@ class ReplaySource:
                 data = fp.read(end - start)
         except OSError:
             return
-        if start and key not in self._cut:
+        if not whole:
             data = data[data.find(b"\n") + 1 :]  # the first line was cut in two
         lines = data.decode("utf-8", "replace").split("\n")[:-1]
         if lines:
@@ -193,7 +204,11 @@ def cursor_line(src: ReplaySource) -> Text:
     state = "playing" if src.playing else "paused"
     kind = src.timeline.kinds[src.cursor - 1] if src.cursor else "(start)"
     following = getattr(src, "following", None)
-    label = "REPLAY" if following is None else "ATTACHED read-only" + (" (following)" * following)
+    mode = getattr(src, "mode_label", "read-only")  # an attach --control says so
+    label = "REPLAY" if following is None else f"ATTACHED {mode}" + (" (following)" * following)
+    if src.pending is not None:
+        to = "the end" if src.pending == END else f"event {src.pending}"
+        state = f"going to {to}: computed up to event {src.timeline.frontier()}"
     return Text(
         f" {label}  {when}{frac}   event {src.cursor}/{len(src.timeline)} ({kind})"
         f"   {state} x{src.speed:g}   space play  ,/. step  [/] failures  g/G start/end"
@@ -206,10 +221,19 @@ class ReplayDashboard(Dashboard):
     source: ReplaySource
     CSS = "#replaybar { height: 1; background: $boost; color: $text; }"
 
-    def __init__(self, source: ReplaySource, **kwargs: object) -> None:
+    def __init__(
+        self,
+        source: ReplaySource,
+        background: threading.Thread | None = None,
+        **kwargs: object,
+    ) -> None:
         super().__init__(source, **kwargs)  # type: ignore[arg-type]
         self._finished_seen = True  # a recorded end is shown, never acted on
         self._rebuilt = source.rebuilt
+        # The thread indexing the journal and computing its checkpoints (replay_main's). While
+        # it runs, a jump past what it has reached waits for it instead of computing the
+        # checkpoints on this thread: the screen keeps answering, the bar says how far it is.
+        self._background = background
 
     def compose(self) -> ComposeResult:
         self._replay_bar = CachedPanel(id="replaybar", measure=False)
@@ -222,7 +246,9 @@ class ReplayDashboard(Dashboard):
 
     def _tick(self) -> None:
         src = self.source
-        if src.playing:
+        if src.pending is not None:
+            self._go(src.pending)
+        elif src.playing:
             src.advance(1.0 / self.refresh_hz)
         self._moved()
 
@@ -232,10 +258,25 @@ class ReplayDashboard(Dashboard):
             self._rebuilt = src.rebuilt
             self.log_pane.rerender()
         super()._tick()
-        self._replay_bar.show((src.cursor, src.playing, src.speed), cursor_line, src)
+        tl = src.timeline
+        frontier = tl.frontier() if src.pending is not None else None
+        key = (src.cursor, len(tl), src.playing, src.speed, src.pending, frontier)
+        self._replay_bar.show(key, cursor_line, src)
+
+    def _busy(self) -> bool:
+        """Whether the background thread is still to start or running."""
+        bg = self._background
+        return bg is not None and (bg.ident is None or bg.is_alive())
 
     def _go(self, cursor: int) -> None:
-        self.source.move(cursor)
+        src, tl = self.source, self.source.timeline
+        busy = self._busy()
+        target = len(tl) if cursor == END and tl.indexed else cursor
+        if busy and (target == END or not tl.ready(target)):
+            src.pending = cursor  # the next ticks try again
+        else:
+            src.pending = None
+            src.move(len(tl) if target == END else target)
         self._moved()
 
     def action_replay_play(self) -> None:
@@ -270,6 +311,9 @@ class ReplayDashboard(Dashboard):
         self._go(0)
 
     def action_replay_end(self) -> None:
+        if self._busy():
+            self._go(END)  # the end once the background thread has indexed it
+            return
         self.source.timeline.refresh()  # a run still writing: its newest events too
         self._go(len(self.source.timeline))
 
@@ -283,6 +327,14 @@ def journal_of(target: str) -> str:
 
 
 USAGE = "usage: tuilaunch replay RUN_DIR|journal.jsonl [--no-confirm] [--refresh-hz HZ]"
+
+
+def precompute(timeline: Timeline, stop: threading.Event) -> None:
+    """The replay's background thread: the rest of the index and every checkpoint, then the
+    objects made so far out of the cyclic GC's reach (as the live dashboard does after its
+    first frame): a full collection walking a day's checkpoints took ~80 ms of a cursor move."""
+    timeline.precompute(stop)
+    gc.freeze()
 
 
 def replay_main(argv: list[str]) -> int:
@@ -306,7 +358,9 @@ def replay_main(argv: list[str]) -> int:
                 target = arg
         if target is None:
             raise ValueError("a run directory or journal is needed")
-        timeline = Timeline(journal_of(target))
+        # Only the first chunk is indexed before the first frame: the precompute thread
+        # indexes the rest (the bar's event count grows meanwhile; G waits for it).
+        timeline = Timeline(journal_of(target), index=False)
         if not len(timeline):
             raise ValueError(f"{timeline.path} holds no whole event")
     except (ValueError, IndexError, OSError) as e:
@@ -315,14 +369,16 @@ def replay_main(argv: list[str]) -> int:
         return 2
     stop = threading.Event()
     worker = threading.Thread(
-        target=timeline.precompute, args=(stop,), name="tuilaunch-replay", daemon=True
+        target=precompute, args=(timeline, stop), name="tuilaunch-replay", daemon=True
     )
-    worker.start()
     # A short journal opens on its end (the run's final state); a long one on its start, at
-    # once, while the snapshots are computed in the background (G goes to the end).
-    cursor = len(timeline) if len(timeline) <= OPEN_AT_END else 0
+    # once, and the checkpoints are computed in the background once the first frame is up
+    # (started before, that thread would hold the GIL the first frame needs).
+    cursor = len(timeline) if timeline.indexed and len(timeline) <= OPEN_AT_END else 0
     source = ReplaySource(timeline, cursor)
-    app = ReplayDashboard(source, refresh_hz=refresh_hz, confirm=confirm)
+    app = ReplayDashboard(
+        source, worker, refresh_hz=refresh_hz, confirm=confirm, on_ready=worker.start
+    )
     try:
         app.run()
     finally:

@@ -18,6 +18,9 @@ from tui_launch.core.handle import RunHandle
 from tui_launch.core.stderrpipe import StderrPipe
 from tui_launch.tui.source import LiveSource
 
+# run_dashboard's code when the user pressed D: the job goes on headless, without the terminal.
+DETACHED = -1
+
 # Mouse and paste modes off, kitty keys off, main screen back, cursor shown, focus events off.
 _LEAVE_APP_MODE = (
     b"\x1b[?1000l\x1b[?1003l\x1b[?1015l\x1b[?1006l\x1b[?2004l\x1b[<u\x1b[?1049l\x1b[?25h\x1b[?1004l"
@@ -35,9 +38,9 @@ def run_dashboard(
 ) -> tuple[int | None, BaseException | None]:
     """Run the dashboard until the user quits (or the job ends, with ``exit_on_finish``).
 
-    Returns the exit code the dashboard left with (None if it did not end cleanly) and the
-    exception that ended it, if any. The job itself keeps running either way. ``app_class``
-    and ``headless`` (no terminal) are for tests.
+    Returns the exit code the dashboard left with (None if it did not end cleanly;
+    :data:`DETACHED` after ``D``) and the exception that ended it, if any. The job itself
+    keeps running either way. ``app_class`` and ``headless`` (no terminal) are for tests.
     """
     from tui_launch.tui.app import Dashboard
 
@@ -80,6 +83,8 @@ def run_dashboard(
         else:
             if app.clean_exit:
                 code = result if result is not None else 0
+                if getattr(app, "detached", False):
+                    code = DETACHED
             else:
                 error = getattr(app, "_exception", None) or RuntimeError("the dashboard stopped")
     return code, error

@@ -1,0 +1,176 @@
+"""``tuilaunch attach --control``: the attached dashboard with the keys that act on the job.
+
+:class:`ControlSource` is the read-only :class:`~tui_launch.tui.replay.AttachSource` (what it
+shows comes from the run's journal and log files, following their end) whose control calls go
+to the launcher over its control socket (:mod:`tui_launch.core.controlsock`). Each attached
+client is its own process with its own view (selection, filter, scroll, cursor). The keys that
+act (kill, SIGTERM, stop/continue, restart, inject, dump) work as in the launcher's own
+dashboard and the destructive ones still ask y/n (unless ``--no-confirm``); ``q`` stops the job
+(asking first, as in the launcher's dashboard), ``D`` leaves it running and closes this view.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from tui_launch.core.controlsock import ControlClient, ControlError, find
+from tui_launch.core.events import StacksDumped, from_dict
+from tui_launch.core.replay import Timeline
+from tui_launch.tui.replay import AttachDashboard, AttachSource
+
+GONE_GRACE = 3.0  # seconds a dead launcher's journal gets to show its end
+USAGE = "usage: tuilaunch attach [RUN_DIR|PID|RUN_ID] --control [--no-confirm] [--refresh-hz HZ]"
+HELP = """usage: tuilaunch attach [RUN_DIR|PID|RUN_ID] [--control [--no-confirm]] [--refresh-hz HZ]
+
+The dashboard on a job that runs now (default: the only live run of yours on this node).
+Read-only by default: it reads the run's journal and log files and acts on nothing.
+--control adds the keys that act (kill, SIGTERM, stop, restart, inject, dump, q stops the
+job, D leaves it running) through the run's control socket: the run must have been started
+with --control-socket or --detach, or detached with D."""
+
+
+class ControlSource(AttachSource):
+    """A running job, followed through its journal and steered through its control socket."""
+
+    controls = True  # the acting keys apply (tui.actions.applies)
+    mode_label = "control"
+
+    def __init__(self, timeline: Timeline, client: ControlClient, pid: int | None = None) -> None:
+        super().__init__(timeline)
+        self.client = client
+        self.pid = pid  # the launcher's
+        self.error = ""  # the last refusal or lost connection, for the notification
+        self.closed = False  # the dashboard is leaving: a waiting thread must not hold it
+
+    def _call(self, cmd: str, **args: object) -> dict[str, object]:
+        try:
+            answer = self.client.call(cmd, **args)
+        except ControlError as e:
+            self.error = str(e)
+            return {"ok": False, "detail": str(e)}
+        self.error = "" if answer.get("ok") else str(answer.get("detail", ""))
+        return answer
+
+    def signal_rank(self, local_rank: int, sig: int, source: str = "attach") -> bool:
+        """Ask the launcher to send ``sig`` to a local rank."""
+        name = signal.Signals(sig).name
+        return bool(self._call("signal", rank=local_rank, signal=name).get("ok"))
+
+    def restart(self, source: str = "attach") -> bool:
+        """Ask the launcher for a restart of the worker group."""
+        return bool(self._call("restart").get("ok"))
+
+    def inject(self, spec: str, source: str = "attach") -> tuple[bool, str]:
+        """Ask the launcher to schedule an injection."""
+        answer = self._call("inject", spec=spec)
+        return bool(answer.get("ok")), str(answer.get("detail", ""))
+
+    def dump_stacks(self, reason: str = "key", source: str = "attach") -> StacksDumped | None:
+        """Ask the launcher to dump every rank's stacks (seconds: off the UI thread)."""
+        event = self._call("dump").get("event")
+        dumped = from_dict(event) if isinstance(event, dict) else None
+        return dumped if isinstance(dumped, StacksDumped) else None
+
+    def stop(self, sig: int = signal.SIGTERM, reason: str = "quit") -> None:
+        """Ask the launcher to stop the job (SIGTERM to the workers, as its own ``q``)."""
+        self._call("stop")
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait until the journal says the run finished; its exit code (None: timeout).
+        The UI thread keeps following the journal meanwhile."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        gone_since: float | None = None
+        while True:
+            fin = self._snap.finished
+            if fin is not None:
+                return fin.exit_code
+            if self.closed:
+                return None
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return None
+            # A launcher that died without a last word (SIGKILL) never writes RunFinished:
+            # once it has been gone a few seconds (time to read what it did write), stop.
+            if not self._launcher_alive():
+                gone_since = gone_since or now
+                if now - gone_since > GONE_GRACE:
+                    return 1
+            time.sleep(0.1)
+
+    def _launcher_alive(self) -> bool:
+        if self.pid is None:
+            return True
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+
+    @property
+    def done(self) -> bool:
+        """Whether the run has finished (as far as the journal read so far says)."""
+        return self._snap.finished is not None
+
+
+class ControlDashboard(AttachDashboard):
+    """The attached dashboard with the control keys (``tuilaunch attach --control``)."""
+
+    source: ControlSource
+
+    def exit(self, *args: Any, **kwargs: Any) -> None:
+        # Thread workers run on asyncio's default executor, which the app's shutdown waits
+        # for: a worker still in source.wait() would keep the process alive after the UI.
+        self.source.closed = True
+        super().exit(*args, **kwargs)
+
+    def notify(self, message: str, **kwargs: Any) -> None:
+        # "could not kill rank 1": say why when the socket said (refused, connection lost).
+        if kwargs.get("severity") == "error" and self.source.error:
+            message = f"{message}: {self.source.error}"
+        super().notify(message, **kwargs)
+
+
+def control_attach_main(argv: list[str]) -> int:
+    """``tuilaunch attach [TARGET] --control``: exit 2 with one line on bad input."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(HELP)
+        return 0
+    target, refresh_hz, confirm, rest = None, 4.0, True, list(argv)
+    try:
+        while rest:
+            arg = rest.pop(0)
+            if arg == "--control":
+                pass
+            elif arg == "--no-confirm":
+                confirm = False
+            elif arg == "--refresh-hz":
+                refresh_hz = float(rest.pop(0))
+                if not refresh_hz > 0:
+                    raise ValueError("--refresh-hz must be > 0")
+            elif arg.startswith("-") or target is not None:
+                raise ValueError(f"unexpected argument {arg!r}")
+            else:
+                target = arg
+        path, journal = find(target)
+        client = ControlClient(path)
+        answer = client.call("status")  # the socket answers, and it is ours, before any UI
+        if not answer.get("ok"):
+            raise ControlError(str(answer.get("detail", "refused")))
+        pid = answer.get("pid")
+        if not journal:
+            raise ValueError("the run has no journal yet: try again in a moment")
+        timeline = Timeline(journal)
+    except (ValueError, IndexError, OSError, ControlError) as e:
+        msg = str(e) if not isinstance(e, IndexError) else "--refresh-hz needs a value"
+        print(f"tuilaunch attach: error: {msg} ({USAGE})", file=sys.stderr)
+        return 2
+    source = ControlSource(timeline, client, pid if isinstance(pid, int) else None)
+    app = ControlDashboard(source, refresh_hz=refresh_hz, confirm=confirm)
+    app.run()
+    return 0
