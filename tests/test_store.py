@@ -88,7 +88,7 @@ def _printed_summary(stderr: str) -> str:
 
 
 def test_replayed_journal_prints_the_same_summary(failed_run):
-    from tui_launch.headless import print_summary
+    from tui_launch.summary import print_summary
 
     launch, journal = failed_run
     snap = replay(read_journal(str(journal)))

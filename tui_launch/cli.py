@@ -157,7 +157,8 @@ def _run(
     from tui_launch.core.inject import Injector, parse_specs
     from tui_launch.core.runner import Runner
     from tui_launch.core.stderrpipe import StderrPipe
-    from tui_launch.headless import Headless, print_summary
+    from tui_launch.headless import Headless
+    from tui_launch.summary import print_summary
 
     if opts.demo:
         # The demo trains on CPU: its GPUs come from the fake NVML, marked as simulated.
