@@ -110,6 +110,7 @@ def _parse_and_run(argv: list[str] | None, given: list[str], pool: WarmPool | No
         USAGE_ERROR,
         UsageError,
         validate,
+        validate_dump_options,
         validate_injections,
         validate_warm,
     )
@@ -118,6 +119,7 @@ def _parse_and_run(argv: list[str] | None, given: list[str], pool: WarmPool | No
     try:
         validate(args)
         validate_injections(args, opts.inject)
+        validate_dump_options(args, opts.dump_via_faulthandler)
         validate_warm(args, opts.warm_start)
     except UsageError as e:
         print(f"tuilaunch: error: {e}", file=sys.stderr)
@@ -185,7 +187,8 @@ def _run(
     from tui_launch.core.inject import Injector, parse_specs
     from tui_launch.core.runner import Runner
     from tui_launch.core.stderrpipe import StderrPipe
-    from tui_launch.headless import Headless, print_summary
+    from tui_launch.headless import Headless
+    from tui_launch.summary import print_summary
 
     if opts.demo:
         # The demo trains on CPU: its GPUs come from the fake NVML, marked as simulated.

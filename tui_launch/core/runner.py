@@ -157,7 +157,9 @@ class Runner(PartsHandle, AgentCallbacks):
             self.injector, self.ranks, self.control, self.shim, store.post, self._monitored
         )
         self.injector.bind(self.faults)
-        self.membership = Membership(store.post, store.snapshot, self.host, args)
+        self.membership = Membership(
+            store.post, store.snapshot, self.host, args, dumper=self.dumper
+        )
         self.stopper = Stopper(
             args, self.ranks, store.post, self._finish, self._stop_settled, self._stopping
         )

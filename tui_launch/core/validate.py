@@ -141,6 +141,19 @@ def validate(args: argparse.Namespace) -> None:
         _check_log_dir(args.log_dir)
 
 
+def validate_dump_options(args: argparse.Namespace, via_faulthandler: bool) -> None:
+    """``--dump-via-faulthandler`` needs Python workers: with ``--no-python`` the program is
+    not started through the worker bootstrap, so nothing could register faulthandler and every
+    dump would silently be py-spy's. Refused (exit 2) rather than ignored: the user asked for
+    dumps without ptrace, and would only find out at the first dump that there are none."""
+    if via_faulthandler and args.no_python:
+        raise UsageError(
+            f"--dump-via-faulthandler needs a Python worker, and --no-python runs "
+            f"{args.training_script} as a plain program (drop --dump-via-faulthandler: stacks "
+            f"are then taken with py-spy, which needs ptrace)"
+        )
+
+
 def validate_injections(args: argparse.Namespace, texts: tuple[str, ...]) -> None:
     """Check every ``--inject`` before anything starts. Raises UsageError.
 
