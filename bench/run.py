@@ -32,6 +32,14 @@ the ratios of one run are meant to be compared. Each launcher runs in a session 
 process of a launch carries a token in its environment, so after each launch (and on a
 timeout or ^C) whatever is left of it is found in ``/proc`` and killed, and counted.
 
+``--warm-start`` (``launch``, ``restart``, ``all``) adds ``tuilaunch-warm``
+(``tuilaunch --warm-start``: workers start in spare interpreters that imported torch ahead,
+issue 19) to the same interleaved rounds, with its own ratio over torchrun. Targets: first
+launch <= 0.9x torchrun, failure -> restarted group <= 0.5x. ``--fail-after S`` (``restart``)
+makes the failing rank wait S seconds after its first ``all_reduce`` (every launcher alike;
+the latency is measured from the failure, so only warm starts can gain from it: a job that
+trained a while has spares that finished importing).
+
 Each sample also records the CPU time of the launch (launcher + workers, from
 ``RUSAGE_CHILDREN``; for ``launch`` also the launcher's share: the total minus what each
 noop.py rank reports at the end of its main) and the CPU time other processes used meanwhile
@@ -82,6 +90,8 @@ TOKEN_VAR = "TUILAUNCH_BENCH_TOKEN"
 SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 LAUNCH_TARGET = 1.05
 RESTART_TARGET = 1.0
+WARM_LAUNCH_TARGET = 0.9
+WARM_RESTART_TARGET = 0.5
 
 Sample = dict[str, Any]
 
@@ -122,6 +132,8 @@ class Settings:
     shared_timeout: float = 60.0
     code: str = "worktree"
     pythonpath: str | None = None  # the snapshot of tui_launch, first on every launch's path
+    warm_start: bool = False  # also run tuilaunch --warm-start
+    fail_after: float = 0.0  # restart: seconds the failing rank waits before failing
 
 
 TORCHRUN = Launcher("torchrun", ("-m", "torch.distributed.run"))
@@ -129,6 +141,7 @@ TUILAUNCH = Launcher("tuilaunch", ("-m", "tui_launch", "--no-tui"))
 TUILAUNCH_NO_DUMP = Launcher(
     "tuilaunch-no-dump", ("-m", "tui_launch", "--no-tui", "--no-dump-on-failure")
 )
+TUILAUNCH_WARM = Launcher("tuilaunch-warm", ("-m", "tui_launch", "--no-tui", "--warm-start"))
 
 
 # --------------------------------------------------------------------------- processes
@@ -404,6 +417,14 @@ def summarize(
                 ),
             }
         row["ratio"] = ratio(row["tuilaunch"]["median"], row["torchrun"]["median"])
+        if "tuilaunch-warm" in row:
+            row["ratio_warm"] = ratio(row["tuilaunch-warm"]["median"], row["torchrun"]["median"])
+            warm_pairs = [
+                t / r
+                for k, t in by_round["tuilaunch-warm"].items()
+                if (r := by_round["torchrun"].get(k))
+            ]
+            row["paired_ratio_warm_median"] = median(warm_pairs)
         pairs = [
             t / r for k, t in by_round["tuilaunch"].items() if (r := by_round["torchrun"].get(k))
         ]
@@ -470,7 +491,7 @@ def _progress(label: str, where: str, s: Sample) -> None:
 
 def bench_launch(settings: Settings) -> dict[str, Any]:
     """Wall time of the no-op job under each launcher."""
-    launchers = [TORCHRUN, TUILAUNCH]
+    launchers = [TORCHRUN, TUILAUNCH, *([TUILAUNCH_WARM] if settings.warm_start else [])]
 
     def run(launcher: Launcher, n: int) -> Sample:
         s = run_once(launcher, n, WORKLOADS / "noop.py", settings, {}, keep=read_worker_cpu)
@@ -515,6 +536,8 @@ def bench_restart(settings: Settings) -> dict[str, Any]:
     # tuilaunch dumps the surviving ranks' stacks before torch tears the group down (on by
     # default: that is the figure against torchrun); the no-dump variant shows what it costs.
     launchers = [TORCHRUN, TUILAUNCH, TUILAUNCH_NO_DUMP]
+    if settings.warm_start:
+        launchers = [TORCHRUN, TUILAUNCH, TUILAUNCH_WARM]
     if settings.shared_store:
         launchers.append(
             Launcher(
@@ -537,7 +560,7 @@ def bench_restart(settings: Settings) -> dict[str, Any]:
             n,
             WORKLOADS / "crash_once.py",
             settings,
-            {SHARE_STORE_ENV: "1"},
+            {SHARE_STORE_ENV: "1", "BENCH_FAIL_AFTER": str(settings.fail_after)},
             keep=read_marks,
         )
         complete = s["fail_time"] is not None and s["up_ranks"] == n
@@ -607,6 +630,30 @@ def table_launch(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def table_warm(result: dict[str, Any], what: str, target: float) -> str:
+    """``tuilaunch --warm-start`` against torchrun (and plain tuilaunch), from the same rounds."""
+    lines = [
+        f"### {what} with `--warm-start` (median, min-max, seconds)",
+        "",
+        f"| nproc | torchrun | tuilaunch | tuilaunch --warm-start | warm ratio | paired "
+        f"| ≤ {target} | ok (torchrun / tuilaunch / warm) | CPU s, all (torchrun / warm) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["summary"]:
+        a, b, w = row["torchrun"], row["tuilaunch"], row.get("tuilaunch-warm")
+        if w is None:
+            continue
+        lines.append(
+            f"| {row['nproc']} | {_spread(a)} | {_spread(b)} | {_spread(w)} "
+            f"| {_r(row['ratio_warm'])} | {_r(row['paired_ratio_warm_median'])} "
+            f"| {verdict(row['ratio_warm'], target, row['noise'])} "
+            f"| {a['succeeded']}/{a['runs']} / {b['succeeded']}/{b['runs']} "
+            f"/ {w['succeeded']}/{w['runs']} "
+            f"| {_r(a['cpu_median'])} / {_r(w['cpu_median'])} |"
+        )
+    return "\n".join(lines)
+
+
 def table_restart(result: dict[str, Any]) -> str:
     lines = [
         "### restart: failure → restarted workers past init_process_group "
@@ -624,6 +671,8 @@ def table_restart(result: dict[str, Any]) -> str:
     for row in result["summary"]:
         a, b = row["torchrun"], row["tuilaunch"]
         c = row.get("tuilaunch-no-dump")
+        if c is None and "tuilaunch-warm" in row:
+            continue  # the --warm-start table shows these rounds
         lines.append(
             f"| {row['nproc']} | {_spread(a)} | {_spread(b)} | {_r(row['ratio'])} "
             f"| {_r(row['paired_ratio_median'])} "
@@ -809,7 +858,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     common.add_argument(
         "--results-dir", default=str(RESULTS), help="where the JSON goes (bench/results)"
     )
+    common.add_argument(
+        "--warm-start",
+        action="store_true",
+        help="also run tuilaunch --warm-start (issue 19) in the same rounds",
+    )
     shared = argparse.ArgumentParser(add_help=False)
+    shared.add_argument(
+        "--fail-after",
+        type=float,
+        default=0.0,
+        help="restart: seconds the failing rank waits after its first all_reduce (all launchers)",
+    )
     shared.add_argument(
         "--torchrun-shared-store",
         action="store_true",
@@ -850,6 +910,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         shared_store=getattr(args, "torchrun_shared_store", False),
         shared_timeout=getattr(args, "shared_timeout", 60.0),
         code=args.code,
+        warm_start=args.warm_start,
+        fail_after=getattr(args, "fail_after", 0.0),
     )
     started = time.time()
     work = Path(tempfile.mkdtemp(prefix="tlbench_code_"))
@@ -895,8 +957,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     if "launch" in results:
         parts += [table_launch(results["launch"]), ""]
+        if settings.warm_start:
+            parts += [table_warm(results["launch"], "launch", WARM_LAUNCH_TARGET), ""]
     if "restart" in results:
-        parts += [table_restart(results["restart"]), ""]
+        if not settings.warm_start:
+            parts += [table_restart(results["restart"]), ""]
+        else:
+            what = f"restart (the failing rank fails {settings.fail_after:g} s into attempt 0)"
+            parts += [table_warm(results["restart"], what, WARM_RESTART_TARGET), ""]
     leftovers = sum(
         s["leftover_processes"] for r in results.values() for s in r["samples"] + r["warmup"]
     )

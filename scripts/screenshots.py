@@ -46,6 +46,8 @@ EXTRA: dict[str, tuple[str, tuple[str, ...]]] = {
     "small": ("healthy", ()),  # the smallest supported terminal (SIZES)
     "connect-failed": ("connect_failed", ()),  # a c10d store nobody serves, on 80x24
     "stacks": ("hung", ("d",)),  # a hang: d dumps again, the Stacks tab shows the verdict
+    # many nodes: d reached every node; the Cluster tab shows where every rank of the job is
+    "cluster-stacks": ("multinode_hung", ("n",)),
 }
 # screenshots taken at another size than SIZE
 SIZES: dict[str, tuple[int, int]] = {"small": (80, 24), "connect-failed": (80, 24)}

@@ -133,9 +133,15 @@ def _launch(
     return Launch(cmd, cwd or ROOT, env)
 
 
+# TUILAUNCH_TEST_WARM=1 runs every launch of the `tuilaunch` fixture with --warm-start (but
+# those with --no-python, which refuses it): the launcher tests in the warm-start mode.
+WARM_ALL = os.environ.get("TUILAUNCH_TEST_WARM") == "1"
+
+
 def tuilaunch_cmd(*args: str) -> list[str]:
-    """The tuilaunch command line, headless."""
-    return [PY, "-m", "tui_launch", "--no-tui", *args]
+    """The tuilaunch command line, headless (and warm with ``TUILAUNCH_TEST_WARM=1``)."""
+    warm = ["--warm-start"] if WARM_ALL and "--no-python" not in args else []
+    return [PY, "-m", "tui_launch", "--no-tui", *warm, *args]
 
 
 def torchrun_cmd(*args: str) -> list[str]:

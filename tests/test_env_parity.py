@@ -15,6 +15,10 @@ every rank saw. Only these values may differ, and each is checked for what it mu
   tuilaunch with the c10d rendezvous, unless the user set the variable, where both are equal.
 
 Every other key must be present in both with an identical value.
+
+Each case runs twice: tuilaunch as is (``cold``) and with ``--warm-start`` (``warm``: workers
+start in spare interpreters that imported torch ahead; ``--no-python`` refuses it, so that case
+runs cold only).
 """
 
 from __future__ import annotations
@@ -118,14 +122,21 @@ def read_dumps(out: Path, fmt: str) -> dict[int, tuple[list[str], dict[str, str]
     return dumps
 
 
-def run_both(case: Case, tmp_path: Path, torchrun, tuilaunch):
-    """Run torchrun, then tuilaunch; return (dumps, launch) for each."""
+def run_both(case: Case, tmp_path: Path, torchrun, tuilaunch, ours: tuple[str, ...] = ()):
+    """Run torchrun, then tuilaunch (with ``ours`` first); return (dumps, launch) for each."""
     out = tmp_path / "out"
     results = {}
-    for name, start in (("torchrun", torchrun), ("tuilaunch", tuilaunch)):
+    for name, start, flags in (("torchrun", torchrun, ()), ("tuilaunch", tuilaunch, ours)):
         env = base_env(**case.extra_env)
         launch = start(
-            *case.launcher_args, *case.script, str(out), "--flag-like", "x y", cwd=case.cwd, env=env
+            *flags,
+            *case.launcher_args,
+            *case.script,
+            str(out),
+            "--flag-like",
+            "x y",
+            cwd=case.cwd,
+            env=env,
         )
         assert launch.wait() == 0, f"{name} failed:\n{launch.output[-4000:]}"
         # Nothing of this launch may linger while the next one runs.
@@ -136,22 +147,26 @@ def run_both(case: Case, tmp_path: Path, torchrun, tuilaunch):
     return results["torchrun"], results["tuilaunch"]
 
 
+CASES = [
+    "standalone-1",
+    "standalone-2",
+    "standalone-4",
+    "static",
+    "no-python",
+    "module",
+    "run-path",
+    "user-share-0",
+]
+
+
 @pytest.mark.parametrize(
-    "name",
-    [
-        "standalone-1",
-        "standalone-2",
-        "standalone-4",
-        "static",
-        "no-python",
-        "module",
-        "run-path",
-        "user-share-0",
-    ],
+    "name, mode",
+    [(n, "cold") for n in CASES] + [(n, "warm") for n in CASES if n != "no-python"],
 )
-def test_worker_env_equals_torchrun(name, tmp_path, torchrun, tuilaunch):
+def test_worker_env_equals_torchrun(name, mode, tmp_path, torchrun, tuilaunch):
     case = make_case(name, tmp_path)
-    (theirs, t_launch), (ours, o_launch) = run_both(case, tmp_path, torchrun, tuilaunch)
+    flags = ("--warm-start",) if mode == "warm" else ()
+    (theirs, t_launch), (ours, o_launch) = run_both(case, tmp_path, torchrun, tuilaunch, flags)
 
     assert sorted(theirs) == list(range(case.nproc)), f"torchrun dumps: {sorted(theirs)}"
     assert sorted(ours) == list(range(case.nproc)), f"tuilaunch dumps: {sorted(ours)}"

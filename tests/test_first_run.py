@@ -25,7 +25,7 @@ from tui_launch.core.events import AttemptFailed, Failure, NodeStatus, RunFinish
 from tui_launch.core.stderrpipe import StderrFilter
 from tui_launch.core.store import Snapshot, replay
 from tui_launch.core.text import cluster_lines, describe, failure_details
-from tui_launch.headless import print_summary
+from tui_launch.summary import print_summary
 from tui_launch.testing import builders, scenarios
 from tui_launch.tui import actions
 from tui_launch.tui.app import Dashboard

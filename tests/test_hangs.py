@@ -210,3 +210,63 @@ def test_bad_hang_options_are_one_line_and_exit_2(capsys) -> None:
     args, opts = parse(["--hang-timeout", "0", "--on-hang", "restart", HANG])
     assert opts.hang_timeout == 0 and opts.on_hang == "restart" and not opts.no_dump_on_failure
     assert not hasattr(args, "tl_hang_timeout")  # none of ours reaches torch
+
+
+def _replayed(events: list[dict]):
+    from tui_launch.core.events import from_dict
+    from tui_launch.core.store import replay
+
+    return replay(from_dict(e) for e in events)
+
+
+def test_hung_flag_clears_when_output_resumes(tuilaunch, tmp_path):
+    # Rank 1 waits in load_batch for 12 s, then prints and the job ends: the hang is
+    # confirmed at about 6 s (timeout 3 + window 3), the watch's quiet look at 9 s finds
+    # nothing moved, and rank 1's output at 12 s ends it: HUNG? goes before the attempt does.
+    launch = tuilaunch(
+        *("--hang-timeout", "3", "--log-dir", str(tmp_path), "--standalone"),
+        *("--nproc-per-node", "2", HANG, "--seconds", "90", "--resume-after", "12"),
+    )
+    assert launch.wait(120) == 0, launch.output
+    events = _journal(launch)
+    kinds = [e["kind"] for e in events if e["kind"] in ("hang", "hang_cleared")]
+    assert kinds[:2] == ["hang", "hang_cleared"], kinds
+    cleared = _kind(events, "hang_cleared")[0]
+    assert cleared["why"] == "output" and cleared["ranks"] == [1] and cleared["attempt"] == 0
+    assert _replayed(events).hung_ranks == ()
+    # The first rank whose output the watch sees: rank 1's line, or rank 0's after it.
+    assert "hang over (attempt 0, ranks 1): rank " in launch.stderr
+    assert cleared["detail"].endswith("wrote output again")
+
+
+def test_hung_flag_clears_when_the_stacks_move(tuilaunch, tmp_path):
+    # Rank 1 leaves load_batch at 8 s for another silent function: no output, but the watch's
+    # quiet look (every --hang-timeout seconds while hung) sees its stack moved.
+    launch = tuilaunch(
+        *("--hang-timeout", "3", "--log-dir", str(tmp_path), "--standalone"),
+        *("--nproc-per-node", "2", HANG, "--seconds", "90"),
+        *("--resume-after", "8", "--quiet-for", "8"),
+    )
+    assert launch.wait(120) == 0, launch.output
+    events = _journal(launch)
+    kinds = [e["kind"] for e in events if e["kind"] in ("hang", "hang_cleared")]
+    assert kinds[:2] == ["hang", "hang_cleared"] and kinds[-1] == "hang_cleared", kinds
+    first = _kind(events, "hang_cleared")[0]
+    assert first["why"] == "stacks" and first["ranks"] == [1], first
+    assert "moved" in first["detail"]
+    assert _replayed(events).hung_ranks == ()
+
+
+def test_faulthandler_with_no_python_is_refused(tuilaunch, tmp_path):
+    # --no-python runs a plain program: nothing could register faulthandler, and falling back
+    # to py-spy silently would hide that the dumps need ptrace after all.
+    launch = tuilaunch(
+        *("--dump-via-faulthandler", "--no-python", "--standalone", "--nproc-per-node", "1"),
+        *("--log-dir", str(tmp_path), "true"),
+    )
+    assert launch.wait(60) == 2, launch.output
+    err = launch.stderr.strip()
+    assert err.startswith("tuilaunch: error: --dump-via-faulthandler needs a Python worker")
+    assert "--no-python runs true as a plain program" in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not any(tmp_path.iterdir())  # refused before anything started

@@ -330,6 +330,9 @@ def test_rank_in_d_state_is_not_attached_to(monkeypatch: pytest.MonkeyPatch) -> 
     """A rank in D (faked: a real one needs a stuck filesystem) gets its wchan, no py-spy."""
     with _sleeper(SLEEPER) as proc:
         assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
+        # Printed "up" is not asleep yet: on a loaded machine it may still run (no wchan).
+        real_state = pyspy_mod.proc_state
+        wait_for(lambda: real_state(proc.pid) == "S", 10, what="the sleeper asleep")
         monkeypatch.setattr(pyspy_mod, "proc_state", lambda pid: "D")
         calls: list[object] = []
         monkeypatch.setattr(pyspy_mod.subprocess, "run", lambda *a, **k: calls.append(a))

@@ -88,7 +88,7 @@ def _printed_summary(stderr: str) -> str:
 
 
 def test_replayed_journal_prints_the_same_summary(failed_run):
-    from tui_launch.headless import print_summary
+    from tui_launch.summary import print_summary
 
     launch, journal = failed_run
     snap = replay(read_journal(str(journal)))
@@ -674,6 +674,20 @@ def test_dumps_and_a_confirmed_hang_flag_the_ranks_until_the_next_attempt() -> N
     assert s.dumps[-1].places[1] == "rank 1: data.py:41 in load_batch"
     s = reduce(s, workers_started(1, 4, 6000, at=120.0))
     assert s.hung_ranks == () and len(s.dumps) == 2  # a new attempt: no rank is suspect
+
+
+def test_hung_flag_goes_when_the_ranks_move_again() -> None:
+    from tui_launch.core.events import HangCleared
+    from tui_launch.testing import scenarios
+
+    s = scenarios.hung().snapshot()
+    assert s.hung_ranks == (1,)
+    stale = reduce(s, HangCleared(attempt=s.attempt + 1, ranks=(1,), why="output"))
+    assert stale.hung_ranks == (1,) and stale.hang_cleared is None  # another attempt's
+    cleared = HangCleared(attempt=s.attempt, ranks=(1,), why="stacks", detail="moved")
+    s = reduce(s, cleared)
+    assert s.hung_ranks == () and s.hang_cleared == cleared
+    assert s.hang is not None  # the hang stays in the history (root cause, journal)
 
 
 def test_replayed_progress_records_give_the_same_goodput():

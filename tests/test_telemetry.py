@@ -639,7 +639,7 @@ def test_launcher_with_fake_gpus_matching_pids(tmp_path: Path) -> None:
     assert "8.0G" in row
     # The journal holds a sample every second, the live run one every 0.5 s; with the totals
     # journaled at the end, the replayed summary's resources are the live run's.
-    from tui_launch.headless import print_summary
+    from tui_launch.summary import print_summary
 
     buf = io.StringIO()
     print_summary(snap, None, buf, verbose=True)

@@ -594,6 +594,22 @@ def test_hang_flags_the_rank_and_is_the_root_cause() -> None:
     drive("hung", check)
 
 
+def test_hung_flag_goes_when_the_ranks_move_again() -> None:
+    from tui_launch.core.events import HangCleared
+
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        assert {r[0]: r[3] for r in row_texts(app._table)}["1"] == "running HUNG?"
+        src.post(HangCleared(attempt=0, ranks=(1,), why="output", detail="rank 1 wrote again"))
+        await wait_until(
+            pilot, lambda: {r[0]: r[3] for r in row_texts(app._table)}["1"] == "running"
+        )
+        await pilot.press("c")
+        cause = text_of(app._cause)
+        assert "over: the ranks move again (rank 1 wrote again)" in cause
+
+    drive("hung", check)
+
+
 def test_d_is_hidden_when_no_rank_runs() -> None:
     async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         assert "Stacks" not in await shown_keys(pilot, app)

@@ -64,6 +64,12 @@ class TestDashboardSnapshots:
         """Key n: the Cluster tab, every node's status from the store; the silent one first."""
         assert snap_compare(dashboard("multinode"), terminal_size=SIZE, press=["n"])
 
+    def test_cluster_tab_with_job_stacks(self, snap_compare) -> None:
+        """Issue 14, many nodes: d on node0 reached every node; under the node table, where
+        every rank of the job is (rank 1 the odd one out, ranks 0, 2, 3 in all_reduce on two
+        nodes) and the silent node that did not answer."""
+        assert snap_compare(dashboard("multinode_hung"), terminal_size=SIZE, press=["n"])
+
     # Issue 17: usable from 80x24 up (the side panels stack below 120 columns and the table
     # drops the columns that matter least), and a store nobody serves explained.
     def test_healthy_80x24(self, snap_compare) -> None:

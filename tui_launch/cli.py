@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from tui_launch.core.detach import Console
     from tui_launch.core.handle import RunHandle
     from tui_launch.core.store import RunStore
+    from tui_launch.core.warm import WarmPool
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 # Subcommands, recognised only as the first argument (before torchrun's parser sees argv).
@@ -91,17 +92,51 @@ def run_cli(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
     if given and given[0] in SUBCOMMANDS:
         return run_subcommand(given)  # before torch is imported: `ls` answers at once
+    # --warm-start: spares start importing torch now, while this process imports it too.
+    from tui_launch.core.warm import prestart
+
+    pool = prestart(given)
+    try:
+        return _parse_and_run(argv, given, pool)
+    finally:
+        if pool is not None:
+            pool.close()  # the runner closed it already unless the launch never began
+
+
+def _parse_and_run(argv: list[str] | None, given: list[str], pool: WarmPool | None) -> int:
     from tui_launch.core.args import parse
     from tui_launch.core.store import RunStore
-    from tui_launch.core.validate import USAGE_ERROR, UsageError, validate, validate_injections
+    from tui_launch.core.validate import (
+        USAGE_ERROR,
+        UsageError,
+        validate,
+        validate_dump_options,
+        validate_injections,
+        validate_warm,
+    )
 
     args, opts = parse(argv)
     try:
         validate(args)
         validate_injections(args, opts.inject)
+        validate_dump_options(args, opts.dump_via_faulthandler)
+        validate_warm(args, opts.warm_start)
     except UsageError as e:
         print(f"tuilaunch: error: {e}", file=sys.stderr)
         return USAGE_ERROR
+    if opts.warm_start:
+        from tui_launch.core.warm import WarmPool
+
+        if opts.detach and pool is not None:
+            # The spares are children of this process, which hands the run to a grandchild:
+            # that one starts its own (WarmPool.configure).
+            pool.close()
+            pool = None
+        pool = pool or WarmPool()
+        pool.modules = opts.warm_import
+    elif pool is not None:
+        pool.close()  # "--warm-start" was an argument of the script's
+        pool = None
 
     console = None
     if opts.detach:
@@ -131,7 +166,7 @@ def run_cli(argv: list[str] | None = None) -> int:
         print(f"tuilaunch: error: {e}", file=sys.stderr)
         return USAGE_ERROR
     try:
-        return _run(args, opts, store, use_tui, given, console)
+        return _run(args, opts, store, use_tui, given, console, pool)
     finally:
         # After the run: the textfile's last write says the run finished; the port closes.
         exporters.close()
@@ -144,13 +179,16 @@ def _run(
     use_tui: bool,
     given: list[str],
     console: Console | None = None,
+    pool: WarmPool | None = None,
 ) -> int:
     """Build the runner, start it, and follow it with the dashboard or headless (``given``:
-    the command line, for the run index; ``console``: the launcher runs detached)."""
+    the command line, for the run index; ``console``: the launcher runs detached; ``pool``:
+    --warm-start's spares)."""
     from tui_launch.core.inject import Injector, parse_specs
     from tui_launch.core.runner import Runner
     from tui_launch.core.stderrpipe import StderrPipe
-    from tui_launch.headless import Headless, print_summary
+    from tui_launch.headless import Headless
+    from tui_launch.summary import print_summary
 
     if opts.demo:
         # The demo trains on CPU: its GPUs come from the fake NVML, marked as simulated.
@@ -176,6 +214,7 @@ def _run(
         dump_on_failure=not opts.no_dump_on_failure,
         dump_via_faulthandler=opts.dump_via_faulthandler,
         stack_samples=opts.stack_samples,
+        warm=pool,
     )
     runner.before_exit(_say_node_dies)
     # The per-user run index (`tuilaunch ls`): this run's entry lives as long as the run.

@@ -37,6 +37,9 @@ def main() -> None:
     dist.all_reduce(torch.ones(1))
     if attempt == 0:
         if rank == min(1, world - 1):
+            # BENCH_FAIL_AFTER: a job that trained a while before failing (bench/run.py
+            # --fail-after); the latency is measured from the failure itself.
+            time.sleep(float(os.environ.get("BENCH_FAIL_AFTER") or 0))
             write_time(os.path.join(out, f"fail_{attempt}"))
             os._exit(1)
         deadline = time.monotonic() + 120

@@ -10,6 +10,10 @@ Options:
                  nothing behind for long
   --hang-attempts N  hang only in attempts below N (TORCHELASTIC_RESTART_COUNT); later
                  attempts do one more all_reduce on every rank, print ``done`` and exit 0
+  --resume-after S   rank 1 leaves ``load_batch`` after S seconds: with ``--quiet-for Q`` it
+                 first waits Q seconds in ``elsewhere`` (its stack moves, it prints nothing),
+                 then prints ``rank 1 resumed``, joins the all_reduce, every rank prints
+                 ``done`` and exits 0 (a hang that ends)
 
 Every rank does one ``all_reduce`` to prove the group works and prints ``ready``. Then rank 0
 (and any rank but 1) blocks in ``dist.all_reduce`` forever, waiting for rank 1, while rank 1
@@ -36,10 +40,16 @@ def loader_worker(parent: int) -> None:
         time.sleep(0.2)
 
 
-def load_batch() -> None:
-    """Rank 1's own wait: it never comes back to the collective."""
-    while True:
-        time.sleep(1.0)
+def load_batch(until: float = float("inf")) -> None:
+    """Rank 1's own wait: it never comes back to the collective (before ``until``)."""
+    while time.monotonic() < until:
+        time.sleep(0.2)
+
+
+def elsewhere(until: float) -> None:
+    """Rank 1, moved on but still silent: a different stack, no output."""
+    while time.monotonic() < until:
+        time.sleep(0.2)
 
 
 def _watchdog(seconds: float) -> None:
@@ -52,6 +62,8 @@ def main() -> None:
     parser.add_argument("--children", type=int, default=0)
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--hang-attempts", type=int, default=1 << 30)
+    parser.add_argument("--resume-after", type=float, default=None)
+    parser.add_argument("--quiet-for", type=float, default=0.0)
     args = parser.parse_args()
 
     # A second, named thread: dumps must show every thread, the main one first.
@@ -73,6 +85,17 @@ def main() -> None:
     sys.stdout.write(f"rank {rank} ready\n")
     sys.stdout.flush()
     if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) >= args.hang_attempts:
+        dist.all_reduce(t)
+        sys.stdout.write(f"rank {rank} done\n")
+        sys.stdout.flush()
+        dist.destroy_process_group()
+        return
+    if args.resume_after is not None:
+        if rank == 1:
+            load_batch(time.monotonic() + args.resume_after)
+            elsewhere(time.monotonic() + args.quiet_for)
+            sys.stdout.write("rank 1 resumed\n")
+            sys.stdout.flush()
         dist.all_reduce(t)
         sys.stdout.write(f"rank {rank} done\n")
         sys.stdout.flush()

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeAlias
 
@@ -35,6 +37,7 @@ _RUN = "torch.distributed.run"
 _AGENT = "torch.distributed.elastic.agent.server.local_elastic_agent"
 _AGENT_API = "torch.distributed.elastic.agent.server.api"
 _MP = "torch.distributed.elastic.multiprocessing.api"
+_SUBPROC = "torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler"
 
 # The protected LocalElasticAgent methods the observing agent overrides.
 HOOKS = (
@@ -58,7 +61,19 @@ PRIVATE_NAMES: tuple[TorchName, ...] = (
     TorchName(_MP, "SubprocessContext", "subprocess_handlers", "instance"),
     TorchName(_MP, "MultiprocessContext", "_pc", "instance"),
     TorchName(_MP, None, THREAD_WARNING, "text"),
+    # --warm-start: SubprocessContext looks the handler factory up in its module at call time;
+    # the handler's _popen is where a spare takes the place of a new process.
+    TorchName(_MP, None, "get_subprocess_handler"),
+    TorchName(_SUBPROC, "SubprocessHandler", "_popen"),
+    TorchName(_SUBPROC, "SubprocessHandler", "_stdout", "instance"),
+    TorchName(_SUBPROC, "SubprocessHandler", "_stderr", "instance"),
 )
+
+# --warm-start's hand-off: (argv, env, torch's per-worker keys, stdout fd, stderr fd) -> the
+# spare's Popen, or None to start the worker cold.
+HandOff: TypeAlias = Callable[[Sequence[str], dict[str, str], Sequence[str], int, int], Any]
+# Told torchrun's configuration under --warm-start: (local world size, bootstrap arguments).
+OnConfig: TypeAlias = Callable[[int, Sequence[str]], None]
 
 
 # ----------------------------------------------------------------------------- torch's shapes
@@ -249,10 +264,15 @@ def observed(observer: AgentObserver) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def worker_bootstrap(directory: str | None) -> Iterator[None]:
+def worker_bootstrap(directory: str | None, warm: OnConfig | None = None) -> Iterator[None]:
     """Start Python workers through :mod:`tui_launch.core.shim` with order directory
-    ``directory`` (None: leave torchrun's command line alone)."""
-    if directory is None:
+    ``directory`` (None: leave torchrun's command line alone).
+
+    ``warm`` (``--warm-start``): every Python worker goes through the bootstrap (with
+    ``directory`` or ``-``, no orders), ``--run-path`` included, as a command a spare can run;
+    ``warm`` is told the local world size and the bootstrap's arguments before the rendezvous.
+    """
+    if directory is None and warm is None:
         yield
         return
     import torch.distributed.run as torch_run
@@ -264,6 +284,16 @@ def worker_bootstrap(directory: str | None) -> Iterator[None]:
     def config_from_args(args: Any) -> Any:
         config, cmd, cmd_args = original(args)
         cmd_args = list(cmd_args)
+        if warm is not None:
+            order_dir = directory or shim.NO_ORDERS
+            if callable(cmd):  # --run-path: torch's run_script_path, in a subprocess instead
+                cmd, cmd_args = os.getenv("PYTHON_EXEC", sys.executable), ["--run-path", *cmd_args]
+            elif cmd_args[:1] == ["-u"]:
+                cmd_args = cmd_args[1:]
+            boot = [order_dir, *cmd_args]
+            warm(int(config.nproc_per_node), boot)
+            return config, cmd, ["-u", "-m", shim.__name__, *boot]
+        assert directory is not None
         if callable(cmd):  # --run-path: a function run in a spawned interpreter
             return config, shim.run_path_entry, [directory, *cmd_args]
         if cmd_args[:1] == ["-u"]:
@@ -275,6 +305,43 @@ def worker_bootstrap(directory: str | None) -> Iterator[None]:
         yield
     finally:
         torch_run.config_from_args = original
+
+
+@contextlib.contextmanager
+def warm_handlers(hand_off: HandOff | None) -> Iterator[None]:
+    """Within this block, torch's worker processes are taken from ``hand_off`` (a spare that
+    becomes the worker: its ``Popen`` is what torch's handler holds, signals and polls) and
+    started cold only when it returns None. None: torch's own handlers."""
+    if hand_off is None:
+        yield
+        return
+    import torch.distributed.elastic.multiprocessing.api as mp_api
+    from torch.distributed.elastic.multiprocessing.subprocess_handler import SubprocessHandler
+
+    take: HandOff = hand_off  # narrowed for the class body
+
+    class WarmHandler(SubprocessHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            env = kwargs.get("env", args[2] if len(args) > 2 else None) or {}
+            self._tl_worker_keys = tuple(env)  # the variables torch sets for this worker
+            super().__init__(*args, **kwargs)
+
+        def _popen(self, args: tuple[Any, ...], env: dict[str, str]) -> Any:
+            out = self._stdout.fileno() if self._stdout else 1
+            err = self._stderr.fileno() if self._stderr else 2
+            proc = take(tuple(args), dict(env), self._tl_worker_keys, out, err)
+            return proc if proc is not None else super()._popen(args, env)
+
+    original = mp_api.get_subprocess_handler
+
+    def get_subprocess_handler(*args: Any, **kwargs: Any) -> Any:
+        return WarmHandler(*args, **kwargs)
+
+    mp_api.get_subprocess_handler = get_subprocess_handler
+    try:
+        yield
+    finally:
+        mp_api.get_subprocess_handler = original
 
 
 def torchrun(args: Any) -> None:

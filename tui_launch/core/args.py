@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from tui_launch import __version__
-from tui_launch.core.validate import USAGE_ERROR, UsageError, check_metrics_options
+from tui_launch.core.validate import USAGE_ERROR, UsageError, check_metrics_options, warm_modules
 
 _OURS = "tl_"
 
@@ -47,6 +47,8 @@ class Options:
     metrics_port: int | None = None
     metrics_bind: str = "127.0.0.1"
     metrics_textfile: str | None = None
+    warm_start: bool = False
+    warm_import: tuple[str, ...] = ()
     control_socket: bool = False
     detach: bool = False
 
@@ -254,6 +256,23 @@ def build_parser() -> argparse.ArgumentParser:
         "the run finished. DIR must exist.",
     )
     ours.add_argument(
+        "--warm-start",
+        dest=_OURS + "warm_start",
+        action="store_true",
+        help="Keep a spare Python process per local rank with torch already imported; each "
+        "attempt's workers (the first one too) start in the spares, so a restart does not pay "
+        "for importing torch again. Spares are replaced at low priority while workers run. "
+        "Not with --no-python or --numa-binding.",
+    )
+    ours.add_argument(
+        "--warm-import",
+        dest=_OURS + "warm_import",
+        default=None,
+        metavar="MOD,...",
+        help="With --warm-start: modules the spares also import ahead of need "
+        "(e.g. transformers,mypkg.model), found as the worker would find them.",
+    )
+    ours.add_argument(
         "--control-socket",
         dest=_OURS + "control_socket",
         action="store_true",
@@ -330,6 +349,10 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
     if not ours.get("stack_samples", 0.0) >= 0:
         parser.error(f"--stack-samples must be >= 0, got {ours['stack_samples']}")
     ours["inject"] = tuple(ours.get("inject") or ())
+    try:
+        ours["warm_import"] = warm_modules(ours.get("warm_import"), bool(ours.get("warm_start")))
+    except UsageError as e:
+        parser.error(str(e))
     try:
         ours["metrics_bind"] = check_metrics_options(
             ours.get("metrics_port"), ours.get("metrics_bind"), ours.get("metrics_textfile")

@@ -14,6 +14,9 @@ Keys (all under ``tuilaunch/<run id>/cluster/``):
 * ``i/<k>``   the id of the k-th node to register (written once);
 * ``s/<id>``  that node's latest status (overwritten; ~300-600 bytes).
 
+(and ``d/...``: job-wide stack dumps, :mod:`.jobstacks`, which rides on this loop as the view's
+``rider``: one counter read per tick, and a tick every 0.25 s while a dump is under way).
+
 A ``TCPStore`` cannot list keys, hence the counter and index; etcd can, and its records carry a
 TTL so that a dead node's record disappears. Everything runs on one daemon thread with short
 store timeouts: the agent thread never waits for the cluster view, and a store that is gone
@@ -43,6 +46,11 @@ DEFAULT_INTERVAL = 2.0
 READ_BUDGET_NODES = 50
 _TIMEOUT_S = 3.0
 _ERROR_CHARS = 160
+# Something else that uses the cluster view's store client on its loop (job-wide stack dumps):
+# called every tick with the client, the key prefix and the nodes last read; True asks for the
+# next tick soon.
+Rider = Callable[["KV", str, "tuple[NodeStatus, ...]"], bool]
+RIDER_TICK = 0.25
 
 
 def interval_from_env() -> float:
@@ -72,7 +80,7 @@ class KV(Protocol):
         ...
 
     def add(self, key: str, amount: int) -> int:
-        """Atomically add to a counter and return it (0 where the store needs no index)."""
+        """Atomically add to a counter and return it (0 for a counter not yet there)."""
         ...
 
     def get_many(self, keys: list[str]) -> list[bytes | None]:
@@ -139,7 +147,27 @@ class EtcdKV:
         self._client.write("/" + key, value.decode(), ttl=self.ttl)
 
     def add(self, key: str, amount: int) -> int:
-        return 0  # etcd lists keys: no index needed
+        # The cluster view needs no index here (etcd lists keys); job-wide dumps count their
+        # requests: a compare-and-swap loop, without a TTL (a counter must never restart).
+        k = "/" + key
+        while True:
+            try:
+                cur = self._client.read(k)
+                value = int(cur.value)
+                if amount == 0:
+                    return value
+                self._client.write(k, str(value + amount), prevValue=cur.value)
+                return value + amount
+            except self._etcd.EtcdKeyNotFound:
+                if amount == 0:
+                    return 0
+                try:
+                    self._client.write(k, str(amount), prevExist=False)
+                    return amount
+                except self._etcd.EtcdAlreadyExist:
+                    continue
+            except self._etcd.EtcdCompareFailed:
+                continue
 
     def get_many(self, keys: list[str]) -> list[bytes | None]:
         out: list[bytes | None] = []
@@ -291,7 +319,10 @@ class ClusterView:
         self._registered = False
         self._ids: list[str] = []
         self._seq = 0
+        self._busy = False
         self._last_read = 0.0
+        self.nodes: tuple[NodeStatus, ...] = ()  # every node, as last read
+        self.rider: Rider | None = None
         # After stop(), one last tick publishes the run's outcome for the other nodes.
         self._loop = Periodic("tuilaunch-cluster", interval, self._tick, final_call=True)
         self.prefix = prefix(str(run_id))
@@ -305,12 +336,18 @@ class ClusterView:
         """Start the publishing thread."""
         self._loop.start()
 
+    def wake(self) -> None:
+        """Tick now (the rider has something to send)."""
+        self._loop.wake()
+
     def stop(self, timeout: float = 1.0) -> None:
         """Publish a last record (the run's outcome) if quick, then stop."""
         self._loop.stop(timeout)
 
-    def _tick(self) -> None:
+    def _tick(self) -> float | None:
+        self._busy = False
         self.tick()
+        return RIDER_TICK if self._busy else None
 
     def tick(self) -> ClusterSample | None:
         """One publish (and, when due, read); posts and returns the sample. Never raises."""
@@ -319,6 +356,10 @@ class ClusterView:
                 self._kv = self._connector(self._handler, self._endpoint(self._handler))
             self._publish(self._kv)
             nodes = self._read(self._kv)
+            if nodes is not None:
+                self.nodes = nodes
+            if self.rider is not None:
+                self._busy = self.rider(self._kv, self.prefix, self.nodes)
             if nodes is None:
                 return None
             sample = ClusterSample(nodes=nodes, store=self._kv.describe())

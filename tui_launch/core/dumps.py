@@ -75,6 +75,10 @@ class Dumper:
         self.via_faulthandler = via_faulthandler
         self.pyspy = pyspy
         self._lock = threading.Lock()
+        # Told of every dump taken, after it was posted, on the taker's thread (the hang
+        # watch: did the ranks move again; the job-wide dumps: tell the other nodes).
+        self.listeners: list[Callable[[Taken], None]] = []
+        self.last: Taken | None = None
         self._kept: dict[str, StackDump] = {}
         self._survivors: tuple[int, StacksDumped | None] | None = None  # (attempt, event)
 
@@ -104,14 +108,7 @@ class Dumper:
             if not targets:
                 self._post(ControlAction.on_run("dump", source, False, "no running worker"))
                 return None
-            if self.via_faulthandler:
-                dump = dump_via_faulthandler(
-                    targets, self._stderr_logs(), reason, timeout=min(timeout, 2.0)
-                )
-            else:
-                dump = dump_ranks(
-                    targets, reason, timeout, max_children=max_children, pyspy=self.pyspy
-                )
+            dump = self._dump(targets, reason, timeout, max_children)
             v = verdict(dump)
             saved = save(dump, self._run_dir(), v)
             event = replace(dumped_event(dump, saved, attempt, v), source=source)
@@ -119,7 +116,25 @@ class Dumper:
             while len(self._kept) > _KEPT:
                 self._kept.pop(next(iter(self._kept)))
             self._post(event)
-            return Taken(dump, event)
+            taken = Taken(dump, event)
+            self.last = taken
+        for listener in list(self.listeners):
+            listener(taken)
+        return taken
+
+    def _dump(self, targets: list[Target], reason: str, timeout: float, children: int) -> StackDump:
+        if self.via_faulthandler:
+            return dump_via_faulthandler(
+                targets, self._stderr_logs(), reason, timeout=min(timeout, 2.0)
+            )
+        return dump_ranks(targets, reason, timeout, max_children=children, pyspy=self.pyspy)
+
+    def peek(self, reason: str = "peek", timeout: float = 2.0) -> StackDump | None:
+        """A quick dump of the live ranks that is neither kept nor announced (the hang watch
+        checks whether hung ranks move again); None when no rank runs."""
+        with self._lock:
+            targets = self.targets()
+            return self._dump(targets, reason, timeout, 0) if targets else None
 
     def survivors(self, attempt: int) -> StacksDumped | None:
         """Before torch terminates a failed group: dump the ranks still alive, at most once per

@@ -10,6 +10,11 @@ hang is confirmed, :class:`~tui_launch.core.events.HangDetected` is posted (with
 paths and the verdict) and ``on_hang`` is told, so that the runner can restart or stop as
 ``--on-hang`` says. Work that prints nothing but whose stacks move is not a hang.
 
+A confirmed hang flags its ranks (``HUNG?`` in the Workers table) until they move again: the
+watch posts :class:`~tui_launch.core.events.HangCleared` when a rank writes output again, or when
+a later dump (any: the ``d`` key, the control API, another node's request, or the watch's own
+quiet look every ``--hang-timeout`` seconds while hung) finds a main-thread stack that moved.
+
 The watch only runs while the workers are monitored (not during a restart or a stop). Its cost
 is a few ``stat`` calls per tick: about 0.01 % of a core (``bench/stacks.py --detector``).
 """
@@ -22,12 +27,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from tui_launch.core.dumps import Dumper
-from tui_launch.core.events import Event, HangDetected
+from tui_launch.core.dumps import Dumper, Taken
+from tui_launch.core.events import Event, HangCleared, HangDetected
 from tui_launch.core.logs import LogSource
 from tui_launch.core.periodic import Periodic
-from tui_launch.core.stacks import CONFIRM, DUMP, HangDetector, hang_event
-from tui_launch.core.stacks.hang import CONFIRMING, DEFAULT_CONFIRM_AFTER, SUSPECTED
+from tui_launch.core.stacks import CONFIRM, DUMP, HangDetector, StackDump, confirm, hang_event
+from tui_launch.core.stacks.hang import CONFIRMING, DEFAULT_CONFIRM_AFTER, HUNG, SUSPECTED
 
 ACTIONS = ("dump", "restart", "stop")
 # What faulthandler writes to a rank's stderr (--dump-via-faulthandler): our own dump, not the
@@ -83,6 +88,14 @@ class HangWatch:
         self._ranks: dict[int, int] = {}  # local -> global
         self._sizes: dict[str, int] = {}
         self._first_path = ""
+        # The confirmed hang's second dump and flagged ranks: cleared once the ranks move.
+        self._hung_dump: StackDump | None = None
+        self._hung_ranks: tuple[int, ...] = ()
+        self._recheck_every = max(timeout, window)
+        self._recheck_at = 0.0
+        self._cleared: list[HangCleared] = []  # to post, outside the lock
+        if self.detector.enabled:
+            dumper.listeners.append(self._on_taken)
         # A tick every second is plenty for a timeout of minutes; short timeouts tick faster.
         interval = min(1.0, max(0.1, timeout / 10)) if timeout > 0 else 1.0
         self._loop = Periodic("tuilaunch-hang", interval, self._tick, first_delay=interval)
@@ -112,6 +125,7 @@ class HangWatch:
             self._attempt = attempt
             self._ranks = dict(ranks)
             self._sizes = {}
+            self._hung_dump, self._hung_ranks = None, ()
             self.detector.start(time.monotonic(), ranks.values())
 
     def sink(self, src: LogSource, lines: list[str]) -> None:
@@ -120,7 +134,44 @@ class HangWatch:
             return
         if lines and src.attempt == self._attempt:
             with self._lock:
-                self.detector.output(src.global_rank, time.monotonic())
+                self._output(src.global_rank, time.monotonic())
+            self._post_cleared()
+
+    def _output(self, rank: int, now: float) -> None:
+        """Under the lock: ``rank`` wrote; a confirmed hang is over (its flags go)."""
+        hung = self.detector.state == HUNG
+        self.detector.output(rank, now)
+        if hung:
+            self._clear("output", f"rank {rank} wrote output again")
+
+    def _clear(self, why: str, detail: str) -> None:
+        # Under the lock: queue the event that drops the HUNG? flags of this attempt.
+        if self._hung_ranks:
+            self._cleared.append(HangCleared(self._attempt, self._hung_ranks, why, detail))
+        self._hung_dump, self._hung_ranks = None, ()
+
+    def _post_cleared(self) -> None:
+        with self._lock:
+            cleared, self._cleared = self._cleared, []
+        for e in cleared:
+            self._post(e)
+
+    def _moved(self, dump: StackDump) -> None:
+        """Under the lock: a dump taken while hung; a main-thread stack that moved ends it."""
+        if self.detector.state != HUNG or self._hung_dump is None:
+            return
+        result = confirm(self._hung_dump, dump)
+        if result.moved:
+            self.detector.start(time.monotonic(), self._ranks.values())
+            self._clear("stacks", result.text)
+
+    def _on_taken(self, taken: Taken) -> None:
+        # A dumper listener (any thread): every dump, whoever asked for it.
+        with self._lock:
+            self._after_dump()
+            if taken.event.attempt == self._attempt:
+                self._moved(taken.dump)
+        self._post_cleared()
 
     def _grown(self, now: float, count: bool = True) -> None:
         """Record output seen as file growth (unterminated ``\\r`` output included);
@@ -135,7 +186,7 @@ class HangWatch:
                 if size != self._sizes.get(path, 0):
                     self._sizes[path] = size
                     if count:
-                        self.detector.output(self._ranks.get(local, local), now)
+                        self._output(self._ranks.get(local, local), now)
 
     def _after_dump(self) -> None:
         if self._dumper.via_faulthandler:
@@ -150,6 +201,18 @@ class HangWatch:
             self._grown(now)
             todo = self.detector.poll(now)
             silence = self.detector.silence(now)
+            recheck = self.detector.state == HUNG and now >= self._recheck_at
+        self._post_cleared()
+        if recheck:
+            # Hung: a quiet look now and then (not kept, not announced) for ranks that moved.
+            self._recheck_at = now + self._recheck_every
+            peeked = self._dumper.peek("hang-recheck")
+            with self._lock:
+                self._after_dump()
+                if peeked is not None and attempt == self._attempt:
+                    self._moved(peeked)
+            self._post_cleared()
+            return
         if todo == DUMP:
             taken = self._dumper.take("hang-suspected", "hang")
             with self._lock:
@@ -171,17 +234,21 @@ class HangWatch:
                     self.detector.start(time.monotonic(), self._ranks.values())
                     return
                 result = self.detector.second(taken.dump, time.monotonic())
-            if not result.hung:
-                return
-            event = hang_event(
-                result,
-                taken.dump,
-                attempt=attempt,
-                silence=silence,
-                first_path=self._first_path,
-                second_path=taken.event.path,
-                action=self.action,
-            )
-            self._post(event)
+                if not result.hung:
+                    return
+                event = hang_event(
+                    result,
+                    taken.dump,
+                    attempt=attempt,
+                    silence=silence,
+                    first_path=self._first_path,
+                    second_path=taken.event.path,
+                    action=self.action,
+                )
+                self._hung_dump = taken.dump
+                self._hung_ranks = event.odd_ranks or event.still_ranks
+                self._recheck_at = time.monotonic() + self._recheck_every
+                # Under the lock: a HangCleared for output that comes next is posted after it.
+                self._post(event)
             if self._on_hang is not None:
                 self._on_hang(event)

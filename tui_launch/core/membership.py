@@ -18,7 +18,9 @@ from typing import Any
 
 from tui_launch.core import agent, errors, rendezvous
 from tui_launch.core.cluster import ClusterView, interval_from_env
+from tui_launch.core.dumps import Dumper
 from tui_launch.core.events import Event, Failure, NodeChange, Notice, RendezvousSample
+from tui_launch.core.jobstacks import JobDumps
 from tui_launch.core.store import Snapshot
 from tui_launch.core.validate import min_max_nodes
 
@@ -50,6 +52,8 @@ class Membership:
         snapshot: the run store's ``snapshot`` (for the cluster view's records).
         host: this node's host name.
         args: torchrun's arguments (``--nnodes``, the rendezvous flags).
+        dumper: this node's stack dumper; with more than one node, its dumps for a person or
+            a hang are asked of every node through the cluster view's store (:mod:`.jobstacks`).
     """
 
     def __init__(
@@ -58,8 +62,11 @@ class Membership:
         snapshot: Callable[[], Snapshot],
         host: str,
         args: argparse.Namespace,
+        dumper: Dumper | None = None,
     ) -> None:
         self._post = post
+        self._dumper = dumper
+        self.jobs: JobDumps | None = None  # job-wide stack dumps (jobs of more than one node)
         self._snapshot = snapshot
         self._host = host
         self._args = args
@@ -166,7 +173,8 @@ class Membership:
         interval = interval_from_env()
         if interval <= 0:
             return
-        if min_max_nodes(self._args.nnodes)[1] == 1:
+        many = min_max_nodes(self._args.nnodes)[1] > 1
+        if not many:
             # A job of one node: its Cluster tab repeats this node's own panels, so a store
             # round trip every few seconds buys nothing (and was a tenth of the steady CPU).
             interval = max(interval, SINGLE_NODE_CLUSTER_INTERVAL)
@@ -180,6 +188,17 @@ class Membership:
             run_id=rendezvous.call(handler, "get_run_id") or str(getattr(args, "rdzv_id", "none")),
             interval=interval,
         )
+        if many and self._dumper is not None:
+            self.jobs = JobDumps(
+                self._post,
+                self._dumper,
+                self.cluster.node,
+                self._host,
+                self._snapshot,
+                self.cluster.wake,
+            )
+            self.cluster.rider = self.jobs.tick
+            self._dumper.listeners.append(self.jobs.on_taken)
         self.cluster.start()
 
     @property

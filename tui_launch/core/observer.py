@@ -39,6 +39,7 @@ from tui_launch.core.rundir import RunFiles
 from tui_launch.core.shutdown import Stopper
 from tui_launch.core.store import Phase, RunStore
 from tui_launch.core.telemetry import RankTarget, Telemetry
+from tui_launch.core.warm import WarmPool
 from tui_launch.core.workers import RankTable
 
 
@@ -55,6 +56,7 @@ class AgentCallbacks:
     injector: inject.Injector
     telemetry: Telemetry | None
     reaper: Reaper | None
+    warm: WarmPool | None
     diagnosis: Diagnosis
     stopper: Stopper
     # Guards the phase and the restart flag (the agent thread writes, commands read).
@@ -145,6 +147,8 @@ class AgentCallbacks:
         self.injector.attempt_started(
             attempt, {w.global_rank: w.local_rank for w in wg.workers}, world
         )
+        if self.warm is not None:  # which ranks run in spares; the spares used are replaced
+            self.store.post(Notice(level="info", message=self.warm.attempt_started(attempt, pids)))
 
     def _before_close(self, agent_obj: TorchAgent) -> None:
         # Exits seen before torch's first signal are the ranks' own (not collateral).

@@ -17,6 +17,7 @@ The runner wires the parts and sequences them; each job has its own module:
 - :mod:`.shutdown`: stopping the run, and the watchdog for when torch cannot be reached;
 - :mod:`.rundir`: the run directory and the log wiring;
 - :mod:`.reports`: torch's objects as events;
+- :mod:`.warm`: ``--warm-start``'s spare interpreters (handed to torch through the seam);
 - :mod:`.handle`: the surface the front ends use (:class:`~.handle.RunHandle`).
 
 Threads: the agent runs on ``tuilaunch-agent``. Commands only set flags or send signals; the
@@ -53,6 +54,7 @@ from tui_launch.core.rundir import RunFiles
 from tui_launch.core.shutdown import Stopper, signal_exit_code
 from tui_launch.core.store import Phase, RunStore
 from tui_launch.core.telemetry import Telemetry
+from tui_launch.core.warm import WarmPool
 from tui_launch.core.workers import RankTable
 
 SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
@@ -81,6 +83,8 @@ class Runner(PartsHandle, AgentCallbacks):
             a real-time signal, and dump through it instead of py-spy.
         stack_samples: seconds between two stack samples of every rank, for the straggler
             inference (0: off).
+        warm: ``--warm-start``'s spares (None: every worker starts cold, as in torchrun); the
+            runner configures, refills and closes them.
     """
 
     def __init__(
@@ -99,8 +103,10 @@ class Runner(PartsHandle, AgentCallbacks):
         dump_on_failure: bool = True,
         dump_via_faulthandler: bool = False,
         stack_samples: float = 5.0,
+        warm: WarmPool | None = None,
     ) -> None:
         self.args = args
+        self.warm = warm
         self.store = store
         self.host = socket.gethostname()
         self.telemetry = telemetry
@@ -151,7 +157,9 @@ class Runner(PartsHandle, AgentCallbacks):
             self.injector, self.ranks, self.control, self.shim, store.post, self._monitored
         )
         self.injector.bind(self.faults)
-        self.membership = Membership(store.post, store.snapshot, self.host, args)
+        self.membership = Membership(
+            store.post, store.snapshot, self.host, args, dumper=self.dumper
+        )
         self.stopper = Stopper(
             args, self.ranks, store.post, self._finish, self._stop_settled, self._stopping
         )
@@ -171,6 +179,8 @@ class Runner(PartsHandle, AgentCallbacks):
         agent.silence_thread_warning()
         self._fix_restarts()
         self.reaper = Reaper()
+        if self.warm is not None:
+            self.warm.set_watch(self.reaper.watch, self.reaper.forget)
         self.files.tailer.set_mark_sink(lambda offsets: self.store.post(LogMark(offsets=offsets)))
         self.diagnosis.start()
         self.files.tailer.start()
@@ -225,7 +235,10 @@ class Runner(PartsHandle, AgentCallbacks):
         try:
             with (
                 agent.observed(self),
-                agent.worker_bootstrap(self.shim.open()),
+                agent.worker_bootstrap(
+                    self.shim.open(), self._warm_configure if self.warm is not None else None
+                ),
+                agent.warm_handlers(self.warm.hand_off if self.warm is not None else None),
                 rendezvous.local_store_host(self._hosting_by_address),
             ):
                 agent.torchrun(self.args)
@@ -243,6 +256,11 @@ class Runner(PartsHandle, AgentCallbacks):
                     self._connecting,
                 )
             )
+
+    def _warm_configure(self, count: int, boot: Any) -> None:
+        # In torchrun's config_from_args, before the agent exists: a note for RunStarted.
+        assert self.warm is not None
+        self._notes += (self.warm.configure(count, boot),)
 
     def _hosting_by_address(self, host: str) -> None:
         # Called while torch creates the rendezvous handler, before RunStarted: a note.
@@ -266,6 +284,8 @@ class Runner(PartsHandle, AgentCallbacks):
         if self.telemetry is not None:
             self.telemetry.stop()
         self.faults.close()
+        if self.warm is not None:
+            self.warm.close()
         self.store.post(RunFinished(outcome=outcome, exit_code=code, message=message))
         self._sampler.stop()
         self.membership.stop()  # one last cluster record: the outcome, for the other nodes

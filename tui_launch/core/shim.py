@@ -43,6 +43,10 @@ INJECT_SIGNAL = signal.SIGRTMIN + 7
 FAULTHANDLER_SIGNAL = signal.SIGRTMIN + 8
 FAULTHANDLER_ENV = "TUILAUNCH_FAULTHANDLER_SIGNAL"
 
+# The directory argument that means "no order directory": the bootstrap only runs the program
+# (--warm-start starts every Python worker through it, injections or not).
+NO_ORDERS = "-"
+
 _dir = ""
 
 
@@ -111,13 +115,22 @@ def run_path_entry(directory: str, training_script: str, *training_script_args: 
 
 
 def main(argv: list[str]) -> None:
-    """``DIR script ARGS...`` or ``DIR -m module ARGS...``: run it as ``python`` would."""
+    """``DIR script ARGS...``, ``DIR -m module ARGS...`` or ``DIR --run-path script ARGS...``:
+    run it as ``python`` (or torchrun's ``--run-path``) would. ``DIR`` ``-``: no orders."""
     import runpy
 
     directory, rest = argv[0], argv[1:]
     install_faulthandler()
-    install(directory)
-    if rest and rest[0] == "-m":
+    if directory != NO_ORDERS:
+        install(directory)
+    if rest and rest[0] == "--run-path":
+        # As torchrun's --run-path worker: run_script_path under @record (torch's spawned
+        # function is wrapped in record, so an uncaught error always writes the error file).
+        from torch.distributed.elastic.multiprocessing.errors import record
+        from torch.distributed.run import run_script_path
+
+        record(run_script_path)(*rest[1:])
+    elif rest and rest[0] == "-m":
         module, args = rest[1], rest[2:]
         # `python -m shim` already put the current directory first on sys.path, as `-m module`.
         sys.argv = [module, *args]

@@ -22,7 +22,9 @@ from tui_launch.core.events import (
     ExitBarrier,
     Failure,
     GroupState,
+    HangCleared,
     HangDetected,
+    JobStacks,
     LogMark,
     NodeChange,
     Notice,
@@ -151,6 +153,8 @@ class Snapshot:
     dumps: tuple[StacksDumped, ...] = ()  # every stack dump of the run, oldest first
     hang: HangDetected | None = None  # the latest confirmed hang of the current attempt
     hung_ranks: tuple[int, ...] = ()  # global ranks the Workers table marks as hanging
+    hang_cleared: HangCleared | None = None  # the hang's ranks moved again (this attempt)
+    job_stacks: tuple[JobStacks, ...] = ()  # job-wide dumps (every node's ranks), oldest first
     progress: ProgressView | None = None
     straggler: Straggler | None = None  # the inferred straggler (global_rank None: none now)
 
@@ -174,6 +178,7 @@ class Snapshot:
 
 _CONTROLS_KEPT = 200
 _DUMPS_KEPT = 100
+_JOB_DUMPS_KEPT = 20
 
 
 def _close_attempt(attempts: tuple[AttemptView, ...], when: float, reason: str):
@@ -222,7 +227,13 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
         return replace(s, dumps=(*s.dumps, e)[-_DUMPS_KEPT:])
     if isinstance(e, HangDetected):
         # The odd ranks out are the suspects; when every rank waits alike, all of them.
-        return replace(s, hang=e, hung_ranks=e.odd_ranks or e.still_ranks)
+        return replace(s, hang=e, hung_ranks=e.odd_ranks or e.still_ranks, hang_cleared=None)
+    if isinstance(e, HangCleared):
+        if e.attempt != s.attempt:
+            return s
+        return replace(s, hung_ranks=(), hang_cleared=e)
+    if isinstance(e, JobStacks):
+        return replace(s, job_stacks=(*s.job_stacks, e)[-_JOB_DUMPS_KEPT:])
     if isinstance(e, NodeChange):
         # Shown in the attempt timeline: the attempt that starts next has these nodes.
         return replace(s, node_changes=(*s.node_changes, e))
@@ -284,6 +295,7 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
             phase=Phase.RUNNING,
             group_state="HEALTHY",
             hung_ranks=(),
+            hang_cleared=None,
         )
     if isinstance(e, RankExited):
         if e.attempt != s.attempt:

@@ -13,8 +13,10 @@ from tui_launch.core.events import (
     ExitBarrier,
     Failure,
     GroupState,
+    HangCleared,
     HangDetected,
     Injected,
+    JobStacks,
     NodeChange,
     NodeStatus,
     Notice,
@@ -124,8 +126,9 @@ def describe(e: Event) -> str | None:
         return describe_injection(e)
     if isinstance(e, StacksDumped):
         note = f" ({e.note})" if e.note else ""
+        asked = ", asked by another node" if e.source == "remote" else ""
         return (
-            f"stacks ({e.reason}) of ranks {_ranks(e.ranks)} in {e.duration:.2f}s: "
+            f"stacks ({e.reason}{asked}) of ranks {_ranks(e.ranks)} in {e.duration:.2f}s: "
             f"{e.verdict}{note} -> {e.path}"
         )
     if isinstance(e, HangDetected):
@@ -133,6 +136,14 @@ def describe(e: Event) -> str | None:
         return (
             f"HANG attempt {e.attempt}: no output for {e.silence:.0f}s, {e.confirmation}; "
             f"{e.verdict} (--on-hang {e.action}: {then.get(e.action, e.action)})"
+        )
+    if isinstance(e, HangCleared):
+        return f"hang over (attempt {e.attempt}, ranks {_ranks(e.ranks)}): {e.detail or e.why}"
+    if isinstance(e, JobStacks):
+        where = f" -> {e.path}" if e.path else ""
+        return (
+            f"stacks of the job ({e.reason}, asked by {e.requested_by}): {len(e.ranks)} ranks "
+            f"on {len(e.nodes)} node(s): {e.verdict}{where}"
         )
     if isinstance(e, Slowdown):
         return describe_slowdown(e)

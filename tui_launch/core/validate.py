@@ -22,6 +22,38 @@ class UsageError(Exception):
     """Bad input that must end the launch before anything starts (exit status 2)."""
 
 
+def warm_modules(text: str | None, warm_start: bool) -> tuple[str, ...]:
+    """``--warm-import MOD,...`` as module names; :class:`UsageError` on a bad name, or
+    without ``--warm-start``."""
+    if text is None:
+        return ()
+    if not warm_start:
+        raise UsageError("--warm-import needs --warm-start")
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    for name in names:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise UsageError(f"--warm-import: not a module name: {name!r}")
+    if not names:
+        raise UsageError("--warm-import needs at least one module name")
+    return names
+
+
+def validate_warm(args: argparse.Namespace, warm_start: bool) -> None:
+    """``--warm-start`` with a launch it cannot serve is refused. Raises UsageError."""
+    if not warm_start:
+        return
+    if args.no_python:
+        raise UsageError(
+            "--warm-start runs Python workers in spare interpreters; --no-python starts "
+            f"{args.training_script} as a program of its own (use one or the other)"
+        )
+    if getattr(args, "numa_binding", None) is not None:
+        raise UsageError(
+            "--warm-start cannot apply --numa-binding: the spares are already running when "
+            "the binding would be set (use one or the other)"
+        )
+
+
 def check_metrics_options(port: int | None, bind: str | None, textfile: str | None) -> str:
     """Check ``--metrics-port/-bind/-textfile`` before anything starts; return the bind address.
 
@@ -107,6 +139,19 @@ def validate(args: argparse.Namespace) -> None:
     _check_script(args)
     if args.log_dir:
         _check_log_dir(args.log_dir)
+
+
+def validate_dump_options(args: argparse.Namespace, via_faulthandler: bool) -> None:
+    """``--dump-via-faulthandler`` needs Python workers: with ``--no-python`` the program is
+    not started through the worker bootstrap, so nothing could register faulthandler and every
+    dump would silently be py-spy's. Refused (exit 2) rather than ignored: the user asked for
+    dumps without ptrace, and would only find out at the first dump that there are none."""
+    if via_faulthandler and args.no_python:
+        raise UsageError(
+            f"--dump-via-faulthandler needs a Python worker, and --no-python runs "
+            f"{args.training_script} as a plain program (drop --dump-via-faulthandler: stacks "
+            f"are then taken with py-spy, which needs ptrace)"
+        )
 
 
 def validate_injections(args: argparse.Namespace, texts: tuple[str, ...]) -> None:

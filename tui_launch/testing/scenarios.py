@@ -311,6 +311,30 @@ def hung(nproc: int = 4) -> FakeSource:
     return src
 
 
+def multinode_hung() -> FakeSource:
+    """The job of :func:`multinode`, hung: ``d`` on node0 asked every node through the store;
+    node1 answered with its ranks, node2 (silent for 25 s) did not."""
+    from dataclasses import replace
+
+    from tui_launch.core.dumps import Taken
+    from tui_launch.core.jobstacks import job_event, node_answer
+    from tui_launch.testing.builders import fake_dump, fake_dumped
+
+    src = multinode()
+    local = src.dump_stacks("key", "dashboard")
+    assert local is not None
+    names = [f"node{i}:{4242 + i}" for i in range(3)]
+    theirs = fake_dump("key", [(0, 2, 5400), (1, 3, 5401)])
+    remote = fake_dumped(theirs, "/runs/node1/stacks/000-key", "remote")
+    answers = {
+        names[0]: node_answer(names[0], "node0", 0, Taken(src.dumps[local.path], local)),
+        names[1]: node_answer(names[1], "node1", 1, Taken(theirs, remote)),
+    }
+    e = job_event(1, "key", "dashboard", names[0], answers, (names[2],), local.path)
+    src.post(replace(e, mono=T0_MONO + 92.0, wall=T0_WALL + 92.0))
+    return src
+
+
 STATES = {
     "healthy": healthy,
     "waiting": waiting_for_nodes,
@@ -322,4 +346,5 @@ STATES = {
     "connecting": connecting,
     "connect_failed": connect_failed,
     "hung": hung,
+    "multinode_hung": multinode_hung,
 }

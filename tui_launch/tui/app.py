@@ -190,12 +190,14 @@ class Dashboard(RunCommands):
         if self._gpus.border_title != title:
             self._gpus.border_title = title
         self._cause.show(
-            (snap.root_cause, len(snap.failures), snap.hang, snap.finished),
+            (snap.root_cause, len(snap.failures), snap.hang, snap.hang_cleared, snap.finished),
             render.root_cause_panel,
             snap,
         )
         if self._tabs.active == "cluster-tab":  # every node's row: only drawn when shown
-            self._cluster.show((snap.cluster,), render.cluster_panel, snap, now)
+            self._cluster.show(
+                (snap.cluster, snap.job_stacks[-1:]), render.cluster_panel, snap, now
+            )
         if self._tabs.active == "stacks-tab":
             self._show_stacks(snap, now)
         restarts_key = (
@@ -348,7 +350,8 @@ class Dashboard(RunCommands):
 
     def _tick_cluster(self) -> None:
         snap = self.source.snapshot()
-        self._cluster.show((snap.cluster,), render.cluster_panel, snap, self.source.now())
+        key = (snap.cluster, snap.job_stacks[-1:])
+        self._cluster.show(key, render.cluster_panel, snap, self.source.now())
 
     def on_tab_bar_activated(self, event: TabBar.Activated) -> None:
         if event.tab_id == "cluster-tab":
@@ -363,7 +366,7 @@ class Dashboard(RunCommands):
 
     def _show_stacks(self, snap: Snapshot, now: float) -> None:
         latest = snap.dumps[-1] if snap.dumps else None
-        key = (len(snap.dumps), snap.hang, int(now))
+        key = (len(snap.dumps), len(snap.job_stacks), snap.hang, int(now))
         dump = self.source.stack_dump(latest.path) if latest is not None else None
         self._stacks.show(key, stacks_panel, snap, dump, now)
 

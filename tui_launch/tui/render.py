@@ -18,6 +18,7 @@ from tui_launch.tui.progress_render import (
     goodput_text,
     header_progress,
 )
+from tui_launch.tui.stackview import job_panel
 
 PHASE_STYLE = {
     "starting": ("starting", "bold cyan"),
@@ -251,6 +252,9 @@ def root_cause_panel(s: Snapshot) -> RenderableType:
         out.append(f"no output for {h.silence:.0f}s; {h.confirmation}\n")
         out.append(f"{h.verdict}\n", style="yellow")
         out.append(f"stacks: {h.second_path}\n", style="dim")
+        if s.hang_cleared is not None:
+            c = s.hang_cleared
+            out.append(f"over: the ranks move again ({c.detail or c.why})\n", style="green")
         return out
     if rc is None:
         return Text("No failure so far.", style="dim")
@@ -298,7 +302,9 @@ def cluster_panel(s: Snapshot, now: float) -> RenderableType:
     """
     c = s.cluster
     if c is None:
-        return Text("no cluster view yet: it starts after the first rendezvous", style="dim")
+        empty = Text("no cluster view yet: it starts after the first rendezvous", style="dim")
+        job = job_panel(s, now, frames=0)  # a replayed journal keeps job-wide dumps, not samples
+        return empty if job is None else Group(empty, Text(""), job)
     stale_after = 10.0
     t = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim")
     t.add_column("node", no_wrap=True, min_width=12)
@@ -351,4 +357,7 @@ def cluster_panel(s: Snapshot, now: float) -> RenderableType:
     parts: list[RenderableType] = [head, t]
     if more > 0:
         parts.append(Text(f"... and {more} more healthy node(s)", style="dim"))
+    job = job_panel(s, now, frames=0)
+    if job is not None:  # where every rank of the job is (d, dump_stacks, a hang)
+        parts += [Text(""), job]
     return Group(*parts)

@@ -17,7 +17,11 @@ from __future__ import annotations
 
 from tui_launch.core.events.base import EVENT_TYPES, Event, from_dict, register, to_dict
 from tui_launch.core.events.diagnosis import (
+    HangCleared,
     HangDetected,
+    JobNode,
+    JobRank,
+    JobStacks,
     ProgressRecord,
     ProgressSample,
     RankProgress,
@@ -71,8 +75,12 @@ __all__ = [
     "Failure",
     "GpuReading",
     "GroupState",
+    "HangCleared",
     "HangDetected",
     "Injected",
+    "JobNode",
+    "JobRank",
+    "JobStacks",
     "LogMark",
     "NodeChange",
     "NodeStatus",

@@ -142,6 +142,78 @@ class HangDetected(Event):
 
 
 @dataclass(frozen=True)
+class HangCleared(Event):
+    """The ranks a confirmed hang flagged (``ranks``) move again: ``why`` is ``output`` (a rank
+    wrote again) or ``stacks`` (a later dump found a main-thread stack that moved). The
+    Workers table drops its ``HUNG?`` marks; the hang itself stays in the history."""
+
+    kind: ClassVar[str] = "hang_cleared"
+    attempt: int
+    ranks: tuple[int, ...]
+    why: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class JobRank:
+    """Where one rank of the job was at a job-wide dump: ``node`` that ran it, ``place`` in
+    words (as in :class:`StacksDumped`'s places), the collective it waits in (None: none),
+    ``known`` False when no stack was taken, ``frames`` its innermost main-thread frames
+    (``file:line in function``, innermost first, a few at most)."""
+
+    node: str
+    global_rank: int
+    local_rank: int
+    pid: int
+    place: str
+    collective: str | None = None
+    known: bool = True
+    frames: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobNode:
+    """One node's answer to a job-wide dump: its own verdict and where its files are (on
+    that node's disk); ``error`` when it had nothing to dump (no running worker)."""
+
+    node: str
+    host: str
+    group_rank: int | None
+    verdict: str
+    path: str = ""
+    method: str = ""
+    duration: float = 0.0
+    note: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class JobStacks(Event):
+    """A dump of every rank of the job, on every node (many nodes, issue 14).
+
+    A dump asked for on one node (``requested_by``: the ``d`` key, the control API, a hang
+    suspicion) reached every node through the job's own store; each answered with
+    :class:`JobNode` and the :class:`JobRank` of each of its ranks. ``verdict`` judges all
+    of them together; ``missing`` lists the nodes that did not answer in time; ``path`` is the
+    requesting node's dump directory (on that node), which also holds ``job.json`` and
+    ``job.txt``. Posted on the requesting node, and on every node that answered once it reads
+    the gathered record back from the store.
+    """
+
+    kind: ClassVar[str] = "job_stacks"
+    request: int
+    reason: str
+    source: str
+    requested_by: str
+    verdict: str
+    odd_ranks: tuple[int, ...]
+    nodes: tuple[JobNode, ...]
+    ranks: tuple[JobRank, ...]
+    missing: tuple[str, ...] = ()
+    path: str = ""
+
+
+@dataclass(frozen=True)
 class Straggler(Event):
     """The straggler inferred from stack samples changed (issue 15): ``global_rank`` is the
     rank almost never found inside a collective while every other rank almost always is (None:
@@ -157,5 +229,6 @@ class Straggler(Event):
     cpu: tuple[tuple[int, float | None], ...] = ()
 
 
-register(Slowdown, StacksDumped, HangDetected, Straggler)
+register(Slowdown, StacksDumped, HangDetected, HangCleared, Straggler)
+register(JobStacks, nested={"nodes": JobNode, "ranks": JobRank})
 register(ProgressSample, ProgressRecord, nested={"ranks": RankProgress})

@@ -160,14 +160,19 @@ def main_signature(rank: RankStack) -> tuple[tuple[str, str, int], ...] | None:
 
 def verdict(dump: StackDump) -> Verdict:
     """Judge a dump: name the odd ranks out, or say that every rank is in the same place."""
-    places = tuple(place_of(r) for r in dump.ranks)
+    return judge(tuple(place_of(r) for r in dump.ranks), dump.note)
+
+
+def judge(places: tuple[RankPlace, ...], note: str | None = None) -> Verdict:
+    """The verdict on ranks already placed: one node's dump, or every node's answer to a
+    job-wide dump (``note``: why there are no stacks at all, said once)."""
     known = [p for p in places if p.known]
     unknown = [p for p in places if not p.known]
     missing = "; ".join(f"{_ranks(r)} ({why})" for why, r in _by(unknown, "place").items())
     tail = f"; no stack for {missing}" if unknown else ""
     if not known:
         # The note (no ptrace, no py-spy) says it once instead of once per rank.
-        text = f"no stacks: {dump.note or missing or 'no ranks'}"
+        text = f"no stacks: {note or missing or 'no ranks'}"
         return Verdict(text=text, odd=(), places=places)
     in_coll = [p for p in known if p.collective]
     out = [p for p in known if not p.collective]

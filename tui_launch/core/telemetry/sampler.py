@@ -171,10 +171,13 @@ class Telemetry:
             try:
                 with open(f"/proc/{t.pid}/environ", "rb") as fp:
                     env = dict(kv.split(b"=", 1) for kv in fp.read().split(b"\0") if b"=" in kv)
-                raw = env.get(b"CUDA_VISIBLE_DEVICES")
-                cvd = raw.decode() if raw is not None else None
                 raw_lr = env.get(b"LOCAL_RANK")
                 lr = int(raw_lr) if raw_lr is not None and raw_lr.isdigit() else None
+                if raw_lr is not None:
+                    raw = env.get(b"CUDA_VISIBLE_DEVICES")
+                    cvd = raw.decode() if raw is not None else None
+                # else: not the environment torch built (a --warm-start spare shows the one it
+                # started with): the launcher's view stands.
                 self._env[t.pid] = cached = (cvd, lr)
             except (OSError, ValueError):
                 cached = (cvd, None)  # not cached: it may become readable

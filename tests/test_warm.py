@@ -1,0 +1,185 @@
+"""``--warm-start``: workers start in spare interpreters that imported torch ahead of need.
+
+Real launches. What is checked is behaviour, never time: the worker is a process that existed
+before the failure it replaces, with torch already imported when the script starts, and it is
+the very process torch monitors (its pid is the one in the journal); the worker sees what a
+cold worker sees (argv, ``sys.path[0]``, working directory, ``__main__``, thread count from
+``OMP_NUM_THREADS``, nice value); spares die with a SIGKILLed launcher; ``--no-python`` is
+refused. The environment itself is compared with torchrun's in ``test_env_parity.py``, which
+runs every case in both modes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from conftest import WORKERS, base_env, journal_path, leftovers, read_journal, wait_for, wait_gone
+
+PROBE = str(WORKERS / "warm_probe.py")
+
+
+def probes(out: Path) -> dict[tuple[int, int], dict]:
+    """``(attempt, rank) -> probe`` of every worker that ran."""
+    found = {}
+    for f in out.glob("probe_*.json"):
+        _, attempt, rank = f.stem.split("_")
+        found[(int(attempt), int(rank))] = json.loads(f.read_text())
+    return found
+
+
+def worker_pids(journal: list[dict], attempt: int) -> set[int]:
+    started = [e for e in journal if e["kind"] == "workers_started" and e["attempt"] == attempt]
+    assert len(started) == 1, started
+    return {w["pid"] for w in started[0]["workers"]}
+
+
+def test_restart_runs_in_spares_started_before_the_failure(tmp_path, tuilaunch):
+    out = tmp_path / "out"
+    launch = tuilaunch(
+        "--warm-start",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "1",
+        PROBE,
+        str(out),
+        "crash",
+    )
+    assert launch.wait() == 0, launch.output[-4000:]
+    seen = probes(out)
+    assert sorted(seen) == [(0, 0), (0, 1), (1, 0), (1, 1)], sorted(seen)
+    failed_at = seen[(0, 0)]["failed_at"]
+    journal = read_journal(journal_path(launch.output))
+    for attempt in (0, 1):
+        # The process torch started, signals and polls is the one that ran the script.
+        assert {seen[(attempt, r)]["pid"] for r in (0, 1)} == worker_pids(journal, attempt)
+        for r in (0, 1):
+            p = seen[(attempt, r)]
+            assert p["preloaded"]["torch"] is True, p  # the first attempt is warm too
+            assert p["nice"] == 0, p  # spares import at low priority; workers do not run so
+            assert p["pgid"] == p["sid"] == p["pid"], p  # own session, as torch's workers
+    for r in (0, 1):
+        # The restarted workers are spares that existed before rank 0 failed.
+        assert seen[(1, r)]["started"] < failed_at, (seen[(1, r)], failed_at)
+    failed = [e for e in journal if e["kind"] == "attempt_failed"]
+    assert [f["exit_code"] for f in failed[0]["failures"] if f["global_rank"] == 0] == [3]
+    notices = [e["message"] for e in journal if e["kind"] == "notice"]
+    assert any("attempt 1: local rank(s) 0, 1 started in spares" in n for n in notices), notices
+    # Spares are never workers: two ranks per attempt in every event that lists workers.
+    assert all(len(e["workers"]) == 2 for e in journal if e["kind"] == "workers_started")
+
+
+@pytest.mark.parametrize("nproc, omp", [(2, None), (1, "1")])
+def test_worker_sees_what_a_cold_worker_sees(nproc, omp, tmp_path, tuilaunch, torchrun):
+    """argv, sys.path[0], cwd, __main__, OMP_NUM_THREADS (read when torch loads) and nice
+    equal torchrun's; pkg.mod from --warm-import is imported ahead, found beside the script."""
+    extra = {"OMP_NUM_THREADS": omp} if omp else {}
+    results = {}
+    for name, start, flags in (
+        ("torchrun", torchrun, []),
+        ("warm", tuilaunch, ["--warm-start", "--warm-import", "pkg.mod"]),
+    ):
+        out = tmp_path / "out"
+        launch = start(
+            *flags, "--standalone", "--nproc-per-node", str(nproc), PROBE, str(out),
+            cwd=tmp_path, env=base_env(**extra),
+        )  # fmt: skip
+        assert launch.wait() == 0, launch.output[-4000:]
+        assert wait_gone(launch.token, 10) == []
+        dest = tmp_path / name
+        out.rename(dest)
+        results[name] = probes(dest)
+    theirs, ours = results["torchrun"], results["warm"]
+    assert sorted(theirs) == sorted(ours) == [(0, r) for r in range(nproc)]
+    for key in theirs:
+        t, o = theirs[key], ours[key]
+        for field in ("argv", "path0", "cwd", "name", "threads", "omp", "nice"):
+            assert o[field] == t[field], (field, t[field], o[field])
+        assert t["preloaded"] == {"torch": False, "pkg.mod": False}
+        assert o["preloaded"] == {"torch": True, "pkg.mod": True}
+    if omp:
+        assert ours[(0, 0)]["threads"] == 1  # not the core count, the default for one rank
+
+
+def test_module_and_script_args_with_run_path(tmp_path, tuilaunch):
+    """-m and --run-path run through the spares too (the env parity test compares them)."""
+    out = tmp_path / "out"
+    launch = tuilaunch(
+        "--warm-start", "--standalone", "--nproc-per-node", "1", "--run-path", PROBE, str(out)
+    )
+    assert launch.wait() == 0, launch.output[-4000:]
+    p = probes(out)[(0, 0)]
+    assert p["argv"] == [PROBE, str(out)]
+    assert p["name"] == "__main__"
+    assert p["preloaded"]["torch"] is True
+
+
+def test_spares_die_with_a_sigkilled_launcher(tmp_path, tuilaunch):
+    launch = tuilaunch(
+        "--warm-start",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(WORKERS / "steady.py"),
+        "--seconds",
+        "60",
+    )
+
+    def spares_and_workers() -> list[int]:
+        spares = [p for p in leftovers(launch.token) if b"core.spare" in _cmdline(p)]
+        return spares if len(spares) >= 4 else []
+
+    # Two spares became the (python) workers; two more wait for the next attempt.
+    pids = wait_for(spares_and_workers, 60, what="two workers and two waiting spares")
+    os.kill(launch.pid, signal.SIGKILL)
+    launch.wait()
+    assert wait_gone(launch.token, 15) == [], [_cmdline(p) for p in leftovers(launch.token)]
+    # A dying process's environment reads empty before it is gone: wait for the pids too.
+    wait_for(
+        lambda: all(not os.path.exists(f"/proc/{p}") or _zombie(p) for p in pids),
+        15,
+        what="the spares and workers to be gone",
+    )
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fp:
+            return fp.read()
+    except OSError:
+        return b""
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fp:
+            return fp.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--no-python", "true"], "--warm-start runs Python workers in spare interpreters"),
+        (["--warm-import", "a..b", "x.py"], "--warm-import: not a module name"),
+    ],
+)
+def test_refused_with_one_line(args, message, tmp_path, tuilaunch):
+    launch = tuilaunch("--warm-start", "--standalone", *args, cwd=tmp_path)
+    assert launch.wait() == 2
+    assert message in launch.stderr, launch.stderr
+    assert "Traceback" not in launch.output
+    assert len(launch.stderr.strip().splitlines()) == 1, launch.stderr
+    assert wait_gone(launch.token, 10) == []
+
+
+def test_warm_import_needs_warm_start(tmp_path, tuilaunch):
+    launch = tuilaunch("--warm-import", "json", "--standalone", "x.py", cwd=tmp_path)
+    assert launch.wait() == 2
+    assert "--warm-import needs --warm-start" in launch.stderr

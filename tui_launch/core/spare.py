@@ -1,0 +1,259 @@
+"""A warm spare: an interpreter that imports torch ahead of need, then becomes a worker.
+
+With ``--warm-start``, :mod:`.warm` starts one of these per local rank as::
+
+    python -u -m tui_launch.core.spare SOCKFD PARENT_PID LOW
+
+It imports torch (and ``--warm-import`` modules) and waits on a Unix socket for its orders:
+
+- ``prepare`` (``path0``, ``modules``): put the worker's ``sys.path[0]`` in place and import
+  the ``--warm-import`` modules; then say ready (one byte).
+- ``run`` (``argv``, ``env``, ``worker_keys``, ``cwd``, and the rank's stdout and stderr as
+  passed file descriptors): become the worker. The process that torch's handler holds, signals
+  and waits for *is* this one (its ``Popen`` was made by the agent): the pid, the exit status,
+  the process group, py-spy and the telemetry all see the process running the user's code.
+  It takes the rank's files as fds 1 and 2 (what its imports printed goes first), applies the
+  worker's environment, changes to the working directory and runs the same bootstrap a cold
+  worker runs (:func:`tui_launch.core.shim.main`: the script or module as ``__main__``, same
+  ``sys.argv`` and ``sys.path[0]``).
+
+Nothing imported before the environment is applied may have read it. The spare was started
+with the launcher's environment, so only the variables torch sets per worker can differ; if
+one of them is read at import (:func:`import_time`), or ``CUDA_VISIBLE_DEVICES`` changes after
+CUDA was initialised, or anything else differs, the spare says so in one line on the rank's
+stderr and ``exec``\\ s the cold command instead (same pid: torch sees no difference).
+
+The spare dies with the launcher: a parent-death signal while it waits (cleared once it is a
+worker, which the launcher's reaper covers like any other), and end-of-file on its socket.
+``LOW`` = 1 runs the imports on a thread at nice 19 (the main thread keeps its priority, which
+an unprivileged process could not get back), so a spare started while workers train does not
+slow them. Standard library only until the imports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+from typing import Any
+
+HEADER = struct.Struct("!Q")
+READY = b"R"
+MAX_FDS = 2
+# Always imported: what every torch worker imports first, and what @record needs.
+BASE_MODULES = ("torch", "torch.distributed", "torch.distributed.elastic.multiprocessing.errors")
+# Set by tuilaunch or torchrun after a spare may have started, and read only later (by the
+# agent's rendezvous, by torchelastic at run time, or by the bootstrap when the worker starts):
+# never at import. torchrun sets TORCHELASTIC_SIGNALS_TO_HANDLE just before its agent starts.
+LATE_SAFE = frozenset({"TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "TUILAUNCH_FAULTHANDLER_SIGNAL"})
+LATE_SAFE_PREFIXES = ("TORCHELASTIC_",)
+# Read when the interpreter, the dynamic loader or a runtime library (OpenMP, MKL, glibc's
+# allocator, torch's C++ logging) starts: a value that changes after the spare started cannot
+# be applied to it.
+IMPORT_TIME_NAMES = frozenset(
+    {
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "TORCH_CPP_LOG_LEVEL",
+        "TORCH_LOGS",
+        "NUMEXPR_MAX_THREADS",
+    }
+)
+IMPORT_TIME_PREFIXES = ("PYTHON", "LD_", "OMP_", "KMP_", "GOMP_", "MKL_", "MALLOC_", "GLIBC_")
+_PR_SET_PDEATHSIG = 1
+
+
+def import_time(name: str) -> bool:
+    """Whether the variable ``name`` is read when torch is imported (or earlier)."""
+    return name in IMPORT_TIME_NAMES or name.startswith(IMPORT_TIME_PREFIXES)
+
+
+def late_safe(name: str) -> bool:
+    """Whether ``name`` may be set after a spare started (it is read only at run time)."""
+    return name in LATE_SAFE or name.startswith(LATE_SAFE_PREFIXES)
+
+
+def unsafe_change(
+    env0: dict[str, str], env: dict[str, str], worker_keys: set[str], cuda_initialized: bool
+) -> str | None:
+    """Why the environment ``env`` cannot be applied to a spare started with ``env0``
+    (None: it can)."""
+    for key in sorted(set(env0) | set(env)):
+        before, after = env0.get(key), env.get(key)
+        if before == after:
+            continue
+        shown = f"{key} ({before!r} when the spare started, {after!r} now)"
+        if key == "CUDA_VISIBLE_DEVICES":
+            if cuda_initialized:
+                return f"{shown}: CUDA was initialised by the warm imports"
+            continue  # read when CUDA initialises, on first use
+        if import_time(key):
+            return f"{shown} is read when torch is imported"
+        if key not in worker_keys and not late_safe(key):
+            return f"{shown} changed after the spare started"
+    return None
+
+
+def send(sock: socket.socket, message: dict[str, Any], fds: tuple[int, ...] = ()) -> None:
+    """One message: its length (with ``fds`` attached), then JSON."""
+    body = json.dumps(message).encode()
+    socket.send_fds(sock, [HEADER.pack(len(body))], list(fds))
+    sock.sendall(body)
+
+
+def _recv_exact(sock: socket.socket, n: int, data: bytes = b"") -> bytes | None:
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
+    """The next message and its fds (None at end-of-file: the launcher is gone)."""
+    head, fds, _flags, _addr = socket.recv_fds(sock, HEADER.size, MAX_FDS)
+    if not head:
+        return None
+    full = _recv_exact(sock, HEADER.size, head)
+    if full is None:
+        return None
+    (length,) = HEADER.unpack(full)
+    body = _recv_exact(sock, length)
+    if body is None:
+        return None
+    message: dict[str, Any] = json.loads(body)
+    return message, fds
+
+
+def _pdeathsig(sig: int) -> None:
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+class _Importer:
+    """Imports on a thread (at nice 19 when ``low``); the main thread keeps its priority."""
+
+    def __init__(self, sock: socket.socket, low: bool) -> None:
+        self._sock = sock
+        self._low = low
+        self._thread: threading.Thread | None = None
+        self._tid: int | None = None
+
+    def start(self, modules: tuple[str, ...] | list[str], say_ready: bool) -> None:
+        self._thread = threading.Thread(
+            target=self._run, args=(tuple(modules), say_ready), name="spare-import", daemon=True
+        )
+        self._thread.start()
+
+    def join(self, urgent: bool = False) -> None:
+        """Wait for the imports; ``urgent`` (the spare is a worker now): first give the import
+        thread the main thread's priority back where that is allowed (CAP_SYS_NICE)."""
+        if self._thread is not None:
+            if urgent and self._low and self._thread.is_alive() and self._tid is not None:
+                with contextlib.suppress(OSError):
+                    nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+                    os.setpriority(os.PRIO_PROCESS, self._tid, nice)
+            self._thread.join()
+            self._thread = None
+
+    def _run(self, modules: tuple[str, ...], say_ready: bool) -> None:
+        self._tid = threading.get_native_id()
+        if self._low:
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        for name in modules:
+            try:
+                __import__(name)
+            except BaseException as e:  # the worker imports it again and sees the error itself
+                why = f"{type(e).__name__}: {e}"
+                print(
+                    f"tuilaunch: --warm-import {name}: not imported ahead ({why})", file=sys.stderr
+                )
+        if say_ready:
+            with contextlib.suppress(OSError):
+                self._sock.sendall(READY)
+
+
+def _take_output(old: int, new: int) -> None:
+    """Copy what the spare wrote to ``old`` (a file of its own) to ``new``, then make ``new``
+    the process's ``old``."""
+    with contextlib.suppress(OSError):
+        os.lseek(old, 0, os.SEEK_SET)
+        while chunk := os.read(old, 1 << 16):
+            os.write(new, chunk)
+    os.dup2(new, old)
+    os.close(new)
+
+
+def become_worker(
+    sock: socket.socket, order: dict[str, Any], fds: list[int], env0: dict[str, str]
+) -> None:
+    """Take the rank's stdio, environment and directory, and run the bootstrap as ``__main__``
+    (or ``exec`` the cold command when the environment cannot be applied)."""
+    _pdeathsig(0)  # a worker now: the reaper covers it, as every other worker
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    if len(fds) == 2:
+        _take_output(1, fds[0])
+        _take_output(2, fds[1])
+    sock.close()
+    argv: list[str] = order["argv"]
+    env: dict[str, str] = order["env"]
+    os.chdir(order["cwd"])
+    torch_mod = sys.modules.get("torch")
+    cuda = False
+    with contextlib.suppress(Exception):
+        cuda = bool(torch_mod is not None and torch_mod.cuda.is_initialized())
+    why = unsafe_change(env0, env, set(order["worker_keys"]), cuda)
+    if why is not None:
+        sys.stderr.write(f"tuilaunch: warm start: {why}; this rank starts cold\n")
+        sys.stderr.flush()
+        os.execvpe(argv[0], argv, env)
+    os.environ.clear()
+    os.environ.update(env)
+    from tui_launch.core import shim
+
+    shim.main(argv[4:])  # argv: python -u -m tui_launch.core.shim DIR ...
+
+
+def main(argv: list[str]) -> None:
+    """``SOCKFD PARENT_PID LOW``: import, wait for orders, become a worker."""
+    fd, parent, low = int(argv[0]), int(argv[1]), argv[2] == "1"
+    _pdeathsig(signal.SIGKILL)
+    if os.getppid() != parent:  # the launcher died before the signal was armed
+        os._exit(0)
+    env0 = dict(os.environ)
+    sock = socket.socket(fileno=fd)
+    # `python -m` put the working directory first: torch comes from the installation, as it
+    # would for a script elsewhere; the worker's own sys.path[0] arrives with `prepare`.
+    if sys.path:
+        sys.path.pop(0)
+    importer = _Importer(sock, low)
+    importer.start(BASE_MODULES, say_ready=False)
+    while True:
+        got = receive(sock)
+        if got is None:
+            os._exit(0)
+        order, fds = got
+        importer.join(urgent=order.get("kind") == "run")
+        if order.get("kind") == "prepare":
+            sys.path.insert(0, str(order["path0"]))
+            importer.start(list(order.get("modules") or ()), say_ready=True)
+            continue
+        become_worker(sock, order, fds, env0)  # the user's program, as __main__
+        return
+
+
+if __name__ == "__main__":
+    from tui_launch.core import spare as _spare
+
+    _spare.main(sys.argv[1:])
