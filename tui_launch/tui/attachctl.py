@@ -20,7 +20,7 @@ from typing import Any
 from tui_launch.core.controlsock import ControlClient, ControlError, find
 from tui_launch.core.events import StacksDumped, from_dict
 from tui_launch.core.replay import Timeline
-from tui_launch.tui.replay import AttachDashboard, AttachSource
+from tui_launch.tui.replay import AttachDashboard, AttachSource, view_args
 
 GONE_GRACE = 3.0  # seconds a dead launcher's journal gets to show its end
 USAGE = "usage: tuilaunch attach [RUN_DIR|PID|RUN_ID] --control [--no-confirm] [--refresh-hz HZ]"
@@ -141,22 +141,8 @@ def control_attach_main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(HELP)
         return 0
-    target, refresh_hz, confirm, rest = None, 4.0, True, list(argv)
     try:
-        while rest:
-            arg = rest.pop(0)
-            if arg == "--control":
-                pass
-            elif arg == "--no-confirm":
-                confirm = False
-            elif arg == "--refresh-hz":
-                refresh_hz = float(rest.pop(0))
-                if not refresh_hz > 0:
-                    raise ValueError("--refresh-hz must be > 0")
-            elif arg.startswith("-") or target is not None:
-                raise ValueError(f"unexpected argument {arg!r}")
-            else:
-                target = arg
+        target, refresh_hz, confirm = view_args(argv, ignore=("--control",))
         path, journal = find(target)
         client = ControlClient(path)
         answer = client.call("status")  # the socket answers, and it is ours, before any UI
@@ -166,9 +152,8 @@ def control_attach_main(argv: list[str]) -> int:
         if not journal:
             raise ValueError("the run has no journal yet: try again in a moment")
         timeline = Timeline(journal)
-    except (ValueError, IndexError, OSError, ControlError) as e:
-        msg = str(e) if not isinstance(e, IndexError) else "--refresh-hz needs a value"
-        print(f"tuilaunch attach: error: {msg} ({USAGE})", file=sys.stderr)
+    except (ValueError, OSError, ControlError) as e:
+        print(f"tuilaunch attach: error: {e} ({USAGE})", file=sys.stderr)
         return 2
     source = ControlSource(timeline, client, pid if isinstance(pid, int) else None)
     app = ControlDashboard(source, refresh_hz=refresh_hz, confirm=confirm)

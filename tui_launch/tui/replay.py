@@ -337,25 +337,37 @@ def precompute(timeline: Timeline, stop: threading.Event) -> None:
     gc.freeze()
 
 
+def view_args(argv: list[str], ignore: tuple[str, ...] = ()) -> tuple[str | None, float, bool]:
+    """The target and the dashboard's own options of ``replay`` and ``attach``:
+    ``(target, --refresh-hz, not --no-confirm)``; ``ignore`` lists flags taken here and handled
+    by the caller (``--control``). Raises ValueError, in one line, on anything else."""
+    target, refresh_hz, confirm, rest = None, 4.0, True, list(argv)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--no-confirm":
+            confirm = False
+        elif arg == "--refresh-hz":
+            if not rest:
+                raise ValueError("--refresh-hz needs a value")
+            refresh_hz = float(rest.pop(0))
+            if not refresh_hz > 0:
+                raise ValueError("--refresh-hz must be > 0")
+        elif arg in ignore:
+            continue
+        elif arg.startswith("-") or target is not None:
+            raise ValueError(f"unexpected argument {arg!r}")
+        else:
+            target = arg
+    return target, refresh_hz, confirm
+
+
 def replay_main(argv: list[str]) -> int:
     """``tuilaunch replay``: open the dashboard on a journal (exit 2 on bad input)."""
     if argv and argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
-    target, refresh_hz, confirm, rest = None, 4.0, True, list(argv)
     try:
-        while rest:
-            arg = rest.pop(0)
-            if arg == "--no-confirm":
-                confirm = False
-            elif arg == "--refresh-hz":
-                refresh_hz = float(rest.pop(0))
-                if not refresh_hz > 0:
-                    raise ValueError("--refresh-hz must be > 0")
-            elif arg.startswith("-") or target is not None:
-                raise ValueError(f"unexpected argument {arg!r}")
-            else:
-                target = arg
+        target, refresh_hz, confirm = view_args(argv)
         if target is None:
             raise ValueError("a run directory or journal is needed")
         # Only the first chunk is indexed before the first frame: the precompute thread
@@ -363,9 +375,8 @@ def replay_main(argv: list[str]) -> int:
         timeline = Timeline(journal_of(target), index=False)
         if not len(timeline):
             raise ValueError(f"{timeline.path} holds no whole event")
-    except (ValueError, IndexError, OSError) as e:
-        msg = str(e) if not isinstance(e, IndexError) else "--refresh-hz needs a value"
-        print(f"tuilaunch replay: error: {msg} ({USAGE})", file=sys.stderr)
+    except (ValueError, OSError) as e:
+        print(f"tuilaunch replay: error: {e} ({USAGE})", file=sys.stderr)
         return 2
     stop = threading.Event()
     worker = threading.Thread(
@@ -451,24 +462,12 @@ def attach_main(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(usage)
         return 0
-    target, refresh_hz, rest = None, 4.0, list(argv)
     try:
-        while rest:
-            arg = rest.pop(0)
-            if arg == "--refresh-hz":
-                refresh_hz = float(rest.pop(0))
-                if not refresh_hz > 0:
-                    raise ValueError("--refresh-hz must be > 0")
-            elif arg == "--no-confirm":
-                pass  # nothing asks: a read-only attach acts on nothing
-            elif arg.startswith("-") or target is not None:
-                raise ValueError(f"unexpected argument {arg!r}")
-            else:
-                target = arg
+        # --no-confirm is taken and changes nothing: a read-only attach acts on nothing.
+        target, refresh_hz, _ = view_args(argv)
         timeline = Timeline(resolve_attach(target))
-    except (ValueError, IndexError, OSError) as e:
-        msg = str(e) if not isinstance(e, IndexError) else "--refresh-hz needs a value"
-        print(f"tuilaunch attach: error: {msg} ({usage})", file=sys.stderr)
+    except (ValueError, OSError) as e:
+        print(f"tuilaunch attach: error: {e} ({usage})", file=sys.stderr)
         return 2
     AttachDashboard(AttachSource(timeline), refresh_hz=refresh_hz).run()
     return 0

@@ -185,15 +185,9 @@ class ProgressTracker:
         n = len(lines)
         whole = True
         for i in range(n - 1, -1, -1):  # from the newest back
-            text = lines[i]
-            if "{" in text:
-                kind = "dict"
-            elif anchor is not None and anchor(text):
-                kind = "fam"
-            elif not ("/" in text or "tep" in text or "ter" in text or "poch" in text):
+            kind = _kind(lines[i], anchor)
+            if kind is None:
                 continue
-            else:
-                kind = "any" if anchor is None else "other"
             first[kind] = i
             if kind not in last:
                 last[kind] = i
@@ -203,15 +197,9 @@ class ProgressTracker:
         if not whole:
             first = {}
             for i in range(n):
-                text = lines[i]
-                if "{" in text:
-                    kind = "dict"
-                elif anchor is not None and anchor(text):
-                    kind = "fam"
-                elif not ("/" in text or "tep" in text or "ter" in text or "poch" in text):
+                kind = _kind(lines[i], anchor)
+                if kind is None:
                     continue
-                else:
-                    kind = "any" if anchor is None else "other"
                 if kind not in first:
                     first[kind] = i
                     if len(first) == kinds:
@@ -468,3 +456,16 @@ class ProgressTracker:
             steps_reached=self.max_step,
             progress_time=self.progress_time,
         )
+
+
+def _kind(text: str, anchor: Callable[[str], bool] | None) -> str | None:
+    """What :meth:`ProgressTracker.feed` classifies ``text`` as (None: no progress can be in
+    it): ``dict``, ``fam`` (the locked family's anchor), ``any`` or ``other``. ``feed`` keeps
+    these tests inline, since it runs for every line; the batch scans call this."""
+    if "{" in text:
+        return "dict"
+    if anchor is not None and anchor(text):
+        return "fam"
+    if not ("/" in text or "tep" in text or "ter" in text or "poch" in text):
+        return None
+    return "any" if anchor is None else "other"
