@@ -71,6 +71,10 @@ class Tmux:
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", self.session)
 
+    def history(self) -> str:
+        """The pane's whole scrollback and screen: a summary taller than the pane is all here."""
+        return self.tmux("capture-pane", "-p", "-S", "-", "-t", self.session)
+
     def keys(self, *keys: str) -> None:
         for key in keys:
             self.tmux("send-keys", "-t", self.session, key)
@@ -219,7 +223,7 @@ def test_kill_a_rank_restart_and_quit_in_a_real_terminal() -> None:
         poll(tmux, "the quit confirmation", 30, lambda s: "Stop the workers and quit?" in s)
         tmux.keys("y")
         poll(tmux, "the launcher to exit", 180, lambda s: tmux.pane("#{pane_dead}") == "1")
-        final = tmux.screen()
+        final = tmux.history()
         assert "tuilaunch summary: STOPPED" in final, final
         assert "exit code 143" in final, final
         assert "restarts: 1/3 on failure" in final, final
