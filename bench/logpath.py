@@ -68,15 +68,6 @@ MODES: dict[str, tuple[str, ...]] = {
     "tee": ("--tee", "3"),
 }
 TARGETS = {"default": 1.1, "redirects": 1.05, "tee": 0.33}
-# The workers' stdout buffering, through the environment both launchers pass on:
-# "inherit" keeps this shell's PYTHONUNBUFFERED (set in this project's sessions: one write(2)
-# per line), "block" unsets it (Python's default for a file: one write(2) per 8 kB),
-# "unbuffered" sets it.
-BUFFERING: dict[str, dict[str, str | None]] = {
-    "inherit": {},
-    "block": {"PYTHONUNBUFFERED": None},
-    "unbuffered": {"PYTHONUNBUFFERED": "1"},
-}
 LAUNCHERS = {
     "torchrun": ("-m", "torch.distributed.run"),
     "tuilaunch": ("-m", "tui_launch", "--no-tui"),
@@ -142,7 +133,7 @@ def one(launcher: str, mode: str, opts: argparse.Namespace, pythonpath: str | No
         str(marks),
         str(opts.lines),
     ]
-    env = base_env(token, BUFFERING[opts.buffering], pythonpath)
+    env = base_env(token, {}, pythonpath)
     sample: dict[str, Any] = {"launcher": launcher, "mode": mode}
     console = os.devnull if opts.console == "devnull" else str(tmp / "console.txt")
     try:
@@ -223,7 +214,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nproc", type=int, default=4)
     p.add_argument("--modes", default="default,redirects,tee")
     p.add_argument("--console", choices=("devnull", "file"), default="devnull")
-    p.add_argument("--buffering", choices=tuple(BUFFERING), default="inherit")
     p.add_argument("--abba", action="store_true")
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--python", default=sys.executable)
@@ -294,9 +284,6 @@ def main(argv: list[str] | None = None) -> int:
         ]
         row["paired_ratio"] = median(pairs)
         rows.append(row)
-    unbuffered = BUFFERING[opts.buffering].get(
-        "PYTHONUNBUFFERED", os.environ.get("PYTHONUNBUFFERED")
-    )
     RESULTS.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
     out = Path(opts.results_dir) / f"logpath-{stamp}.json"
@@ -306,7 +293,6 @@ def main(argv: list[str] | None = None) -> int:
                 "argv": sys.argv[1:],
                 "code": code_info(opts.code),
                 "opts": vars(opts),
-                "workers_pythonunbuffered": unbuffered,
                 "rows": rows,
                 "samples": samples,
             },
@@ -317,8 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     others = median([s["foreign_load"] for s in samples if s.get("foreign_load") is not None])
     print(
         f"### log path: {opts.nproc} ranks x {opts.lines:,} lines of 100 bytes, console "
-        f"{opts.console}, {opts.repeat} rounds (others used {others or 0:.0%} of the CPUs), "
-        f"workers' PYTHONUNBUFFERED={unbuffered or 'unset'} (--buffering {opts.buffering})\n"
+        f"{opts.console}, {opts.repeat} rounds (others used {others or 0:.0%} of the CPUs)\n"
     )
     print(
         "| console mode | torchrun wall | tuilaunch wall | ratio | paired | goal | "

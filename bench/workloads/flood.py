@@ -3,14 +3,16 @@
 Usage: ``flood.py DIR [LINES]`` under a launcher (LINES: 200000 by default).
 
 Every rank joins a gloo group and waits at a barrier, so that all ranks start together; then it
-writes ``time.time()`` to ``DIR/start_<rank>``, writes its lines through ``sys.stdout.write``
-(the default buffering: stdout is a file or a pipe, never a terminal, under both launchers),
+writes ``time.time()`` to ``DIR/start_<rank>``, writes its lines through ``sys.stdout.write``,
 flushes, and writes ``time.time()`` to ``DIR/end_<rank>`` and the CPU the loop took (user and
 system seconds, ``getrusage``) to ``DIR/cpu_<rank>``. The workers' wall time is
-``max(end_*) - min(start_*)``: how long the ranks took to get their output out, which a launcher
-can only lengthen by taking CPU from them or by making their writes block. With
-``PYTHONUNBUFFERED`` set (the launchers pass their environment on) every line is one
-``write(2)``; without it, one per 8 kB: the system seconds in ``cpu_<rank>`` show which.
+``max(end_*) - min(start_*)``: how long the ranks took to get their output out, which a
+launcher can only lengthen by taking CPU from them or by making their writes block.
+
+torchrun starts every Python worker as ``python -u`` (``torch.distributed.run``; tuilaunch
+runs the same code): stdout is unbuffered, so every line is its own ``write(2)``, 2,000,000 a
+rank by default in ``logpath.py``; the system seconds in ``cpu_<rank>`` are what those writes
+cost, to a file or to ``/dev/null``.
 """
 
 from __future__ import annotations
