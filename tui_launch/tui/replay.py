@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -27,11 +28,12 @@ from tui_launch.core.journal import JOURNAL_NAME
 from tui_launch.core.logs import LogSource
 from tui_launch.core.logsinks import LogBuffer
 from tui_launch.core.replay import LogKey, Timeline
-from tui_launch.core.stacks import StackDump
-from tui_launch.core.stacks.save import load as load_stacks
 from tui_launch.core.store import Snapshot
 from tui_launch.tui.app import Dashboard
 from tui_launch.tui.widgets import CachedPanel
+
+if TYPE_CHECKING:
+    from tui_launch.core.stacks import StackDump
 
 # When the cursor moves back (or jumps ahead), each rank's logs are re-read from this many bytes
 # before their cuts (newest attempt first): about 800 lines of 80 bytes, read in a few ms.
@@ -171,6 +173,8 @@ class ReplaySource:
 
     def stack_dump(self, path: str) -> StackDump | None:
         """A dump the run saved (read from its file; None: unreadable)."""
+        from tui_launch.core.stacks.save import load as load_stacks  # only once one is shown
+
         try:
             return load_stacks(path)
         except (OSError, ValueError, KeyError, TypeError):
