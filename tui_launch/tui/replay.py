@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 REREAD = 1 << 16
 OPEN_AT_END = 20000  # events: up to this many, the replay opens on the end
 END = -1  # a pending jump to the end of the journal, once indexed
+WATCH_EVERY = 0.05  # s between two looks at a followed journal's size (attach)
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 100.0, 1000.0)
 
 
@@ -427,12 +428,29 @@ class AttachSource(ReplaySource):
 
 
 class AttachDashboard(ReplayDashboard):
-    """The replay dashboard following a live journal (``tuilaunch attach``)."""
+    """The replay dashboard following a live journal (``tuilaunch attach``).
+
+    Besides the refresh (``--refresh-hz``), the journal's size is looked at every
+    :data:`WATCH_EVERY` s (one ``fstat``) and a refresh runs as soon as it grew: an event the
+    launcher journals shows within about that, not up to a whole refresh period later.
+    """
 
     source: AttachSource
 
+    def on_mount(self) -> None:
+        super().on_mount()
+        self._journal_size = self.source.timeline.size()
+        self.set_interval(WATCH_EVERY, self._watch_journal)
+
+    def _watch_journal(self) -> None:
+        size = self.source.timeline.size()
+        if size != self._journal_size and self.source.following:
+            self._tick()
+
     def _tick(self) -> None:
+        size = self.source.timeline.size()  # before reading: what comes after is seen next
         self.source.follow()
+        self._journal_size = size
         super()._tick()
 
     def _go(self, cursor: int) -> None:
@@ -445,9 +463,10 @@ def resolve_attach(target: str | None) -> str:
     run of this user on this node); ValueError with a one-line reason."""
     from tui_launch.core import runindex
 
+    found = runindex.sweep(runindex.entries())  # stale runs' sockets go, whatever is asked
     if target is not None and os.path.isdir(target):
         return journal_of(target)
-    live = [e for e in runindex.entries() if runindex.state(e) == runindex.LIVE]
+    live = [e for e in found if runindex.state(e) == runindex.LIVE]
     if target is not None:
         live = [e for e in live if target in (str(e.pid), e.run_id)]
     if not live:
