@@ -395,6 +395,9 @@ def test_detach_with_d_then_attach_control_in_tmux() -> None:
         assert any(e["action"] == "stop" for e in controls)
         console = (journal.parent / "console.log").read_text()
         assert "detached from the dashboard" in console and "STOPPED" in console
+        # torch's agent lines reach the console once detached, as a headless run's do.
+        after = console.split("detached from the dashboard", 1)[1]
+        assert "torch/distributed/elastic" in after and "closing signal SIGTERM" in after, after
     finally:
         first.close()
         if second is not None:

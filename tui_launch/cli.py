@@ -290,6 +290,9 @@ def _run(
                 print(detach_message(os.getpid(), runner.files.run_dir), flush=True)
                 detached = Console(_spare_dir())
                 detached.detach(runner.files.run_dir)
+                # torch's own log lines went to the dashboard's agent log tab; from now on
+                # they go to the console (console.log), as in a headless run.
+                runner.agent_log.unmute()
                 consoles.append(detached)
                 index.set_detached()
                 control.enable()
