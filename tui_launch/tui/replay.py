@@ -444,8 +444,9 @@ class AttachDashboard(ReplayDashboard):
 
     def _watch_journal(self) -> None:
         size = self.source.timeline.size()
-        if size != self._journal_size and self.source.following:
-            self._tick()
+        src = self.source
+        if size != self._journal_size and src.following and not src.playing:
+            self._tick()  # (never while playing: a tick also advances the cursor)
 
     def _tick(self) -> None:
         size = self.source.timeline.size()  # before reading: what comes after is seen next
