@@ -314,3 +314,25 @@ def test_attach_and_replay_load_only_what_the_first_frame_needs() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:3] == ["2", "[]", "True"], out.stdout
+
+
+def test_attach_refreshes_as_soon_as_the_journal_grows(recorded: Path, tmp_path: Path) -> None:
+    """The attached dashboard's journal watch (a look at its size every 50 ms) refreshes as
+    soon as a line is appended, without waiting for the next refresh (0.5 Hz here)."""
+    lines = recorded.read_bytes().splitlines(keepends=True)
+    growing = tmp_path / "journal.jsonl"
+    growing.write_bytes(b"".join(lines[:-1]))
+    src = AttachSource(Timeline(str(growing)))
+    app = AttachDashboard(src, refresh_hz=0.5)
+
+    async def drive() -> None:
+        async with app.run_test(size=(160, 45)):
+            assert src.cursor == len(lines) - 1
+            app._watch_journal()  # nothing new: no refresh
+            assert src.cursor == len(lines) - 1
+            with growing.open("ab") as fp:
+                fp.write(lines[-1])
+            app._watch_journal()
+            assert src.cursor == len(lines) and src.snapshot().finished is not None
+
+    asyncio.run(drive())
