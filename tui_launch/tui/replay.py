@@ -11,6 +11,7 @@ clock, event number, play state) under the header and the replay keys.
 
 from __future__ import annotations
 
+import bisect
 import gc
 import os
 import signal
@@ -27,8 +28,9 @@ from tui_launch.core.events import StacksDumped, WorkersStarted
 from tui_launch.core.journal import JOURNAL_NAME
 from tui_launch.core.logs import LogSource
 from tui_launch.core.logsinks import LogBuffer
+from tui_launch.core.recent import recent_snapshot
 from tui_launch.core.replay import LogKey, Timeline
-from tui_launch.core.store import Snapshot
+from tui_launch.core.store import Snapshot, reduce
 from tui_launch.tui.app import Dashboard
 from tui_launch.tui.widgets import CachedPanel
 
@@ -41,6 +43,7 @@ REREAD = 1 << 16
 OPEN_AT_END = 20000  # events: up to this many, the replay opens on the end
 END = -1  # a pending jump to the end of the journal, once indexed
 WATCH_EVERY = 0.05  # s between two looks at a followed journal's size (attach)
+FOLLOW_STATES = 256  # state events an attach reduces onto its snapshot rather than recompute
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 100.0, 1000.0)
 
 
@@ -59,7 +62,8 @@ class ReplaySource:
         self.rebuilt = 0  # how often the log buffer was rebuilt (the pane must rerender)
         self._cut: dict[LogKey, int] = {}
         self._dirs: dict[int, str] = {}
-        self._snap = timeline.snapshot(self.cursor)
+        self._snap_at = -1
+        self._snap = self._state_at(self.cursor)
         self._snap_at = self.cursor
         self._cut_logs()
 
@@ -70,9 +74,13 @@ class ReplaySource:
         cursor = max(0, min(cursor, len(self.timeline)))
         if cursor != self.cursor:
             self.cursor = cursor
-            self._snap = self.timeline.snapshot(cursor)
+            self._snap = self._state_at(cursor)
             self._snap_at = cursor
             self._cut_logs()
+
+    def _state_at(self, cursor: int) -> Snapshot:
+        """The snapshot after the first ``cursor`` events (from the kept checkpoints)."""
+        return self.timeline.snapshot(cursor)
 
     def advance(self, seconds: float) -> None:
         """Play: move the cursor ``seconds`` times the speed along the run's clock."""
@@ -410,14 +418,40 @@ class AttachSource(ReplaySource):
     """
 
     def __init__(self, timeline: Timeline) -> None:
+        self.approx = False  # whether the snapshot's telemetry totals are not yet exact
+        self._approx_at = 0  # the cursor of the last recent_snapshot
         super().__init__(timeline)
         self.following = True
+
+    def _state_at(self, cursor: int) -> Snapshot:
+        """From the checkpoints where the background pass has reached ``cursor``; else, a
+        few events on from the current snapshot, those events reduced onto it (what
+        following a live run does); else the state without the telemetry records no panel
+        shows (:func:`recent_snapshot`: the first frame). Only the last's
+        ``telemetry.totals`` is not exact, until :meth:`follow` sees the checkpoints."""
+        tl = self.timeline
+        if tl.ready(cursor):
+            self.approx = False
+            return tl.snapshot(cursor)
+        if 0 <= self._snap_at <= cursor:
+            states = tl.states
+            behind = bisect.bisect_left(states, cursor) - bisect.bisect_left(states, self._snap_at)
+            if behind <= FOLLOW_STATES:
+                snap = self._snap
+                for _, e in tl.events(self._snap_at, cursor):
+                    snap = reduce(snap, e)
+                return snap
+        self.approx, self._approx_at = True, cursor
+        return recent_snapshot(tl, cursor)
 
     def follow(self) -> None:
         """Read what the launcher appended; with the cursor at the end, keep it there."""
         if self.following:
             self.timeline.refresh()
             self.move(len(self.timeline))
+        if self.approx and self.timeline.ready(self._approx_at):  # the background pass is
+            self.approx = False  # past the first frame: the rest is a few events from it
+            self._snap = self.timeline.snapshot(self.cursor)
 
     def now(self) -> float:
         """The machine's clock while following a live run (the journal's is the same clock
@@ -455,8 +489,13 @@ class AttachDashboard(ReplayDashboard):
         super()._tick()
 
     def _go(self, cursor: int) -> None:
-        self.source.following = cursor >= len(self.source.timeline)
+        self.source.following = cursor == END or cursor >= len(self.source.timeline)
         super()._go(cursor)
+
+    def action_replay_end(self) -> None:
+        src = self.source  # following again at once: the end's state needs no checkpoint
+        src.following, src.pending = True, None
+        self._tick()
 
 
 def resolve_attach(target: str | None) -> str:
@@ -493,5 +532,17 @@ def attach_main(argv: list[str]) -> int:
     except (ValueError, OSError) as e:
         print(f"tuilaunch attach: error: {e} ({usage})", file=sys.stderr)
         return 2
-    AttachDashboard(AttachSource(timeline), refresh_hz=refresh_hz).run()
+    # The first frame is the end's state without the old telemetry (AttachSource); the
+    # checkpoints (the exact state, and any cursor move) are computed once it is up.
+    stop = threading.Event()
+    worker = threading.Thread(
+        target=precompute, args=(timeline, stop), name="tuilaunch-attach", daemon=True
+    )
+    app = AttachDashboard(
+        AttachSource(timeline), worker, refresh_hz=refresh_hz, on_ready=worker.start
+    )
+    try:
+        app.run()
+    finally:
+        stop.set()
     return 0
