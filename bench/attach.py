@@ -194,7 +194,7 @@ def startup(repeat: int) -> list[float]:
 def source_at_end(journal: Path) -> float:
     """Seconds to build the attached source in this process: index, state at the end, logs."""
     from tui_launch.core.replay import Timeline
-    from tui_launch.tui.replay import AttachSource
+    from tui_launch.tui.attach import AttachSource
 
     t = time.perf_counter()
     AttachSource(Timeline(str(journal))).timeline.close()

@@ -36,7 +36,7 @@ from replay import write_journal
 
 from tui_launch.core.recent import recent_snapshot
 from tui_launch.core.replay import Timeline
-from tui_launch.tui.replay import AttachSource
+from tui_launch.tui.attach import AttachSource
 
 
 def cpu(fn: Callable[[], Any]) -> tuple[float, Any]:

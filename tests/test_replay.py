@@ -22,14 +22,8 @@ from tui_launch.core.journal import read_journal
 from tui_launch.core.replay import Timeline
 from tui_launch.core.store import replay
 from tui_launch.tui import render
-from tui_launch.tui.replay import (
-    AttachDashboard,
-    AttachSource,
-    ReplayDashboard,
-    ReplaySource,
-    journal_of,
-    resolve_attach,
-)
+from tui_launch.tui.attach import AttachDashboard, AttachSource, resolve_attach
+from tui_launch.tui.replay import ReplayDashboard, ReplaySource, journal_of
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from tui_launch.core.store import Snapshot
 from tui_launch.core.telemetry_view import HISTORY
 from tui_launch.testing import builders
 from tui_launch.tui import render_ranks
-from tui_launch.tui.replay import AttachSource
+from tui_launch.tui.attach import AttachSource
 
 NPROC = 4
 

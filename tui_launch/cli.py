@@ -49,10 +49,15 @@ def run_subcommand(argv: list[str]) -> int:
 
         _collect_from_here()
         return control_attach_main(argv[1:])
-    from tui_launch.tui.replay import attach_main, replay_main
+    if argv[0] == "attach":
+        from tui_launch.tui.attach import attach_main
+
+        _collect_from_here()
+        return attach_main(argv[1:])
+    from tui_launch.tui.replay import replay_main
 
     _collect_from_here()
-    return (replay_main if argv[0] == "replay" else attach_main)(argv[1:])
+    return replay_main(argv[1:])
 
 
 def _collect_from_here() -> None:

@@ -1,6 +1,6 @@
 """``tuilaunch attach --control``: the attached dashboard with the keys that act on the job.
 
-:class:`ControlSource` is the read-only :class:`~tui_launch.tui.replay.AttachSource` (what it
+:class:`ControlSource` is the read-only :class:`~tui_launch.tui.attach.AttachSource` (what it
 shows comes from the run's journal and log files, following their end) whose control calls go
 to the launcher over its control socket (:mod:`tui_launch.core.controlsock`). Each attached
 client is its own process with its own view (selection, filter, scroll, cursor). The keys that
@@ -20,7 +20,8 @@ from typing import Any
 from tui_launch.core.controlsock import ControlClient, ControlError, find
 from tui_launch.core.events import StacksDumped, from_dict
 from tui_launch.core.replay import Timeline
-from tui_launch.tui.replay import AttachDashboard, AttachSource, view_args
+from tui_launch.tui.attach import AttachDashboard, AttachSource, run_attached
+from tui_launch.tui.replay import view_args
 
 GONE_GRACE = 3.0  # seconds a dead launcher's journal gets to show its end
 USAGE = "usage: tuilaunch attach [RUN_DIR|PID|RUN_ID] --control [--no-confirm] [--refresh-hz HZ]"
@@ -156,6 +157,5 @@ def control_attach_main(argv: list[str]) -> int:
         print(f"tuilaunch attach: error: {e} ({USAGE})", file=sys.stderr)
         return 2
     source = ControlSource(timeline, client, pid if isinstance(pid, int) else None)
-    app = ControlDashboard(source, refresh_hz=refresh_hz, confirm=confirm)
-    app.run()
+    run_attached(ControlDashboard, source, refresh_hz=refresh_hz, confirm=confirm)
     return 0
