@@ -183,3 +183,38 @@ def test_warm_import_needs_warm_start(tmp_path, tuilaunch):
     launch = tuilaunch("--warm-import", "json", "--standalone", "x.py", cwd=tmp_path)
     assert launch.wait() == 2
     assert "--warm-import needs --warm-start" in launch.stderr
+
+
+def test_a_spare_workers_environment_is_the_one_it_was_handed():
+    """/proc/<pid>/environ shows a spare's start environment, not the worker's it applied in
+    process: the launcher's record answers instead (telemetry's GPU inference and the fake
+    NVML's placement read it), and only for that very process, not a later one with its pid."""
+    import subprocess
+    import sys
+
+    from tui_launch.core import workerenv
+    from tui_launch.testing import fake_pynvml
+
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                            stdin=subprocess.PIPE, env=base_env())  # fmt: skip
+    try:
+        assert b"LOCAL_RANK" not in b"".join(workerenv.read_proc(proc.pid))
+        assert "LOCAL_RANK" not in workerenv.environ(proc.pid)
+        handed = {**base_env(), "LOCAL_RANK": "1", "RANK": "3"}
+        workerenv.record(proc.pid, handed)
+        assert workerenv.environ(proc.pid) == handed
+        # The fake NVML puts it where a script calling torch.cuda.set_device(1) would be.
+        fake_pynvml.configure(2)
+        placed = fake_pynvml._discover()
+        assert [pid for pid, _mem in placed.get(1, [])] == [proc.pid], placed
+        # A record whose process start time differs (the pid now names another process).
+        workerenv.record(proc.pid, handed)
+        with workerenv._lock:
+            began, env = workerenv._handed[proc.pid]
+            workerenv._handed[proc.pid] = ((began or 0) + 1, env)
+        assert workerenv.handed(proc.pid) is None
+        assert "LOCAL_RANK" not in workerenv.environ(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+        workerenv.forget(proc.pid)

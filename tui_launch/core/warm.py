@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tui_launch.core import spare as spare_mod
+from tui_launch.core import workerenv
 
 SPARE_MODULE = spare_mod.__name__
 SHIM_MODULE = "tui_launch.core.shim"
@@ -251,6 +252,8 @@ class WarmPool:
                     continue
                 with contextlib.suppress(OSError):
                     s.sock.close()
+                # /proc shows the spare's start environment, not this one: say what it runs with.
+                workerenv.record(s.proc.pid, env)
                 self._used.append(Used(s.proc.pid, s.started, s.ready))
                 return s.proc
             return None
