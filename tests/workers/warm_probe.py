@@ -3,7 +3,8 @@
 Usage: ``warm_probe.py OUT_DIR [crash]``. Notes, before importing anything beyond the standard
 library, which of ``torch`` and ``pkg.mod`` were already imported, then writes
 ``OUT_DIR/probe_<attempt>_<rank>.json``: pid, process start time, argv, ``sys.path[0]``,
-working directory, ``__name__``, torch's thread count, nice value, session. With ``crash``,
+working directory, ``__name__``, torch's thread count, nice value, session, the parent's pid
+and start time. With ``crash``,
 rank 0 of attempt 0 notes the time and exits 3; the other ranks wait to be torn down.
 Otherwise every rank does one gloo all_reduce and exits 0.
 """
@@ -24,9 +25,9 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 
-def start_time() -> float:
-    """This process's start, in seconds since the epoch (from /proc, as ps computes it)."""
-    with open("/proc/self/stat") as fp:
+def start_time(pid: str = "self") -> float:
+    """A process's start, in seconds since the epoch (from /proc, as ps computes it)."""
+    with open(f"/proc/{pid}/stat") as fp:
         ticks = int(fp.read().rsplit(")", 1)[1].split()[19])
     with open("/proc/stat") as fp:
         btime = next(int(line.split()[1]) for line in fp if line.startswith("btime"))
@@ -43,6 +44,8 @@ def main() -> None:
         "preloaded": PRELOADED,
         "pid": os.getpid(),
         "started": start_time(),
+        "ppid": os.getppid(),
+        "parent_started": start_time(str(os.getppid())),
         "argv": sys.argv,
         "path0": sys.path[0],
         "cwd": os.getcwd(),
