@@ -343,7 +343,11 @@ class WarmPool:
                     return None  # not a worker of ours
                 lost = owner.sock.fileno() < 0
                 if not lost:
-                    self._pump(owner, 0.05 if left is None else min(left, 0.05))
+                    # Everything already sent first (other ranks' exits may be queued ahead).
+                    while self._pump(owner, 0.0) is not None and pid not in self._status:
+                        pass
+                    if pid not in self._status and (left is None or left > 0):
+                        self._pump(owner, 0.05 if left is None else min(left, 0.05))
                     if pid in self._status:
                         return self._status[pid]
                 elif not _exists(pid):
