@@ -220,3 +220,59 @@ def test_a_spare_workers_environment_is_the_one_it_was_handed():
         proc.kill()
         proc.wait()
         workerenv.forget(proc.pid)
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fp:
+            return int(fp.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def test_a_dead_spare_means_a_cold_restart_and_a_new_spare(tmp_path, tuilaunch):
+    """The spare SIGKILLed while its workers train: they train on; after a worker fails, the
+    next attempt starts cold (as torchrun would) and a new spare is started for later ones."""
+    journal, restarts = tmp_path / "journal.jsonl", tmp_path / "restarts.txt"
+    launch = tuilaunch(
+        "--warm-start", "--journal", str(journal), "--standalone", "--nproc-per-node", "2",
+        "--max-restarts", "1", str(WORKERS / "steady.py"), "--seconds", "600",
+        "--restart-log", str(restarts),
+    )  # fmt: skip
+
+    def attempt(n: int) -> dict[int, int]:
+        text = restarts.read_text() if restarts.exists() else ""
+        rows = [line.split() for line in text.splitlines() if len(line.split()) == 3]
+        found = {int(r): int(p) for r, a, p in rows if int(a) == n}
+        return found if len(found) == 2 else {}
+
+    try:
+        first = wait_for(lambda: attempt(0), 120, what="attempt 0's two workers")
+        spare = _ppid(first[0])
+        assert spare is not None and b"core.spare" in _cmdline(spare), _cmdline(spare or 0)
+        assert _ppid(first[1]) == spare  # both forked from the one spare
+        os.kill(spare, signal.SIGKILL)
+        wait_for(lambda: _zombie(spare), 15, what="the spare to be gone")
+        os.kill(first[0], signal.SIGKILL)
+        second = wait_for(lambda: attempt(1), 120, what="attempt 1's two workers")
+        # Cold: started by torch itself, children of the launcher.
+        assert {_ppid(p) for p in second.values()} == {launch.pid}
+
+        def notices() -> list[str]:
+            events = read_journal(journal) if journal.exists() else []
+            return [e["message"] for e in events if e["kind"] == "notice"]
+
+        cold = "warm start: attempt 1: local rank(s) none started in spares; 0, 1 cold"
+        wait_for(lambda: cold in notices(), 30, what="the cold-start notice")
+
+        def new_spare() -> list[int]:
+            return [
+                p for p in leftovers(launch.token)
+                if p != spare and b"core.spare" in _cmdline(p) and _ppid(p) == launch.pid
+            ]  # fmt: skip
+
+        wait_for(new_spare, 30, what="a new spare for later attempts")
+    finally:
+        launch.proc.send_signal(signal.SIGTERM)
+        launch.wait()
+    assert wait_gone(launch.token, 15) == [], [_cmdline(p) for p in leftovers(launch.token)]

@@ -422,12 +422,12 @@ def guess_count(argv: Sequence[str]) -> int:
 
 
 def prestart(argv: Sequence[str]) -> WarmPool | None:
-    """Start spares at once when ``argv`` asks for warm starts, so that they import torch
+    """Start the spare at once when ``argv`` asks for warm starts, so that it imports torch
     while the launcher imports it too; None when it does not ask.
 
-    The environment they start with is the one torchrun will give its workers as far as it is
+    The environment it starts with is the one torchrun will give its workers as far as it is
     known here (``OMP_NUM_THREADS=1`` for several ranks, as torchrun sets it); a wrong guess
-    costs time, never correctness (:meth:`WarmPool.configure` replaces them).
+    costs time, never correctness (:meth:`WarmPool.configure` replaces it).
     """
     if WARM_OPTION not in argv:
         return None
