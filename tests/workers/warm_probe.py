@@ -34,6 +34,14 @@ def start_time(pid: str = "self") -> float:
     return btime + ticks / os.sysconf("SC_CLK_TCK")
 
 
+def proc_environ_is_mine() -> bool:
+    """Whether /proc/self/environ (what ps, psutil and monitoring agents read) shows the
+    environment this process runs with."""
+    with open("/proc/self/environ", "rb") as fp:
+        shown = dict(kv.split(b"=", 1) for kv in fp.read().split(b"\0") if b"=" in kv)
+    return shown == dict(os.environb)
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     crash = sys.argv[2:3] == ["crash"]
@@ -44,6 +52,7 @@ def main() -> None:
         "preloaded": PRELOADED,
         "pid": os.getpid(),
         "started": start_time(),
+        "proc_environ": proc_environ_is_mine(),
         "ppid": os.getppid(),
         "parent_started": start_time(str(os.getppid())),
         "argv": sys.argv,

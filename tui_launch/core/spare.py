@@ -57,6 +57,11 @@ import threading
 from typing import Any
 
 HEADER = struct.Struct("!Q")
+# The spare starts with this variable holding ROOM bytes, and drops it at once: its start
+# environment block (what /proc/<pid>/environ shows) then has room for a worker's, which holds
+# torch's per-worker variables besides the launcher's (:func:`show_environ`).
+ROOM_VAR = "TUILAUNCH_SPARE_ENV_ROOM"
+ROOM = 16384
 MAX_FDS = 2
 # Always imported: what every torch worker imports first, and what @record needs.
 BASE_MODULES = ("torch", "torch.distributed", "torch.distributed.elastic.multiprocessing.errors")
@@ -240,10 +245,40 @@ def become_worker(
         os.execvpe(argv[0], argv, env)
     os.environ.clear()
     os.environ.update(env)
+    show_environ(env)
     _reseed()
     from tui_launch.core import shim
 
     shim.main(argv[4:])  # argv: python -u -m tui_launch.core.shim DIR ...
+
+
+def _env_block_bounds() -> tuple[int, int] | None:
+    """Where this process's start environment strings lie (``/proc/self/stat`` fields 50-51)."""
+    try:
+        with open("/proc/self/stat", "rb") as fp:
+            raw = fp.read()
+        fields = raw[raw.rindex(b")") + 2 :].split()  # fields[0] is field 3
+        return int(fields[47]), int(fields[48])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def show_environ(env: dict[str, str]) -> bool:
+    """Write ``env`` over this process's start environment strings, so that
+    ``/proc/<pid>/environ`` (``ps e``, psutil, monitoring agents, scripts that look for
+    ``LOCAL_RANK``) shows the worker's environment, as it would for a cold worker. Only after
+    ``os.environ`` was replaced: the C ``environ`` then points at copies on the heap, never at
+    these strings (setproctitle relies on the same). False when it does not fit."""
+    bounds = _env_block_bounds()
+    if bounds is None:
+        return False
+    start, end = bounds
+    block = b"".join(os.fsencode(k) + b"=" + os.fsencode(v) + b"\0" for k, v in env.items())
+    room = end - start
+    if room <= 0 or len(block) >= room:
+        return False
+    ctypes.memmove(start, block + b"\0" * (room - len(block)), room)
+    return True
 
 
 def _reseed() -> None:
@@ -330,6 +365,7 @@ def main(argv: list[str]) -> None:
     _pdeathsig(signal.SIGKILL)
     if os.getppid() != parent:  # the launcher died before the signal was armed
         os._exit(0)
+    os.environ.pop(ROOM_VAR, None)  # its bytes stay in the start block: room for the worker's
     env0 = dict(os.environ)
     sock = socket.socket(fileno=fd)
     # `python -m` put the working directory first: torch comes from the installation, as it

@@ -158,7 +158,7 @@ class WarmPool:
                 argv = [python, "-u", "-m", SPARE_MODULE, str(child.fileno()), str(os.getpid())]
                 proc = subprocess.Popen(
                     [*argv, "1" if low else "0"],
-                    env=env,
+                    env={**env, spare_mod.ROOM_VAR: "x" * spare_mod.ROOM},
                     stdout=out,
                     stderr=err,
                     pass_fds=(child.fileno(),),
