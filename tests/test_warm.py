@@ -264,7 +264,7 @@ def test_a_dead_spare_means_a_cold_restart_and_a_new_spare(tmp_path, tuilaunch):
             return [e["message"] for e in events if e["kind"] == "notice"]
 
         cold = "warm start: attempt 1: local rank(s) none started in spares; 0, 1 cold"
-        wait_for(lambda: cold in notices(), 30, what="the cold-start notice")
+        wait_for(lambda: any(cold in n for n in notices()), 30, what="the cold-start notice")
 
         def new_spare() -> list[int]:
             return [
