@@ -12,7 +12,7 @@ It imports torch (and ``--warm-import`` modules) once, and serves its orders on 
 - ``run`` (``argv``, ``env``, ``worker_keys``, ``cwd``, and the rank's stdout and stderr as
   passed file descriptors): finish the imports, ``fork``, and answer ``forked`` with the
   child's pid. The child becomes the worker: a session of its own (as torch's workers), the
-  rank's files as fds 1 and 2 (what the imports printed goes first), the worker's environment
+  rank's files as fds 1 and 2, the worker's environment
   applied, the working directory, and the same bootstrap a cold worker runs
   (:func:`tui_launch.core.shim.main`: the script or module as ``__main__``, same ``sys.argv``
   and ``sys.path[0]``). Its pid is the one torch's handler signals and waits for (through
@@ -62,6 +62,8 @@ HEADER = struct.Struct("!Q")
 # torch's per-worker variables besides the launcher's (:func:`show_environ`).
 ROOM_VAR = "TUILAUNCH_SPARE_ENV_ROOM"
 ROOM = 16384
+# What the spare's imports could not do, said on each forked worker's stderr.
+NOTES: list[str] = []
 MAX_FDS = 2
 # Always imported: what every torch worker imports first, and what @record needs.
 BASE_MODULES = ("torch", "torch.distributed", "torch.distributed.elastic.multiprocessing.errors")
@@ -195,25 +197,24 @@ class _Importer:
                 __import__(name)
             except BaseException as e:  # the worker imports it again and sees the error itself
                 why = f"{type(e).__name__}: {e}"
-                print(
-                    f"tuilaunch: --warm-import {name}: not imported ahead ({why})", file=sys.stderr
-                )
+                NOTES.append(f"tuilaunch: --warm-import {name}: not imported ahead ({why})\n")
         if say_ready:
             with contextlib.suppress(OSError):
                 send(self._sock, {"kind": "ready"})
 
 
-def _take_output(old: int, new: int) -> None:
-    """Copy what the spare wrote to ``old`` (a file of its own, shared with every forked
-    worker: read by offset, its position untouched) to ``new``, then make ``new`` the
-    process's ``old``."""
-    with contextlib.suppress(OSError):
-        offset = 0
-        while chunk := os.pread(old, 1 << 16, offset):
-            os.write(new, chunk)
-            offset += len(chunk)
-    os.dup2(new, old)
-    os.close(new)
+def _take_stdio(stdout_fd: int, stderr_fd: int) -> None:
+    """Make the rank's files the process's fds 1 and 2, and say there what the imports could
+    not do. What the imports themselves printed (the spare's own output) is not copied: a cold
+    worker prints only what its program's imports print, and a program that never imports
+    torch prints none of torch's import-time warnings."""
+    os.dup2(stdout_fd, 1)
+    os.close(stdout_fd)
+    os.dup2(stderr_fd, 2)
+    os.close(stderr_fd)
+    for note in NOTES:
+        with contextlib.suppress(OSError):
+            os.write(2, note.encode())
 
 
 def become_worker(
@@ -226,8 +227,7 @@ def become_worker(
         with contextlib.suppress(Exception):
             stream.flush()
     if len(fds) == 2:
-        _take_output(1, fds[0])
-        _take_output(2, fds[1])
+        _take_stdio(fds[0], fds[1])
     sock.close()
     argv: list[str] = order["argv"]
     env: dict[str, str] = order["env"]

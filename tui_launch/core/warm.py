@@ -34,7 +34,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -152,18 +151,16 @@ class WarmPool:
         python = worker_python()
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            # What the spare prints while it imports (torch's warnings) is kept in files of its
-            # own and goes first into each forked worker's files.
-            with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-                argv = [python, "-u", "-m", SPARE_MODULE, str(child.fileno()), str(os.getpid())]
-                proc = subprocess.Popen(
-                    [*argv, "1" if low else "0"],
-                    env={**env, spare_mod.ROOM_VAR: "x" * spare_mod.ROOM},
-                    stdout=out,
-                    stderr=err,
-                    pass_fds=(child.fileno(),),
-                    start_new_session=True,  # no terminal signal reaches it
-                )
+            # What the spare's imports print is not a worker's output (spare.py, _take_stdio).
+            argv = [python, "-u", "-m", SPARE_MODULE, str(child.fileno()), str(os.getpid())]
+            proc = subprocess.Popen(
+                [*argv, "1" if low else "0"],
+                env={**env, spare_mod.ROOM_VAR: "x" * spare_mod.ROOM},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(child.fileno(),),
+                start_new_session=True,  # no terminal signal reaches it
+            )
         except OSError:
             parent.close()
             return None
