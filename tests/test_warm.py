@@ -78,8 +78,9 @@ def test_restart_runs_in_spares_started_before_the_failure(tmp_path, tuilaunch):
 
 @pytest.mark.parametrize("nproc, omp", [(2, None), (1, "1")])
 def test_worker_sees_what_a_cold_worker_sees(nproc, omp, tmp_path, tuilaunch, torchrun):
-    """argv, sys.path[0], cwd, __main__, OMP_NUM_THREADS (read when torch loads), nice and
-    /proc/<pid>/environ showing the worker's environment equal torchrun's; pkg.mod from
+    """argv, sys.path[0], cwd, __main__, OMP_NUM_THREADS (read when torch loads), nice,
+    /proc/<pid>/environ showing the worker's environment and /proc/<pid>/cmdline naming the
+    script equal torchrun's; pkg.mod from
     --warm-import is imported ahead, found beside the script."""
     extra = {"OMP_NUM_THREADS": omp} if omp else {}
     results = {}
@@ -101,7 +102,10 @@ def test_worker_sees_what_a_cold_worker_sees(nproc, omp, tmp_path, tuilaunch, to
     assert sorted(theirs) == sorted(ours) == [(0, r) for r in range(nproc)]
     for key in theirs:
         t, o = theirs[key], ours[key]
-        for field in ("argv", "path0", "cwd", "name", "threads", "omp", "nice", "proc_environ"):
+        for field in (
+            *("argv", "path0", "cwd", "name", "threads", "omp", "nice"),
+            *("proc_environ", "cmdline_names_script"),
+        ):
             assert o[field] == t[field], (field, t[field], o[field])
         assert t["preloaded"] == {"torch": False, "pkg.mod": False}
         assert o["preloaded"] == {"torch": True, "pkg.mod": True}

@@ -42,6 +42,15 @@ def proc_environ_is_mine() -> bool:
     return shown == dict(os.environb)
 
 
+def cmdline_names_script() -> bool:
+    """Whether /proc/self/cmdline (ps, pkill -f) names this script with its arguments."""
+    with open("/proc/self/cmdline", "rb") as fp:
+        args = [os.fsdecode(a) for a in fp.read().split(b"\0")]
+    return os.path.realpath(args[args.index(sys.argv[0])]) == os.path.realpath(__file__) and (
+        args[args.index(sys.argv[0]) :][: len(sys.argv)] == sys.argv
+    )
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     crash = sys.argv[2:3] == ["crash"]
@@ -53,6 +62,7 @@ def main() -> None:
         "pid": os.getpid(),
         "started": start_time(),
         "proc_environ": proc_environ_is_mine(),
+        "cmdline_names_script": cmdline_names_script(),
         "ppid": os.getppid(),
         "parent_started": start_time(str(os.getppid())),
         "argv": sys.argv,

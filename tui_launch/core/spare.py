@@ -62,6 +62,9 @@ HEADER = struct.Struct("!Q")
 # torch's per-worker variables besides the launcher's (:func:`show_environ`).
 ROOM_VAR = "TUILAUNCH_SPARE_ENV_ROOM"
 ROOM = 16384
+# Likewise its command line ends with an argument of ARG_ROOM spaces: room for a worker's
+# command line in its argv area (what /proc/<pid>/cmdline, ps and pkill -f show).
+ARG_ROOM = 4096
 # What the spare's imports could not do, said on each forked worker's stderr.
 NOTES: list[str] = []
 MAX_FDS = 2
@@ -246,21 +249,47 @@ def become_worker(
     os.environ.clear()
     os.environ.update(env)
     show_environ(env)
+    if argv[0] == sys.orig_argv[0]:
+        show_cmdline(argv)
     _reseed()
     from tui_launch.core import shim
 
     shim.main(argv[4:])  # argv: python -u -m tui_launch.core.shim DIR ...
 
 
-def _env_block_bounds() -> tuple[int, int] | None:
-    """Where this process's start environment strings lie (``/proc/self/stat`` fields 50-51)."""
+def _block_bounds(which: str) -> tuple[int, int] | None:
+    """Where this process's start ``"args"`` or ``"env"`` strings lie (``/proc/self/stat``
+    fields 48-49 and 50-51)."""
     try:
         with open("/proc/self/stat", "rb") as fp:
             raw = fp.read()
         fields = raw[raw.rindex(b")") + 2 :].split()  # fields[0] is field 3
-        return int(fields[47]), int(fields[48])
+        first = 45 if which == "args" else 47
+        return int(fields[first]), int(fields[first + 1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _overwrite(which: str, strings: list[bytes]) -> bool:
+    bounds = _block_bounds(which)
+    if bounds is None:
+        return False
+    start, end = bounds
+    block = b"".join(x + b"\0" for x in strings)
+    room = end - start
+    if room <= 0 or len(block) >= room:
+        return False
+    ctypes.memmove(start, block + b"\0" * (room - len(block)), room)
+    return True
+
+
+def show_cmdline(argv: list[str]) -> bool:
+    """Write ``argv`` (torch's command for this worker) over this process's start argument
+    strings, so that ``/proc/<pid>/cmdline`` (``ps``, ``pkill -f script.py``) names the
+    worker's program, not the spare's (the rest of the room reads as empty arguments).
+    ``argv[0]`` is the spare's own interpreter, byte for byte, so libc's pointers into it
+    (``program_invocation_name``) still read the same. False when it does not fit."""
+    return _overwrite("args", [os.fsencode(a) for a in argv])
 
 
 def show_environ(env: dict[str, str]) -> bool:
@@ -269,16 +298,7 @@ def show_environ(env: dict[str, str]) -> bool:
     ``LOCAL_RANK``) shows the worker's environment, as it would for a cold worker. Only after
     ``os.environ`` was replaced: the C ``environ`` then points at copies on the heap, never at
     these strings (setproctitle relies on the same). False when it does not fit."""
-    bounds = _env_block_bounds()
-    if bounds is None:
-        return False
-    start, end = bounds
-    block = b"".join(os.fsencode(k) + b"=" + os.fsencode(v) + b"\0" for k, v in env.items())
-    room = end - start
-    if room <= 0 or len(block) >= room:
-        return False
-    ctypes.memmove(start, block + b"\0" * (room - len(block)), room)
-    return True
+    return _overwrite("env", [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()])
 
 
 def _reseed() -> None:

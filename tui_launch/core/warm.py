@@ -154,7 +154,7 @@ class WarmPool:
             # What the spare's imports print is not a worker's output (spare.py, _take_stdio).
             argv = [python, "-u", "-m", SPARE_MODULE, str(child.fileno()), str(os.getpid())]
             proc = subprocess.Popen(
-                [*argv, "1" if low else "0"],
+                [*argv, "1" if low else "0", " " * spare_mod.ARG_ROOM],
                 env={**env, spare_mod.ROOM_VAR: "x" * spare_mod.ROOM},
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
