@@ -138,10 +138,12 @@ def test_spare_and_workers_die_with_a_sigkilled_launcher(tmp_path, tuilaunch):
     )
 
     def spare_and_workers() -> list[int]:
-        spares = [p for p in leftovers(launch.token) if b"core.spare" in _cmdline(p)]
-        return spares if len(spares) >= 3 else []
+        procs = leftovers(launch.token)
+        spares = [p for p in procs if b"core.spare" in _cmdline(p)]
+        workers = [p for p in procs if b"steady.py" in _cmdline(p) and _ppid(p) in spares]
+        return [*spares, *workers] if len(spares) == 1 and len(workers) == 2 else []
 
-    # The spare and the two workers forked from it (they show its command line).
+    # The spare and the two workers forked from it (they show the worker's command line).
     pids = wait_for(spare_and_workers, 60, what="the spare and two workers forked from it")
     os.kill(launch.pid, signal.SIGKILL)
     launch.wait()
