@@ -283,3 +283,22 @@ def test_a_dead_spare_means_a_cold_restart_and_a_new_spare(tmp_path, tuilaunch):
         launch.proc.send_signal(signal.SIGTERM)
         launch.wait()
     assert wait_gone(launch.token, 15) == [], [_cmdline(p) for p in leftovers(launch.token)]
+
+
+def test_a_warm_import_that_starts_threads_means_a_cold_start(tmp_path, tuilaunch):
+    """Forking a process that runs threads could copy a lock one of them holds: the rank
+    starts cold instead (same process, exec), and says so on its stderr."""
+    (tmp_path / "threadmod.py").write_text(
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n"
+    )
+    out = tmp_path / "out"
+    launch = tuilaunch(
+        "--warm-start", "--warm-import", "threadmod", "--standalone", "--nproc-per-node", "1",
+        PROBE, str(out), env=base_env(PYTHONPATH=str(tmp_path)),
+    )  # fmt: skip
+    assert launch.wait() == 0, launch.output[-4000:]
+    p = probes(out)[(0, 0)]
+    assert p["preloaded"]["torch"] is False, p  # a fresh interpreter: the cold command
+    assert "could deadlock; this rank starts cold" in launch.output, launch.output[-4000:]
+    assert wait_gone(launch.token, 10) == []

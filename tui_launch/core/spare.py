@@ -242,6 +242,11 @@ def become_worker(
     why = unsafe_change(env0, env, set(order["worker_keys"]), cuda)
     if why is None and cuda:
         why = "CUDA was initialised by the warm imports, and a forked process cannot use it"
+    if why is None and order.get("threads", 1) > 1:
+        why = (
+            f"the spare ran {order['threads']} threads after its imports (a --warm-import "
+            "module started some), and a forked copy of it could deadlock"
+        )
     if why is not None:
         sys.stderr.write(f"tuilaunch: warm start: {why}; this rank starts cold\n")
         sys.stderr.flush()
@@ -299,6 +304,14 @@ def show_environ(env: dict[str, str]) -> bool:
     ``os.environ`` was replaced: the C ``environ`` then points at copies on the heap, never at
     these strings (setproctitle relies on the same). False when it does not fit."""
     return _overwrite("env", [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()])
+
+
+def _thread_count() -> int:
+    """This process's threads (1 when it cannot tell)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
 
 
 def _reseed() -> None:
@@ -367,7 +380,10 @@ def serve(sock: socket.socket, low: bool, env0: dict[str, str]) -> bool:
             continue
         if order.get("kind") != "run":
             continue
-        pid = os.fork()  # single-threaded here: the import thread was joined
+        # Single-threaded here (the import thread was joined) unless an imported module started
+        # threads of its own: a fork could then copy a lock one of them held; the child execs.
+        order["threads"] = _thread_count()
+        pid = os.fork()
         if pid == 0:
             children.in_child()
             os.setsid()  # a session of its own, as torch's workers
