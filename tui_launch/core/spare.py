@@ -31,7 +31,8 @@ iteration order is the same in every rank.
 Nothing imported before the environment is applied may have read it. The spare was started
 with the launcher's environment, so only the variables torch sets per worker can differ; if
 one of them is read at import (:func:`import_time`), or CUDA was initialised by a
-``--warm-import`` module (a forked process cannot use it), or anything else differs, the child
+``--warm-import`` module (a forked process cannot use it), or such a module left threads running
+(a fork could copy a lock one of them held), or anything else differs, the child
 says so in one line on the rank's stderr and ``exec``\\ s the cold command instead (same pid:
 torch sees no difference).
 
