@@ -176,6 +176,7 @@ def one(launcher: str, mode: str, opts: argparse.Namespace, pythonpath: str | No
             foreign = max(0.0, busy_cpu_s() - busy0 - cpu)
         starts = [float((marks / f"start_{r}").read_text()) for r in range(opts.nproc)]
         ends = [float((marks / f"end_{r}").read_text()) for r in range(opts.nproc)]
+        cpus = [(marks / f"cpu_{r}").read_text().split() for r in range(opts.nproc)]
         sample.update(
             ok=rc == 0,
             exit_code=rc,
@@ -185,6 +186,10 @@ def one(launcher: str, mode: str, opts: argparse.Namespace, pythonpath: str | No
             tail_s=exited - max(ends),  # the last line to the launcher's exit
             launcher_flood_cpu_s=trace.between(min(starts), max(ends)),
             cpu_s=cpu,
+            # What the ranks' own loops took (user, system), summed over the ranks: the
+            # system seconds are the cost of their write(2)s (file or /dev/null).
+            workers_user_s=sum(float(u) for u, _ in cpus),
+            workers_sys_s=sum(float(s) for _, s in cpus),
             foreign_load=foreign / (wall * (os.cpu_count() or 1)),
             leftover_processes=settle(token, grace=5.0),
         )
@@ -236,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"[logpath {r + 1}/{opts.repeat}] {mode:<9} {launcher:<9} "
                         f"wall {s['wall_s'] or 0:.2f}s (head {s.get('head_s', 0):.2f}s, tail "
                         f"{s.get('tail_s', 0):.2f}s) workers {s.get('workers_wall_s', 0):.2f}s "
-                        f"cpu {s.get('cpu_s', 0):.2f}s launcher-in-flood "
+                        f"cpu {s.get('cpu_s', 0):.2f}s (ranks user {s.get('workers_user_s', 0):.2f}"
+                        f" sys {s.get('workers_sys_s', 0):.2f}) launcher-in-flood "
                         f"{s.get('launcher_flood_cpu_s') or 0:.2f}s ok={s['ok']} "
                         f"files={s.get('files_ok')} "
                         f"others {s.get('foreign_load', 0):.0%}",
@@ -258,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
                 "launcher_flood_cpu_s",
                 "head_s",
                 "tail_s",
+                "workers_user_s",
+                "workers_sys_s",
             ):
                 row[f"{name}_{key}"] = median([s[key] for s in mine if s.get(key) is not None])
             row[f"{name}_files_ok"] = all(s.get("files_ok", True) for s in mine)
@@ -301,9 +309,10 @@ def main(argv: list[str] | None = None) -> int:
         "| console mode | torchrun wall | tuilaunch wall | ratio | paired | goal | "
         "workers' wall (torchrun / tuilaunch) | CPU s (torchrun / tuilaunch) | "
         "launcher CPU s in the flood (torchrun / tuilaunch) | start-up to first line, s "
-        "(torchrun / tuilaunch) | last line to exit, s (torchrun / tuilaunch) | files whole |"
+        "(torchrun / tuilaunch) | last line to exit, s (torchrun / tuilaunch) | "
+        "ranks' loop CPU s, user + sys (torchrun / tuilaunch) | files whole |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         m = row["mode"]
 
@@ -319,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{f(row['tuilaunch_launcher_flood_cpu_s'])} "
             f"| {f(row['torchrun_head_s'])} / {f(row['tuilaunch_head_s'])} "
             f"| {f(row['torchrun_tail_s'])} / {f(row['tuilaunch_tail_s'])} "
+            f"| {f(row['torchrun_workers_user_s'])} + {f(row['torchrun_workers_sys_s'])} / "
+            f"{f(row['tuilaunch_workers_user_s'])} + {f(row['tuilaunch_workers_sys_s'])} "
             f"| {'yes' if row['tuilaunch_files_ok'] else '**no**'} |"
         )
     by_mode = {row["mode"]: row for row in rows}

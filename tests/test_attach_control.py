@@ -369,7 +369,7 @@ def test_detach_with_d_then_attach_control_in_tmux() -> None:
         )
         assert runindex.state(entry) == runindex.LIVE and entry.detached
         attach = shlex.join([PY, "-m", "tui_launch", "attach", str(launcher), "--control"])
-        second = Tmux(attach, env)  # the pane's dead status is attach's exit status
+        second = attached = Tmux(attach, env)  # the pane's dead status is attach's exit status
         shown = poll(second, "the attached view of both ranks", 120, both_running)
         assert shown == old  # the same workers: nothing was restarted by the hang-up
         assert "ATTACHED control" in second.screen()
@@ -391,14 +391,13 @@ def test_detach_with_d_then_attach_control_in_tmux() -> None:
         # tmux keeps the dead pane (remain-on-exit) and knows attach's exit status. Asked of
         # tmux itself, not read off the screen: a full-screen app that leaves the alternate
         # screen as it exits can leave the pane blank, without tmux's "Pane is dead" line.
-        def left(_: str) -> str | None:
-            dead = second.pane("#{pane_dead} #{pane_dead_status}") if second else ""
-            return dead if dead.startswith("1") else None
-
+        # (A pane read as dead with no status was once taken for status 1: tmux had missed
+        # the SIGCHLD, see Tmux.exit_status.)
         try:
-            status = poll(second, "the attach to leave", 180, left)
+            status = poll(second, "the attach to leave", 180, lambda _: attached.exit_status())
         except AssertionError as e:
             raise AssertionError(f"{e}\n{_stacks_of_attach()}") from None
+        assert status == "0", f"attach --control left with status {status} after q y"
         assert not wait_gone(token, 120)
         journal = Path(entry.journal or "")
         controls = [e for e in _journal(str(journal)) if e["kind"] == "control"]
@@ -407,10 +406,9 @@ def test_detach_with_d_then_attach_control_in_tmux() -> None:
         assert any(e["action"] == "stop" for e in controls)
         console = (journal.parent / "console.log").read_text()
         assert "detached from the dashboard" in console and "STOPPED" in console
-        if status != "1 0":
-            # Everything above holds; attach's own exit status after `q y` is sometimes 1
-            # (no traceback on its stderr; cause not found yet, issue 16 stays open).
-            pytest.xfail(f"attach --control left with status {status.split()[-1]} after q y")
+        # torch's agent lines reach the console once detached, as a headless run's do.
+        after = console.split("detached from the dashboard", 1)[1]
+        assert "torch/distributed/elastic" in after and "closing signal SIGTERM" in after, after
     finally:
         first.close()
         if second is not None:

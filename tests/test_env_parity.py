@@ -16,9 +16,9 @@ every rank saw. Only these values may differ, and each is checked for what it mu
 
 Every other key must be present in both with an identical value.
 
-Each case runs twice: tuilaunch as is (``cold``) and with ``--warm-start`` (``warm``: workers
-start in spare interpreters that imported torch ahead; ``--no-python`` refuses it, so that case
-runs cold only).
+Each case runs torchrun once and tuilaunch twice against it: as is (``cold``) and with
+``--warm-start`` (``warm``: workers start in spare interpreters that imported torch ahead;
+``--no-python`` refuses it, so that case runs cold only).
 """
 
 from __future__ import annotations
@@ -122,11 +122,15 @@ def read_dumps(out: Path, fmt: str) -> dict[int, tuple[list[str], dict[str, str]
     return dumps
 
 
-def run_both(case: Case, tmp_path: Path, torchrun, tuilaunch, ours: tuple[str, ...] = ()):
-    """Run torchrun, then tuilaunch (with ``ours`` first); return (dumps, launch) for each."""
+def run_all(
+    case: Case, tmp_path: Path, torchrun, tuilaunch, variants: dict[str, tuple[str, ...]]
+) -> dict[str, tuple[dict[int, tuple[list[str], dict[str, str]]], object]]:
+    """Run torchrun, then tuilaunch once per variant (its flags first), one after the other;
+    return (dumps, launch) by name ("torchrun" and each variant's)."""
     out = tmp_path / "out"
     results = {}
-    for name, start, flags in (("torchrun", torchrun, ()), ("tuilaunch", tuilaunch, ours)):
+    runs = [("torchrun", torchrun, ())] + [(n, tuilaunch, f) for n, f in variants.items()]
+    for name, start, flags in runs:
         env = base_env(**case.extra_env)
         launch = start(
             *flags,
@@ -144,7 +148,7 @@ def run_both(case: Case, tmp_path: Path, torchrun, tuilaunch, ours: tuple[str, .
         dest = tmp_path / name
         out.rename(dest)  # the next launch writes to the same path: argv stays identical
         results[name] = (read_dumps(dest, case.fmt), launch)
-    return results["torchrun"], results["tuilaunch"]
+    return results
 
 
 CASES = [
@@ -159,18 +163,22 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    "name, mode",
-    [(n, "cold") for n in CASES] + [(n, "warm") for n in CASES if n != "no-python"],
-)
-def test_worker_env_equals_torchrun(name, mode, tmp_path, torchrun, tuilaunch):
+@pytest.mark.parametrize("name", CASES)
+def test_worker_env_equals_torchrun(name, tmp_path, torchrun, tuilaunch):
     case = make_case(name, tmp_path)
-    flags = ("--warm-start",) if mode == "warm" else ()
-    (theirs, t_launch), (ours, o_launch) = run_both(case, tmp_path, torchrun, tuilaunch, flags)
-
+    # One torchrun run is the reference for both modes (--no-python cannot start warm).
+    variants = {"cold": ()} if name == "no-python" else {"cold": (), "warm": ("--warm-start",)}
+    results = run_all(case, tmp_path, torchrun, tuilaunch, variants)
+    theirs, t_launch = results["torchrun"]
     assert sorted(theirs) == list(range(case.nproc)), f"torchrun dumps: {sorted(theirs)}"
-    assert sorted(ours) == list(range(case.nproc)), f"tuilaunch dumps: {sorted(ours)}"
+    for mode in variants:
+        ours, o_launch = results[mode]
+        assert sorted(ours) == list(range(case.nproc)), f"tuilaunch {mode}: {sorted(ours)}"
+        compare(case, mode, tmp_path, theirs, t_launch, ours, o_launch)
 
+
+def compare(case: Case, mode: str, tmp_path: Path, theirs, t_launch, ours, o_launch) -> None:
+    """Every rank's argv and environment under tuilaunch (``mode``) against torchrun's."""
     dynamic = case.standalone  # the c10d rendezvous; static never shares a fresh store
     user_share = case.extra_env.get(SHARE)
     for rank in range(case.nproc):
@@ -223,10 +231,12 @@ def test_worker_env_equals_torchrun(name, mode, tmp_path, torchrun, tuilaunch):
                 assert o_env[AGENT_STORE] == t_env[AGENT_STORE] == "True"
 
         assert set(o_env) - {SHARE} == set(t_env) - {SHARE}, (
-            f"keys only under tuilaunch: {sorted(set(o_env) - set(t_env))}; "
+            f"{mode}: keys only under tuilaunch: {sorted(set(o_env) - set(t_env))}; "
             f"only under torchrun: {sorted(set(t_env) - set(o_env))}"
         )
         differing = {
             k: (t_env[k], o_env[k]) for k in t_env if k not in ignored and t_env[k] != o_env[k]
         }
-        assert differing == {}, f"rank {rank}: (torchrun, tuilaunch) values differ: {differing}"
+        assert differing == {}, (
+            f"{mode} rank {rank}: (torchrun, tuilaunch) values differ: {differing}"
+        )

@@ -208,9 +208,10 @@ def test_slow_rank_makes_training_longer(tuilaunch, tmp_path):
     args = ["--standalone", "--nproc-per-node", "2"]
     (tmp_path / "base").mkdir()
     (tmp_path / "s").mkdir()
+    # Side by side, so that both runs share whatever else loads the machine (CI's 2 cores).
     base = tuilaunch(*args, *trainer_args(tmp_path / "base", 1))
-    assert base.wait(180) == 0, base.output[-4000:]
     slow = tuilaunch(*args, "--inject", "slow:rank=0,duty=50", *trainer_args(tmp_path / "s", 1))
+    assert base.wait(180) == 0, base.output[-4000:]
     assert slow.wait(180) == 0, slow.output[-4000:]
     t_base = _attempt_seconds(read_journal(journal_path(base.output)))
     t_slow = _attempt_seconds(read_journal(journal_path(slow.output)))

@@ -295,3 +295,44 @@ async def _drive_pending(
         assert src.cursor == len(tl) and src.pending is None
         assert src.snapshot() == replay(read_journal(tl.path))
         await pilot.press("q")
+
+
+def test_attach_and_replay_load_only_what_the_first_frame_needs() -> None:
+    """The attach path imports no torch and none of the modules that only a dump or the
+    inject menu needs; the subcommand leaves the GC on (main() turned it off for the imports:
+    an attach may stay open for hours)."""
+    code = (
+        "import gc, sys; from tui_launch import cli; gc.disable(); "
+        "print(cli.run_subcommand(['attach', '--bogus'])); "
+        "import tui_launch.tui.attachctl; "
+        "heavy = ('torch', 'tui_launch.core.stacks', 'tui_launch.core.jobstacks', "
+        "'tui_launch.core.inject', 'tui_launch.core.runner'); "
+        "print([m for m in heavy if m in sys.modules]); print(gc.isenabled())"
+    )
+    out = subprocess.run(
+        [PY, "-c", code], env=base_env(), capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:3] == ["2", "[]", "True"], out.stdout
+
+
+def test_attach_refreshes_as_soon_as_the_journal_grows(recorded: Path, tmp_path: Path) -> None:
+    """The attached dashboard's journal watch (a look at its size every 50 ms) refreshes as
+    soon as a line is appended, without waiting for the next refresh (0.5 Hz here)."""
+    lines = recorded.read_bytes().splitlines(keepends=True)
+    growing = tmp_path / "journal.jsonl"
+    growing.write_bytes(b"".join(lines[:-1]))
+    src = AttachSource(Timeline(str(growing)))
+    app = AttachDashboard(src, refresh_hz=0.5)
+
+    async def drive() -> None:
+        async with app.run_test(size=(160, 45)):
+            assert src.cursor == len(lines) - 1
+            app._watch_journal()  # nothing new: no refresh
+            assert src.cursor == len(lines) - 1
+            with growing.open("ab") as fp:
+                fp.write(lines[-1])
+            app._watch_journal()
+            assert src.cursor == len(lines) and src.snapshot().finished is not None
+
+    asyncio.run(drive())

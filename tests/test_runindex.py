@@ -16,6 +16,7 @@ import pytest
 from conftest import PY, WORKERS, base_env, wait_for
 
 from tui_launch.core import runindex
+from tui_launch.core.controlsock import ControlClient
 from tui_launch.core.runindex import Entry, Registration
 
 
@@ -148,20 +149,30 @@ def test_ls_shows_live_ended_and_stale_runs(runtime_dir: Path, tuilaunch) -> Non
     ticker = str(WORKERS / "ticker.py")
     ended = tuilaunch("--standalone", "--nproc-per-node", "1", ticker, "--ticks", "2", env=env)
     assert ended.wait() == 0
-    live = tuilaunch("--standalone", "--nproc-per-node", "1", ticker, "--ticks", "600", env=env)
-    doomed = tuilaunch("--standalone", "--nproc-per-node", "1", ticker, "--ticks", "601", env=env)
+    args = ("--standalone", "--control-socket", "--nproc-per-node", "1", ticker, "--ticks")
+    live = tuilaunch(*args, "600", env=env)
+    doomed = tuilaunch(*args, "601", env=env)
 
     def registered() -> dict[int, Entry]:
-        found = {e.pid: e for e in runindex.entries() if e.run_dir}
+        found = {e.pid: e for e in runindex.entries() if e.run_dir and e.control}
         return found if {live.pid, doomed.pid} <= set(found) else {}
 
-    entries = wait_for(registered, 60, what="both launchers registered with a run directory")
+    entries = wait_for(registered, 60, what="both launchers registered, listening for control")
     assert Path(entries[live.pid].run_dir or "").is_dir()
     assert Path(entries[live.pid].journal or "").is_file()
     os.kill(doomed.pid, signal.SIGKILL)
     doomed.wait()
+    # A SIGKILLed launcher cannot remove its control socket; the next ls finds the run
+    # stale, nobody answering on it, and removes it. The live run's socket stays.
+    sockets = {pid: entries[pid].control or "" for pid in (live.pid, doomed.pid)}
+    assert all(stat.S_ISSOCK(os.lstat(p).st_mode) for p in sockets.values())
 
     out = _ls(env)
+    assert not os.path.exists(sockets[doomed.pid])
+    assert stat.S_ISSOCK(os.lstat(sockets[live.pid]).st_mode)
+    assert ControlClient(sockets[live.pid]).call("status")["ok"]
+    (stale,) = [e for e in runindex.entries() if e.pid == doomed.pid]
+    assert runindex.state(stale) == runindex.STALE and stale.control is None
     assert out.returncode == 0, out.stderr
     rows = {line.split()[0]: line for line in out.stdout.splitlines()[1:]}
     assert f" {live.pid} " in rows["live"] and "--ticks 600" in rows["live"]
@@ -173,3 +184,34 @@ def test_ls_shows_live_ended_and_stale_runs(runtime_dir: Path, tuilaunch) -> Non
     assert [runindex.state(e) for e in runindex.entries() if e.pid == live.pid] == ["ended"]
     record = json.loads(next((runtime_dir / "tuilaunch").glob(f"ended-*-{live.pid}-*")).read_text())
     assert record["outcome"] == "stopped"
+
+
+def test_sweep_removes_only_sockets_of_stale_runs_that_nobody_answers(tmp_path: Path) -> None:
+    from tui_launch.core.controlsock import bind_private
+
+    gone = subprocess.Popen([PY, "-c", "pass"])
+    gone.wait()
+    host = os.uname().nodename
+    me = runindex.proc_start_time(os.getpid())
+    listening = bind_private(str(tmp_path / "listening.sock"))
+    listening.listen(1)
+    for name in ("stale.sock", "mine.sock"):
+        bind_private(str(tmp_path / name)).close()  # the file stays, nobody listens
+    (tmp_path / "plain.sock").write_text("")
+    try:
+        found = runindex.sweep(
+            [
+                Entry(gone.pid, host, "a", ("x",), 0.0, 1, control=str(tmp_path / "stale.sock")),
+                Entry(
+                    gone.pid, host, "b", ("x",), 0.0, 1, control=str(tmp_path / "listening.sock")
+                ),
+                Entry(gone.pid, host, "c", ("x",), 0.0, 1, control=str(tmp_path / "plain.sock")),
+                Entry(os.getpid(), host, "d", ("x",), 0.0, me, control=str(tmp_path / "mine.sock")),
+            ],
+            host=host,
+        )
+        assert [e.control is None for e in found] == [True, False, False, False]
+        left = sorted(p.name for p in tmp_path.iterdir())
+        assert left == ["listening.sock", "mine.sock", "plain.sock"]
+    finally:
+        listening.close()

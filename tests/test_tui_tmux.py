@@ -83,6 +83,26 @@ class Tmux:
     def pane(self, fmt: str) -> str:
         return self.tmux("display-message", "-p", "-t", self.session, fmt).strip()
 
+    def exit_status(self) -> str | None:
+        """The pane's exit status once its command is gone and tmux has reaped it: the
+        number as a string (``"-15"`` for a death by SIGTERM); None while it runs.
+
+        A tmux built with libutempter (Debian's) can miss the pane's SIGCHLD (tmux#311): the
+        pty's EOF comes first and makes tmux run utempter's helper, which sets SIGCHLD to its
+        default (discard) meanwhile; a command that exits in that moment stays an unreaped
+        zombie, and the pane reads dead with no status, for good (7 of 20 panes running
+        ``python3 -c 'import time; time.sleep(0.3)'`` here). A SIGCHLD of our own makes tmux
+        reap it: its handler waits for any child.
+        """
+        fmt = "#{pane_dead},#{pane_dead_status},#{pane_dead_signal}"
+        dead, status, sig = self.pane(fmt).split(",")
+        if dead != "1":
+            return None
+        if status or sig:
+            return status or f"-{sig}"
+        os.kill(int(self.pane("#{pid}")), signal.SIGCHLD)
+        return None
+
     def close(self) -> None:
         subprocess.run(
             [TMUX, "-S", self.socket, "kill-server"],  # type: ignore[list-item]

@@ -47,10 +47,21 @@ def run_subcommand(argv: list[str]) -> int:
     if argv[0] == "attach" and ("--control" in argv[1:] or helps):  # its help names both
         from tui_launch.tui.attachctl import control_attach_main
 
+        _collect_from_here()
         return control_attach_main(argv[1:])
     from tui_launch.tui.replay import attach_main, replay_main
 
+    _collect_from_here()
     return (replay_main if argv[0] == "replay" else attach_main)(argv[1:])
+
+
+def _collect_from_here() -> None:
+    # main() switched the cyclic GC off for the imports; an attach or a replay may stay open
+    # for hours, and Textual makes cyclic garbage at every refresh: what is loaded by now
+    # lives as long as the process (frozen, out of the collector's walks), the rest is
+    # collected as usual.
+    gc.freeze()
+    gc.enable()
 
 
 def _signals(names: str) -> list[signal.Signals]:
@@ -279,6 +290,9 @@ def _run(
                 print(detach_message(os.getpid(), runner.files.run_dir), flush=True)
                 detached = Console(_spare_dir())
                 detached.detach(runner.files.run_dir)
+                # torch's own log lines went to the dashboard's agent log tab; from now on
+                # they go to the console (console.log), as in a headless run.
+                runner.agent_log.unmute()
                 consoles.append(detached)
                 index.set_detached()
                 control.enable()

@@ -404,7 +404,7 @@ def find(target: str | None) -> tuple[str, str | None]:
     or a run id; default: the only live run); ControlError with a one-line reason."""
     from tui_launch.core import runindex
 
-    live = [e for e in runindex.entries() if runindex.state(e) == runindex.LIVE]
+    live = [e for e in runindex.sweep(runindex.entries()) if runindex.state(e) == runindex.LIVE]
     if target is not None:
         where = os.path.abspath(target) if os.path.isdir(target) else None
         live = [e for e in live if target in (str(e.pid), e.run_id) or e.run_dir == where]

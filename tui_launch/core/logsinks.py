@@ -193,6 +193,13 @@ class AgentLogCapture(logging.Handler):
                     self._muted.append((lg, h))
             lg.addHandler(self)
 
+    def unmute(self) -> None:
+        """Give torch's loggers their console handlers back (the dashboard that showed these
+        lines is gone: ``D`` leaves the run headless); the capture stays."""
+        for lg, h in self._muted:
+            lg.addHandler(h)
+        self._muted.clear()
+
     def uninstall(self) -> None:
         """Detach, restore muted handlers and close the file."""
         for name in self.LOGGERS:

@@ -150,6 +150,10 @@ class Timeline:
     def __len__(self) -> int:
         return self._count
 
+    def size(self) -> int:
+        """The journal file's size now (one ``fstat``: a follower's cheap "anything new?")."""
+        return os.fstat(self._fd).st_size
+
     # ------------------------------------------------------------------- index
 
     def refresh(self, chunks: int | None = None) -> int:

@@ -273,6 +273,47 @@ def state(entry: Entry, host: str | None = None) -> str:
     return LIVE
 
 
+def sweep(found: list[Entry], host: str | None = None) -> list[Entry]:
+    """Remove the control sockets of stale runs (a SIGKILLed launcher cannot remove its own);
+    ``found`` with those entries' ``control`` cleared (their files too).
+
+    A socket goes only when its run is stale (its pid is gone or was reused) and nothing
+    answers on it (``connect`` is refused): a live run's socket is never touched.
+    """
+    out = []
+    for e in found:
+        if e.control and state(e, host) == STALE and _dead_socket(e.control):
+            with contextlib.suppress(OSError):
+                os.unlink(e.control)
+            e = replace(e, control=None)
+            if e.path:
+                with contextlib.suppress(OSError):
+                    _write_atomic(Path(e.path).parent, Path(e.path).name, e.to_json())
+        out.append(e)
+    return out
+
+
+def _dead_socket(path: str) -> bool:
+    """Whether ``path`` is a socket of ours that nobody listens on."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return False
+
+
 def entries(directory: Path | None = None) -> list[Entry]:
     """Every readable entry, newest first (live ones and ended records)."""
     try:
@@ -365,7 +406,7 @@ def ls_main(argv: list[str]) -> int:
     except UnsafeIndexDir as e:
         print(f"tuilaunch ls: error: {e}", file=sys.stderr)
         return 2
-    found = entries(directory)
+    found = sweep(entries(directory))
     if not found:
         print(f"no runs (index: {directory})")
         return 0

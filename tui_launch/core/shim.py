@@ -14,8 +14,12 @@ do not ask for these injections never see this module.
 
 To inject, the runner writes ``DIR/<pid>.json`` (``{"kind": "exit", "code": 3}`` or
 ``{"kind": "exception", "message": "boom"}``) and sends :data:`INJECT_SIGNAL` to the worker.
-Python runs signal handlers in the main thread, so the exception is raised there, inside
-whatever the training loop was doing.
+Python runs signal handlers in the main thread, so the exception is raised there, in whatever
+the training loop was doing -- but never inside torch or the standard library: torch catches
+and converts exceptions in its own Python code (an op lookup once turned the injected failure
+into ``AttributeError: ... has no overload name 'out'``), so when the signal lands there the
+exception is held until the main thread is next in the program's own code (the script, its
+modules, or a framework such as transformers), see :func:`_raise_in_program`.
 
 Stack dumps without ptrace (``--dump-via-faulthandler``): when ``TUILAUNCH_FAULTHANDLER_SIGNAL``
 (:data:`FAULTHANDLER_ENV`) names a real-time signal, the bootstrap also registers
@@ -32,6 +36,8 @@ import json
 import os
 import signal
 import sys
+import sysconfig
+from types import FrameType
 from typing import Any
 
 # A real-time signal: nothing else uses it, and its default action (terminate) never matters
@@ -69,7 +75,64 @@ def _on_signal(signum: int, frame: Any) -> None:
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(int(order.get("code", 1)))
-    raise InjectedFailure(str(order.get("message") or "injected by tuilaunch"))
+    _raise_in_program(frame, InjectedFailure(str(order.get("message") or "injected by tuilaunch")))
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Directories whose code is not the program's: the standard library, torch, tuilaunch."""
+    paths = sysconfig.get_paths()
+    dirs = {paths[k] for k in ("stdlib", "platstdlib") if k in paths}
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
+    if torch_file:
+        dirs.add(os.path.dirname(torch_file))
+    dirs.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tui_launch
+    return tuple(os.path.join(d, "") for d in dirs)
+
+
+def _in_program(frame: FrameType, library: tuple[str, ...]) -> bool:
+    """Whether ``frame`` runs the program's code rather than torch's or the standard library's."""
+    name = frame.f_code.co_filename
+    return not name.startswith("<") and not os.path.abspath(name).startswith(library)
+
+
+def _raise_in_program(frame: FrameType | None, exc: BaseException) -> None:
+    """Raise ``exc`` now if ``frame`` is the program's code, else at its next line there.
+
+    "Next" is whichever comes first: a frame of the program further up the stack resumes (its
+    next line, once the torch call under it returns), or the main thread calls a function of
+    the program. Until then a trace function watches the main thread's calls (nothing else is
+    traced); it is removed before the exception is raised. A trace function that raises makes
+    the exception appear in the traced frame, as if that line had raised it.
+    """
+    library = _library_dirs()
+    if frame is None or _in_program(frame, library):
+        raise exc
+
+    def fire() -> None:
+        sys.settrace(None)
+        for f in waiting:
+            f.f_trace = None
+        raise exc
+
+    def local(f: FrameType, event: str, arg: Any) -> Any:
+        if event in ("line", "return"):
+            fire()
+        return local
+
+    def on_call(f: FrameType, event: str, arg: Any) -> Any:
+        if event == "call" and _in_program(f, library):
+            fire()
+        return None  # nothing to trace inside library frames
+
+    waiting = []
+    f: FrameType | None = frame.f_back
+    while f is not None:
+        if _in_program(f, library):
+            f.f_trace = local
+            f.f_trace_lines = True
+            waiting.append(f)
+        f = f.f_back
+    sys.settrace(on_call)
 
 
 def install(directory: str) -> None:

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -27,17 +28,19 @@ from tui_launch.core.journal import JOURNAL_NAME
 from tui_launch.core.logs import LogSource
 from tui_launch.core.logsinks import LogBuffer
 from tui_launch.core.replay import LogKey, Timeline
-from tui_launch.core.stacks import StackDump
-from tui_launch.core.stacks.save import load as load_stacks
 from tui_launch.core.store import Snapshot
 from tui_launch.tui.app import Dashboard
 from tui_launch.tui.widgets import CachedPanel
+
+if TYPE_CHECKING:
+    from tui_launch.core.stacks import StackDump
 
 # When the cursor moves back (or jumps ahead), each rank's logs are re-read from this many bytes
 # before their cuts (newest attempt first): about 800 lines of 80 bytes, read in a few ms.
 REREAD = 1 << 16
 OPEN_AT_END = 20000  # events: up to this many, the replay opens on the end
 END = -1  # a pending jump to the end of the journal, once indexed
+WATCH_EVERY = 0.05  # s between two looks at a followed journal's size (attach)
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 100.0, 1000.0)
 
 
@@ -171,6 +174,8 @@ class ReplaySource:
 
     def stack_dump(self, path: str) -> StackDump | None:
         """A dump the run saved (read from its file; None: unreadable)."""
+        from tui_launch.core.stacks.save import load as load_stacks  # only once one is shown
+
         try:
             return load_stacks(path)
         except (OSError, ValueError, KeyError, TypeError):
@@ -423,12 +428,30 @@ class AttachSource(ReplaySource):
 
 
 class AttachDashboard(ReplayDashboard):
-    """The replay dashboard following a live journal (``tuilaunch attach``)."""
+    """The replay dashboard following a live journal (``tuilaunch attach``).
+
+    Besides the refresh (``--refresh-hz``), the journal's size is looked at every
+    :data:`WATCH_EVERY` s (one ``fstat``) and a refresh runs as soon as it grew: an event the
+    launcher journals shows within about that, not up to a whole refresh period later.
+    """
 
     source: AttachSource
 
+    def on_mount(self) -> None:
+        super().on_mount()
+        self._journal_size = self.source.timeline.size()
+        self.set_interval(WATCH_EVERY, self._watch_journal)
+
+    def _watch_journal(self) -> None:
+        size = self.source.timeline.size()
+        src = self.source
+        if size != self._journal_size and src.following and not src.playing:
+            self._tick()  # (never while playing: a tick also advances the cursor)
+
     def _tick(self) -> None:
+        size = self.source.timeline.size()  # before reading: what comes after is seen next
         self.source.follow()
+        self._journal_size = size
         super()._tick()
 
     def _go(self, cursor: int) -> None:
@@ -441,9 +464,10 @@ def resolve_attach(target: str | None) -> str:
     run of this user on this node); ValueError with a one-line reason."""
     from tui_launch.core import runindex
 
+    found = runindex.sweep(runindex.entries())  # stale runs' sockets go, whatever is asked
     if target is not None and os.path.isdir(target):
         return journal_of(target)
-    live = [e for e in runindex.entries() if runindex.state(e) == runindex.LIVE]
+    live = [e for e in found if runindex.state(e) == runindex.LIVE]
     if target is not None:
         live = [e for e in live if target in (str(e.pid), e.run_id)]
     if not live:

@@ -9,8 +9,6 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from tui_launch.core.inject import COMMON_KEYS, KIND_HELP, KIND_KEYS, KINDS, InjectError, parse_spec
-
 
 class ConfirmScreen(ModalScreen[bool]):
     """Ask a yes/no question; dismisses with True for yes."""
@@ -82,12 +80,18 @@ class InjectScreen(ModalScreen[str | None]):
     }
 
     def __init__(self, who: str, global_rank: int) -> None:
+        # The injection grammar is imported when the menu opens, not with the dashboard (an
+        # attach or a replay waits for its first frame while the dashboard's modules load).
+        from tui_launch.core.inject import KINDS
+
         super().__init__()
         self.who = who
         self.global_rank = global_rank
         self.kind = KINDS[0]
 
     def compose(self) -> ComposeResult:
+        from tui_launch.core.inject import KIND_HELP, KINDS
+
         width = max(len(k) for k in KINDS) + 2
         options = [Option(f"{k.ljust(width)}{KIND_HELP[k]}", id=k) for k in KINDS]
         with Vertical(id="inject-box"):
@@ -105,6 +109,8 @@ class InjectScreen(ModalScreen[str | None]):
         self._show_keys()
 
     def _show_keys(self) -> None:
+        from tui_launch.core.inject import COMMON_KEYS, KIND_KEYS
+
         own = ", ".join(f"{k} ({v})" for k, v in KIND_KEYS[self.kind].items()) or "none"
         common = ", ".join(f"{k} ({v})" for k, v in COMMON_KEYS.items() if k != "rank")
         self.query_one("#inject-keys-help", Static).update(
@@ -112,6 +118,8 @@ class InjectScreen(ModalScreen[str | None]):
         )
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        from tui_launch.core.inject import KINDS
+
         kind = event.option.id or KINDS[0]
         if kind != self.kind:
             self.kind = kind
@@ -128,6 +136,8 @@ class InjectScreen(ModalScreen[str | None]):
         return f"{self.kind}:rank={self.global_rank}" + (f",{keys}" if keys else "")
 
     def _submit(self) -> None:
+        from tui_launch.core.inject import InjectError, parse_spec
+
         spec = self.spec()
         try:
             parse_spec(spec)

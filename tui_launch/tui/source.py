@@ -11,13 +11,15 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tui_launch.core.events import Event, RunFinished, StacksDumped
 from tui_launch.core.handle import RunHandle
 from tui_launch.core.logsinks import LogBuffer
-from tui_launch.core.stacks import StackDump
 from tui_launch.core.store import Snapshot
+
+if TYPE_CHECKING:  # a type only: the stack modules load when a dump is shown
+    from tui_launch.core.stacks import StackDump
 
 
 class Source(Protocol):

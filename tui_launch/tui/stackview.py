@@ -11,13 +11,20 @@ nodes, :func:`job_panel` adds where every rank of the job is (the latest
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 
 from tui_launch.core.events import JobStacks, StacksDumped
-from tui_launch.core.jobstacks import place_groups
-from tui_launch.core.stacks import StackDump, group_stacks, rank_list
 from tui_launch.core.store import Snapshot
 from tui_launch.core.text import clock
+
+if TYPE_CHECKING:
+    from tui_launch.core.stacks import StackDump
+
+# The stack modules (core.stacks, core.jobstacks: ~0.1 s of imports) are imported by the
+# panels that show a dump, when there is one: an attach or a replay waits for its first frame
+# while the dashboard's modules load.
 
 OLDER_LISTED = 10
 FRAMES_SHOWN = 12
@@ -41,6 +48,9 @@ def job_panel(s: Snapshot, now: float, frames: int = JOB_FRAMES_SHOWN) -> Text |
         style="dim",
     )
     out.append(e.verdict + "\n", style="bold yellow" if e.odd_ranks or e.missing else "bold")
+    from tui_launch.core.jobstacks import place_groups
+    from tui_launch.core.stacks import rank_list
+
     groups = place_groups(e)
     for g in groups[:JOB_PLACES_SHOWN]:
         who = f"rank {g.ranks[0]}" if len(g.ranks) == 1 else f"ranks {rank_list(g.ranks)}"
@@ -84,6 +94,8 @@ def stacks_panel(s: Snapshot, dump: StackDump | None, now: float) -> Text:
             style="dim",
         )
         return out
+    from tui_launch.core.stacks import group_stacks, rank_list
+
     e = s.dumps[-1]
     job = job_panel(s, now)
     if job is not None:

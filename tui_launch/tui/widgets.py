@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import RenderableType
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
@@ -73,13 +74,35 @@ class KeyFooter(Footer):
 
     _shown: tuple[object, ...] | None = None
 
-    def bindings_changed(self, screen: Screen) -> None:
-        """Recompose (as Footer does) unless the same keys would be shown again."""
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Footer composes no key until its screen's first bindings signal, and then
+        # recomposes after a refresh: the first frames had no footer (an attach's first full
+        # frame waited ~2 frames more for it). The screen's bindings are there at compose.
+        self.set_reactive(Footer._bindings_ready, True)
+
+    def compose(self) -> ComposeResult:
+        """The keys, from the first compose on."""
+        self._shown = self._keys(self.screen)
+        yield from super().compose()
+
+    def _keys(self, screen: Screen) -> tuple[object, ...]:
         keys = tuple(
             (binding.key, binding.description, enabled, tooltip)
             for (_, binding, enabled, tooltip) in screen.active_bindings.values()
             if binding.show
         )
+        return (self.show_command_palette, keys)
+
+    def watch_show_command_palette(self, show: bool) -> None:
+        # The palette's key is composed or not (Footer only repaints on this change).
+        if self._shown is not None and self._shown[0] != show and self.is_attached:
+            self.call_after_refresh(self.recompose)
+            self._shown = None
+
+    def bindings_changed(self, screen: Screen) -> None:
+        """Recompose (as Footer does) unless the same keys would be shown again."""
+        keys = self._keys(screen)
         if keys == self._shown and self.children:
             return
         self._shown = keys

@@ -66,7 +66,8 @@ def from_dict(data: dict[str, Any]) -> Event:
 
 def _tuplify(data: dict[str, Any]) -> dict[str, Any]:
     # JSON turns tuples into lists; frozen records want tuples back so they stay hashable.
-    return {k: _deep_tuple(v) for k, v in data.items()}
+    # (Only lists are looked into: a replay rebuilds hundreds of thousands of fields.)
+    return {k: _deep_tuple(v) if type(v) is list else v for k, v in data.items()}
 
 
 def _deep_tuple(value: Any) -> Any:
