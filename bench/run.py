@@ -33,12 +33,11 @@ process of a launch carries a token in its environment, so after each launch (an
 timeout or ^C) whatever is left of it is found in ``/proc`` and killed, and counted.
 
 ``--warm-start`` (``launch``, ``restart``, ``all``) adds ``tuilaunch-warm``
-(``tuilaunch --warm-start``: workers start in spare interpreters that imported torch ahead,
-issue 19) to the same interleaved rounds, with its own ratio over torchrun. Targets: first
-launch <= 0.9x torchrun, failure -> restarted group <= 0.5x. ``--fail-after S`` (``restart``)
-makes the failing rank wait S seconds after its first ``all_reduce`` (every launcher alike;
-the latency is measured from the failure, so only warm starts can gain from it: a job that
-trained a while has spares that finished importing).
+(``tuilaunch --warm-start``: workers forked from a spare interpreter that imported torch
+ahead, issue 19) to the same interleaved rounds, with its own ratio over torchrun. Targets:
+first launch <= 0.9x torchrun, failure -> restarted group <= 0.5x. ``--fail-after S``
+(``restart``) makes the failing rank wait S seconds after its first ``all_reduce`` (every
+launcher alike; the latency is measured from the failure).
 
 Each sample also records the CPU time of the launch (launcher + workers, from
 ``RUSAGE_CHILDREN``; for ``launch`` also the launcher's share: the total minus what each

@@ -1,12 +1,13 @@
-"""What ``--warm-start``'s spares cost while a job trains: their memory and CPU.
+"""What ``--warm-start``'s spare costs while a job trains: its memory and CPU.
 
 Runs ``tuilaunch --no-tui --warm-start`` on ``workloads/steady.py`` (a light all_reduce loop)
-for each ``--nproc`` and, while it trains, looks at the spares waiting for the next attempt:
-the processes of the launch that run ``tui_launch.core.spare`` and are not workers (the
-journal's ``workers_started`` pids). For each: RSS (``VmRSS``), the CPU it used to get ready
-(its imports, at nice 19, ``utime + stime`` once it stops growing) and the CPU it used while
-waiting afterwards (over ``--window`` seconds). The workers' CPU over the same window is shown
-beside it.
+for each ``--nproc`` and, while it trains, looks at the spare the workers were forked from:
+the process of the launch that runs ``tui_launch.core.spare`` and is not a worker (the
+journal's ``workers_started`` pids; forked workers show the spare's command line). For it:
+RSS (``VmRSS``), PSS and private memory (``smaps_rollup``: pages it shares with the workers it
+forked count once between them), the CPU it used to get ready (its imports, ``utime + stime``
+once it stops growing) and the CPU it used while waiting afterwards (over ``--window``
+seconds). The workers' CPU over the same window and their RSS / PSS are shown beside it.
 
 Usage::
 
@@ -75,6 +76,22 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
+def smaps_mb(pid: int) -> dict[str, float]:
+    """``Pss`` and private (``Private_Clean + Private_Dirty``) memory, MB."""
+    out = {"pss": 0.0, "private": 0.0}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fp:
+            for line in fp:
+                name, _, rest = line.partition(":")
+                if name == "Pss":
+                    out["pss"] = int(rest.split()[0]) / 1024
+                elif name in ("Private_Clean", "Private_Dirty"):
+                    out["private"] += int(rest.split()[0]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return {k: round(v, 1) for k, v in out.items()}
+
+
 def worker_pids(journal: Path) -> set[int]:
     pids: set[int] = set()
     try:
@@ -113,7 +130,7 @@ def measure(nproc: int, seconds: float, window: float) -> dict[str, object]:
             spares = [
                 p for p in token_pids(token) if b"core.spare" in cmdline(p) and p not in workers
             ]
-            if workers and len(spares) >= nproc:
+            if workers and spares:
                 break
             time.sleep(0.2)
         # Ready: its CPU stops growing (imports done).
@@ -133,6 +150,8 @@ def measure(nproc: int, seconds: float, window: float) -> dict[str, object]:
         result.update(
             spares=len(spares),
             rss_mb_each=[round(rss_mb(p) or 0.0, 1) for p in spares],
+            spare_smaps_mb=[smaps_mb(p) for p in spares],
+            worker_smaps_mb=[smaps_mb(p) for p in workers],
             ready_cpu_s_each=[round(c, 2) for c in ready_cpu.values()],
             idle_cpu_s_each=[round(c, 3) for c in idle_cpu.values()],
             window_s=window,
@@ -155,20 +174,23 @@ def main() -> int:
     print(f"load average at start: {os.getloadavg()[0]:.2f}", file=sys.stderr)
     rows = [measure(int(n), args.seconds, args.window) for n in args.nproc.split(",")]
     print(
-        "| nproc | spares | RSS MB per spare | CPU s to get ready, per spare "
-        "| CPU s while waiting (window) | workers' CPU s (same window) | worker RSS MB |"
+        "| nproc | spares | spare RSS / PSS / private MB | CPU s to get ready, per spare "
+        "| CPU s while waiting (window) | workers' CPU s (same window) "
+        "| worker RSS MB | worker PSS MB |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         rss = r["rss_mb_each"]
         ready = r["ready_cpu_s_each"]
         assert isinstance(rss, list) and isinstance(ready, list)
         print(
-            f"| {r['nproc']} | {r['spares']} | {statistics.median(rss) if rss else 'n/a'} "
+            f"| {r['nproc']} | {r['spares']} | {statistics.median(rss) if rss else 'n/a'} / "
+            f"{' '.join(str(m['pss']) + ' / ' + str(m['private']) for m in r['spare_smaps_mb'])} "  # type: ignore[attr-defined]
             f"| {round(statistics.median(ready), 2) if ready else 'n/a'} "
             f"| {sum(r['idle_cpu_s_each']) if r['idle_cpu_s_each'] else 0:.3f} "  # type: ignore[arg-type]
             f"({r['window_s']} s) | {r['workers_cpu_s_in_window']} "
-            f"| {r['worker_rss_mb_each']} |"
+            f"| {r['worker_rss_mb_each']} "
+            f"| {[m['pss'] for m in r['worker_smaps_mb']]} |"  # type: ignore[attr-defined]
         )
     print(f"load average at end: {os.getloadavg()[0]:.2f}", file=sys.stderr)
     print(json.dumps(rows), file=sys.stderr)

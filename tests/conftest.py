@@ -138,6 +138,11 @@ def _launch(
 WARM_ALL = os.environ.get("TUILAUNCH_TEST_WARM") == "1"
 
 
+WARM = ["--warm-start"] if WARM_ALL else []
+"""What tests that build a tuilaunch command line themselves (tmux, --detach) put after
+``-m tui_launch``: ``--warm-start`` in the warm-start mode, else nothing."""
+
+
 def tuilaunch_cmd(*args: str) -> list[str]:
     """The tuilaunch command line, headless (and warm with ``TUILAUNCH_TEST_WARM=1``)."""
     warm = ["--warm-start"] if WARM_ALL and "--no-python" not in args else []

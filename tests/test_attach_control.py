@@ -25,7 +25,17 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import PY, ROOT, TOKEN_VAR, WORKERS, base_env, leftovers, wait_for, wait_gone
+from conftest import (
+    PY,
+    ROOT,
+    TOKEN_VAR,
+    WARM,
+    WORKERS,
+    base_env,
+    leftovers,
+    wait_for,
+    wait_gone,
+)
 
 from tui_launch.core import runindex
 from tui_launch.core.controlsock import (
@@ -274,7 +284,7 @@ def test_detach_prints_how_to_attach_and_the_job_finishes(tmp_path: Path) -> Non
     token = uuid.uuid4().hex
     env = base_env(**{TOKEN_VAR: token})
     cmd = [
-        PY, "-m", "tui_launch", "--detach", "--standalone", "--nproc-per-node", "1",
+        PY, "-m", "tui_launch", *WARM, "--detach", "--standalone", "--nproc-per-node", "1",
         str(WORKERS / "ticker.py"), "--ticks", "20",
     ]  # fmt: skip
     out = subprocess.run(
@@ -326,7 +336,8 @@ def test_detach_with_d_then_attach_control_in_tmux() -> None:
     env.pop("TMUX", None)
     env["TERM"] = "xterm-256color"
     launch = [
-        PY, "-m", "tui_launch", "--standalone", "--nproc-per-node", "2", "--max-restarts", "3",
+        PY, "-m", "tui_launch", *WARM, "--standalone", "--nproc-per-node", "2",
+        "--max-restarts", "3",
         str(WORKERS / "steady.py"), "--seconds", "600",
     ]  # fmt: skip
     command = shlex.join(["env", f"{TOKEN_VAR}={token}", "PYTHONUNBUFFERED=1", *launch])

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PY, WORKERS, base_env, journal_path, wait_for
+from conftest import PY, WARM, WORKERS, base_env, journal_path, wait_for
 from rich.console import Console
 
 from tui_launch.core.events import LogMark, WorkersStarted
@@ -30,7 +30,7 @@ from tui_launch.tui.replay import ReplayDashboard, ReplaySource, journal_of
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The journal of a real headless run: rank 1 killed in attempt 0, one restart, success."""
     logs = tmp_path_factory.mktemp("replay-run")
-    cmd = [PY, "-m", "tui_launch", "--no-tui", "--standalone", "--nproc-per-node", "2"]
+    cmd = [PY, "-m", "tui_launch", "--no-tui", *WARM, "--standalone", "--nproc-per-node", "2"]
     cmd += ["--max-restarts", "1", "--log-dir", str(logs)]
     cmd += ["--inject", "kill:rank=1,after=1.5s,attempt=0", str(WORKERS / "ticker.py")]
     cmd += ["--ticks", "30"]

@@ -727,6 +727,14 @@ def test_bad_telemetry_options(
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+def _mib(cell: str) -> float:
+    """The table's RSS cell (``92M``, ``1.2G``, ``-``) in MiB (0 when it shows none yet)."""
+    try:
+        return float(cell[:-1]) * (1024 if cell.endswith("G") else 1)
+    except ValueError:
+        return 0.0
+
+
 def test_live_dashboard_shows_telemetry_of_a_real_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -767,9 +775,14 @@ def test_live_dashboard_shows_telemetry_of_a_real_run(
                 ]
 
             def filled() -> bool:
+                # Every cell, and the RSS once the ranks touched their 100 MiB (under load a
+                # sample can come while a rank is still touching its pages).
                 got = rows()
                 return len(got) == 2 and all(
-                    r["GPU mem"].endswith("G") and r["CPU %"].split()[-1].isdigit() for r in got
+                    r["GPU mem"].endswith("G")
+                    and r["CPU %"].split()[-1].isdigit()
+                    and _mib(r["RSS"]) >= 100
+                    for r in got
                 )
 
             deadline = asyncio.get_running_loop().time() + 60
@@ -791,8 +804,6 @@ def test_live_dashboard_shows_telemetry_of_a_real_run(
     assert [r["GPU"] for r in rows] == ["0", "1"]  # each worker's pid is on its own fake GPU
     assert [r["GPU mem"] for r in rows] == ["6.0G", "8.0G"]
     for r in rows:
-        rss = r["RSS"]
-        mib = float(rss[:-1]) * (1024 if rss.endswith("G") else 1)
-        assert 100 <= mib <= 400, rss  # RSS: 100 MiB held, plus the interpreter
+        assert 100 <= _mib(r["RSS"]) <= 400, r["RSS"]  # RSS: 100 MiB held, plus the interpreter
     assert seen["title"] == "GPUs (simulated: fake NVML)"
     assert "H100 80GB HBM3" in str(seen["gpus"]) and "rank 0" in str(seen["gpus"])

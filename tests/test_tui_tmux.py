@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
-from conftest import PY, ROOT, TOKEN_VAR, WORKERS, base_env, leftovers, wait_gone
+from conftest import PY, ROOT, TOKEN_VAR, WARM, WORKERS, base_env, leftovers, wait_gone
 
 T = TypeVar("T")
 TMUX = shutil.which("tmux")
@@ -177,7 +177,8 @@ def test_kill_a_rank_restart_and_quit_in_a_real_terminal() -> None:
     env.pop("TMUX", None)
     env["TERM"] = "xterm-256color"
     launch = [
-        PY, "-m", "tui_launch", "--standalone", "--nproc-per-node", "2", "--max-restarts", "3",
+        PY, "-m", "tui_launch", *WARM, "--standalone", "--nproc-per-node", "2",
+        "--max-restarts", "3",
         str(WORKERS / "steady.py"), "--seconds", "600",
     ]  # fmt: skip
     # Every process of the launch carries the token, whatever the tmux server's environment.
@@ -273,7 +274,8 @@ def test_a_store_nobody_serves_at_80x24() -> None:
     env.pop("TMUX", None)
     env["TERM"] = "xterm-256color"
     launch = [
-        PY, "-m", "tui_launch", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+        PY, "-m", "tui_launch", *WARM, "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"127.0.0.1:{port}",
         "--rdzv-conf", "is_host=0,read_timeout=8", "--nnodes", "2", "--nproc-per-node", "1",
         str(WORKERS / "noop.py"),
     ]  # fmt: skip

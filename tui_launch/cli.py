@@ -108,7 +108,7 @@ def run_cli(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
     if given and given[0] in SUBCOMMANDS:
         return run_subcommand(given)  # before torch is imported: `ls` answers at once
-    # --warm-start: spares start importing torch now, while this process imports it too.
+    # --warm-start: the spare starts importing torch now, while this process imports it too.
     from tui_launch.core.warm import prestart
 
     pool = prestart(given)
@@ -144,7 +144,7 @@ def _parse_and_run(argv: list[str] | None, given: list[str], pool: WarmPool | No
         from tui_launch.core.warm import WarmPool
 
         if opts.detach and pool is not None:
-            # The spares are children of this process, which hands the run to a grandchild:
+            # The spare is a child of this process, which hands the run to a grandchild:
             # that one starts its own (WarmPool.configure).
             pool.close()
             pool = None

@@ -3,7 +3,8 @@
 Usage: ``warm_probe.py OUT_DIR [crash]``. Notes, before importing anything beyond the standard
 library, which of ``torch`` and ``pkg.mod`` were already imported, then writes
 ``OUT_DIR/probe_<attempt>_<rank>.json``: pid, process start time, argv, ``sys.path[0]``,
-working directory, ``__name__``, torch's thread count, nice value, session. With ``crash``,
+working directory, ``__name__``, torch's thread count, nice value, session, the parent's pid
+and start time. With ``crash``,
 rank 0 of attempt 0 notes the time and exits 3; the other ranks wait to be torn down.
 Otherwise every rank does one gloo all_reduce and exits 0.
 """
@@ -24,13 +25,30 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 
-def start_time() -> float:
-    """This process's start, in seconds since the epoch (from /proc, as ps computes it)."""
-    with open("/proc/self/stat") as fp:
+def start_time(pid: str = "self") -> float:
+    """A process's start, in seconds since the epoch (from /proc, as ps computes it)."""
+    with open(f"/proc/{pid}/stat") as fp:
         ticks = int(fp.read().rsplit(")", 1)[1].split()[19])
     with open("/proc/stat") as fp:
         btime = next(int(line.split()[1]) for line in fp if line.startswith("btime"))
     return btime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def proc_environ_is_mine() -> bool:
+    """Whether /proc/self/environ (what ps, psutil and monitoring agents read) shows the
+    environment this process runs with."""
+    with open("/proc/self/environ", "rb") as fp:
+        shown = dict(kv.split(b"=", 1) for kv in fp.read().split(b"\0") if b"=" in kv)
+    return shown == dict(os.environb)
+
+
+def cmdline_names_script() -> bool:
+    """Whether /proc/self/cmdline (ps, pkill -f) names this script with its arguments."""
+    with open("/proc/self/cmdline", "rb") as fp:
+        args = [os.fsdecode(a) for a in fp.read().split(b"\0")]
+    return os.path.realpath(args[args.index(sys.argv[0])]) == os.path.realpath(__file__) and (
+        args[args.index(sys.argv[0]) :][: len(sys.argv)] == sys.argv
+    )
 
 
 def main() -> None:
@@ -43,6 +61,10 @@ def main() -> None:
         "preloaded": PRELOADED,
         "pid": os.getpid(),
         "started": start_time(),
+        "proc_environ": proc_environ_is_mine(),
+        "cmdline_names_script": cmdline_names_script(),
+        "ppid": os.getppid(),
+        "parent_started": start_time(str(os.getppid())),
         "argv": sys.argv,
         "path0": sys.path[0],
         "cwd": os.getcwd(),

@@ -62,15 +62,15 @@ PRIVATE_NAMES: tuple[TorchName, ...] = (
     TorchName(_MP, "MultiprocessContext", "_pc", "instance"),
     TorchName(_MP, None, THREAD_WARNING, "text"),
     # --warm-start: SubprocessContext looks the handler factory up in its module at call time;
-    # the handler's _popen is where a spare takes the place of a new process.
+    # the handler's _popen is where a worker forked from the spare takes the place of a new one.
     TorchName(_MP, None, "get_subprocess_handler"),
     TorchName(_SUBPROC, "SubprocessHandler", "_popen"),
     TorchName(_SUBPROC, "SubprocessHandler", "_stdout", "instance"),
     TorchName(_SUBPROC, "SubprocessHandler", "_stderr", "instance"),
 )
 
-# --warm-start's hand-off: (argv, env, torch's per-worker keys, stdout fd, stderr fd) -> the
-# spare's Popen, or None to start the worker cold.
+# --warm-start's hand-off: (argv, env, torch's per-worker keys, stdout fd, stderr fd) -> a Popen
+# for the worker forked from the spare, or None to start the worker cold.
 HandOff: TypeAlias = Callable[[Sequence[str], dict[str, str], Sequence[str], int, int], Any]
 # Told torchrun's configuration under --warm-start: (local world size, bootstrap arguments).
 OnConfig: TypeAlias = Callable[[int, Sequence[str]], None]
@@ -309,8 +309,8 @@ def worker_bootstrap(directory: str | None, warm: OnConfig | None = None) -> Ite
 
 @contextlib.contextmanager
 def warm_handlers(hand_off: HandOff | None) -> Iterator[None]:
-    """Within this block, torch's worker processes are taken from ``hand_off`` (a spare that
-    becomes the worker: its ``Popen`` is what torch's handler holds, signals and polls) and
+    """Within this block, torch's worker processes are taken from ``hand_off`` (a worker forked
+    from the spare: its ``Popen`` is what torch's handler holds, signals and polls) and
     started cold only when it returns None. None: torch's own handlers."""
     if hand_off is None:
         yield

@@ -259,17 +259,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--warm-start",
         dest=_OURS + "warm_start",
         action="store_true",
-        help="Keep a spare Python process per local rank with torch already imported; each "
-        "attempt's workers (the first one too) start in the spares, so a restart does not pay "
-        "for importing torch again. Spares are replaced at low priority while workers run. "
-        "Not with --no-python or --numa-binding.",
+        help="Keep a spare Python process with torch already imported and fork each "
+        "attempt's workers (the first one too) from it, so a restart does not pay for "
+        "importing torch again. Not with --no-python or --numa-binding.",
     )
     ours.add_argument(
         "--warm-import",
         dest=_OURS + "warm_import",
         default=None,
         metavar="MOD,...",
-        help="With --warm-start: modules the spares also import ahead of need "
+        help="With --warm-start: modules the spare also imports ahead of need "
         "(e.g. transformers,mypkg.model), found as the worker would find them.",
     )
     ours.add_argument(

@@ -147,7 +147,7 @@ class AgentCallbacks:
         self.injector.attempt_started(
             attempt, {w.global_rank: w.local_rank for w in wg.workers}, world
         )
-        if self.warm is not None:  # which ranks run in spares; the spares used are replaced
+        if self.warm is not None:  # which ranks were forked warm; a dead spare is replaced
             self.store.post(Notice(level="info", message=self.warm.attempt_started(attempt, pids)))
 
     def _before_close(self, agent_obj: TorchAgent) -> None:

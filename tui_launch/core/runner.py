@@ -17,7 +17,7 @@ The runner wires the parts and sequences them; each job has its own module:
 - :mod:`.shutdown`: stopping the run, and the watchdog for when torch cannot be reached;
 - :mod:`.rundir`: the run directory and the log wiring;
 - :mod:`.reports`: torch's objects as events;
-- :mod:`.warm`: ``--warm-start``'s spare interpreters (handed to torch through the seam);
+- :mod:`.warm`: ``--warm-start``'s spare interpreter (workers forked from it, through the seam);
 - :mod:`.handle`: the surface the front ends use (:class:`~.handle.RunHandle`).
 
 Threads: the agent runs on ``tuilaunch-agent``. Commands only set flags or send signals; the
@@ -83,8 +83,8 @@ class Runner(PartsHandle, AgentCallbacks):
             a real-time signal, and dump through it instead of py-spy.
         stack_samples: seconds between two stack samples of every rank, for the straggler
             inference (0: off).
-        warm: ``--warm-start``'s spares (None: every worker starts cold, as in torchrun); the
-            runner configures, refills and closes them.
+        warm: ``--warm-start``'s spare (None: every worker starts cold, as in torchrun); the
+            runner configures, replaces and closes it.
     """
 
     def __init__(

@@ -24,7 +24,9 @@ Scenarios (``TUILAUNCH_FAKE_NVML``, comma separated):
 - ``mig`` — each GPU has MIG enabled with two MIG devices (``MIG-...`` UUIDs).
 
 Without explicit processes (:func:`set_processes`), the fake finds the launcher's worker
-processes itself (descendants of this process with ``LOCAL_RANK`` in their environment) and
+processes itself (descendants of this process with ``LOCAL_RANK`` in their environment, as
+:func:`tui_launch.core.workerenv.environ` reads it: a warm-start spare's is the one it was
+handed) and
 puts each on GPU ``LOCAL_RANK % N``, as a training script that calls
 ``torch.cuda.set_device(local_rank)`` would be.
 """
@@ -386,16 +388,11 @@ def _discover() -> dict[int, list[tuple[int, int]]]:
             import psutil
 
             for p in psutil.Process().children(recursive=True):
-                try:
-                    env = p.environ()
-                except (psutil.Error, OSError):
-                    continue
-                lr = env.get("LOCAL_RANK")
+                lr = _local_rank(p.pid)
                 if lr is None or not lr.isdigit():
                     continue
                 # Only the rank's own process holds a CUDA context (not its children).
-                parent_env = _parent_local_rank(p)
-                if parent_env == lr:
+                if _local_rank(_ppid(p)) == lr:
                     continue
                 found.setdefault(int(lr) % n, []).append((p.pid, (6 + 2 * int(lr)) * GIB))
         except Exception:
@@ -404,9 +401,22 @@ def _discover() -> dict[int, list[tuple[int, int]]]:
     return found
 
 
-def _parent_local_rank(p: Any) -> str | None:
+def _local_rank(pid: int | None) -> str | None:
+    """``LOCAL_RANK`` of the environment process ``pid`` runs with: its start environment, or
+    for a ``--warm-start`` spare the one it was handed (which ``/proc`` does not show)."""
+    if pid is None:
+        return None
+    from tui_launch.core import workerenv
+
     try:
-        return p.parent().environ().get("LOCAL_RANK")
+        return workerenv.environ(pid).get("LOCAL_RANK")
+    except (OSError, ValueError):
+        return None
+
+
+def _ppid(p: Any) -> int | None:
+    try:
+        return int(p.ppid())
     except Exception:
         return None
 

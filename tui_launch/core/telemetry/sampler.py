@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tui_launch.core import workerenv
 from tui_launch.core.events import (
     Event,
     Notice,
@@ -169,15 +170,13 @@ class Telemetry:
         if cached is None:
             cvd, lr = t.cuda_visible_devices or self.launcher_cvd, None
             try:
-                with open(f"/proc/{t.pid}/environ", "rb") as fp:
-                    env = dict(kv.split(b"=", 1) for kv in fp.read().split(b"\0") if b"=" in kv)
-                raw_lr = env.get(b"LOCAL_RANK")
+                # A --warm-start spare's is the environment it was handed, not its /proc one.
+                env = workerenv.environ(t.pid)
+                raw_lr = env.get("LOCAL_RANK")
                 lr = int(raw_lr) if raw_lr is not None and raw_lr.isdigit() else None
                 if raw_lr is not None:
-                    raw = env.get(b"CUDA_VISIBLE_DEVICES")
-                    cvd = raw.decode() if raw is not None else None
-                # else: not the environment torch built (a --warm-start spare shows the one it
-                # started with): the launcher's view stands.
+                    cvd = env.get("CUDA_VISIBLE_DEVICES")
+                # else: not the environment torch built: the launcher's view stands.
                 self._env[t.pid] = cached = (cvd, lr)
             except (OSError, ValueError):
                 cached = (cvd, None)  # not cached: it may become readable
