@@ -364,3 +364,21 @@ def test_the_exception_line_is_found_whatever_its_name():
     )
     assert errors.last_error_line(tail) == "InjectedFailure: boom, said the injector"
     assert errors.last_error_line(("UserWarning: Failed to initialize NumPy",)) == ""
+
+
+def test_a_deep_traceback_cut_off_by_the_tail_still_names_its_exception():
+    # Hugging Face's Trainer: the 30-line tail starts inside the frames, without the header,
+    # and the exception's name ends in neither Error nor Exception.
+    tail = (
+        '[rank1]:   File "/venv/lib/python3.11/site-packages/transformers/trainer.py", line 1873,'
+        " in _run_epoch",
+        "[rank1]:     batch_samples, num_items = self.get_batch_samples(epoch_iterator, n)",
+        '[rank1]:   File "hf_train.py", line 10, in __getitem__',
+        "[rank1]:     g = torch.Generator().manual_seed(i)",
+        "[rank1]: tui_launch.core.shim.InjectedFailure: boom in HF",
+    )
+    assert errors.has_error_signature(tail)
+    assert errors.last_error_line(tail) == "tui_launch.core.shim.InjectedFailure: boom in HF"
+    # faulthandler's dump (no comma before "in") is not a traceback.
+    dump = ('  File "w.py", line 3 in main', "Current thread 0x7f (most recent call first):")
+    assert not errors.has_error_signature(dump)

@@ -101,10 +101,16 @@ _ERROR_LINE = re.compile(
     re.IGNORECASE,
 )
 _WARNING = re.compile(r"warning", re.IGNORECASE)
+# A traceback's frame line, as Python prints it (faulthandler's dumps, "line N in f" with no
+# comma, are not tracebacks).
+_FRAME_LINE = re.compile(r'^\s*(\[rank\d+\]:\s*)?\s+File "[^"]*", line \d+, in ')
 
 
 def is_error_line(line: str) -> bool:
-    """Whether one stderr line is a traceback, an exception or an error (never a warning)."""
+    """Whether one stderr line is a traceback (or one of its frames), an exception or an error
+    (never a warning)."""
+    if _FRAME_LINE.match(line):
+        return True
     return not _WARNING.search(line) and bool(_ERROR_LINE.search(line))
 
 
@@ -122,7 +128,9 @@ def last_error_line(lines: tuple[str, ...] | list[str]) -> str:
     plain = [_RANK_TAG.sub("", ln) for ln in lines]
     start = 0
     for i, line in enumerate(plain):
-        if "Traceback (most recent call last)" in line:
+        # A frame line counts as much as the header: a deep traceback (a framework's training
+        # loop) has its header far above a 30-line tail, and only its last frames are left.
+        if "Traceback (most recent call last)" in line or _FRAME_LINE.match(line):
             start = i + 1
     if start:
         # The exception line: the first line after the frames that is not indented.
