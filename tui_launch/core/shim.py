@@ -37,6 +37,8 @@ import os
 import signal
 import sys
 import sysconfig
+import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -54,6 +56,11 @@ FAULTHANDLER_ENV = "TUILAUNCH_FAULTHANDLER_SIGNAL"
 NO_ORDERS = "-"
 
 _dir = ""
+# An exception held until the program's code runs again (:func:`_raise_in_program`), with what
+# undoes its tracing; at most HOLD_AT_MOST seconds, then it is raised wherever the main thread is
+# (a rank blocked in a wait of the standard library's would otherwise never get it).
+_held: tuple[BaseException, Callable[[], None]] | None = None
+HOLD_AT_MOST = 2.0
 
 
 class InjectedFailure(RuntimeError):
@@ -61,6 +68,11 @@ class InjectedFailure(RuntimeError):
 
 
 def _on_signal(signum: int, frame: Any) -> None:
+    global _held
+    if _held is not None:  # the held exception's time is up (the timer's signal): raise here
+        (exc, untrace), _held = _held, None
+        untrace()
+        raise exc
     path = os.path.join(_dir, f"{os.getpid()}.json")
     try:
         with open(path) as fp:
@@ -102,16 +114,24 @@ def _raise_in_program(frame: FrameType | None, exc: BaseException) -> None:
     next line, once the torch call under it returns), or the main thread calls a function of
     the program. Until then a trace function watches the main thread's calls (nothing else is
     traced); it is removed before the exception is raised. A trace function that raises makes
-    the exception appear in the traced frame, as if that line had raised it.
+    the exception appear in the traced frame, as if that line had raised it. A main thread
+    blocked in library code (a wait of the standard library's) gets it after
+    :data:`HOLD_AT_MOST` seconds wherever it is, as before.
     """
+    global _held
     library = _library_dirs()
     if frame is None or _in_program(frame, library):
         raise exc
 
-    def fire() -> None:
+    def untrace() -> None:
         sys.settrace(None)
         for f in waiting:
             f.f_trace = None
+
+    def fire() -> None:
+        global _held
+        _held = None
+        untrace()
         raise exc
 
     def local(f: FrameType, event: str, arg: Any) -> Any:
@@ -132,7 +152,21 @@ def _raise_in_program(frame: FrameType | None, exc: BaseException) -> None:
             f.f_trace_lines = True
             waiting.append(f)
         f = f.f_back
+    if not waiting:  # nothing of the program's below: it would never resume, raise here
+        raise exc
+    _held = (exc, untrace)
     sys.settrace(on_call)
+    main = threading.main_thread().ident
+    timer = threading.Timer(HOLD_AT_MOST, _time_up, args=(exc, main))
+    timer.daemon = True
+    timer.start()
+
+
+def _time_up(exc: BaseException, main: int | None) -> None:
+    """``exc`` is still held after :data:`HOLD_AT_MOST`: signal the main thread to raise it."""
+    if _held is not None and _held[0] is exc and main is not None:
+        with contextlib.suppress(OSError, ValueError):
+            signal.pthread_kill(main, INJECT_SIGNAL)
 
 
 def install(directory: str) -> None:
