@@ -204,6 +204,26 @@ def _attempt_seconds(events: list[dict]) -> float:
     return end - start
 
 
+def test_exception_reaches_a_rank_blocked_in_a_library_wait(tuilaunch):
+    # The injected exception waits for the program's own code (not torch's, not the standard
+    # library's), but not forever: a main thread that never leaves Event.wait() gets it there.
+    launch = tuilaunch(
+        "--standalone",
+        "--nproc-per-node",
+        "1",
+        "--max-restarts",
+        "0",
+        "--inject",
+        "exception:rank=0,after=2s,message=held",
+        str(WORKERS / "block.py"),
+    )
+    assert launch.wait(120) == 1, launch.output[-4000:]
+    events = read_journal(journal_path(launch.output))
+    (failure,) = kinds(events, "attempt_failed")[0]["failures"]
+    assert "InjectedFailure: held" in failure["message"], failure
+    assert "left the wait" in launch.output
+
+
 def test_slow_rank_makes_training_longer(tuilaunch, tmp_path):
     args = ["--standalone", "--nproc-per-node", "2"]
     (tmp_path / "base").mkdir()
