@@ -18,6 +18,7 @@ import io
 import os
 import sys
 import threading
+import time
 from typing import TextIO
 
 from tui_launch.core.console import PrefixedLines, copy_range, is_devnull, write_all
@@ -37,6 +38,11 @@ from tui_launch.core.text import (
 from tui_launch.summary import isatty, print_summary, run_duration
 
 TAG = "[tuilaunch]"
+# How long a passed-through worker line that has not ended is held back before it is shown as
+# it is: long enough for the rest of a block the kernel made visible a page at a time, short
+# enough that a progress bar or a prompt waiting on a line of its own shows at once.
+HOLD_S = 0.04
+LINE_END_WINDOW = 1 << 12
 CLUSTER_LINES_MAX = 32
 STACK_FRAMES = 12  # innermost frames printed per distinct stack (the files keep all)
 _CLEAR = "\r\x1b[2K"
@@ -69,6 +75,14 @@ class Headless:
         # the status line waits, or it would be drawn onto the bar.
         self._open_line = False
         self._tee: dict[int, PrefixedLines] = {}  # by id(source)
+        # Passed-through streams, by id(source): how far the console has them, and the start
+        # of an unended line held back since when (monotonic).
+        self._sent: dict[int, int] = {}
+        self._held: dict[int, tuple[int, float]] = {}
+        # Whether the last byte written to each console file was a newline (a [tuilaunch] line
+        # must start a line); stdout and stderr share one entry when they are the same file.
+        self._where: dict[str, object] = {"stdout": "stdout", "stderr": "stderr"}
+        self._line_start: dict[object, bool] = {}
         self._decoders: dict[int, codecs.IncrementalDecoder] = {}  # console without an fd
         self._next_event = 0
         self._cluster_seen: object = None
@@ -79,6 +93,7 @@ class Headless:
         """Have the tailer hand this console the streams torchrun would show on it."""
         fds = {"stdout": _fileno(self.out), "stderr": _fileno(self.err)}
         self._fds = fds
+        self._where = {k: _file_id(fd, k) for k, fd in fds.items()}
         null = {k: fd is not None and is_devnull(fd) for k, fd in fds.items()}
 
         def shown(src: LogSource) -> bool:
@@ -87,29 +102,17 @@ class Headless:
         self.runner.add_raw_sink(self.console_bytes, accepts=shown)
 
     # Called on the log tailer's thread.
-    def console_bytes(self, src: LogSource, fd: int, start: int, end: int, final: bool) -> None:
-        """Write bytes ``[start, end)`` of a worker stream the way torchrun would."""
+    def console_bytes(
+        self, src: LogSource, fd: int, start: int, end: int, final: bool
+    ) -> bool | None:
+        """Write bytes ``[start, end)`` of a worker stream the way torchrun would.
+
+        Returns True while bytes of an unended line are held back (the tailer calls again).
+        """
         stream = self.out if src.stream == STDOUT else self.err
         out_fd = self._fds[src.stream]
         if src.prefix is None:
-            # Straight to the console under torchrun: the worker's own bytes, as they come.
-            if end <= start:
-                return
-            with self._lock:
-                self._hide_status()
-                if out_fd is not None:
-                    stream.flush()
-                    copy_range(fd, out_fd, start, end)
-                else:
-                    dec = self._decoders.setdefault(
-                        id(src), codecs.getincrementaldecoder("utf-8")("replace")
-                    )
-                    stream.write(dec.decode(os.pread(fd, end - start, start), final))
-                    stream.flush()
-                if self.status_line:  # a bar mid-way: the status line must not land on it
-                    self._open_line = os.pread(fd, 1, end - 1) != b"\n"
-                self._show_status()
-            return
+            return self._pass_through(src, fd, end, final, stream, out_fd)
         tee = self._tee.setdefault(id(src), PrefixedLines(src.prefix))
         pos = start
         while pos < end or final:
@@ -127,25 +130,94 @@ class Headless:
                         stream.write(text.decode("utf-8", "replace"))
                         stream.flush()
                     self._open_line = False
+                    self._line_start[self._where[src.stream]] = True
                     self._show_status()
             if last or not data:
                 break
         if final:
             self._tee.pop(id(src), None)
+        return None
 
-    def say(self, line: str) -> None:
-        """Print one ``[tuilaunch]`` line (from any thread: torch's stderr lines too)."""
-        self._say(line)
+    def _pass_through(
+        self, src: LogSource, fd: int, end: int, final: bool, stream: TextIO, out_fd: int | None
+    ) -> bool:
+        """A stream torchrun leaves on the console: the worker's own bytes, in whole lines.
 
-    def _say(self, line: str) -> None:
+        Under torchrun every ``write(2)`` of a worker lands on the console whole, so lines
+        written together never mix with another rank's. Here the bytes come from a file that
+        grows while it is read (a block of lines becomes visible a page at a time), so a range
+        may end inside a line: it is copied up to its last line end (``\n`` or ``\r``, so a
+        progress bar keeps moving) and the rest is held back until the line ends, or, if it
+        does not within ``HOLD_S`` (a bar or a prompt that waits), let out as it is.
+        """
+        key = id(src)
+        pos = self._sent.get(key, 0)
+        if end <= pos and not final:
+            return False
+        cut, tail = end, b""
+        if not final:
+            cut, tail = _line_cut(fd, pos, end)
+            if cut < end:
+                now = time.monotonic()
+                since = self._held.get(key)
+                if since is None or since[0] != cut:
+                    self._held[key] = (cut, now)
+                elif now - since[1] >= HOLD_S:
+                    cut, tail = end, b""  # the writer stopped mid-line: show what it wrote
+        if cut >= end:
+            self._held.pop(key, None)
+        if cut > pos:
+            with self._lock:
+                self._hide_status()
+                if out_fd is not None:
+                    stream.flush()
+                    copy_range(fd, out_fd, pos, cut)
+                else:
+                    dec = self._decoders.setdefault(
+                        key, codecs.getincrementaldecoder("utf-8")("replace")
+                    )
+                    stream.write(dec.decode(os.pread(fd, cut - pos, pos), final))
+                    stream.flush()
+                last = tail[-1:] if tail else os.pread(fd, 1, cut - 1)
+                self._line_start[self._where[src.stream]] = last == b"\n"
+                if self.status_line:  # a bar mid-way: the status line must not land on it
+                    self._open_line = last != b"\n"
+                self._show_status()
+            self._sent[key] = cut
+        if final:
+            self._sent.pop(key, None)
+            self._held.pop(key, None)
+            self._decoders.pop(key, None)
+        return cut < end
+
+    def say(self, line: str, tag: bool = True) -> None:
+        """Print one ``[tuilaunch]`` line, from any thread; ``tag=False``: a line of torch's
+        own (its log records, its C++ messages), as it is, where torchrun would show it."""
+        self._say(line, tag)
+
+    def _say(self, line: str, tag: bool = True) -> None:
         with self._lock:
             self._hide_status()
-            if self._open_line and self.status_line:
-                self.err.write(_CLEAR)  # a bar being drawn: it comes back at its next update
-                self._open_line = False
-            self.err.write(f"{TAG} {line}\n")
+            self._start_line()
+            self.err.write(f"{TAG} {line}\n" if tag else f"{line}\n")
             self.err.flush()
+            self._line_start[self._where["stderr"]] = True
             self._show_status()
+
+    def _start_line(self) -> None:
+        """Make what is written next to stderr start a line (with the lock held).
+
+        A worker's last bytes may have left a line open: a progress bar mid-way, or one that
+        ended with ``\r`` (tqdm's ``leave=False``). On a terminal with the status line the bar
+        is erased (it comes back at its next update); elsewhere a newline ends it, so that
+        every ``[tuilaunch]`` line starts a line of the file (``grep '^\\[tuilaunch\\]'``).
+        """
+        if self._open_line and self.status_line:
+            self.err.write(_CLEAR)
+            self._open_line = False
+        elif not self._line_start.get(self._where["stderr"], True):
+            self.err.write("\n")
+        self._line_start[self._where["stderr"]] = True
 
     def _hide_status(self) -> None:
         if self._status_shown:
@@ -249,10 +321,44 @@ class Headless:
         with self._lock:
             self._hide_status()
             self._status = ""
+            self._start_line()
         self.err.flush()
         snap = self.store.snapshot()
         print_summary(snap, self.runner, self.err, verbose=self.verbose)
         return self.runner.exit_code if self.runner.exit_code is not None else 1
+
+
+def _line_cut(fd: int, pos: int, end: int) -> tuple[int, bytes]:
+    """Where bytes ``[pos, end)`` of ``fd`` end their last line (just past its ``\n`` or
+    ``\r``; ``pos`` if none does), and a few bytes before that point (its last one included).
+
+    Reads backwards from ``end`` in growing windows: in a flood the last line end is within the
+    last line's length, so one small ``pread`` per range.
+    """
+    window = LINE_END_WINDOW
+    hi = end
+    while hi > pos:
+        lo = max(pos, hi - window)
+        data = os.pread(fd, hi - lo, lo)
+        i = max(data.rfind(b"\n"), data.rfind(b"\r"))
+        if i >= 0:
+            return lo + i + 1, data[: i + 1]
+        if len(data) < hi - lo:  # the file is shorter than it said: keep what was found
+            return pos, b""
+        hi = lo
+        window = min(window * 4, 1 << 22)
+    return pos, b""
+
+
+def _file_id(fd: int | None, name: str) -> object:
+    """The file ``fd`` writes to (stdout and stderr on one terminal, pipe or file share it)."""
+    if fd is None:
+        return name
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return name
+    return (st.st_dev, st.st_ino)
 
 
 def _fileno(stream: object) -> int | None:

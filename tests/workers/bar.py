@@ -7,7 +7,11 @@ wrote to ``PATH.<rank>`` (for byte comparisons with the launcher's log file); ``
 waits after update ``--hold-at`` until ``PATH`` exists, so a test can look at a bar that is
 mid-way without timing anything.
 
-Usage: ``bar.py [--total N] [--desc D] [--interval S] [--hold PATH --hold-at K] [--copy PATH]``.
+``--no-leave`` ends as tqdm's ``leave=False`` does: the bar is cleared with ``"\\r"`` + spaces +
+``"\\r"`` and no newline follows (the rank's output ends with that ``\\r``).
+
+Usage: ``bar.py [--total N] [--desc D] [--interval S] [--hold PATH --hold-at K] [--copy PATH]
+[--no-leave]``.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ def main() -> None:
     p.add_argument("--hold-at", type=int, default=-1)
     p.add_argument("--copy", default=None)
     p.add_argument("--stdout", action="store_true")
+    p.add_argument("--no-leave", action="store_true")
     args = p.parse_args()
     rank = os.environ.get("RANK", "0")
     stream = sys.stdout if args.stdout else sys.stderr
@@ -65,15 +70,20 @@ def main() -> None:
 
     write(f"rank {rank} starting\n")
     t0 = time.monotonic()
+    text = ""
     for n in range(args.total + 1):
-        write("\r" + bar_text(args.desc, n, args.total, time.monotonic() - t0))
+        text = bar_text(args.desc, n, args.total, time.monotonic() - t0)
+        write("\r" + text)
         if n == args.hold_at and args.hold:
             while not os.path.exists(args.hold):
                 time.sleep(0.02)
         elif args.interval:
             time.sleep(args.interval)
-    write("\n")
-    write(f"rank {rank} done\n")
+    if args.no_leave:
+        write("\r" + " " * len(text) + "\r")
+    else:
+        write("\n")
+        write(f"rank {rank} done\n")
     if copy is not None:
         copy.close()
 

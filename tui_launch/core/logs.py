@@ -56,6 +56,7 @@ class LogSource:
     partial: bytes = b""
     closed: bool = False
     raw_offset: int = 0  # handed to raw sinks up to here
+    raw_held: bool = False  # a raw sink holds back bytes (an unended line): call it again
     partial_sent: bytes | None = None  # the partial last handed to partial sinks
     lines_at: float = float("-inf")  # when lossy sinks alone last got its lines (monotonic)
     fp: Any = field(default=None, repr=False)  # kept open: one read per poll, no reopening
@@ -69,11 +70,14 @@ class LogSource:
 
 
 LineSink = Callable[[LogSource, list[str]], None]
-RawSink = Callable[[LogSource, int, int, int, bool], None]
+RawSink = Callable[[LogSource, int, int, int, bool], "bool | None"]
 """``sink(source, fd, start, end, final)``: bytes ``[start, end)`` of ``source``'s file are new.
 
 ``fd`` is the tailer's descriptor of the file (read it with ``os.pread``/``os.sendfile`` at an
 explicit offset, never move its position); ``final``: the writer is gone and this is the end.
+A sink that returns True holds some of the bytes back (a line not ended yet, which a console
+must not let another rank's lines cut in two): it is called again at the next poll, with
+``start == end`` if nothing new came, so that it can decide to let them out.
 """
 PartialSink = Callable[[LogSource, str, float], None]
 """``sink(source, text, t)``: the stream's text after its last ``\n`` is now ``text`` (raw,
@@ -352,13 +356,15 @@ class LogTailer:
     def _read_raw(self, src: LogSource, sinks: list[RawSink], final: bool) -> None:
         fd = src.fp.fileno()
         end = os.fstat(fd).st_size
-        if end <= src.raw_offset and not final:
+        if end <= src.raw_offset and not final and not src.raw_held:
             return
+        held = False
         for sink in sinks:
             try:
-                sink(src, fd, src.raw_offset, end, final)
+                held = bool(sink(src, fd, src.raw_offset, end, final)) or held
             except Exception:  # a sink's failure must not stall the other sinks or workers
                 logging.getLogger(__name__).exception("raw log sink failed")
+        src.raw_held = held and not final
         self._moved += end - src.raw_offset
         src.raw_offset = end
 

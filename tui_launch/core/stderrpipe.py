@@ -3,8 +3,10 @@
 torch's C++ code (the TCPStore client, c10d) writes to fd 2 directly, past Python's logging: a
 rendezvous store that nobody serves costs ~170 lines of stack frames per retry. While a
 :class:`StderrPipe` is open, fd 2 is a pipe: every line goes to the agent log in full, and the
-console (a callback; none for the dashboard, which owns the terminal) gets one short line per
-torch message, with the stack frames left out. A retry of the store client also becomes a
+console (a callback; none for the dashboard, which owns the terminal) gets torch's lines as
+torchrun shows them (its log records, such as the ``OMP_NUM_THREADS`` banner, and its C++
+messages: unprefixed, unchanged), with the stack frames of C++ exceptions left out, and a
+store client's retries as one line each in tuilaunch's words (``[tuilaunch]``-prefixed). A retry of the store client also becomes a
 :class:`~tui_launch.core.events.StoreRetry` for the front ends. ``sys.stderr`` and
 ``sys.__stderr__`` become a private copy of the original fd 2, so the launcher's own output
 goes straight to the terminal.
@@ -44,6 +46,7 @@ class TorchLine:
 
     console: str | None  # None: agent.log only
     event: Event | None = None
+    ours: bool = False  # tuilaunch's words ([tuilaunch] line), not torch's own (as it is)
 
 
 class StderrFilter:
@@ -62,7 +65,7 @@ class StderrFilter:
             return TorchLine(None)
         self._in_trace = False
         glog = _GLOG.match(line)
-        if glog is None:
+        if glog is None:  # a log record of torch's Python code, or any other line: as it is
             return TorchLine(line)
         msg = glog.group("msg")
         retry = _RETRY.search(msg)
@@ -74,14 +77,17 @@ class StderrFilter:
                 f"rendezvous: the store at {ep} did not answer within {timeout:g}s "
                 f"(try {n}); torch retries in {delay:.0f}s (details in agent.log)",
                 StoreRetry(endpoint=ep, attempt=n, delay=delay, timeout=timeout),
+                ours=True,
             )
         gave_up = _GAVE_UP.search(msg)
         if gave_up is not None:
             ep, n = gave_up.group("ep"), int(gave_up.group("try")) + 1
-            return TorchLine(f"rendezvous: the store at {ep} did not answer (try {n}, the last)")
+            return TorchLine(
+                f"rendezvous: the store at {ep} did not answer (try {n}, the last)", ours=True
+            )
         if _SOCKET_DETAIL.search(msg):
             return TorchLine(None)
-        return TorchLine(f"torch: {msg}")
+        return TorchLine(line)  # torch's C++ message, as torchrun shows it
 
 
 class StderrPipe:
@@ -90,15 +96,17 @@ class StderrPipe:
     Args:
         capture: the agent log (``add_line`` keeps a line in full).
         post: where :class:`~tui_launch.core.events.StoreRetry` events go (the store).
-        console: called with each short console line; None: nothing reaches the console.
-            :attr:`console` may be set later (lines before that go to the terminal as they are).
+        console: called with each console line and whether it is tuilaunch's own words
+            (``console(line, ours)``: an ``ours`` line is shown ``[tuilaunch]``-prefixed, any
+            other as it is); None: nothing reaches the console. :attr:`console` may be set
+            later (lines before that go to the terminal the same way).
     """
 
     def __init__(
         self,
         capture: Any,
         post: Callable[[Event], object] | None = None,
-        console: Callable[[str], None] | None = None,
+        console: Callable[[str, bool], None] | None = None,
         *,
         to_terminal: bool = True,
     ) -> None:
@@ -140,9 +148,10 @@ class StderrPipe:
                 if out.console is None or not self._to_terminal:
                     continue
                 if self.console is not None:
-                    self.console(out.console)
+                    self.console(out.console, out.ours)
                 elif self.terminal is not None:
-                    self.terminal.write(out.console + "\n")
+                    tag = "[tuilaunch] " if out.ours else ""
+                    self.terminal.write(f"{tag}{out.console}\n")
 
     def __exit__(self, *exc: object) -> None:
         assert self.terminal is not None
