@@ -39,7 +39,13 @@ def _run(cmd: list[str], console: Path, tmp: Path, timeout: float, **extra: str)
     env = base_env(**{TOKEN_VAR: token, "TMPDIR": str(tmp)}, **extra)
     with open(console, "wb") as out:
         proc = subprocess.Popen(
-            cmd, stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+            cmd,
+            cwd=tmp,
+            stdout=out,
+            stderr=out,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
         )
         try:
             return proc.wait(timeout)
