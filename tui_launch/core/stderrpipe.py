@@ -6,8 +6,9 @@ rendezvous store that nobody serves costs ~170 lines of stack frames per retry. 
 console (a callback; none for the dashboard, which owns the terminal) gets torch's lines as
 torchrun shows them (its log records, such as the ``OMP_NUM_THREADS`` banner, and its C++
 messages: unprefixed, unchanged), with the stack frames of C++ exceptions left out, and a
-store client's retries as one line each in tuilaunch's words (``[tuilaunch]``-prefixed). A retry of the store client also becomes a
-:class:`~tui_launch.core.events.StoreRetry` for the front ends. ``sys.stderr`` and
+store client's retries as one line each in tuilaunch's words (``[tuilaunch]``-prefixed). A
+retry of the store client also becomes a :class:`~tui_launch.core.events.StoreRetry` for the
+front ends. ``sys.stderr`` and
 ``sys.__stderr__`` become a private copy of the original fd 2, so the launcher's own output
 goes straight to the terminal.
 """
