@@ -299,6 +299,8 @@ class Reaper:
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # Without the run token: the sweep must not find the reaper itself.
+            env={k: v for k, v in os.environ.items() if k != TOKEN_VAR},
             # Its own session: a ^C on the terminal or a signal to our group must not take
             # the watchdog down before the workers.
             start_new_session=True,
