@@ -12,20 +12,19 @@ import signal
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import (
+from conftest import (
     PY,
     ROOT,
     WORKERS,
     Launch,
     _launch,
     base_env,
-    leftovers,
     read_journal,
     tuilaunch_cmd,
     wait_for,
     wait_gone,
 )
+
 from tui_launch.core import reaper
 
 ORPHANER = str(WORKERS / "orphaner.py")

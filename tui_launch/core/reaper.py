@@ -94,6 +94,10 @@ class Containment:
             self.subreaper = _become_subreaper()
 
     @property
+    def _procs(self) -> str:
+        return os.path.join(self.cgroup or "", "cgroup.procs")
+
+    @property
     def kind(self) -> str:
         """``cgroup`` or ``sweep``."""
         return "cgroup" if self.cgroup else "sweep"
@@ -120,9 +124,8 @@ class Containment:
     def adopt(self, pid: int) -> None:
         """Move ``pid`` (the spare, before it forks) into the run's cgroup."""
         if self.cgroup:
-            with contextlib.suppress(OSError):
-                with open(os.path.join(self.cgroup, "cgroup.procs"), "w") as fp:
-                    fp.write(str(pid))
+            with contextlib.suppress(OSError), open(self._procs, "w") as fp:
+                fp.write(str(pid))
 
     def members(self) -> list[int]:
         """Live processes of the run that the sweep would kill (never this process)."""
@@ -190,15 +193,15 @@ def _become_subreaper() -> bool:
 
 def token_pids(token: str) -> list[int]:
     """Live processes whose environment carries ``TUILAUNCH_RUN_TOKEN=token``."""
-    needle = ("TUILAUNCH_RUN_TOKEN=%s" % token).encode() + b"\0"
+    needle = f"TUILAUNCH_RUN_TOKEN={token}".encode() + b"\0"
     out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            with open("/proc/%s/environ" % entry, "rb") as fp:
+            with open(f"/proc/{entry}/environ", "rb") as fp:
                 if needle in fp.read() + b"\0":
-                    with open("/proc/%s/stat" % entry) as st:
+                    with open(f"/proc/{entry}/stat") as st:
                         if st.read().rsplit(")", 1)[1].split()[0] != "Z":
                             out.append(int(entry))
         except OSError:
@@ -221,13 +224,12 @@ def kill_contained(cgroup: str | None, token: str, me: int) -> None:
             return
         for p in pids:
             for sig in (signal.SIGCONT, signal.SIGKILL):
-                try:
+                with contextlib.suppress(OSError):
                     os.kill(p, sig)
-                except OSError:
-                    pass
+
 
 _REAPER = (
-    "from __future__ import annotations\nimport os, signal, sys, time\n"
+    "from __future__ import annotations\nimport contextlib, os, signal, sys, time\n"
     + inspect.getsource(token_pids)
     + inspect.getsource(kill_contained)
     + r"""
@@ -282,7 +284,7 @@ class Reaper:
     def __init__(
         self,
         containment: Containment | None = None,
-        on_lost: Callable[[str], None] | None = None,
+        on_lost: Callable[[str], object] | None = None,
     ) -> None:
         self._lock = threading.Lock()
         self._containment = containment

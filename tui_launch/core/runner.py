@@ -35,7 +35,7 @@ import socket
 import threading
 from typing import Any
 
-from tui_launch.core import agent, inject, rendezvous, reaper, reports
+from tui_launch.core import agent, inject, reaper, rendezvous, reports
 from tui_launch.core.agent import TorchAgent
 from tui_launch.core.control import Control, ShimDir
 from tui_launch.core.diagnosis import Diagnosis

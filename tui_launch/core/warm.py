@@ -40,8 +40,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tui_launch.core import spare as spare_mod
 from tui_launch.core import reaper, workerenv
+from tui_launch.core import spare as spare_mod
 
 SPARE_MODULE = spare_mod.__name__
 SHIM_MODULE = "tui_launch.core.shim"
