@@ -308,17 +308,22 @@ def worker_bootstrap(directory: str | None, warm: OnConfig | None = None) -> Ite
 
 
 @contextlib.contextmanager
-def warm_handlers(hand_off: HandOff | None) -> Iterator[None]:
+def warm_handlers(
+    hand_off: HandOff | None, wrap: Callable[[Sequence[str]], tuple[str, ...]] | None = None
+) -> Iterator[None]:
     """Within this block, torch's worker processes are taken from ``hand_off`` (a worker forked
     from the spare: its ``Popen`` is what torch's handler holds, signals and polls) and
-    started cold only when it returns None. None: torch's own handlers."""
-    if hand_off is None:
+    started cold only when it returns None; a cold worker's command line goes through ``wrap``
+    (the run's containment: join its cgroup, then ``exec`` the worker, same pid). Both None:
+    torch's own handlers."""
+    if hand_off is None and wrap is None:
         yield
         return
     import torch.distributed.elastic.multiprocessing.api as mp_api
     from torch.distributed.elastic.multiprocessing.subprocess_handler import SubprocessHandler
 
-    take: HandOff = hand_off  # narrowed for the class body
+    take = hand_off
+    cold = wrap or tuple
 
     class WarmHandler(SubprocessHandler):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -329,8 +334,8 @@ def warm_handlers(hand_off: HandOff | None) -> Iterator[None]:
         def _popen(self, args: tuple[Any, ...], env: dict[str, str]) -> Any:
             out = self._stdout.fileno() if self._stdout else 1
             err = self._stderr.fileno() if self._stderr else 2
-            proc = take(tuple(args), dict(env), self._tl_worker_keys, out, err)
-            return proc if proc is not None else super()._popen(args, env)
+            proc = take(tuple(args), dict(env), self._tl_worker_keys, out, err) if take else None
+            return proc if proc is not None else super()._popen(cold(args), env)
 
     original = mp_api.get_subprocess_handler
 

@@ -35,13 +35,14 @@ import socket
 import threading
 from typing import Any
 
-from tui_launch.core import agent, inject, rendezvous, reports
+from tui_launch.core import agent, inject, reaper, rendezvous, reports
 from tui_launch.core.agent import TorchAgent
 from tui_launch.core.control import Control, ShimDir
 from tui_launch.core.diagnosis import Diagnosis
 from tui_launch.core.events import (
     Connecting,
     LogMark,
+    Notice,
     RunFinished,
 )
 from tui_launch.core.failures import run_outcome
@@ -178,7 +179,11 @@ class Runner(PartsHandle, AgentCallbacks):
         self.files.agent_log.install(mute_console=self._mute_agent_console)
         agent.silence_thread_warning()
         self._fix_restarts()
-        self.reaper = Reaper()
+        # No orphans: the run's cgroup (or subreaper + token sweep), and the reaper for when
+        # the launcher dies; which one is in RunStarted's notes.
+        contained = reaper.contain(reaper.run_token())
+        self._notes += (contained.describe(),)
+        self.reaper = Reaper(contained, lambda m: self.store.post(Notice("warning", m)))
         if self.warm is not None:
             self.warm.set_watch(self.reaper.watch, self.reaper.forget)
         self.files.tailer.set_mark_sink(lambda offsets: self.store.post(LogMark(offsets=offsets)))
@@ -238,7 +243,10 @@ class Runner(PartsHandle, AgentCallbacks):
                 agent.worker_bootstrap(
                     self.shim.open(), self._warm_configure if self.warm is not None else None
                 ),
-                agent.warm_handlers(self.warm.hand_off if self.warm is not None else None),
+                agent.warm_handlers(
+                    self.warm.hand_off if self.warm is not None else None,
+                    self.reaper.wrap_worker if self.reaper is not None else None,
+                ),
                 rendezvous.local_store_host(self._hosting_by_address),
             ):
                 agent.torchrun(self.args)
@@ -286,6 +294,11 @@ class Runner(PartsHandle, AgentCallbacks):
         self.faults.close()
         if self.warm is not None:
             self.warm.close()
+        left = self.reaper.sweep() if self.reaper is not None else 0
+        if left:
+            self.store.post(
+                Notice("info", f"no orphans: killed {left} process(es) left by the workers")
+            )
         self.store.post(RunFinished(outcome=outcome, exit_code=code, message=message))
         self._sampler.stop()
         self.membership.stop()  # one last cluster record: the outcome, for the other nodes

@@ -74,7 +74,9 @@ BASE_MODULES = ("torch", "torch.distributed", "torch.distributed.elastic.multipr
 # Set by tuilaunch or torchrun after a spare may have started, and read only later (by the
 # agent's rendezvous, by torchelastic at run time, or by the bootstrap when the worker starts):
 # never at import. torchrun sets TORCHELASTIC_SIGNALS_TO_HANDLE just before its agent starts.
-LATE_SAFE = frozenset({"TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "TUILAUNCH_FAULTHANDLER_SIGNAL"})
+LATE_SAFE = frozenset(
+    {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "TUILAUNCH_FAULTHANDLER_SIGNAL", "TUILAUNCH_RUN_TOKEN"}
+)
 LATE_SAFE_PREFIXES = ("TORCHELASTIC_",)
 # Read when the interpreter, the dynamic loader or a runtime library (OpenMP, MKL, glibc's
 # allocator, torch's C++ logging) starts: a value that changes after the spare started cannot

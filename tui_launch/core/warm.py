@@ -40,8 +40,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tui_launch.core import reaper, workerenv
 from tui_launch.core import spare as spare_mod
-from tui_launch.core import workerenv
 
 SPARE_MODULE = spare_mod.__name__
 SHIM_MODULE = "tui_launch.core.shim"
@@ -429,6 +429,9 @@ def prestart(argv: Sequence[str]) -> WarmPool | None:
     if WARM_OPTION not in argv:
         return None
     count = guess_count(argv)
+    # The run's token first: the spare's environment is what /proc shows for the workers it
+    # forks, and the no-orphans sweep (without a cgroup) finds them by it.
+    reaper.run_token()
     env = dict(os.environ)
     if "OMP_NUM_THREADS" not in env and count > 1:
         env["OMP_NUM_THREADS"] = "1"
