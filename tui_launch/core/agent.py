@@ -309,7 +309,8 @@ def worker_bootstrap(directory: str | None, warm: OnConfig | None = None) -> Ite
 
 @contextlib.contextmanager
 def warm_handlers(
-    hand_off: HandOff | None, wrap: Callable[[Sequence[str]], tuple[str, ...]] | None = None
+    hand_off: HandOff | None,
+    wrap: Callable[[Sequence[str], Mapping[str, str]], tuple[str, ...]] | None = None,
 ) -> Iterator[None]:
     """Within this block, torch's worker processes are taken from ``hand_off`` (a worker forked
     from the spare: its ``Popen`` is what torch's handler holds, signals and polls) and
@@ -323,7 +324,9 @@ def warm_handlers(
     from torch.distributed.elastic.multiprocessing.subprocess_handler import SubprocessHandler
 
     take = hand_off
-    cold = wrap or tuple
+
+    def cold(args: Sequence[str], env: Mapping[str, str]) -> tuple[str, ...]:
+        return wrap(args, env) if wrap is not None else tuple(args)
 
     class WarmHandler(SubprocessHandler):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -335,7 +338,7 @@ def warm_handlers(
             out = self._stdout.fileno() if self._stdout else 1
             err = self._stderr.fileno() if self._stderr else 2
             proc = take(tuple(args), dict(env), self._tl_worker_keys, out, err) if take else None
-            return proc if proc is not None else super()._popen(cold(args), env)
+            return proc if proc is not None else super()._popen(cold(args, env), env)
 
     original = mp_api.get_subprocess_handler
 

@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 TOKEN_VAR = "TUILAUNCH_RUN_TOKEN"
 CONTAINMENT_VAR = "TUILAUNCH_CONTAINMENT"
@@ -42,8 +42,14 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 # The cold worker's first instructions: join the run's cgroup (writing "0" to cgroup.procs
 # moves the writer, here the shell), then become the worker, same pid. A worker that cannot
-# join (the cgroup was removed) still runs: the token sweep is the fallback.
-_JOIN = 'echo 0 >"$0" 2>/dev/null; exec "$@"'
+# join (the cgroup was removed) still runs: the token sweep is the fallback. The shell sets
+# PWD on start (dash and bash both do); $1 carries the worker environment's own PWD ("=value")
+# or its absence ("-"), restored before the exec so that the worker's environment is exactly
+# the one torch built, as under torchrun.
+_JOIN = (
+    'echo 0 >"$0" 2>/dev/null; case $1 in =*) PWD=${1#=}; export PWD;; *) unset PWD;; esac; '
+    'shift; exec "$@"'
+)
 
 
 def run_token() -> str:
@@ -115,11 +121,13 @@ class Containment:
             f"(no cgroup v2: {self.reason})"
         )
 
-    def wrap(self, args: Sequence[str]) -> tuple[str, ...]:
-        """A cold worker's command line: join the cgroup first (same pid after ``exec``)."""
+    def wrap(self, args: Sequence[str], env: Mapping[str, str]) -> tuple[str, ...]:
+        """A cold worker's command line: join the cgroup first (same pid after ``exec``, and
+        the environment ``env`` unchanged)."""
         if not self.cgroup:
             return tuple(args)
-        return ("/bin/sh", "-c", _JOIN, os.path.join(self.cgroup, "cgroup.procs"), *args)
+        pwd = "=" + env["PWD"] if "PWD" in env else "-"
+        return ("/bin/sh", "-c", _JOIN, os.path.join(self.cgroup, "cgroup.procs"), pwd, *args)
 
     def adopt(self, pid: int) -> None:
         """Move ``pid`` (the spare, before it forks) into the run's cgroup."""
@@ -385,9 +393,11 @@ class Reaper:
             self._groups.pop(pid, None)
         self._send(f"del {pid}")
 
-    def wrap_worker(self, args: Sequence[str]) -> tuple[str, ...]:
+    def wrap_worker(self, args: Sequence[str], env: Mapping[str, str]) -> tuple[str, ...]:
         """A cold worker's command line, with the containment's first step."""
-        return self._containment.wrap(args) if self._containment is not None else tuple(args)
+        if self._containment is None:
+            return tuple(args)
+        return self._containment.wrap(args, env)
 
     def sweep(self) -> int:
         """The run has ended: kill what its workers left behind (how many processes)."""
