@@ -56,6 +56,10 @@ def print_summary(
     if fin and fin.outcome == "error":
         console.print(Text(f"error: {fin.message}", style="red"), soft_wrap=True)
     injected = injection_lines(runner.store.events()) if runner is not None else []
+    # The launcher's own trouble (a full disk under the journal): said whatever the outcome.
+    for n in s.notices:
+        if n.level == "error":
+            console.print(Text(f"error: {n.message}", style="red"), soft_wrap=True)
     eventful = (
         outcome != "succeeded"
         or s.failures
