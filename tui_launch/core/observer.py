@@ -153,9 +153,12 @@ class AgentCallbacks:
     def _before_close(self, agent_obj: TorchAgent) -> None:
         # Exits seen before torch's first signal are the ranks' own (not collateral).
         seen = self._poll_exits(agent_obj, by_agent=False)
-        if any(code not in (0, None) for code in seen.values()) and not self.stopper.requested:
-            # torch's poll found a failed rank and is about to terminate the others.
-            self.diagnosis.dump_survivors(self.ranks.attempt)
+        try:
+            if any(code not in (0, None) for code in seen.values()) and not self.stopper.requested:
+                # torch's poll found a failed rank and is about to terminate the others.
+                self.diagnosis.dump_survivors(self.ranks.attempt)
+        except Exception as e:  # noqa: BLE001 - torch's teardown must go on whatever happens
+            self.store.post(Notice(level="error", message=f"stack dump: {e}"))
         self.ranks.continue_stopped()
 
     def monitor(
