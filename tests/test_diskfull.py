@@ -62,6 +62,17 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
+def _fill(path: Path) -> None:
+    """Write zeros to ``path`` until its file system is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(fd, b"\0" * 4096)
+    finally:
+        os.close(fd)
+
+
 def _check_whole(journal: Path) -> list[dict]:
     """Every line of the journal is one whole JSON event, and the file ends with a newline."""
     data = journal.read_bytes()
@@ -145,10 +156,7 @@ def test_journal_on_a_full_disk_ends_on_a_whole_event_and_catches_up(tmpfs):
     big = "y" * 3000  # lines of ~3 kB: the last one fits only in part
     journal.write(Notice(level="info", message="first"))
     fill = tmpfs / "fill"
-    with open(fill, "wb") as fp, contextlib.suppress(OSError):
-        while True:
-            fp.write(b"\0" * 4096)
-            fp.flush()
+    _fill(fill)
     for _ in range(20):
         journal.write(Notice(level="info", message=big))  # never raises
     assert len(heard) == 1, heard  # said once
@@ -169,10 +177,7 @@ def test_journal_on_a_full_disk_ends_on_a_whole_event_and_catches_up(tmpfs):
 def test_full_filesystem_names_the_mount(tmpfs):
     (tmpfs / "sub").mkdir()
     assert diskspace.full_filesystem(str(tmpfs / "sub" / "missing.log")) is None
-    with open(tmpfs / "fill", "wb") as fp, contextlib.suppress(OSError):
-        while True:
-            fp.write(b"\0" * 65536)
-            fp.flush()
+    _fill(tmpfs / "fill")
     said = diskspace.full_filesystem(str(tmpfs / "sub" / "missing.log"))
     assert said is not None and said.startswith(f"{tmpfs} (2.0 MB, ")
     assert diskspace.mount_point(str(tmpfs / "sub")) == str(tmpfs)
