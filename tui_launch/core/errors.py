@@ -140,6 +140,23 @@ def last_error_line(lines: tuple[str, ...] | list[str]) -> str:
     return next((ln.strip() for ln in reversed(plain) if is_error_line(ln)), "")
 
 
+# Exceptions a rank dies of when it is stopped from outside, not of its own error.
+_STOPPED_BY = re.compile(r"^(KeyboardInterrupt|SystemExit|[\w.]*SignalException)\b")
+
+
+def died_raising(lines: tuple[str, ...] | list[str]) -> bool:
+    """Whether a stderr tail ends with a traceback's exception line: the rank raised, and its
+    interpreter printed that as its last words (a rank the agent terminated prints nothing, or
+    a ``KeyboardInterrupt``)."""
+    plain = [_RANK_TAG.sub("", ln) for ln in lines if ln.strip()]
+    if not plain or not any(
+        "Traceback (most recent call last)" in ln or _FRAME_LINE.match(ln) for ln in plain
+    ):
+        return False
+    last = last_error_line(plain)
+    return bool(last) and plain[-1].strip() == last and not _STOPPED_BY.match(last)
+
+
 def describe_exit(exit_code: int | None) -> str:
     """``exit 3``, ``SIGKILL (-9)`` or ``running``: a short label for a rank's end."""
     if exit_code is None:
