@@ -74,7 +74,7 @@ def collect_failures(
         message, tb, ts = err if err else ("", None, None)
         # Collateral: first seen dead only after torch began terminating the group.
         collateral = lr in ranks.by_agent or lr not in ranks.exits
-        tail = () if tb else errors.tail_lines(stderr_paths.get(lr))
+        tail = () if tb else errors.evidence_tail(stderr_paths.get(lr))
         if not message:
             # Without @record, a rank that exited with an error code usually printed the
             # exception last; a signalled one was cut off mid-stream. Only an error line
