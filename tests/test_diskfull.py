@@ -129,11 +129,12 @@ def test_dd_fills_the_log_dir_while_workers_run(tuilaunch, tmp_path, tmpfs):
         lambda: next((tmpfs / "logs").glob("*/journal.jsonl"), None), 60, what="the journal"
     )
     wait_for(lambda: b'"workers_started"' in journal.read_bytes(), 60, what="workers")
-    wait_for(
-        lambda: all(p.stat().st_size > 0 for p in (tmpfs / "logs").glob("*/attempt_0/*/stdout.log")),
-        30,
-        what="the ranks' output",
-    )
+
+    def both_wrote() -> bool:
+        outs = list((tmpfs / "logs").glob("*/attempt_0/*/stdout.log"))
+        return len(outs) == 2 and all(p.stat().st_size > 0 for p in outs)
+
+    wait_for(both_wrote, 30, what="the ranks' output")
     assert run.proc.poll() is None, run.output
     filled = subprocess.run(
         ["dd", "if=/dev/zero", f"of={tmpfs / 'fill'}", "bs=64k"], capture_output=True, text=True

@@ -87,9 +87,11 @@ def test_stopped_run_does_not_blame_a_recovered_failure(tuilaunch, tmp_path):
         str(_script(tmp_path, "recovers.py", RECOVERS)),
     )
     wait_for(
-        lambda: journal.exists()
-        and any(
-            e["kind"] == "workers_started" and e["attempt"] == 1 for e in read_journal(journal)
+        lambda: (
+            journal.exists()
+            and any(
+                e["kind"] == "workers_started" and e["attempt"] == 1 for e in read_journal(journal)
+            )
         ),
         90,
         what="attempt 1",

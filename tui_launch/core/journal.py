@@ -14,6 +14,7 @@ words that name the file and its file system (:func:`~.diskspace.write_error`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -89,10 +90,8 @@ class Journal:
                     raise OSError(28, os.strerror(28))
             except OSError as e:
                 # Cut the partial line off: the journal ends on a whole event.
-                try:
+                with contextlib.suppress(OSError):
                     os.ftruncate(self._fd, self._size)
-                except OSError:
-                    pass
                 failure = self._failed(e)
                 break
             self._size += n
@@ -104,10 +103,8 @@ class Journal:
 
     def _report(self, failure: str | None) -> None:
         if failure is not None and self.on_error is not None:
-            try:
+            with contextlib.suppress(Exception):  # a broken callback must not break the writer
                 self.on_error(failure)
-            except Exception:  # a broken callback must not break the writer
-                pass
 
     def set_dir(self, directory: str) -> None:
         """Write to ``directory/journal.jsonl`` unless an explicit path was given."""
@@ -137,10 +134,8 @@ class Journal:
         with self._lock:
             failure = self._flush()
             if self._fd is not None:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(self._fd)
-                except OSError:
-                    pass
                 self._fd = None
         self._report(failure)
 

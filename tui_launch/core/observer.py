@@ -157,7 +157,7 @@ class AgentCallbacks:
             if any(code not in (0, None) for code in seen.values()) and not self.stopper.requested:
                 # torch's poll found a failed rank and is about to terminate the others.
                 self.diagnosis.dump_survivors(self.ranks.attempt)
-        except Exception as e:  # noqa: BLE001 - torch's teardown must go on whatever happens
+        except Exception as e:
             self.store.post(Notice(level="error", message=f"stack dump: {e}"))
         self.ranks.continue_stopped()
 

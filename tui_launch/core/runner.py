@@ -309,7 +309,7 @@ class Runner(PartsHandle, AgentCallbacks):
             for what, step in steps:
                 try:
                     step()
-                except Exception as e:  # noqa: BLE001 - say it, go on to the next step
+                except Exception as e:
                     self._say(f"{what}: {type(e).__name__}: {e}")
         finally:
             self._done.set()
@@ -327,7 +327,7 @@ class Runner(PartsHandle, AgentCallbacks):
         # even that cannot be shown.
         try:
             self.store.post(Notice(level="error", message=message))
-        except Exception:  # noqa: BLE001
+        except Exception:
             with contextlib.suppress(Exception):
                 os.write(2, f"tuilaunch: {message}\n".encode())
 
