@@ -14,7 +14,7 @@ from typing import Any, TextIO
 from tui_launch.core import errors
 from tui_launch.core.events import Event, Failure, Injected
 from tui_launch.core.handle import RunHandle
-from tui_launch.core.store import Snapshot
+from tui_launch.core.store import Snapshot, recovered
 from tui_launch.core.text import failure_details, failure_headline
 
 
@@ -56,6 +56,10 @@ def print_summary(
     if fin and fin.outcome == "error":
         console.print(Text(f"error: {fin.message}", style="red"), soft_wrap=True)
     injected = injection_lines(runner.store.events()) if runner is not None else []
+    # The launcher's own trouble (a full disk under the journal): said whatever the outcome.
+    for n in s.notices:
+        if n.level == "error":
+            console.print(Text(f"error: {n.message}", style="red"), soft_wrap=True)
     eventful = (
         outcome != "succeeded"
         or s.failures
@@ -120,6 +124,10 @@ def print_summary(
             soft_wrap=True,
         )
     rc = s.root_cause
+    if outcome == "stopped" and recovered(s, rc):
+        # A failure a restart recovered did not end this run (it was stopped later): it is
+        # listed with the other recovered failures below, never as the root cause.
+        rc = None
     if rc is not None and outcome != "succeeded":
         console.print(Text("root cause", style="bold red"))
         console.print(Text("\n".join("  " + ln for ln in failure_details(rc))), soft_wrap=True)

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from tui_launch.core.diskspace import write_error
 from tui_launch.core.events import ControlAction, Event, StacksDumped
 from tui_launch.core.stacks import (
     StackDump,
@@ -110,7 +111,12 @@ class Dumper:
                 return None
             dump = self._dump(targets, reason, timeout, max_children)
             v = verdict(dump)
-            saved = save(dump, self._run_dir(), v)
+            try:
+                saved = save(dump, self._run_dir(), v)
+            except OSError as e:  # a full disk: say where, never raise into torch's teardown
+                where = e.filename if isinstance(e.filename, str) else self._run_dir()
+                self._post(ControlAction.on_run("dump", source, False, write_error(e, where)))
+                return None
             event = replace(dumped_event(dump, saved, attempt, v), source=source)
             self._kept[saved.directory] = dump
             while len(self._kept) > _KEPT:

@@ -90,6 +90,40 @@ def tail_lines(path: str | None, n: int = 30, max_bytes: int = 256 * 1024) -> tu
     return tuple(lines[-n:])
 
 
+# Warnings printed at start that say nothing about how a rank ended: torch's NumPy warning
+# (numpy missing or broken; torch works without it). Each is followed by the source line
+# Python's warnings module quotes, which goes with it.
+_HARMLESS = re.compile(r"UserWarning: Failed to initialize NumPy")
+
+
+def drop_harmless(lines: tuple[str, ...] | list[str]) -> list[str]:
+    """``lines`` without the known harmless warnings (and the source line quoted under each)."""
+    out: list[str] = []
+    skip_quote = False
+    for ln in lines:
+        plain = _RANK_TAG.sub("", ln)
+        if _HARMLESS.search(plain):
+            skip_quote = True
+            continue
+        if skip_quote and plain.startswith(("  ", "\t")) and not _FRAME_LINE.match(ln):
+            skip_quote = False
+            continue
+        skip_quote = False
+        out.append(ln)
+    return out
+
+
+def evidence_tail(path: str | None, n: int = 30) -> tuple[str, ...]:
+    """A failed rank's last stderr lines as evidence: known harmless warnings left out; with
+    no traceback, the lines up to its last error line (what follows it is not why it died)."""
+    lines = drop_harmless(tail_lines(path, n + 20))
+    if not any("Traceback (most recent call last)" in ln or _FRAME_LINE.match(ln) for ln in lines):
+        last = next((i for i in range(len(lines) - 1, -1, -1) if is_error_line(lines[i])), None)
+        if last is not None:
+            lines = lines[: last + 1]
+    return tuple(lines[-n:])
+
+
 # What makes a stderr line evidence of an error: a traceback, an exception line, or the words
 # native code and the C++ runtime die with. A warning is never evidence (torch's NumPy warning
 # was once shown as the "cause" of a SIGKILL), nor is ordinary progress output.
@@ -138,6 +172,23 @@ def last_error_line(lines: tuple[str, ...] | list[str]) -> str:
             if ln.strip() and not ln.startswith((" ", "\t")):
                 return ln.strip()
     return next((ln.strip() for ln in reversed(plain) if is_error_line(ln)), "")
+
+
+# Exceptions a rank dies of when it is stopped from outside, not of its own error.
+_STOPPED_BY = re.compile(r"^(KeyboardInterrupt|SystemExit|[\w.]*SignalException)\b")
+
+
+def died_raising(lines: tuple[str, ...] | list[str]) -> bool:
+    """Whether a stderr tail ends with a traceback's exception line: the rank raised, and its
+    interpreter printed that as its last words (a rank the agent terminated prints nothing, or
+    a ``KeyboardInterrupt``)."""
+    plain = [_RANK_TAG.sub("", ln) for ln in lines if ln.strip()]
+    if not plain or not any(
+        "Traceback (most recent call last)" in ln or _FRAME_LINE.match(ln) for ln in plain
+    ):
+        return False
+    last = last_error_line(plain)
+    return bool(last) and plain[-1].strip() == last and not _STOPPED_BY.match(last)
 
 
 def describe_exit(exit_code: int | None) -> str:

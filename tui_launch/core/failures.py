@@ -15,7 +15,7 @@ import signal
 import time
 from collections.abc import Iterable, Mapping
 
-from tui_launch.core import errors, inject
+from tui_launch.core import diskspace, errors, inject
 from tui_launch.core.agent import ProcessFailure, Worker
 from tui_launch.core.events import (
     Connecting,
@@ -30,6 +30,7 @@ from tui_launch.core.workers import RanksView
 
 # torch's worker-side excepthook prefixes traceback lines with "[rank1]: ".
 RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")
+NO_SPACE = "no space left on device"
 
 
 def collect_failures(
@@ -73,14 +74,14 @@ def collect_failures(
         message, tb, ts = err if err else ("", None, None)
         # Collateral: first seen dead only after torch began terminating the group.
         collateral = lr in ranks.by_agent or lr not in ranks.exits
-        tail = () if tb else errors.tail_lines(stderr_paths.get(lr))
+        tail = () if tb else errors.evidence_tail(stderr_paths.get(lr))
         if not message:
             # Without @record, a rank that exited with an error code usually printed the
             # exception last; a signalled one was cut off mid-stream. Only an error line
             # counts (a trailing warning or progress line says nothing about the exit).
             last = errors.last_error_line(tail)
             last = RANK_PREFIX.sub("", last) if code > 0 else ""
-            message = last or errors.describe_exit(code)
+            message = last or _disk_full(stderr_paths.get(lr), code) or errors.describe_exit(code)
         caused_by = ranks.marks.get(pid)
         when = ranks.exit_times.get(lr) or ts or (time.time() if now is None else now)
         out.append(
@@ -104,6 +105,23 @@ def collect_failures(
             )
         )
     return tuple(out)
+
+
+def _disk_full(stderr_path: str | None, code: int) -> str | None:
+    """A rank that died with no word of why, its logs on a full file system: say that.
+
+    Its last write (and the traceback after it) had nowhere to go, so "exit 1" is all torch
+    knows; the full file system is the likeliest cause, and the one thing the user can fix.
+    """
+    if code <= 0 or not stderr_path:  # a signal says why by itself
+        return None
+    full = diskspace.full_filesystem(stderr_path)
+    if full is None:
+        return None
+    return (
+        f"{NO_SPACE}: the file system of its logs, {full}, is full; its output and any "
+        f"traceback could not be written ({stderr_path})"
+    )
 
 
 def run_outcome(
@@ -153,6 +171,8 @@ def failure_line(f: Failure) -> str:
     if f.hung:
         return f"rank {f.global_rank} (local {f.local_rank}, pid {f.pid}) hung: {f.message[6:]}"
     what = errors.describe_exit(f.exit_code)
+    if f.message.startswith(NO_SPACE):
+        what += f" ({f.message})"
     return f"rank {f.global_rank} (local {f.local_rank}, pid {f.pid}) failed: {what}"
 
 

@@ -11,12 +11,15 @@ The tailer that feeds the first two is :class:`~tui_launch.core.logs.LogTailer`.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+from tui_launch.core.diskspace import write_error
 from tui_launch.core.logs import LogSource, last_segment
 
 
@@ -182,6 +185,10 @@ class AgentLogCapture(logging.Handler):
         self._fp: Any = None
         self._muted: list[tuple[logging.Logger, logging.Handler]] = []
         self.path: str | None = None
+        # A full or failing file system: the first failure in words (the file is given up,
+        # the lines stay in ``recent``), and who hears it once (a notice to the store).
+        self.error: str | None = None
+        self.on_error: Callable[[str], None] | None = None
 
     def install(self, mute_console: bool) -> None:
         """Attach to torch's loggers; with ``mute_console``, detach their stderr handlers."""
@@ -210,10 +217,26 @@ class AgentLogCapture(logging.Handler):
         self.acquire()
         try:
             if self._fp is not None:
-                self._fp.close()
-                self._fp = None
+                fp, self._fp = self._fp, None
+                try:
+                    fp.close()  # flushes: ENOSPC may come here
+                except OSError as e:
+                    self._write_failed(e)
         finally:
             self.release()
+
+    def _write_failed(self, e: OSError) -> None:
+        # Under the handler's lock. Never raise into torch's logging call or the stderr pump
+        # (a dead pump would leave fd 2 a full pipe, and every later write to it would block).
+        fp, self._fp = self._fp, None
+        if fp is not None:
+            with contextlib.suppress(OSError, ValueError):
+                fp.close()
+        if self.error is None:
+            self.error = write_error(e, self.path or "agent.log")
+            if self.on_error is not None:
+                with contextlib.suppress(Exception):
+                    self.on_error(self.error)
 
     def set_dir(self, directory: str) -> None:
         """Start writing to ``directory/agent.log``, flushing what was buffered."""
@@ -222,9 +245,12 @@ class AgentLogCapture(logging.Handler):
             if self._fp is not None:
                 return
             self.path = os.path.join(directory, "agent.log")
-            self._fp = open(self.path, "a", buffering=1)  # noqa: SIM115
-            for line in self._pending:
-                self._fp.write(line + "\n")
+            try:
+                self._fp = open(self.path, "a", buffering=1)  # noqa: SIM115
+                for line in self._pending:
+                    self._fp.write(line + "\n")
+            except OSError as e:
+                self._write_failed(e)
             self._pending.clear()
         finally:
             self.release()
@@ -243,8 +269,11 @@ class AgentLogCapture(logging.Handler):
         try:
             self.recent.append(line)
             if self._fp is not None:
-                self._fp.write(line + "\n")
-            elif len(self._pending) < 10000:
+                try:
+                    self._fp.write(line + "\n")
+                except OSError as e:
+                    self._write_failed(e)
+            elif self.path is None and len(self._pending) < 10000:
                 self._pending.append(line)
         finally:
             self.release()

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tui_launch.core import agent, inject, rendezvous, reports
+from tui_launch.core import agent, errors, inject, rendezvous, reports
 from tui_launch.core.agent import RunResult, TorchAgent, WorkerGroup, WorkerSpec
 from tui_launch.core.diagnosis import Diagnosis
 from tui_launch.core.events import (
@@ -153,9 +153,12 @@ class AgentCallbacks:
     def _before_close(self, agent_obj: TorchAgent) -> None:
         # Exits seen before torch's first signal are the ranks' own (not collateral).
         seen = self._poll_exits(agent_obj, by_agent=False)
-        if any(code not in (0, None) for code in seen.values()) and not self.stopper.requested:
-            # torch's poll found a failed rank and is about to terminate the others.
-            self.diagnosis.dump_survivors(self.ranks.attempt)
+        try:
+            if any(code not in (0, None) for code in seen.values()) and not self.stopper.requested:
+                # torch's poll found a failed rank and is about to terminate the others.
+                self.diagnosis.dump_survivors(self.ranks.attempt)
+        except Exception as e:
+            self.store.post(Notice(level="error", message=f"stack dump: {e}"))
         self.ranks.continue_stopped()
 
     def monitor(
@@ -246,12 +249,34 @@ class AgentCallbacks:
     def _poll_exits(self, agent_obj: TorchAgent, by_agent: bool) -> dict[int, int]:
         """Record ranks that have exited since the last poll; return all exits seen so far."""
         codes = agent.exit_codes(agent.pcontext(agent_obj))
-        new, seen = self.ranks.record_exits(codes, by_agent)
+        own: dict[int, int | None] = {}
+        if by_agent:
+            # Ranks that raised by themselves at about the same moment as the first (an
+            # assert every rank hits at the same step) are first seen only once torch began
+            # tearing the group down: their own traceback says they failed, not torch.
+            known = self.ranks.view().exits
+            own = {
+                lr: code
+                for lr, code in codes.items()
+                if code not in (None, 0) and lr not in known and self._raised(lr)
+            }
+        new, seen = self.ranks.record_exits(own, by_agent=False) if own else ([], {})
+        more, seen = self.ranks.record_exits(
+            {lr: c for lr, c in codes.items() if lr not in own}, by_agent
+        )
+        new += more
         for x in new:
             if self.reaper is not None:
                 self.reaper.forget(x.pid)
             self.store.post(reports.rank_exited(x, self.ranks.attempt))
         return seen
+
+    def _raised(self, local_rank: int) -> bool:
+        """Whether ``local_rank`` left its own error behind: a ``@record`` error file, or a
+        stderr that ends with a traceback."""
+        if errors.read_error_file(self.files.error_files.get(local_rank)):
+            return True
+        return errors.died_raising(errors.tail_lines(self.files.stderr_paths.get(local_rank)))
 
     def on_restart(self, agent_obj: TorchAgent, wg: WorkerGroup) -> None:
         """torch restarts the group: post why, and what is left of the failure budget."""

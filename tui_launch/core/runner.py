@@ -29,10 +29,12 @@ place where the runner decides, through torch's own paths (``SignalException`` f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from tui_launch.core import agent, inject, reaper, rendezvous, reports
@@ -60,6 +62,10 @@ from tui_launch.core.workers import RankTable
 
 SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 __all__ = ["SHARE_STORE_ENV", "Runner", "signal_exit_code"]
+
+
+def _nothing() -> None:
+    """A step with nothing to do (a part this run does not have)."""
 
 
 class Runner(PartsHandle, AgentCallbacks):
@@ -135,6 +141,8 @@ class Runner(PartsHandle, AgentCallbacks):
 
         self.ranks = RankTable()
         self.files = RunFiles(args, journal_path, echo, lambda: self.ranks.attempt + 1)
+        self.files.journal.on_error = self._write_failed
+        self.files.agent_log.on_error = self._write_failed
         self.injector = injector or inject.Injector()
         self.shim = ShimDir(
             inject_ready or dump_via_faulthandler or inject.needs_shim(self.injector.specs),
@@ -287,28 +295,62 @@ class Runner(PartsHandle, AgentCallbacks):
             self._phase = outcome
             self.exit_code = code
             self.error_message = message if outcome == "error" else None
-        self.files.tailer.stop()
-        self.diagnosis.stop()  # after the tailer: its last lines are in the last record
-        if self.telemetry is not None:
-            self.telemetry.stop()
-        self.faults.close()
-        if self.warm is not None:
-            self.warm.close()
+        # Every step runs, whatever the one before raised (a full disk makes the journal's
+        # and the agent log's writes fail): the front ends wait for ``_done``, and a launcher
+        # that never sets it can only be SIGKILLed.
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("log tailer", self.files.tailer.stop),
+            ("diagnosis", self.diagnosis.stop),  # after the tailer: its last lines count
+            ("telemetry", self.telemetry.stop if self.telemetry is not None else _nothing),
+            ("injections", self.faults.close),
+            ("warm start", self.warm.close if self.warm is not None else _nothing),
+            ("orphans", self._sweep),  # after the spare: nothing it forked is left
+            ("finish", lambda: self.store.post(self._finished(outcome, code, message))),
+            ("sampler", self._sampler.stop),
+            ("cluster", self.membership.stop),  # one last record: the outcome, for the others
+            ("run directory", self.files.ensure_run_dir),
+            ("journal", self.files.journal.close),
+            ("reaper", self.reaper.close if self.reaper is not None else _nothing),
+            ("agent log", self.files.agent_log.uninstall),
+        ]
+        try:
+            for what, step in steps:
+                try:
+                    step()
+                except Exception as e:
+                    self._say(f"{what}: {type(e).__name__}: {e}")
+        finally:
+            self._done.set()
+            self.store.wake()
+
+    def _sweep(self) -> None:
+        # Whatever the workers started and left (a child that ignored SIGTERM, one that
+        # called setsid) goes with the run.
         left = self.reaper.sweep() if self.reaper is not None else 0
         if left:
             self.store.post(
                 Notice("info", f"no orphans: killed {left} process(es) left by the workers")
             )
-        self.store.post(RunFinished(outcome=outcome, exit_code=code, message=message))
-        self._sampler.stop()
-        self.membership.stop()  # one last cluster record: the outcome, for the other nodes
-        self.files.ensure_run_dir()
-        self.files.journal.close()
-        if self.reaper is not None:
-            self.reaper.close()
-        self.files.agent_log.uninstall()
-        self._done.set()
-        self.store.wake()
+
+    def _finished(self, outcome: str, code: int, message: str) -> RunFinished:
+        # The run's last event; a writer that lost events to a full disk says so on its line.
+        lost = [w for w in (self.files.journal.error, self.files.agent_log.error) if w]
+        if lost and outcome != "succeeded" and "no space left" not in message:
+            message = f"{message}; {lost[0]}"
+        return RunFinished(outcome=outcome, exit_code=code, message=message)
+
+    def _say(self, message: str) -> None:
+        # The launcher's own trouble: a notice (the store never raises), and on stderr when
+        # even that cannot be shown.
+        try:
+            self.store.post(Notice(level="error", message=message))
+        except Exception:
+            with contextlib.suppress(Exception):
+                os.write(2, f"tuilaunch: {message}\n".encode())
+
+    def _write_failed(self, message: str) -> None:
+        """A writer of the run's files failed (a full disk): one notice, at the first failure."""
+        self._say(message)
 
     def stop(self, sig: int = signal.SIGTERM, reason: str = "stop requested") -> None:
         """Stop the run: workers get ``sig``, then SIGKILL after the shutdown timeout.

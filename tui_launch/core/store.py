@@ -187,6 +187,12 @@ def _close_attempt(attempts: tuple[AttemptView, ...], when: float, reason: str):
     return attempts
 
 
+def recovered(s: Snapshot, f: Failure | None) -> bool:
+    """Whether failure ``f`` was recovered: the group restarted and a later attempt's workers
+    started (a run stopped after that did not end because of it)."""
+    return f is not None and s.attempt > f.attempt and any(a.number > f.attempt for a in s.attempts)
+
+
 def pick_root_cause(failures: Iterable[Failure]) -> Failure | None:
     """The first real failure: earliest seen, never a peer the agent terminated itself."""
     failures = list(failures)
@@ -443,6 +449,7 @@ __all__ = [
     "RunStore",
     "Snapshot",
     "pick_root_cause",
+    "recovered",
     "reduce",
     "replay",
 ]
