@@ -100,7 +100,17 @@ class RunCommands(App[int]):
             ok, message = self.source.inject(spec, "dashboard")
             self.notify(message, severity="information" if ok else "error")
 
-        self.push_screen(InjectScreen(who, row.global_rank), done)
+        # Kinds this run can never do (exit, exception without --inject-ready) are shown
+        # greyed out with the reason, not offered and then refused.
+        from tui_launch.core.inject import KINDS
+
+        refusal = getattr(self.source, "inject_refusal", None)
+        refusals = {}
+        for kind in KINDS if refusal is not None else ():
+            why = refusal(kind)
+            if why:
+                refusals[kind] = why
+        self.push_screen(InjectScreen(who, row.global_rank, refusals), done)
 
     def action_restart(self) -> None:
         """Restart the whole local worker group without spending the failure budget."""
