@@ -322,7 +322,7 @@ ACTIONS: tuple[Action, ...] = (
     Action(
         "detach",
         ("D",),
-        "detach: the job goes on without this terminal (tuilaunch attach comes back)",
+        "detach: the job goes on without this terminal",
         label="Detach",
         tooltip="Leave the job running without this terminal",
         binding_id="detach",

@@ -128,7 +128,9 @@ class RunCommands(App[int]):
 
     def action_dump_stacks(self) -> None:
         """Dump every rank's stacks on this node, off the UI thread; show the Stacks tab."""
-        self.notify("dumping every rank's stacks...")
+        # Briefly: the Stacks tab comes to the front with the result, and a toast that stays
+        # covers half of it on 80x24.
+        self.notify("dumping every rank's stacks...", timeout=2)
         self._dump_in_thread()
 
     @work(thread=True, exit_on_error=False, group="stacks", exclusive=False)
@@ -141,9 +143,8 @@ class RunCommands(App[int]):
         if event is None:
             self.notify("no rank runs: nothing to dump", severity="error")
             return
+        # The tab's first lines are the verdict: no toast repeating it over the stacks.
         self.show_stacks_tab()
-        verdict = getattr(event, "verdict", "")
-        self.notify(f"stacks: {verdict}", severity="information")
 
     def action_quit_job(self) -> None:
         """Quit; a running job is stopped first (SIGTERM, then SIGKILL after the timeout)."""

@@ -45,6 +45,7 @@ def _gb(n: int | None) -> str:
 
 GPU_FULL_WIDTH = 40  # cells: below this (the stacked side panels of a narrow screen) one
 # short line per GPU: utilisation and memory first, then what else fits.
+NARROW_GPU_LINES = 5  # what the stacked panel holds (dashboard.tcss: max-height 7, borders)
 
 
 class ByWidth:
@@ -87,7 +88,10 @@ def _gpu_text(tel: TelemetryView, width: int) -> Text:
                 ("~" if r.mapping == "inferred" else "") + str(r.local_rank)
             )
     out = Text()
-    for pos, g in enumerate(latest.gpus):
+    gpus = latest.gpus
+    if narrow and len(gpus) > NARROW_GPU_LINES:
+        gpus = gpus[: NARROW_GPU_LINES - 1]  # and a last line that counts the others
+    for pos, g in enumerate(gpus):
         if pos:
             out.append("\n")
         util_h = tel.gpu_util[pos] if pos < len(tel.gpu_util) else ()
@@ -133,8 +137,10 @@ def _gpu_text(tel: TelemetryView, width: int) -> Text:
         out.append("  mem ", style="dim")
         out.append(spark(mem_h, 5), style="magenta")
         out.append(f" {mem}")
-    if any(r.mapping == "inferred" for r in latest.ranks):
-        out.append("\n~ inferred" if narrow else "\n~ inferred (pids in another namespace)", style="dim")
+    if len(gpus) < len(latest.gpus):
+        out.append(f"\n+{len(latest.gpus) - len(gpus)} more GPUs", style="dim")
+    if not narrow and any(r.mapping == "inferred" for r in latest.ranks):
+        out.append("\n~ inferred (pids in another namespace)", style="dim")
     if latest.gpu_state != "ok" or ";" in latest.gpu_note:
         out.append("\n" + latest.gpu_note.split("; ", 1)[-1], style="yellow")
     return out

@@ -120,7 +120,8 @@ class InjectScreen(ModalScreen[str | None]):
         options = [
             Option(
                 f"{k.ljust(width)}{KIND_HELP[k]}"
-                + ("  (not in this run)" if k in self.refusals else ""),
+                if k not in self.refusals
+                else f"{k.ljust(width)}not in this run (see below)",
                 id=k,
                 disabled=k in self.refusals,
             )
@@ -129,7 +130,7 @@ class InjectScreen(ModalScreen[str | None]):
         with Vertical(id="inject-box"):
             yield Static(f"Inject a failure into {self.who}", id="inject-title")
             yield OptionList(*options, id="inject-kinds")
-            refused = Static("\n".join(self.refusals.values()), id="inject-refused")
+            refused = Static(_refused_text(self.refusals), id="inject-refused")
             refused.display = bool(self.refusals)
             yield refused
             yield Static("", id="inject-keys-help")
@@ -193,3 +194,13 @@ class InjectScreen(ModalScreen[str | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+def _refused_text(refusals: dict[str, str]) -> str:
+    """One sentence per reason, naming every kind it holds for: ``exit`` and ``exception``
+    are refused for the same reason, which the menu says once (``exit/exception injection
+    needs ...``)."""
+    kinds_by_reason: dict[str, list[str]] = {}
+    for kind, why in refusals.items():
+        kinds_by_reason.setdefault(why.replace(kind, "\0"), []).append(kind)
+    return "\n".join(t.replace("\0", "/".join(k)) for t, k in kinds_by_reason.items())
