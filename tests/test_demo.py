@@ -39,16 +39,14 @@ def _epoch_logged(events: list[dict], attempt: int, epoch: int) -> bool:
 def test_demo_fails_restarts_resumes_and_goes_on(tuilaunch, tmp_path) -> None:
     """The kill ten seconds in, its root cause, the restart that resumes; and the demo goes
     on well past that (issue 23: it ended after 23 s, too soon to try k and r): it still
-    trains at epoch 12, which the old demo (epochs 0-11) never reached, and q (here SIGTERM, headless)
-    stops it."""
+    trains at epoch 12, which the old demo (epochs 0-11) never reached, and q (here SIGTERM,
+    headless) stops it."""
     journal = tmp_path / "demo.jsonl"
     env = base_env()
     env.pop("TUILAUNCH_FAKE_NVML", None)  # the demo chooses its own simulated GPUs
     launch = tuilaunch("--demo", "--journal", str(journal), cwd=tmp_path, env=env)
     assert DEMO_EPOCHS >= 90  # about three minutes on 2 cores
-    wait_for(
-        lambda: _epoch_logged(_journal(journal), 1, 12), 240, what="attempt 1 at epoch 12"
-    )
+    wait_for(lambda: _epoch_logged(_journal(journal), 1, 12), 240, what="attempt 1 at epoch 12")
     assert launch.proc.poll() is None, "the demo ended after 12 epochs"
     launch.proc.send_signal(signal.SIGTERM)
     assert launch.wait(120) == 143, launch.output

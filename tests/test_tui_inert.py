@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 from test_tui_pilot import text_of, wait_until
+from textual._compositor import LayoutUpdate
 
 from tui_launch.core.args import parse
 from tui_launch.core.runner import SHARE_STORE_ENV, Runner
@@ -55,20 +56,25 @@ def test_inert_shows_escapes_and_drops_colours() -> None:
 def painted(app: Dashboard) -> str:
     """Every character the compositor paints for the whole screen, line by line."""
     update = app.screen._compositor.render_update(full=True)
+    assert isinstance(update, LayoutUpdate)
     return "\n".join("".join(seg.text for seg in strip) for strip in update.strips)
 
 
 @pytest.mark.timeout(300)
-def test_a_workers_escapes_are_shown_inert(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_workers_escapes_are_shown_inert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     token = uuid.uuid4().hex
     monkeypatch.setenv(TOKEN_VAR, token)
     monkeypatch.setenv(SHARE_STORE_ENV, "x")
     monkeypatch.delenv(SHARE_STORE_ENV)
     args, _ = parse(
-        ["--standalone", "--nproc-per-node", "1", "--max-restarts", "0"]
-        + [str(WORKERS / "escapes.py")]
+        [
+            "--standalone",
+            "--nproc-per-node",
+            "1",
+            "--max-restarts",
+            "0",
+            str(WORKERS / "escapes.py"),
+        ]
     )
     store = RunStore()
     runner = Runner(args, store, echo=False, journal_path=str(tmp_path / "j.jsonl"))
@@ -146,3 +152,43 @@ def test_eta_hidden_while_stalled_or_hung() -> None:
     drive("healthy", healthy)
     drive("hung", hung)
     assert "hung" in scenarios.STATES
+
+
+def test_the_dump_leaves_the_stacks_tab_uncovered_at_80x24() -> None:
+    """Issue 23: after d, a toast repeating the verdict covered half the Stacks tab on 80x24:
+    the tab now says it alone, and the "dumping" toast goes after 2 s."""
+    app = Dashboard(scenarios.STATES["hung"](), refresh_hz=20.0)
+
+    async def main() -> None:
+        async with app.run_test(size=(80, 24), notifications=True) as pilot:
+            await pilot.pause()
+            await pilot.press("d")
+            await wait_until(pilot, lambda: app._tabs.active == "stacks-tab")
+            await wait_until(pilot, lambda: "load_batch" in text_of(app._stacks))
+            await pilot.pause(0.3)
+            toasts = list(app._notifications)
+            assert [str(n.message) for n in toasts] == ["dumping every rank's stacks..."]
+            assert all(n.timeout <= 2 for n in toasts)
+            assert "rank 1 is not in a collective" in painted(app)  # the verdict, in the tab
+
+    asyncio.run(main())
+
+
+def test_a_line_longer_than_the_log_ends_with_a_marker() -> None:
+    """Issue 23: a log line cut at the view's right edge ends with "…" (it was cut mute)."""
+    from test_tui_pilot import add_lines, drive
+
+    long = "start " + "x" * 300 + " END"
+
+    async def check(pilot, app: Dashboard, src) -> None:
+        add_lines(src, 0, [long, "short line"])
+        src.clock += 1.0
+        await wait_until(pilot, lambda: any("short line" in ln for ln in app.log_pane.view.lines))
+        await pilot.pause(0.2)
+        rows = painted(app).splitlines()
+        cut = next(r for r in rows if "[0] start xxx" in r)
+        assert cut.rstrip().endswith("x…") and "END" not in cut, cut
+        short = next(r for r in rows if "short line" in r)
+        assert "…" not in short
+
+    drive("healthy", check)

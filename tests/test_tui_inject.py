@@ -128,8 +128,17 @@ def test_inject_is_in_the_palette_and_hidden_when_finished() -> None:
 
 def _live_runner(tmp_path: Path, *extra: str) -> tuple[Runner, RunStore]:
     args, opts = parse(
-        ["--standalone", "--nproc-per-node", "2", "--max-restarts", "0", *extra]
-        + [str(WORKERS / "steady.py"), "--seconds", "120"]
+        [
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "0",
+            *extra,
+            str(WORKERS / "steady.py"),
+            "--seconds",
+            "120",
+        ]
     )
     store = RunStore()
     journal = str(tmp_path / f"j{len(extra)}.jsonl")

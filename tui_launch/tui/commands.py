@@ -104,12 +104,13 @@ class RunCommands(App[int]):
         # greyed out with the reason, not offered and then refused.
         from tui_launch.core.inject import KINDS
 
-        refusal = getattr(self.source, "inject_refusal", None)
-        refusals = {}
-        for kind in KINDS if refusal is not None else ():
-            why = refusal(kind)
-            if why:
-                refusals[kind] = why
+        refusal: Callable[[str], str | None] | None = getattr(self.source, "inject_refusal", None)
+        refusals: dict[str, str] = {}
+        if refusal is not None:
+            for kind in KINDS:
+                why = refusal(kind)
+                if why:
+                    refusals[kind] = why
         self.push_screen(InjectScreen(who, row.global_rank, refusals), done)
 
     def action_restart(self) -> None:

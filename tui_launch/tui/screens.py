@@ -98,9 +98,7 @@ class InjectScreen(ModalScreen[str | None]):
         "node": "",
     }
 
-    def __init__(
-        self, who: str, global_rank: int, refusals: dict[str, str] | None = None
-    ) -> None:
+    def __init__(self, who: str, global_rank: int, refusals: dict[str, str] | None = None) -> None:
         """``refusals``: the kinds this run can never inject, with why (``exit`` and
         ``exception`` without the worker bootstrap): listed greyed out, not selectable."""
         # The injection grammar is imported when the menu opens, not with the dashboard (an
