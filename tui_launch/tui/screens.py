@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -53,7 +54,7 @@ class HelpScreen(ModalScreen[None]):
         grid.add_column(no_wrap=True)
         grid.add_column(ratio=1)
         for keys, desc in self.rows:
-            grid.add_row(keys, desc)
+            grid.add_row(Text(keys), Text(desc))  # as written: "[" and "]" are keys, not markup
         with Vertical(id="help-box"):
             yield Static("tuilaunch keys", id="help-title")
             with VerticalScroll(id="help-rows"):
@@ -128,7 +129,7 @@ class InjectScreen(ModalScreen[str | None]):
         with Vertical(id="inject-box"):
             yield Static(f"Inject a failure into {self.who}", id="inject-title")
             yield OptionList(*options, id="inject-kinds")
-            refused = Static(_refused_text(self.refusals), id="inject-refused")
+            refused = Static(_refused_text(self.refusals), id="inject-refused", markup=False)
             refused.display = bool(self.refusals)
             yield refused
             yield Static("", id="inject-keys-help")
