@@ -192,3 +192,32 @@ def test_a_line_longer_than_the_log_ends_with_a_marker() -> None:
         assert "…" not in short
 
     drive("healthy", check)
+
+
+def test_the_help_scrolls_at_80x24() -> None:
+    """Issue 23: on 80x24 the help's last rows were cut off; now its rows scroll (the keys
+    reach them) and the title and the foot stay on the screen."""
+    from textual.containers import VerticalScroll
+
+    from tui_launch.tui.screens import HelpScreen
+
+    app = Dashboard(scenarios.STATES["healthy"]())
+
+    async def main() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            await pilot.press("question_mark")
+            await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen))
+            await pilot.pause()
+            rows = app.screen.query_one("#help-rows", VerticalScroll)
+            assert rows.max_scroll_y > 0  # more rows than the screen holds
+            assert "this help" not in painted(app)
+            assert "tuilaunch keys" in painted(app) and "Esc closes" in painted(app)
+            await pilot.press("end")
+            await wait_until(pilot, lambda: rows.scroll_y == rows.max_scroll_y)
+            await pilot.pause()
+            screen = painted(app)
+            assert "this help" in screen and "quit (stops the job" in screen, screen
+            assert "tuilaunch keys" in screen and "Esc closes" in screen
+
+    asyncio.run(main())
