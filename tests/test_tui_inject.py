@@ -7,17 +7,26 @@ control API), so the row shows the rank stopped and ``s`` continues it.
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import uuid
+from pathlib import Path
 
+import pytest
+from conftest import TOKEN_VAR, WORKERS, wait_for, wait_gone
 from test_tui_pilot import drive, row_texts, wait_until
 from textual.pilot import Pilot
 from textual.widgets import Input, OptionList, Static
 
+from tui_launch.core.args import parse
 from tui_launch.core.inject import KINDS
+from tui_launch.core.runner import SHARE_STORE_ENV, Runner
+from tui_launch.core.store import RunStore
 from tui_launch.testing import scenarios
 from tui_launch.testing.fake_source import FakeSource
 from tui_launch.tui.app import Dashboard
 from tui_launch.tui.screens import ConfirmScreen, InjectScreen
+from tui_launch.tui.source import LiveSource
 
 
 def test_i_opens_the_menu_for_the_selected_rank_with_every_kind() -> None:
@@ -115,6 +124,108 @@ def test_inject_is_in_the_palette_and_hidden_when_finished() -> None:
         assert "Inject a failure into the selected rank" not in titles
 
     drive("finished", finished)
+
+
+def _live_runner(tmp_path: Path, *extra: str) -> tuple[Runner, RunStore]:
+    args, opts = parse(
+        [
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "0",
+            *extra,
+            str(WORKERS / "steady.py"),
+            "--seconds",
+            "120",
+        ]
+    )
+    store = RunStore()
+    journal = str(tmp_path / f"j{len(extra)}.jsonl")
+    runner = Runner(args, store, echo=False, journal_path=journal, inject_ready=opts.inject_ready)
+    return runner, store
+
+
+@pytest.mark.timeout(300)
+def test_exit_and_exception_greyed_out_without_the_bootstrap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23: a run started without --inject-ready cannot do exit or exception (its
+    workers have no bootstrap): the menu no longer offers them and then refuses; they are
+    greyed out (not selectable) with the reason. With --inject-ready they are offered."""
+    token = uuid.uuid4().hex
+    monkeypatch.setenv(TOKEN_VAR, token)
+    monkeypatch.setenv(SHARE_STORE_ENV, "x")
+    monkeypatch.delenv(SHARE_STORE_ENV)
+    runner, store = _live_runner(tmp_path)
+    source = LiveSource(runner)
+    app = Dashboard(source, refresh_hz=20.0)
+
+    async def main() -> None:
+        async with app.run_test(size=(150, 42)) as pilot:
+            runner.start()
+
+            def running() -> bool:
+                s = store.snapshot()
+                return s.phase == "running" and [r.state for r in s.ranks] == ["running"] * 2
+
+            await wait_until(pilot, running, 240)
+            await pilot.pause(0.3)
+            await pilot.press("i")
+            await wait_until(pilot, lambda: isinstance(app.screen, InjectScreen))
+            screen = app.screen
+            assert isinstance(screen, InjectScreen)
+            kinds = screen.query_one("#inject-kinds", OptionList)
+            options = [kinds.get_option_at_index(i) for i in range(kinds.option_count)]
+            disabled = [o.id for o in options if o.disabled]
+            assert disabled == ["exit", "exception"]
+            refused = screen.query_one("#inject-refused", Static)
+            assert refused.display
+            assert "exit/exception injection needs" in str(refused.content)
+            assert "--inject-ready" in str(refused.content)
+            seen = [screen.kind]
+            for _ in range(5):  # the arrows pass over the greyed kinds
+                await pilot.press("down")
+                await pilot.pause()
+                seen.append(screen.kind)
+            assert "exit" not in seen and "exception" not in seen and "node" in seen, seen
+            await pilot.press("escape")
+
+    try:
+        asyncio.run(main())
+        assert source.inject_refusal("kill") is None
+        ok, why = source.inject("exit:rank=0", "test")  # refused as before, for the API
+        assert not ok and "--inject-ready" in why
+    finally:
+        runner.stop()
+        runner.wait(30)
+    assert wait_gone(token, 10) == []
+
+    ready, _ = _live_runner(tmp_path, "--inject-ready")
+    try:
+        ready.start()
+        wait_for(lambda: ready.store.snapshot().phase == "running", 240, what="running")
+        assert LiveSource(ready).inject_refusal("exit") is None
+        assert LiveSource(ready).inject_refusal("exception") is None
+    finally:
+        ready.stop()
+        ready.wait(30)
+    assert wait_gone(token, 10) == []
+
+
+def test_the_fake_refuses_like_the_runner() -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        await pilot.press("i")
+        await wait_until(pilot, lambda: isinstance(app.screen, InjectScreen))
+        kinds = app.screen.query_one("#inject-kinds", OptionList)
+        assert not any(kinds.get_option_at_index(i).disabled for i in range(kinds.option_count))
+        assert not app.screen.query_one("#inject-refused", Static).display
+
+    drive("healthy", check)  # the fake's runs have the bootstrap unless told otherwise
+    src = scenarios.STATES["healthy"]()
+    src.inject_ready = False
+    assert src.inject("exception:rank=0", "test")[0] is False
+    assert src.inject("kill:rank=0", "test")[0] is True
 
 
 class TestInjectSnapshots:

@@ -945,6 +945,25 @@ def test_command_palette_entries() -> None:
     drive("finished", finished)
 
 
+def test_command_palette_has_no_duplicates_and_real_descriptions() -> None:
+    """Issue 23: Textual's "Quit" (ours stops the job first) and "Keys" (the help is ?) are
+    gone; no entry repeats its title as its description."""
+
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        commands = list(app.get_system_commands(app.screen))
+        titles = [str(c.title) for c in commands]
+        assert "Quit" not in titles and "Keys" not in titles, titles
+        assert titles.count("Stop the job and quit") == 1
+        assert "Theme" in titles  # Textual's entries that make sense stay
+        for c in commands:
+            assert c.help != c.title, c.title
+        ours = {a.palette for a in actions.palette()}
+        described = [c for c in commands if c.title in ours]
+        assert described and all(c.help for c in described), [c.title for c in described]
+
+    drive("healthy", check)
+
+
 def test_command_palette_opens_and_finds_kill() -> None:
     async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         await pilot.press("ctrl+p")
@@ -970,13 +989,14 @@ def test_command_palette_opens_and_finds_kill() -> None:
 
 @pytest.mark.parametrize("how", ["ctrl+q", "palette"])
 def test_every_quit_path_goes_through_quit_job(how: str) -> None:
-    """ctrl+q (Textual's priority quit) and the palette's Quit confirm and stop like q."""
+    """ctrl+q (Textual's priority quit) and the palette's quit confirm and stop like q."""
 
     async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         if how == "ctrl+q":
             await pilot.press("ctrl+q")
         else:
-            quit_cmd = next(c for c in app.get_system_commands(app.screen) if c.title == "Quit")
+            commands = app.get_system_commands(app.screen)
+            quit_cmd = next(c for c in commands if c.title == "Stop the job and quit")
             app.call_later(quit_cmd.callback)  # as the palette runs it
         await pilot.pause(0.2)
         # Like q: a running job is not left behind without asking.

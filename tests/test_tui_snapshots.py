@@ -102,3 +102,21 @@ class TestDashboardSnapshots:
             await pilot.pause()
 
         assert snap_compare(dashboard("hung"), terminal_size=SIZE, run_before=stacks_tab)
+
+    # Issue 23, at 80x24: the inject menu whole (its right border, the refused kinds' reason,
+    # the buttons), the help scrolling instead of cut, the GPU panel one short line per GPU
+    # with nothing cut, the Restarts counters on one line each.
+    def test_inject_menu_80x24(self, snap_compare) -> None:
+        """i on rank 0 of a run without the worker bootstrap: exit and exception greyed out,
+        and why."""
+        src = scenarios.STATES["healthy"]()
+        src.inject_ready = False
+        assert snap_compare(Dashboard(src), terminal_size=(80, 24), press=["i"])
+
+    def test_help_80x24(self, snap_compare) -> None:
+        """The ? help on 80x24: the rows scroll (scrollbar), title and foot stay."""
+        assert snap_compare(dashboard("healthy"), terminal_size=(80, 24), press=["question_mark"])
+
+    def test_gpus_80x24(self, snap_compare) -> None:
+        """8 GPUs on 80x24: the stacked GPU panel, one short line per GPU, nothing cut."""
+        assert snap_compare(dashboard("gpus8"), terminal_size=(80, 24))

@@ -306,3 +306,43 @@ def test_a_store_nobody_serves_at_80x24() -> None:
         for pid in leftovers(token):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(300)
+def test_a_workers_escapes_leave_the_terminal_alone() -> None:
+    """Issue 23: a worker printing an OSC title change, a cursor move, a clear screen and a
+    bell (tests/workers/escapes.py, twice a second on both streams) under the dashboard: the
+    pane's title stays what it was, and the log shows the sequences as text (``^[]0;...``)."""
+    token = uuid.uuid4().hex
+    env = base_env()
+    env.pop(TOKEN_VAR, None)
+    env.pop("TMUX", None)
+    env["TERM"] = "xterm-256color"
+    launch = [
+        PY, "-m", "tui_launch", "--standalone", "--nproc-per-node", "1", "--max-restarts", "0",
+        str(WORKERS / "escapes.py"), "--forever",
+    ]  # fmt: skip
+    command = shlex.join(["env", f"{TOKEN_VAR}={token}", "PYTHONUNBUFFERED=1", *launch])
+    command += '; echo "launcher exit status $?"'
+    tmux = Tmux(command, env, width=120, height=30)
+    try:
+        tmux.tmux("select-pane", "-t", tmux.session, "-T", "before-the-run")
+        title = tmux.pane("#{pane_title}")
+        assert title == "before-the-run", title
+        poll(tmux, "the escapes shown as text", 180, lambda s: "escapes 3: ^[]0;pwned-title" in s)
+        screen = tmux.screen()
+        assert "^[[5;5Hmoved" in screen and "^[[2J" in screen, screen
+        assert "RUNNING" in screen.splitlines()[0], screen  # no clear screen went through
+        assert tmux.pane("#{pane_title}") == title
+        tmux.keys("q")
+        poll(tmux, "the quit confirmation", 30, lambda s: "Stop the workers and quit?" in s)
+        tmux.keys("y")
+        poll(tmux, "the launcher to exit", 120, lambda s: tmux.pane("#{pane_dead}") == "1")
+        assert "launcher exit status 143" in tmux.history()
+        assert tmux.pane("#{pane_title}") == title
+        assert not wait_gone(token, 30)
+    finally:
+        tmux.close()
+        for pid in leftovers(token):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)

@@ -294,6 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
 DEMO_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "train_ddp.py")
 
 
+# --demo's length: about three minutes on 2 cores (or until q), long enough to try k and r
+# after the kill on purpose; at 12 epochs it was over in 23 s.
+DEMO_EPOCHS = 100
+
+
 def demo_argv() -> list[str]:
     """``--demo``: the example trainer, 2 workers, 3 restarts allowed."""
     return [
@@ -304,7 +309,7 @@ def demo_argv() -> list[str]:
         "3",
         DEMO_SCRIPT,
         "--epochs",
-        "12",
+        str(DEMO_EPOCHS),
         "--snapshot-path",
         demo_snapshot_path(),
     ]

@@ -65,10 +65,19 @@ class FaultExecutor:
                 inject.check_world_size([spec], world)
         except inject.InjectError as e:
             return False, str(e)
-        if spec.kind in inject.SHIM_KINDS and self._shim.path is None:
-            return False, self._shim.no_shim_reason(spec.kind)
+        refusal = self.refusal(spec.kind)
+        if refusal is not None:
+            return False, refusal
         self.injector.add(spec, source)
         return True, f"scheduled {spec.canonical()}"
+
+    def refusal(self, kind: str) -> str | None:
+        """Why this run cannot inject ``kind`` at all (None: it can). ``exit`` and
+        ``exception`` need the worker bootstrap, which only a worker started through it has:
+        the dashboard's menu greys them out with this reason instead of offering them."""
+        if kind in inject.SHIM_KINDS and self._shim.path is None:
+            return self._shim.no_shim_reason(kind)
+        return None
 
     def attempt_alive(self, attempt: int) -> bool:
         """Whether ``attempt`` is the current one and still being monitored (not ending)."""

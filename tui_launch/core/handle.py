@@ -152,6 +152,11 @@ class RunHandle(Protocol):
         """Schedule an ``--inject`` spec now: (ok, what was scheduled or why not)."""
         ...
 
+    def inject_refusal(self, kind: str) -> str | None:
+        """Why this run can never inject ``kind`` (``exit`` without the worker bootstrap);
+        None when it can."""
+        ...
+
     def exit_rank(self, local_rank: int, code: int, source: str = "api") -> bool:
         """Make a Python worker exit with ``code`` (needs the worker bootstrap)."""
         ...
@@ -280,6 +285,10 @@ class PartsHandle:
     def inject(self, text: str, source: str = "dashboard") -> tuple[bool, str]:
         """Parse ``text`` (an ``--inject`` spec) and schedule it now; (ok, what or why not)."""
         return self.faults.inject(text, source)
+
+    def inject_refusal(self, kind: str) -> str | None:
+        """Why this run can never inject ``kind``; None when it can."""
+        return self.faults.refusal(kind)
 
     def inject_fault(self, spec: InjectSpec, local_rank: int, fired: Fired) -> bool:
         """Do one firing of ``spec`` on ``local_rank`` (the :class:`Injector` calls this)."""

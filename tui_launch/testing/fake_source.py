@@ -44,6 +44,9 @@ class FakeSource:
     exit_code: int | None = None
     injected: list[str] = field(default_factory=list)
     dumps: dict[str, StackDump] = field(default_factory=dict)
+    # Whether the workers were started through the bootstrap (--inject-ready): without it, the
+    # fake refuses exit and exception with the runner's words.
+    inject_ready: bool = True
 
     def __post_init__(self) -> None:
         self._snap = Snapshot()
@@ -131,12 +134,24 @@ class FakeSource:
             parsed = parse_spec(spec)
         except InjectError as e:
             return False, str(e)
+        refusal = self.inject_refusal(parsed.kind)
+        if refusal is not None:
+            return False, refusal
         self.injected.append(spec)
         if parsed.kind == "hang":  # as the runner does: a stop through the control API
             for r in self._snap.ranks:
                 if r.global_rank == parsed.rank:
                     self.signal_rank(r.local_rank, signal.SIGSTOP, f"inject, {source}")
         return True, f"scheduled {parsed.canonical()}"
+
+    def inject_refusal(self, kind: str) -> str | None:
+        """The runner's refusal of ``exit``/``exception`` when not ``inject_ready``."""
+        from tui_launch.core.control import ShimDir
+        from tui_launch.core.inject import SHIM_KINDS
+
+        if kind in SHIM_KINDS and not self.inject_ready:
+            return ShimDir(False, no_python=False).no_shim_reason(kind)
+        return None
 
     def dump_stacks(self, reason: str = "key", source: str = "dashboard") -> StacksDumped | None:
         """A deterministic dump of the running ranks (rank 1 the odd one out), posted as the

@@ -158,6 +158,7 @@ ACTIONS: tuple[Action, ...] = (
         binding_id="log",
         bind=("l",),
         palette="Show the selected rank's log",
+        palette_help="its stdout and stderr; the view follows the selection",
         needs=Needs.RANK,
     ),
     Action(
@@ -168,6 +169,7 @@ ACTIONS: tuple[Action, ...] = (
         tooltip="All ranks' logs, merged",
         binding_id="merged",
         palette="Show all ranks' logs, merged",
+        palette_help="every line tagged with its rank",
     ),
     Action(
         "filter",
@@ -185,6 +187,7 @@ ACTIONS: tuple[Action, ...] = (
         tooltip="Show every log line again",
         binding_id="clear_filter",
         palette="Clear the log filter",
+        palette_help="show every log line again",
         needs=Needs.FILTER,
     ),
     Action(
@@ -211,6 +214,7 @@ ACTIONS: tuple[Action, ...] = (
         tooltip="Show the root-cause tab",
         binding_id="cause",
         palette="Show the root cause",
+        palette_help="the first failure: exit, signal, traceback, stderr",
     ),
     Action(
         "dump_stacks",
@@ -318,8 +322,7 @@ ACTIONS: tuple[Action, ...] = (
     Action(
         "detach",
         ("D",),
-        "detach: release the terminal, the job goes on in the background "
-        "(tuilaunch attach brings the cockpit back)",
+        "detach: the job goes on without this terminal",
         label="Detach",
         tooltip="Leave the job running without this terminal",
         binding_id="detach",
@@ -339,6 +342,7 @@ ACTIONS: tuple[Action, ...] = (
         binding_id="quit",
         bind=("q", "ctrl+c"),
         palette="Stop the job and quit",
+        palette_help="SIGTERM to the workers (SIGKILL after the timeout), then the summary",
         destructive=True,  # while the workers run
     ),
 )

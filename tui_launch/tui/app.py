@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from textual.app import ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -24,6 +25,7 @@ from textual.screen import Screen
 from tui_launch.core.store import Snapshot
 from tui_launch.tui import actions, render, render_ranks
 from tui_launch.tui.commands import RunCommands
+from tui_launch.tui.inert import inert
 from tui_launch.tui.logpane import LogPane
 from tui_launch.tui.logview import LogView
 from tui_launch.tui.progress_render import straggler_of
@@ -36,6 +38,9 @@ from tui_launch.tui.widgets import CachedPanel, KeyFooter
 
 NARROW_BELOW = 120  # columns: below this the side panels stack (see HORIZONTAL_BREAKPOINTS)
 PALETTE_HINT_FROM = 110  # columns: the footer's "^p palette" hint needs this much room
+# Textual's own palette entries that the dashboard has better: q (and its palette entry) stops
+# the job first, and ? lists every key.
+TEXTUAL_COMMANDS_LEFT_OUT = frozenset({"Quit", "Keys", "Hide keys and help panel"})
 
 
 class RunEnded(Message):
@@ -186,7 +191,9 @@ class Dashboard(RunCommands):
             self._gpus.show((tel,), render_ranks.gpu_panel, snap)
         # "Simulated" labels readings; a fake NVML that failed to open has none to label.
         simulated = tel is not None and tel.latest.simulated and bool(tel.latest.gpus)
-        title = "GPUs (simulated: fake NVML)" if simulated else "GPUs"
+        title = "GPUs"
+        if simulated:  # the long title is cut where the narrow layout's panel ends
+            title += " (sim.)" if self.size.width < NARROW_BELOW else " (simulated: fake NVML)"
         if self._gpus.border_title != title:
             self._gpus.border_title = title
         self._cause.show(
@@ -286,6 +293,14 @@ class Dashboard(RunCommands):
         log.clear()
         log.write_lines(lines)
         self._agent_key = key
+
+    def notify(self, message: str, **kwargs: Any) -> None:
+        """A toast, made inert and not read as markup: its words may come from a worker or
+        a journal (a stack verdict, an injection's message, a refusal)."""
+        kwargs.setdefault("markup", False)
+        if "title" in kwargs:
+            kwargs["title"] = inert(kwargs["title"])
+        super().notify(inert(message), **kwargs)
 
     # ---------------------------------------------------------------- actions
 
@@ -410,12 +425,16 @@ class Dashboard(RunCommands):
         self.push_screen("help")
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        """Command palette entries for the dashboard's actions."""
-        yield from super().get_system_commands(screen)
+        """Command palette entries for the dashboard's actions, after Textual's own that
+        still make sense here (theme, screenshot, maximize): its "Quit" duplicated ours, and
+        its "Keys" panel the help (?)."""
+        for command in super().get_system_commands(screen):
+            if command.title not in TEXTUAL_COMMANDS_LEFT_OUT:
+                yield command
         for action in actions.palette():
             if self.check_action(action.name, ()):
                 callback = getattr(self, f"action_{action.name}")
-                yield SystemCommand(action.palette, action.palette_help or action.palette, callback)
+                yield SystemCommand(action.palette, action.palette_help, callback)
 
 
 def _steps_key(snap: Snapshot, second: int) -> tuple[object, ...] | None:

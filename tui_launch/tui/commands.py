@@ -100,7 +100,18 @@ class RunCommands(App[int]):
             ok, message = self.source.inject(spec, "dashboard")
             self.notify(message, severity="information" if ok else "error")
 
-        self.push_screen(InjectScreen(who, row.global_rank), done)
+        # Kinds this run can never do (exit, exception without --inject-ready) are shown
+        # greyed out with the reason, not offered and then refused.
+        from tui_launch.core.inject import KINDS
+
+        refusal: Callable[[str], str | None] | None = getattr(self.source, "inject_refusal", None)
+        refusals: dict[str, str] = {}
+        if refusal is not None:
+            for kind in KINDS:
+                why = refusal(kind)
+                if why:
+                    refusals[kind] = why
+        self.push_screen(InjectScreen(who, row.global_rank, refusals), done)
 
     def action_restart(self) -> None:
         """Restart the whole local worker group without spending the failure budget."""
@@ -118,7 +129,9 @@ class RunCommands(App[int]):
 
     def action_dump_stacks(self) -> None:
         """Dump every rank's stacks on this node, off the UI thread; show the Stacks tab."""
-        self.notify("dumping every rank's stacks...")
+        # Briefly: the Stacks tab comes to the front with the result, and a toast that stays
+        # covers half of it on 80x24.
+        self.notify("dumping every rank's stacks...", timeout=2)
         self._dump_in_thread()
 
     @work(thread=True, exit_on_error=False, group="stacks", exclusive=False)
@@ -131,9 +144,8 @@ class RunCommands(App[int]):
         if event is None:
             self.notify("no rank runs: nothing to dump", severity="error")
             return
+        # The tab's first lines are the verdict: no toast repeating it over the stacks.
         self.show_stacks_tab()
-        verdict = getattr(event, "verdict", "")
-        self.notify(f"stacks: {verdict}", severity="information")
 
     def action_quit_job(self) -> None:
         """Quit; a running job is stopped first (SIGTERM, then SIGKILL after the timeout)."""

@@ -40,6 +40,8 @@ from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 from textual.widgets import Log
 
+from tui_launch.tui.inert import inert_lines
+
 __all__ = ["LogView"]
 
 
@@ -73,9 +75,12 @@ class LogView(Log):
         return tail
 
     def write_lines(self, lines: Iterable[str], scroll_end: bool | None = None) -> LogView:
-        """Append lines (above the tail); scroll to the end when following."""
+        """Append lines (above the tail); scroll to the end when following.
+
+        Every line is made inert first (:mod:`tui_launch.tui.inert`): a worker's escape
+        sequences must not reach the terminal."""
         tail = self._take_tail()
-        lines = list(lines)
+        lines = inert_lines(lines)
         super().write_lines([*lines, *tail], scroll_end)
         self._tail = tail
         self._scroll_update(self.virtual_size)
@@ -83,6 +88,7 @@ class LogView(Log):
 
     def set_tail(self, tail: list[str], scroll_end: bool | None = None) -> LogView:
         """Show ``tail`` as the last lines, in place of the previous tail (one line each)."""
+        tail = inert_lines(tail)
         if tail == self._tail:
             return self
         old = len(self._take_tail())
@@ -188,7 +194,13 @@ class LogView(Log):
         # selection needs), so a scroll re-uses every line already rendered - as long as line
         # numbers stay put (see _prune_max_lines).
         line = self._render_line_strip(y, rich_style)
-        return line.crop_extend(scroll_x, scroll_x + width, rich_style).apply_offsets(scroll_x, y)
+        shown = line.crop_extend(scroll_x, scroll_x + width, rich_style)
+        if line.cell_length > scroll_x + width and width > 1:
+            # The line goes on past the right edge: say so with a "…" in its last cell, rather
+            # than cut it where a word, a number or a path happens to end.
+            more = Segment("…", rich_style + Style(dim=True))
+            shown = Strip([*shown.crop(0, width - 1), more], width)
+        return shown.apply_offsets(scroll_x, y)
 
     def _render_line_strip(self, y: int, rich_style: Style) -> Strip:
         if self.text_selection is not None:

@@ -39,10 +39,12 @@ def straggler_of(s: Snapshot) -> int | None:
 
 
 def progress_cells(
-    r: RankView, view: ProgressView | None, straggler: int | None = None
+    r: RankView, view: ProgressView | None, straggler: int | None = None, hung: bool = False
 ) -> tuple[Text, Text, Text]:
     """The ``step``, ``steps/s`` and ``ETA`` cells of one rank (``-`` if it prints none;
-    ``straggler?`` in the step cell of the rank inferred to hold the others back)."""
+    ``straggler?`` in the step cell of the rank inferred to hold the others back). A rank
+    that is stalled or ``hung`` has no ETA (``—``): the one computed from its last rate would
+    promise an end that is not coming."""
     dash = Text("-", style="dim")
     p = view.rank(r.global_rank, r.attempt) if view is not None else None
     if r.global_rank == straggler:
@@ -62,7 +64,10 @@ def progress_cells(
             (" slow" if flag == "slow" else "", "bold yellow"),
         )
     done = r.exit_code is not None
-    eta = Text(fmt_duration(p.eta) if p.eta is not None and not done else "-")
+    if (flag == "stalled" or hung) and not done:
+        eta = Text("—", style="dim")
+    else:
+        eta = Text(fmt_duration(p.eta) if p.eta is not None and not done else "-")
     return step, rate, eta
 
 
@@ -82,10 +87,12 @@ def header_progress(s: Snapshot) -> Text:
     if job.total:
         t.append(f" {100 * job.step / job.total:.0f}%")
     t.append(f"  {fmt_rate(job.rate)}/s")
-    if job.eta is not None:
-        t.append(f"  ETA {fmt_duration(job.eta)}")
-    t.append(f"  from rank {job.global_rank}", style="dim")
     flags = sorted({w for _, w in view.active})
+    if job.eta is not None:
+        # No ETA while the job is stalled or hung: the last rate no longer predicts anything.
+        stuck = "stalled" in flags or bool(s.hung_ranks)
+        t.append(f"  ETA {'—' if stuck else fmt_duration(job.eta)}")
+    t.append(f"  from rank {job.global_rank}", style="dim")
     if "stalled" in flags:
         t.append(f"  STALLED {fmt_duration(job.stalled_for)}", style="bold red")
     elif "slow" in flags:

@@ -191,7 +191,7 @@ def rendezvous_panel(s: Snapshot, now: float) -> RenderableType:
 def restarts_panel(s: Snapshot, now: float) -> RenderableType:
     """Restart counters and the attempt timeline."""
     head = Table.grid(padding=(0, 1))
-    head.add_column(style="dim")
+    head.add_column(style="dim", no_wrap=True)  # "budget left" on one line, even at 80x24
     head.add_column()
     head.add_row("on failure", f"{s.failure_restarts} / {s.max_restarts}")
     head.add_row("budget left", str(s.budget_left))

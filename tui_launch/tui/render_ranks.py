@@ -6,7 +6,10 @@ that shows the cells is :class:`~tui_launch.tui.table.WorkersTable`.
 
 from __future__ import annotations
 
-from rich.console import RenderableType
+from collections.abc import Callable
+
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.text import Text
 
 from tui_launch.core import errors
@@ -40,9 +43,30 @@ def _gb(n: int | None) -> str:
     return f"{gib:.0f}" if gib >= 10 else f"{gib:.1f}"
 
 
+GPU_FULL_WIDTH = 40  # cells: below this (the stacked side panels of a narrow screen) one
+# short line per GPU: utilisation and memory first, then what else fits.
+NARROW_GPU_LINES = 5  # what the stacked panel holds (dashboard.tcss: max-height 7, borders)
+
+
+class ByWidth:
+    """A renderable made for the width it is given (a panel's width is the layout's to say)."""
+
+    def __init__(self, make: Callable[[int], RenderableType]) -> None:
+        self.make = make
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.make(options.max_width)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self.make(options.max_width))
+
+
 def gpu_panel(s: Snapshot) -> RenderableType:
     """Per-GPU utilisation and memory (sparkline and numbers), temperature and power; or one
-    line saying why there is nothing (no NVML, no devices, sampling off, NVML lost)."""
+    line saying why there is nothing (no NVML, no devices, sampling off, NVML lost).
+
+    On a narrow screen (below :data:`GPU_FULL_WIDTH` cells) each GPU gets one short line,
+    so that its figures are not cut where the panel ends."""
     tel = s.telemetry
     if tel is None:
         return Text("no telemetry yet", style="dim")
@@ -50,7 +74,13 @@ def gpu_panel(s: Snapshot) -> RenderableType:
     if not latest.gpus:
         style = "yellow" if latest.gpu_state in ("lost", "error", "permission") else "dim"
         return Text(latest.gpu_note, style=style)
+    return ByWidth(lambda width: _gpu_text(tel, width))
+
+
+def _gpu_text(tel: TelemetryView, width: int) -> Text:
+    latest = tel.latest
     compact = len(latest.gpus) > 4
+    narrow = width < GPU_FULL_WIDTH
     on_gpu: dict[int, list[str]] = {}
     for r in latest.ranks:
         for i in r.gpus:
@@ -58,7 +88,10 @@ def gpu_panel(s: Snapshot) -> RenderableType:
                 ("~" if r.mapping == "inferred" else "") + str(r.local_rank)
             )
     out = Text()
-    for pos, g in enumerate(latest.gpus):
+    gpus = latest.gpus
+    if narrow and len(gpus) > NARROW_GPU_LINES:
+        gpus = gpus[: NARROW_GPU_LINES - 1]  # and a last line that counts the others
+    for pos, g in enumerate(gpus):
         if pos:
             out.append("\n")
         util_h = tel.gpu_util[pos] if pos < len(tel.gpu_util) else ()
@@ -72,6 +105,18 @@ def gpu_panel(s: Snapshot) -> RenderableType:
         mem = f"{_gb(g.mem_used)}/{_gb(g.mem_total)}G"
         temp = f"{g.temp}°C" if g.temp is not None else "-°C"
         power = f"{g.power:.0f}W" if g.power is not None else "-W"
+        if narrow:
+            # "0  56% 12/80G", then a sparkline and the temperature as far as they fit.
+            out.append(f"{g.index} ", style="bold")
+            out.append(util, style="bold")
+            out.append(f" {mem}")
+            room = width - (len(str(g.index)) + 1 + len(util) + 1 + len(mem))
+            if room >= 4 + len(temp):
+                out.append(f" {temp}", style="dim")
+                room -= 1 + len(temp)
+            if room >= 3:
+                out.append(" " + spark(util_h, min(8, room - 1)), style="green")
+            continue
         if compact:
             out.append(f"{g.index} ", style="bold")
             out.append(spark(util_h, 8), style="green")
@@ -92,7 +137,9 @@ def gpu_panel(s: Snapshot) -> RenderableType:
         out.append("  mem ", style="dim")
         out.append(spark(mem_h, 5), style="magenta")
         out.append(f" {mem}")
-    if any(r.mapping == "inferred" for r in latest.ranks):
+    if len(gpus) < len(latest.gpus):
+        out.append(f"\n+{len(latest.gpus) - len(gpus)} more GPUs", style="dim")
+    if not narrow and any(r.mapping == "inferred" for r in latest.ranks):
         out.append("\n~ inferred (pids in another namespace)", style="dim")
     if latest.gpu_state != "ok" or ";" in latest.gpu_note:
         out.append("\n" + latest.gpu_note.split("; ", 1)[-1], style="yellow")
@@ -168,7 +215,7 @@ def rank_cells(
         str(r.pid),
         state,
         exit_text,
-        *(progress_cells(r, progress, straggler) if progress is not None else ()),
+        *(progress_cells(r, progress, straggler, hung) if progress is not None else ()),
         cpu,
         rss,
         gpu,

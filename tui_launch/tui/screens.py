@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, OptionList, Static
 from textual.widgets.option_list import Option
@@ -46,14 +48,32 @@ class HelpScreen(ModalScreen[None]):
         self.rows = rows
 
     def compose(self) -> ComposeResult:
-        width = max(len(k) for k, _ in self.rows) + 2
-        text = "\n".join(f"{k.ljust(width)}{desc}" for k, desc in self.rows)
+        # Two columns: a description too long for one line wraps under itself, not under the
+        # keys. The rows scroll when the terminal is shorter than the list (24 lines).
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True)
+        grid.add_column(ratio=1)
+        for keys, desc in self.rows:
+            grid.add_row(Text(keys), Text(desc))  # as written: "[" and "]" are keys, not markup
         with Vertical(id="help-box"):
             yield Static("tuilaunch keys", id="help-title")
-            yield Static(text, id="help-text")
+            with VerticalScroll(id="help-rows"):
+                yield Static(grid, id="help-text")
             yield Static(
                 "Destructive keys ask y/n unless --no-confirm.  Esc closes.", id="help-foot"
             )
+
+    def on_mount(self) -> None:
+        self._fit()
+        self.query_one("#help-rows").focus()  # up/down, PageUp/PageDown scroll the rows
+
+    def on_resize(self) -> None:
+        self._fit()
+
+    def _fit(self) -> None:
+        # The rows get what the screen leaves after the box's border, padding, title and foot
+        # (10 lines): on 80x24 they scroll instead of running off the screen.
+        self.query_one("#help-rows").styles.max_height = max(3, self.size.height - 10)
 
     def action_close(self) -> None:
         self.dismiss(None)
@@ -79,7 +99,9 @@ class InjectScreen(ModalScreen[str | None]):
         "node": "",
     }
 
-    def __init__(self, who: str, global_rank: int) -> None:
+    def __init__(self, who: str, global_rank: int, refusals: dict[str, str] | None = None) -> None:
+        """``refusals``: the kinds this run can never inject, with why (``exit`` and
+        ``exception`` without the worker bootstrap): listed greyed out, not selectable."""
         # The injection grammar is imported when the menu opens, not with the dashboard (an
         # attach or a replay waits for its first frame while the dashboard's modules load).
         from tui_launch.core.inject import KINDS
@@ -87,16 +109,29 @@ class InjectScreen(ModalScreen[str | None]):
         super().__init__()
         self.who = who
         self.global_rank = global_rank
-        self.kind = KINDS[0]
+        self.refusals = dict(refusals or {})
+        self.kind = next(k for k in KINDS if k not in self.refusals)  # kill is never refused
 
     def compose(self) -> ComposeResult:
         from tui_launch.core.inject import KIND_HELP, KINDS
 
         width = max(len(k) for k in KINDS) + 2
-        options = [Option(f"{k.ljust(width)}{KIND_HELP[k]}", id=k) for k in KINDS]
+        options = [
+            Option(
+                f"{k.ljust(width)}{KIND_HELP[k]}"
+                if k not in self.refusals
+                else f"{k.ljust(width)}not in this run (see below)",
+                id=k,
+                disabled=k in self.refusals,
+            )
+            for k in KINDS
+        ]
         with Vertical(id="inject-box"):
             yield Static(f"Inject a failure into {self.who}", id="inject-title")
             yield OptionList(*options, id="inject-kinds")
+            refused = Static(_refused_text(self.refusals), id="inject-refused", markup=False)
+            refused.display = bool(self.refusals)
+            yield refused
             yield Static("", id="inject-keys-help")
             yield Input(value=self.PRESETS[self.kind], id="inject-keys")
             yield Static("", id="inject-error")
@@ -158,3 +193,13 @@ class InjectScreen(ModalScreen[str | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+def _refused_text(refusals: dict[str, str]) -> str:
+    """One sentence per reason, naming every kind it holds for: ``exit`` and ``exception``
+    are refused for the same reason, which the menu says once (``exit/exception injection
+    needs ...``)."""
+    kinds_by_reason: dict[str, list[str]] = {}
+    for kind, why in refusals.items():
+        kinds_by_reason.setdefault(why.replace(kind, "\0"), []).append(kind)
+    return "\n".join(t.replace("\0", "/".join(k)) for t, k in kinds_by_reason.items())

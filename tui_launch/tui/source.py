@@ -60,6 +60,10 @@ class Source(Protocol):
         """Whether this rank was stopped from here (or an injection) and not continued."""
         ...
 
+    # A source may also define ``inject_refusal(kind) -> str | None``: why its run can never
+    # inject ``kind`` (the inject menu greys that kind out with the reason). A source without
+    # it (an attach --control, whose launcher answers the injection itself) offers every kind.
+
     def dump_stacks(self, reason: str = "key", source: str = "dashboard") -> StacksDumped | None:
         """Dump every live rank's stacks (takes up to seconds: never on the UI thread)."""
         ...
@@ -128,6 +132,10 @@ class LiveSource:
     def inject(self, spec: str, source: str = "dashboard") -> tuple[bool, str]:
         """Schedule an injection in the run."""
         return self.runner.inject(spec, source)
+
+    def inject_refusal(self, kind: str) -> str | None:
+        """Why the run can never inject ``kind`` (None: it can)."""
+        return self.runner.inject_refusal(kind)
 
     def dump_stacks(self, reason: str = "key", source: str = "dashboard") -> StacksDumped | None:
         """Dump every live rank's stacks through the run's control API."""

@@ -18,6 +18,8 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from tui_launch.tui.inert import inert_renderable
+
 
 class CachedPanel(Static):
     """A ``Static`` that redraws only when what it shows changed, and lays out only when its
@@ -36,11 +38,14 @@ class CachedPanel(Static):
         self._height: int | None = None
 
     def show(self, key: object, make: Callable[..., RenderableType], *args: object) -> None:
-        """Show ``make(*args)`` unless ``key`` is the key of what is shown already."""
+        """Show ``make(*args)`` unless ``key`` is the key of what is shown already.
+
+        The content is made inert (:mod:`tui_launch.tui.inert`): a panel shows text from the
+        workers and the journal (tracebacks, stacks, node errors), never their escapes."""
         if self._key == key:
             return
         self._key = key
-        content = make(*args)
+        content = inert_renderable(make(*args))
         if isinstance(content, Text) and content == self._text:
             return  # a new key, the same words (the GPU panel's "no GPU" line, every sample)
         self._text = content if isinstance(content, Text) else None
