@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import sys
 import socket
 import time
 import uuid
@@ -240,3 +241,168 @@ def test_own_lines_filter_only_drops_torch_warnings():
         "/elsewhere/mod.py:1: UserWarning: kept",
         "  kept source",
     ]
+
+
+# --------------------------------------------------------------------------- absurd values
+#
+# Each of these used to start (or half-start) something: a dashboard that never drew, memory
+# growing 250 MB/s, a pybind TypeError, a traceback, directories created, a symlink followed,
+# signals silently not handled, a run directory outside --log-dir, a timer thread dying. Now
+# each is one line and exit 2 before anything exists: no run directory, no journal, no log
+# directory, no run-index entry, no torch temp directory, no process.
+
+BIG = "99999999999999999999999"
+
+
+def _isolated(tmp_path: Path) -> tuple[dict[str, str], Path, Path]:
+    """An environment whose run index and temp directory are this test's own, empty; the
+    ``--log-dir`` to give (not created); the directory that must stay empty."""
+    home = tmp_path / "home"
+    (home / "index").mkdir(parents=True, mode=0o700)
+    (home / "tmp").mkdir()
+    env = base_env(
+        TUILAUNCH_TEST_TOKEN=uuid.uuid4().hex,
+        XDG_RUNTIME_DIR=str(home / "index"),
+        XDG_STATE_HOME=str(home / "index"),
+        TMPDIR=str(home / "tmp"),
+    )
+    return env, home / "logs", home
+
+
+def _nothing_created(home: Path) -> None:
+    made = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+    assert made == ["index", "tmp"], made
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        pytest.param(["--refresh-hz", "1e9"], ["--refresh-hz", "60"], id="refresh-hz-1e9"),
+        pytest.param(["--refresh-hz", "0"], ["--refresh-hz", "60"], id="refresh-hz-0"),
+        pytest.param(["--refresh-hz", "nan"], ["--refresh-hz"], id="refresh-hz-nan"),
+        pytest.param(
+            ["--nproc-per-node", BIG], ["--nproc-per-node", "workers per node"], id="nproc-huge"
+        ),
+        pytest.param(["--nnodes", BIG], ["--nnodes", "32-bit"], id="nnodes-huge"),
+        pytest.param(["--nnodes", f"1:{BIG}"], ["--nnodes", "32-bit"], id="nnodes-max-huge"),
+        pytest.param(
+            ["--signals-to-handle", "SIGTERM,SIGBOGUS"],
+            ["--signals-to-handle", "'SIGBOGUS'", "not a signal"],
+            id="signal-bogus",
+        ),
+        pytest.param(
+            ["--signals-to-handle", "SIGKILL"], ["--signals-to-handle", "SIGKILL"], id="signal-kill"
+        ),
+        pytest.param(["--rdzv-id", "../../x"], ["--rdzv-id", "'../../x'", "'/'"], id="rdzv-id-up"),
+        pytest.param(["--gpu-interval", "inf"], ["--gpu-interval", "finite"], id="gpu-interval-inf"),
+        pytest.param(["--gpu-interval", "1e20"], ["--gpu-interval", "a year"], id="gpu-interval-1e20"),
+        pytest.param(["--hang-timeout", "nan"], ["--hang-timeout", "finite"], id="hang-timeout-nan"),
+        pytest.param(
+            ["--stack-samples", "inf"], ["--stack-samples", "finite"], id="stack-samples-inf"
+        ),
+        pytest.param(
+            ["--journal-samples", "1e300"], ["--journal-samples", "a year"], id="journal-samples-huge"
+        ),
+        pytest.param(
+            ["--monitor-interval", "inf"], ["--monitor-interval", "finite"], id="monitor-interval-inf"
+        ),
+        pytest.param(
+            ["--inject", "kill:after=100000000000000000000s"],
+            ["--inject", "after", "at most a year"],
+            id="inject-after-1e20s",
+        ),
+        pytest.param(
+            ["--inject", "hang:for=9999999h"], ["--inject", "for", "at most a year"], id="inject-for-huge"
+        ),
+    ],
+)
+def test_absurd_value(tuilaunch, tmp_path, argv, needles):
+    env, logs, home = _isolated(tmp_path)
+    launch = tuilaunch("--log-dir", str(logs), *argv, NOOP, env=env)
+    check_usage_error(launch, *needles)
+    _nothing_created(home)
+
+
+def test_signals_to_handle_known_names_still_work(tuilaunch, tmp_path):
+    """The check refuses only what is not a catchable signal: torch's default list passes."""
+    env, logs, _home = _isolated(tmp_path)
+    launch = tuilaunch(
+        "--log-dir", str(logs), "--signals-to-handle", "SIGTERM,SIGINT,SIGUSR1", NOOP, env=env
+    )
+    assert launch.wait(120) == 0, launch.output[-3000:]
+
+
+def test_journal_is_a_directory(tuilaunch, tmp_path):
+    env, logs, home = _isolated(tmp_path)
+    target = home / "tmp"
+    launch = tuilaunch("--log-dir", str(logs), "--journal", str(target), NOOP, env=env)
+    check_usage_error(launch, "--journal", str(target), "is a directory")
+    _nothing_created(home)
+
+
+def test_journal_in_a_missing_directory(tuilaunch, tmp_path):
+    """torch-free and silent before: the directories were created; now they must exist."""
+    env, logs, home = _isolated(tmp_path)
+    target = home / "no" / "such" / "dir" / "j.jsonl"
+    launch = tuilaunch("--log-dir", str(logs), "--journal", str(target), NOOP, env=env)
+    check_usage_error(launch, "--journal", str(target.parent), "does not exist")
+    _nothing_created(home)
+
+
+def test_journal_through_another_users_symlink(tuilaunch, tmp_path):
+    """A shared sticky directory (as /tmp) where another user planted journal.jsonl as a
+    symlink to a file of ours: the journal is refused, the file is not appended to."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a symlink another owner (os.lchown)")
+    env, logs, home = _isolated(tmp_path)
+    victim = tmp_path / "precious.txt"
+    victim.write_text("mine\n")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    link = shared / "journal.jsonl"
+    link.symlink_to(victim)
+    os.lchown(link, 54321, 54321)
+    launch = tuilaunch("--log-dir", str(logs), "--journal", str(link), NOOP, env=env)
+    check_usage_error(launch, "--journal", str(link), "symbolic link", "54321")
+    assert victim.read_text() == "mine\n"
+    _nothing_created(home)
+
+
+def test_journal_through_own_symlink_is_followed(tuilaunch, tmp_path):
+    """Our own symlink is followed: the check is about someone else's."""
+    env, logs, _home = _isolated(tmp_path)
+    real = tmp_path / "real.jsonl"
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    launch = tuilaunch("--log-dir", str(logs), "--journal", str(link), NOOP, env=env)
+    assert launch.wait(120) == 0, launch.output[-3000:]
+    assert '"kind": "run_finished"' in real.read_text()
+
+
+def test_replay_refresh_hz_absurd(tmp_path):
+    """`tuilaunch replay --refresh-hz 1e9` opened a dashboard that never drew, at 100 % CPU,
+    deaf to q, ^C and SIGTERM; now it is one line and exit 2 (the journal is a real one)."""
+    from tui_launch.core.journal import Journal
+    from tui_launch.testing import builders
+
+    journal = tmp_path / "journal.jsonl"
+    writer = Journal(str(journal))
+    writer.write(builders.run_started())
+    writer.close()
+    for hz in ("1e9", "0", "-1", "inf", "x"):
+        env = base_env(TUILAUNCH_TEST_TOKEN=uuid.uuid4().hex)
+        launch = Launch(
+            [sys.executable, "-m", "tui_launch", "replay", str(journal), "--refresh-hz", hz],
+            ROOT,
+            env,
+        )
+        try:
+            code = launch.wait(timeout=60)
+        finally:
+            launch.kill()
+        assert code == 2, (hz, launch.output)
+        lines = own_lines(launch.stderr)
+        assert len(lines) == 1 and "Traceback" not in launch.output, (hz, launch.stderr)
+        assert lines[0].startswith("tuilaunch replay: error: --refresh-hz"), (hz, lines[0])
+        assert leftovers(launch.token) == []

@@ -31,6 +31,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tui_launch.core.validate import MAX_SECONDS
+
 KINDS = ("kill", "hang", "slow", "exit", "exception", "node")
 COMMON_KEYS: dict[str, str] = {"rank": "0", "after": "0s", "attempt": "any", "times": "1"}
 # Each kind's own keys and their defaults, as shown in --help and the dashboard's menu.
@@ -119,7 +121,12 @@ def parse_duration(value: str) -> float:
     m = _DURATION.match(value.strip().lower())
     if not m:
         raise ValueError(value)
-    return float(m.group(1)) * _UNITS[m.group(2)]
+    seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    # A timer given 1e20 s dies with an OverflowError in its thread: the injection would
+    # silently never fire. Nothing a rehearsal means lies more than a year away.
+    if not seconds <= MAX_SECONDS:
+        raise ValueError(value)
+    return seconds
 
 
 def parse_signal(value: str) -> signal.Signals:
@@ -227,9 +234,9 @@ def _value(key: str, value: str) -> dict[str, Any]:
 
 _EXPECTED = {
     "rank": "a global rank >= 0, or random",
-    "after": "a duration such as 500ms, 10s, 2m",
-    "for": "a duration such as 500ms, 10s, 2m",
-    "period": "a duration > 0 such as 500ms, 1s",
+    "after": "a duration such as 500ms, 10s, 2m; at most a year",
+    "for": "a duration such as 500ms, 10s, 2m; at most a year",
+    "period": "a duration > 0 such as 500ms, 1s; at most a year",
     "attempt": "an attempt number >= 0, or any",
     "times": "a count >= 1",
     "signal": "a signal name such as SIGTERM, SIGSEGV, SIGABRT, SIGINT",
