@@ -147,6 +147,7 @@ def _parse_and_run(argv: list[str] | None, given: list[str], pool: WarmPool | No
         validate,
         validate_dump_options,
         validate_injections,
+        validate_log_dir,
         validate_warm,
     )
 
@@ -156,6 +157,7 @@ def _parse_and_run(argv: list[str] | None, given: list[str], pool: WarmPool | No
         validate_injections(args, opts.inject)
         validate_dump_options(args, opts.dump_via_faulthandler)
         validate_warm(args, opts.warm_start)
+        validate_log_dir(args)  # last: it creates the directory
     except UsageError as e:
         print(f"tuilaunch: error: {e}", file=sys.stderr)
         return USAGE_ERROR

@@ -220,6 +220,11 @@ def validate(args: argparse.Namespace) -> None:
     _check_backend(args.rdzv_backend, args.standalone)
     _check_logs_specs(getattr(args, "logs_specs", None))
     _check_script(args)
+
+
+def validate_log_dir(args: argparse.Namespace) -> None:
+    """``--log-dir``: created and probed for writing, so it comes after every other check
+    (a refused launch must leave no directory behind). Raises UsageError."""
     if args.log_dir:
         _check_log_dir(args.log_dir)
 
