@@ -18,14 +18,25 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import sys
+import shutil
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, WORKERS, Launch, base_env, leftovers, tuilaunch_cmd, wait_gone
+from conftest import (
+    ROOT,
+    WORKERS,
+    Launch,
+    base_env,
+    leftovers,
+    tuilaunch_cmd,
+    wait_for,
+    wait_gone,
+)
 
 NOOP = str(WORKERS / "noop.py")
 RUN_ERROR = "[tuilaunch] run error (exit code 1): "
@@ -294,17 +305,27 @@ def _nothing_created(home: Path) -> None:
             ["--signals-to-handle", "SIGKILL"], ["--signals-to-handle", "SIGKILL"], id="signal-kill"
         ),
         pytest.param(["--rdzv-id", "../../x"], ["--rdzv-id", "'../../x'", "'/'"], id="rdzv-id-up"),
-        pytest.param(["--gpu-interval", "inf"], ["--gpu-interval", "finite"], id="gpu-interval-inf"),
-        pytest.param(["--gpu-interval", "1e20"], ["--gpu-interval", "a year"], id="gpu-interval-1e20"),
-        pytest.param(["--hang-timeout", "nan"], ["--hang-timeout", "finite"], id="hang-timeout-nan"),
+        pytest.param(
+            ["--gpu-interval", "inf"], ["--gpu-interval", "finite"], id="gpu-interval-inf"
+        ),
+        pytest.param(
+            ["--gpu-interval", "1e20"], ["--gpu-interval", "a year"], id="gpu-interval-1e20"
+        ),
+        pytest.param(
+            ["--hang-timeout", "nan"], ["--hang-timeout", "finite"], id="hang-timeout-nan"
+        ),
         pytest.param(
             ["--stack-samples", "inf"], ["--stack-samples", "finite"], id="stack-samples-inf"
         ),
         pytest.param(
-            ["--journal-samples", "1e300"], ["--journal-samples", "a year"], id="journal-samples-huge"
+            ["--journal-samples", "1e300"],
+            ["--journal-samples", "a year"],
+            id="journal-samples-huge",
         ),
         pytest.param(
-            ["--monitor-interval", "inf"], ["--monitor-interval", "finite"], id="monitor-interval-inf"
+            ["--monitor-interval", "inf"],
+            ["--monitor-interval", "finite"],
+            id="monitor-interval-inf",
         ),
         pytest.param(
             ["--inject", "kill:after=100000000000000000000s"],
@@ -312,7 +333,9 @@ def _nothing_created(home: Path) -> None:
             id="inject-after-1e20s",
         ),
         pytest.param(
-            ["--inject", "hang:for=9999999h"], ["--inject", "for", "at most a year"], id="inject-for-huge"
+            ["--inject", "hang:for=9999999h"],
+            ["--inject", "for", "at most a year"],
+            id="inject-for-huge",
         ),
     ],
 )
@@ -406,3 +429,191 @@ def test_replay_refresh_hz_absurd(tmp_path):
         assert len(lines) == 1 and "Traceback" not in launch.output, (hz, launch.stderr)
         assert lines[0].startswith("tuilaunch replay: error: --refresh-hz"), (hz, lines[0])
         assert leftovers(launch.token) == []
+
+
+# --------------------------------------------------------------------------- lost rendezvous
+#
+# "nothing answered there ... give it is_host=1" was said for every RendezvousConnectionError,
+# even 10 s into a run whose rendezvous had completed. What the launcher saw now decides:
+# a store that answered and then went away is "lost"; an etcd server, "stopped answering"; a
+# round already complete without this node, another launch with the same --rdzv-id.
+
+ELASTIC = str(WORKERS / "elastic.py")
+FAST_RDZV = "join_timeout=40,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+
+
+def _rdzv_args(backend: str, endpoint: str, run_id: str, nnodes: str) -> list[str]:
+    return [
+        "--nproc-per-node", "1", "--monitor-interval", "0.2", "--max-restarts", "0",
+        "--nnodes", nnodes, "--rdzv-backend", backend, "--rdzv-endpoint", endpoint,
+        "--rdzv-id", run_id, "--rdzv-conf", FAST_RDZV,
+    ]  # fmt: skip
+
+
+def _ranks_up(log: Path, count: int, timeout: float = 90) -> None:
+    wait_for(
+        lambda: len(log.read_text().splitlines()) >= count, timeout, what=f"{count} rank(s) up"
+    )
+
+
+def _lost_line(launch: Launch) -> str:
+    """Exit 1, no traceback, one run-error line that is not the never-connected one."""
+    code = launch.wait(timeout=120)
+    assert code == 1, launch.output[-4000:]
+    # The workers' own tracebacks ("[rank1]: Traceback ...") are theirs; the launcher has none.
+    assert not any(ln.startswith("Traceback") for ln in launch.stderr.splitlines())
+    errors = [ln for ln in launch.stderr.splitlines() if ln.startswith(RUN_ERROR)]
+    assert len(errors) == 1, launch.stderr[-4000:]
+    line = errors[0]
+    assert "nothing answered" not in line and "is_host" not in line, line
+    assert wait_gone(launch.token, 10) == []
+    return line
+
+
+def _listener(pids: list[int], port: int) -> int | None:
+    import psutil
+
+    for pid in pids:
+        proc = psutil.Process(pid)
+        conns = getattr(proc, "net_connections", proc.connections)(kind="tcp")
+        if any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in conns):
+            return pid
+    return None
+
+
+def test_store_host_lost_mid_run(tuilaunch, tmp_path):
+    """Two nodes on c10d; the launcher hosting the store is SIGKILLed once both ranks run:
+    the other says it lost the store, and until when it answered."""
+    port = free_port()
+    endpoint = f"127.0.0.1:{port}"
+    log, stop = tmp_path / "ranks.log", tmp_path / "stop"
+    log.touch()
+    args = [*_rdzv_args("c10d", endpoint, "lost-host", "2"), ELASTIC, str(log), str(stop)]
+    a = tuilaunch(*args)
+    b = tuilaunch(*args)
+    _ranks_up(log, 2)
+    host = wait_for(lambda: _listener([a.pid, b.pid], port), 30, what="the store's host")
+    survivor = b if host == a.pid else a
+    killed_at = time.time()
+    (a if survivor is b else b).kill()
+    line = _lost_line(survivor)
+    assert f"lost the rendezvous store at {endpoint}" in line, line
+    until = re.search(r"answered until at least (\d\d):(\d\d):(\d\d)", line)
+    assert until, line
+    seen = time.localtime(killed_at)
+    told = seen.tm_hour * 3600 + seen.tm_min * 60 + seen.tm_sec
+    said = int(until[1]) * 3600 + int(until[2]) * 60 + int(until[3])
+    assert 0 <= (told - said) % 86400 <= 60, (line, time.strftime("%H:%M:%S", seen))
+
+
+@pytest.fixture
+def etcd_server(tmp_path):
+    """A real etcd (v2 API on), on free loopback ports, that the test may stop."""
+    exe = shutil.which("etcd")
+    if exe is None:
+        pytest.skip("etcd is not installed (Debian: apt-get install etcd-server)")
+    pytest.importorskip("etcd", reason="python-etcd (the test extra) is not installed")
+    client, peer = free_port(), free_port()
+    data = tmp_path / "etcd"
+    with open(tmp_path / "etcd.log", "w") as err:
+        proc = subprocess.Popen(
+            [
+                exe,
+                "--enable-v2",
+                "--data-dir",
+                str(data),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{client}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{client}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{peer}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        import etcd
+
+        def up() -> bool:
+            try:
+                etcd.Client(host="127.0.0.1", port=client).read("/")
+                return True
+            except Exception:
+                return False
+
+        wait_for(up, 20, what="etcd to answer")
+        yield proc, f"127.0.0.1:{client}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+def test_etcd_server_stopped_mid_run(tuilaunch, tmp_path, etcd_server):
+    proc, endpoint = etcd_server
+    log, stop = tmp_path / "ranks.log", tmp_path / "stop"
+    log.touch()
+    launch = tuilaunch(
+        *_rdzv_args("etcd-v2", endpoint, "etcd-gone", "1"), ELASTIC, str(log), str(stop)
+    )
+    _ranks_up(log, 1)
+    proc.terminate()
+    proc.wait(20)
+    line = _lost_line(launch)
+    assert f"the etcd server at {endpoint} stopped answering" in line, line
+    assert "answered until at least" in line, line
+
+
+def test_etcd_server_never_there_is_not_a_store_host(tuilaunch, tmp_path):
+    """An etcd endpoint nobody serves: 'nothing answered', but no is_host advice (etcd is a
+    server of its own, no node hosts it)."""
+    pytest.importorskip("etcd", reason="python-etcd (the test extra) is not installed")
+    endpoint = f"127.0.0.1:{free_port()}"
+    launch = tuilaunch(
+        *_rdzv_args("etcd-v2", endpoint, "no-etcd", "1"), ELASTIC, str(tmp_path / "l"), "x"
+    )
+    line = check_run_error(launch)
+    assert f"could not reach the etcd server at {endpoint}: nothing answered" in line, line
+    assert "is_host" not in line, line
+
+
+def _spares(endpoint: str, run_id: str) -> int:
+    """How many nodes wait outside the complete round, read from the c10d store itself."""
+    import pickle
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+
+    host, port = endpoint.split(":")
+    store = TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=10))
+    got = C10dRendezvousBackend(store, run_id).get_state()
+    if got is None:
+        return 0
+    return len(getattr(pickle.loads(got[0]), "redundancy_list", ()))
+
+
+def test_second_launch_with_the_same_run_id(tuilaunch, tmp_path):
+    """A second launch with a --rdzv-id whose round is complete elsewhere waits as a spare;
+    when the first run ends, it says so (it said 'nothing answered there', or torch's own
+    AttributeError)."""
+    port = free_port()
+    endpoint = f"127.0.0.1:{port}"
+    log, stop = tmp_path / "ranks.log", tmp_path / "stop"
+    log.touch()
+    args = [*_rdzv_args("c10d", endpoint, "twice", "1"), ELASTIC, str(log), str(stop)]
+    first = tuilaunch(*args)
+    _ranks_up(log, 1)
+    second = tuilaunch(*args)
+    wait_for(lambda: _spares(endpoint, "twice") >= 1, 60, what="the second launch as a spare")
+    stop.touch()
+    assert first.wait(120) == 0, first.output[-3000:]
+    line = _lost_line(second)
+    assert f"the rendezvous at {endpoint} (c10d) was already complete with 1 of 1" in line, line
+    assert "same --rdzv-id" in line, line
+    assert len(log.read_text().splitlines()) == 1  # the second launch never started a rank

@@ -92,9 +92,8 @@ def check_journal(path: str | None) -> None:
                 f"you or the owner of {parent}: refused (it could point at any of your files)"
             )
     if os.path.isdir(path):
-        raise UsageError(
-            f"--journal {path} is a directory: give a file path (e.g. {os.path.join(path, 'journal.jsonl')})"
-        )
+        example = os.path.join(path, "journal.jsonl")
+        raise UsageError(f"--journal {path} is a directory: give a file path (e.g. {example})")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"--journal {path}: directory {parent} is not writable")
 
