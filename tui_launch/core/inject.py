@@ -31,8 +31,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tui_launch.core.validate import MAX_SECONDS
-
 KINDS = ("kill", "hang", "slow", "exit", "exception", "node")
 COMMON_KEYS: dict[str, str] = {"rank": "0", "after": "0s", "attempt": "any", "times": "1"}
 # Each kind's own keys and their defaults, as shown in --help and the dashboard's menu.
@@ -59,6 +57,11 @@ RANDOM = -1
 
 _DURATION = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+# The longest delay or interval any option takes (here, not in validate, which imports this
+# module). Longer ones are typing mistakes (1e20s, inf) that used to reach a timer and kill its
+# thread with an OverflowError, the feature gone silently; a year is longer than any run and
+# far below threading.TIMEOUT_MAX.
+MAX_SECONDS = 365 * 24 * 3600.0
 
 
 class InjectError(ValueError):

@@ -18,12 +18,10 @@ import stat
 import sys
 import tempfile
 
+from tui_launch.core.inject import MAX_SECONDS
+
 USAGE_ERROR = 2
 
-# The longest interval or delay any option takes. Longer ones are typing mistakes (1e20s,
-# inf) that used to reach a timer and kill its thread with an OverflowError, the feature gone
-# silently; a year is longer than any run and far below threading.TIMEOUT_MAX.
-MAX_SECONDS = 365 * 24 * 3600.0
 # The dashboard's redraw rate: a terminal shows no more than ~60 frames a second, and at
 # 1e9 Hz the refresh timer starved the event loop (no frame, 100 % CPU, q and ^C unanswered).
 MAX_REFRESH_HZ = 60.0
