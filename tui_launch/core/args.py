@@ -76,11 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
             f"restarts use a fresh rendezvous store ({'TORCH_DISABLE_SHARE_RDZV_TCP_STORE'}=1 "
             "unless you set it); a SIGKILLed launcher leaves no workers behind.\n\n"
             "subcommands (as the first argument; each has its own --help):\n"
-            "  tuilaunch ls                         list this user's live, stale and "
+            "  tuilaunch ls                           list this user's live, stale and "
             "recently ended runs\n"
             "  tuilaunch attach [RUN_DIR|PID|RUN_ID]  a read-only dashboard on a live run "
             "(--control: act on it)\n"
-            "  tuilaunch replay RUN_DIR|JOURNAL      a run's journal in the dashboard, with "
+            "  tuilaunch replay RUN_DIR|JOURNAL       a run's journal in the dashboard, with "
             "a cursor to move through it"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
