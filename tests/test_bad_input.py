@@ -617,3 +617,7 @@ def test_second_launch_with_the_same_run_id(tuilaunch, tmp_path):
     assert f"the rendezvous at {endpoint} (c10d) was already complete with 1 of 1" in line, line
     assert "same --rdzv-id" in line, line
     assert len(log.read_text().splitlines()) == 1  # the second launch never started a rank
+    # While it waited, it said so once (torch parks a spare without a word).
+    assert second.stderr.count("none of them this one; this node waits as a spare") == 1, (
+        second.stderr[-3000:]
+    )

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from tui_launch.core.errors import one_line_error
-from tui_launch.core.events import Connecting, Event, Participant, RendezvousSample
+from tui_launch.core.events import Connecting, Event, Notice, Participant, RendezvousSample
 from tui_launch.core.periodic import Periodic
 from tui_launch.core.torchnames import TorchName
 
@@ -209,6 +209,7 @@ class Sampler:
         self._post = post
         self._handler = handler
         self._last: RendezvousSample | None = None
+        self._told_spare = False
         self._loop = Periodic("tuilaunch-sampler", interval, self.tick, first_delay=interval)
 
     def start(self) -> None:
@@ -230,6 +231,23 @@ class Sampler:
         if s is not None and replace(s, mono=0, wall=0) != self._last:
             self._last = replace(s, mono=0, wall=0)
             self._post(s)
+            if not self._told_spare and _not_in_complete_round(s):
+                me = node_name(this_node(handler))
+                if me not in s.waiting:  # waiting: torch restarts the round to let it in
+                    self._told_spare = True
+                    self._post(Notice(level="warn", message=spare_notice(s)))
+
+
+def spare_notice(live: RendezvousSample) -> str:
+    """Said once while this node sits outside a complete round that has no room for it: torch
+    parks it silently (its "redundancy list") until that round ends, which for a second launch
+    with the same --rdzv-id means until the first run ends."""
+    cap = f" of {live.max_nodes}" if live.max_nodes else ""
+    return (
+        f"rendezvous: the round is already complete with {len(live.participants)}{cap} "
+        f"node(s), none of them this one; this node waits as a spare until that round ends "
+        f"(another launch with the same --rdzv-id?)"
+    )
 
 
 def _wall(t: Any) -> float | None:
