@@ -18,13 +18,25 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, WORKERS, Launch, base_env, leftovers, tuilaunch_cmd, wait_gone
+from conftest import (
+    ROOT,
+    WORKERS,
+    Launch,
+    base_env,
+    leftovers,
+    tuilaunch_cmd,
+    wait_for,
+    wait_gone,
+)
 
 NOOP = str(WORKERS / "noop.py")
 RUN_ERROR = "[tuilaunch] run error (exit code 1): "
@@ -240,3 +252,372 @@ def test_own_lines_filter_only_drops_torch_warnings():
         "/elsewhere/mod.py:1: UserWarning: kept",
         "  kept source",
     ]
+
+
+# --------------------------------------------------------------------------- absurd values
+#
+# Each of these used to start (or half-start) something: a dashboard that never drew, memory
+# growing 250 MB/s, a pybind TypeError, a traceback, directories created, a symlink followed,
+# signals silently not handled, a run directory outside --log-dir, a timer thread dying. Now
+# each is one line and exit 2 before anything exists: no run directory, no journal, no log
+# directory, no run-index entry, no torch temp directory, no process.
+
+BIG = "99999999999999999999999"
+
+
+def _isolated(tmp_path: Path) -> tuple[dict[str, str], Path, Path]:
+    """An environment whose run index and temp directory are this test's own, empty; the
+    ``--log-dir`` to give (not created); the directory that must stay empty."""
+    home = tmp_path / "home"
+    (home / "index").mkdir(parents=True, mode=0o700)
+    (home / "tmp").mkdir()
+    env = base_env(
+        TUILAUNCH_TEST_TOKEN=uuid.uuid4().hex,
+        XDG_RUNTIME_DIR=str(home / "index"),
+        XDG_STATE_HOME=str(home / "index"),
+        TMPDIR=str(home / "tmp"),
+    )
+    return env, home / "logs", home
+
+
+def _nothing_created(home: Path) -> None:
+    made = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+    assert made == ["index", "tmp"], made
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        pytest.param(["--refresh-hz", "1e9"], ["--refresh-hz", "60"], id="refresh-hz-1e9"),
+        pytest.param(["--refresh-hz", "0"], ["--refresh-hz", "60"], id="refresh-hz-0"),
+        pytest.param(["--refresh-hz", "nan"], ["--refresh-hz"], id="refresh-hz-nan"),
+        pytest.param(
+            ["--nproc-per-node", BIG], ["--nproc-per-node", "workers per node"], id="nproc-huge"
+        ),
+        pytest.param(["--nnodes", BIG], ["--nnodes", "32-bit"], id="nnodes-huge"),
+        pytest.param(["--nnodes", f"1:{BIG}"], ["--nnodes", "32-bit"], id="nnodes-max-huge"),
+        pytest.param(
+            ["--signals-to-handle", "SIGTERM,SIGBOGUS"],
+            ["--signals-to-handle", "'SIGBOGUS'", "not a signal"],
+            id="signal-bogus",
+        ),
+        pytest.param(
+            ["--signals-to-handle", "SIGKILL"], ["--signals-to-handle", "SIGKILL"], id="signal-kill"
+        ),
+        pytest.param(["--rdzv-id", "../../x"], ["--rdzv-id", "'../../x'", "'/'"], id="rdzv-id-up"),
+        pytest.param(
+            ["--gpu-interval", "inf"], ["--gpu-interval", "finite"], id="gpu-interval-inf"
+        ),
+        pytest.param(
+            ["--gpu-interval", "1e20"], ["--gpu-interval", "a year"], id="gpu-interval-1e20"
+        ),
+        pytest.param(
+            ["--hang-timeout", "nan"], ["--hang-timeout", "finite"], id="hang-timeout-nan"
+        ),
+        pytest.param(
+            ["--stack-samples", "inf"], ["--stack-samples", "finite"], id="stack-samples-inf"
+        ),
+        pytest.param(
+            ["--journal-samples", "1e300"],
+            ["--journal-samples", "a year"],
+            id="journal-samples-huge",
+        ),
+        pytest.param(
+            ["--monitor-interval", "inf"],
+            ["--monitor-interval", "finite"],
+            id="monitor-interval-inf",
+        ),
+        pytest.param(
+            ["--inject", "kill:after=100000000000000000000s"],
+            ["--inject", "after", "at most a year"],
+            id="inject-after-1e20s",
+        ),
+        pytest.param(
+            ["--inject", "hang:for=9999999h"],
+            ["--inject", "for", "at most a year"],
+            id="inject-for-huge",
+        ),
+    ],
+)
+def test_absurd_value(tuilaunch, tmp_path, argv, needles):
+    env, logs, home = _isolated(tmp_path)
+    launch = tuilaunch("--log-dir", str(logs), *argv, NOOP, env=env)
+    check_usage_error(launch, *needles)
+    _nothing_created(home)
+
+
+def test_signals_to_handle_known_names_still_work(tuilaunch, tmp_path):
+    """The check refuses only what is not a catchable signal: torch's default list passes."""
+    env, logs, _home = _isolated(tmp_path)
+    launch = tuilaunch(
+        "--log-dir", str(logs), "--signals-to-handle", "SIGTERM,SIGINT,SIGUSR1", NOOP, env=env
+    )
+    assert launch.wait(120) == 0, launch.output[-3000:]
+
+
+def test_journal_is_a_directory(tuilaunch, tmp_path):
+    env, logs, home = _isolated(tmp_path)
+    target = home / "tmp"
+    launch = tuilaunch("--log-dir", str(logs), "--journal", str(target), NOOP, env=env)
+    check_usage_error(launch, "--journal", str(target), "is a directory")
+    _nothing_created(home)
+
+
+def test_journal_in_a_missing_directory(tuilaunch, tmp_path):
+    """torch-free and silent before: the directories were created; now they must exist."""
+    env, logs, home = _isolated(tmp_path)
+    target = home / "no" / "such" / "dir" / "j.jsonl"
+    launch = tuilaunch("--log-dir", str(logs), "--journal", str(target), NOOP, env=env)
+    check_usage_error(launch, "--journal", str(target.parent), "does not exist")
+    _nothing_created(home)
+
+
+def test_journal_through_another_users_symlink(tuilaunch, tmp_path):
+    """A shared sticky directory (as /tmp) where another user planted journal.jsonl as a
+    symlink to a file of ours: the journal is refused, the file is not appended to."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a symlink another owner (os.lchown)")
+    env, logs, home = _isolated(tmp_path)
+    victim = tmp_path / "precious.txt"
+    victim.write_text("mine\n")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    link = shared / "journal.jsonl"
+    link.symlink_to(victim)
+    os.lchown(link, 54321, 54321)
+    launch = tuilaunch("--log-dir", str(logs), "--journal", str(link), NOOP, env=env)
+    check_usage_error(launch, "--journal", str(link), "symbolic link", "54321")
+    assert victim.read_text() == "mine\n"
+    _nothing_created(home)
+
+
+def test_journal_through_own_symlink_is_followed(tuilaunch, tmp_path):
+    """Our own symlink is followed: the check is about someone else's."""
+    env, logs, _home = _isolated(tmp_path)
+    real = tmp_path / "real.jsonl"
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    launch = tuilaunch("--log-dir", str(logs), "--journal", str(link), NOOP, env=env)
+    assert launch.wait(120) == 0, launch.output[-3000:]
+    assert '"kind": "run_finished"' in real.read_text()
+
+
+def test_replay_refresh_hz_absurd(tmp_path):
+    """`tuilaunch replay --refresh-hz 1e9` opened a dashboard that never drew, at 100 % CPU,
+    deaf to q, ^C and SIGTERM; now it is one line and exit 2 (the journal is a real one)."""
+    from tui_launch.core.journal import Journal
+    from tui_launch.testing import builders
+
+    journal = tmp_path / "journal.jsonl"
+    writer = Journal(str(journal))
+    writer.write(builders.run_started())
+    writer.close()
+    for hz in ("1e9", "0", "-1", "inf", "x"):
+        env = base_env(TUILAUNCH_TEST_TOKEN=uuid.uuid4().hex)
+        launch = Launch(
+            [sys.executable, "-m", "tui_launch", "replay", str(journal), "--refresh-hz", hz],
+            ROOT,
+            env,
+        )
+        try:
+            code = launch.wait(timeout=60)
+        finally:
+            launch.kill()
+        assert code == 2, (hz, launch.output)
+        lines = own_lines(launch.stderr)
+        assert len(lines) == 1 and "Traceback" not in launch.output, (hz, launch.stderr)
+        assert lines[0].startswith("tuilaunch replay: error: --refresh-hz"), (hz, lines[0])
+        assert leftovers(launch.token) == []
+
+
+# --------------------------------------------------------------------------- lost rendezvous
+#
+# "nothing answered there ... give it is_host=1" was said for every RendezvousConnectionError,
+# even 10 s into a run whose rendezvous had completed. What the launcher saw now decides:
+# a store that answered and then went away is "lost"; an etcd server, "stopped answering"; a
+# round already complete without this node, another launch with the same --rdzv-id.
+
+ELASTIC = str(WORKERS / "elastic.py")
+FAST_RDZV = "join_timeout=40,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+
+
+def _rdzv_args(backend: str, endpoint: str, run_id: str, nnodes: str) -> list[str]:
+    return [
+        "--nproc-per-node", "1", "--monitor-interval", "0.2", "--max-restarts", "0",
+        "--nnodes", nnodes, "--rdzv-backend", backend, "--rdzv-endpoint", endpoint,
+        "--rdzv-id", run_id, "--rdzv-conf", FAST_RDZV,
+    ]  # fmt: skip
+
+
+def _ranks_up(log: Path, count: int, timeout: float = 90) -> None:
+    wait_for(
+        lambda: len(log.read_text().splitlines()) >= count, timeout, what=f"{count} rank(s) up"
+    )
+
+
+def _lost_line(launch: Launch) -> str:
+    """Exit 1, no traceback, one run-error line that is not the never-connected one."""
+    code = launch.wait(timeout=120)
+    assert code == 1, launch.output[-4000:]
+    # The workers' own tracebacks ("[rank1]: Traceback ...") are theirs; the launcher has none.
+    assert not any(ln.startswith("Traceback") for ln in launch.stderr.splitlines())
+    errors = [ln for ln in launch.stderr.splitlines() if ln.startswith(RUN_ERROR)]
+    assert len(errors) == 1, launch.stderr[-4000:]
+    line = errors[0]
+    assert "nothing answered" not in line and "is_host" not in line, line
+    assert wait_gone(launch.token, 10) == []
+    return line
+
+
+def _listener(pids: list[int], port: int) -> int | None:
+    import psutil
+
+    for pid in pids:
+        proc = psutil.Process(pid)
+        conns = getattr(proc, "net_connections", proc.connections)(kind="tcp")
+        if any(c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in conns):
+            return pid
+    return None
+
+
+def test_store_host_lost_mid_run(tuilaunch, tmp_path):
+    """Two nodes on c10d; the launcher hosting the store is SIGKILLed once both ranks run:
+    the other says it lost the store, and until when it answered."""
+    port = free_port()
+    endpoint = f"127.0.0.1:{port}"
+    log, stop = tmp_path / "ranks.log", tmp_path / "stop"
+    log.touch()
+    args = [*_rdzv_args("c10d", endpoint, "lost-host", "2"), ELASTIC, str(log), str(stop)]
+    a = tuilaunch(*args)
+    b = tuilaunch(*args)
+    _ranks_up(log, 2)
+    host = wait_for(lambda: _listener([a.pid, b.pid], port), 30, what="the store's host")
+    survivor = b if host == a.pid else a
+    killed_at = time.time()
+    (a if survivor is b else b).kill()
+    line = _lost_line(survivor)
+    assert f"lost the rendezvous store at {endpoint}" in line, line
+    until = re.search(r"answered until at least (\d\d):(\d\d):(\d\d)", line)
+    assert until, line
+    seen = time.localtime(killed_at)
+    told = seen.tm_hour * 3600 + seen.tm_min * 60 + seen.tm_sec
+    said = int(until[1]) * 3600 + int(until[2]) * 60 + int(until[3])
+    assert 0 <= (told - said) % 86400 <= 60, (line, time.strftime("%H:%M:%S", seen))
+
+
+@pytest.fixture
+def etcd_server(tmp_path):
+    """A real etcd (v2 API on), on free loopback ports, that the test may stop."""
+    exe = shutil.which("etcd")
+    if exe is None:
+        pytest.skip("etcd is not installed (Debian: apt-get install etcd-server)")
+    pytest.importorskip("etcd", reason="python-etcd (the test extra) is not installed")
+    client, peer = free_port(), free_port()
+    data = tmp_path / "etcd"
+    with open(tmp_path / "etcd.log", "w") as err:
+        proc = subprocess.Popen(
+            [
+                exe,
+                "--enable-v2",
+                "--data-dir",
+                str(data),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{client}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{client}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{peer}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        import etcd
+
+        def up() -> bool:
+            try:
+                etcd.Client(host="127.0.0.1", port=client).read("/")
+                return True
+            except Exception:
+                return False
+
+        wait_for(up, 20, what="etcd to answer")
+        yield proc, f"127.0.0.1:{client}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+def test_etcd_server_stopped_mid_run(tuilaunch, tmp_path, etcd_server):
+    proc, endpoint = etcd_server
+    log, stop = tmp_path / "ranks.log", tmp_path / "stop"
+    log.touch()
+    launch = tuilaunch(
+        *_rdzv_args("etcd-v2", endpoint, "etcd-gone", "1"), ELASTIC, str(log), str(stop)
+    )
+    _ranks_up(log, 1)
+    proc.terminate()
+    proc.wait(20)
+    line = _lost_line(launch)
+    assert f"the etcd server at {endpoint} stopped answering" in line, line
+    assert "answered until at least" in line, line
+
+
+def test_etcd_server_never_there_is_not_a_store_host(tuilaunch, tmp_path):
+    """An etcd endpoint nobody serves: 'nothing answered', but no is_host advice (etcd is a
+    server of its own, no node hosts it)."""
+    pytest.importorskip("etcd", reason="python-etcd (the test extra) is not installed")
+    endpoint = f"127.0.0.1:{free_port()}"
+    launch = tuilaunch(
+        *_rdzv_args("etcd-v2", endpoint, "no-etcd", "1"), ELASTIC, str(tmp_path / "l"), "x"
+    )
+    line = check_run_error(launch)
+    assert f"could not reach the etcd server at {endpoint}: nothing answered" in line, line
+    assert "is_host" not in line, line
+
+
+def _spares(endpoint: str, run_id: str) -> int:
+    """How many nodes wait outside the complete round, read from the c10d store itself."""
+    import pickle
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+
+    host, port = endpoint.split(":")
+    store = TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=10))
+    got = C10dRendezvousBackend(store, run_id).get_state()
+    if got is None:
+        return 0
+    return len(getattr(pickle.loads(got[0]), "redundancy_list", ()))
+
+
+def test_second_launch_with_the_same_run_id(tuilaunch, tmp_path):
+    """A second launch with a --rdzv-id whose round is complete elsewhere waits as a spare;
+    when the first run ends, it says so (it said 'nothing answered there', or torch's own
+    AttributeError)."""
+    port = free_port()
+    endpoint = f"127.0.0.1:{port}"
+    log, stop = tmp_path / "ranks.log", tmp_path / "stop"
+    log.touch()
+    args = [*_rdzv_args("c10d", endpoint, "twice", "1"), ELASTIC, str(log), str(stop)]
+    first = tuilaunch(*args)
+    _ranks_up(log, 1)
+    second = tuilaunch(*args)
+    wait_for(lambda: _spares(endpoint, "twice") >= 1, 60, what="the second launch as a spare")
+    stop.touch()
+    assert first.wait(120) == 0, first.output[-3000:]
+    line = _lost_line(second)
+    assert f"the rendezvous at {endpoint} (c10d) was already complete with 1 of 1" in line, line
+    assert "same --rdzv-id" in line, line
+    assert len(log.read_text().splitlines()) == 1  # the second launch never started a rank
+    # While it waited, it said so once (torch parks a spare without a word).
+    assert second.stderr.count("none of them this one; this node waits as a spare") == 1, (
+        second.stderr[-3000:]
+    )

@@ -14,6 +14,7 @@ from torch.distributed.run import get_args_parser
 from torch.distributed.run import parse_args as torch_parse_args
 
 import tui_launch
+from tui_launch.cli import SUBCOMMANDS
 from tui_launch.core import args as tl_args
 
 HELP = {"-h", "--help"}
@@ -216,6 +217,52 @@ def test_version(how):
     assert p.returncode == 0, p.stderr
     assert p.stdout == f"tuilaunch {tui_launch.__version__}\n"
     assert "Traceback" not in p.stderr
+
+
+def test_help_lists_the_subcommands():
+    """`--help` names ls, attach and replay, each with a line of its own (they are not options,
+    so argparse alone never mentioned them)."""
+    p = _run("--help")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    for sub in SUBCOMMANDS:
+        found = [ln for ln in lines if ln.strip().startswith(f"tuilaunch {sub}")]
+        assert len(found) == 1, (sub, p.stdout[-1500:])
+        assert len(found[0].split(None, 2)) == 3 and len(found[0]) > 40, found[0]
+
+
+VERSION_PROBE = """
+import sys
+from tui_launch import cli
+code = cli.run_cli({argv!r})
+print("CODE", code, "TORCH", "torch" in sys.modules, "TEXTUAL", "textual" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--version"], ["--no-tui", "--version"], ["--version", "script.py"]],
+    ids=["alone", "after-an-option", "before-a-script"],
+)
+def test_version_does_not_import_torch(argv):
+    """`--version` answers without torch (importing it took 1 s, 3.8 s on a busy machine)."""
+    p = subprocess.run(
+        [PY, "-c", VERSION_PROBE.format(argv=argv)],
+        cwd=ROOT,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == f"tuilaunch {tui_launch.__version__}\nCODE 0 TORCH False TEXTUAL False\n"
+
+
+def test_version_after_the_script_is_the_scripts(tuilaunch):
+    """After the script, --version is the script's own argument (as under torchrun)."""
+    launch = tuilaunch("--nproc-per-node", "1", str(WORKERS / "noop.py"), "--version")
+    assert launch.wait(120) == 0, launch.output[-3000:]
+    assert "tuilaunch 0" not in launch.stdout
 
 
 def test_pet_nproc_and_script_args_pass_through(tuilaunch, tmp_path):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from tui_launch import __version__
+from tui_launch.core import validate
 from tui_launch.core.validate import USAGE_ERROR, UsageError, check_metrics_options, warm_modules
 
 _OURS = "tl_"
@@ -73,7 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "Differences from torchrun: every rank's output is always kept in per-rank files; "
             f"restarts use a fresh rendezvous store ({'TORCH_DISABLE_SHARE_RDZV_TCP_STORE'}=1 "
-            "unless you set it); a SIGKILLed launcher leaves no workers behind."
+            "unless you set it); a SIGKILLed launcher leaves no workers behind.\n\n"
+            "subcommands (as the first argument; each has its own --help):\n"
+            "  tuilaunch ls                           list this user's live, stale and "
+            "recently ended runs\n"
+            "  tuilaunch attach [RUN_DIR|PID|RUN_ID]  a read-only dashboard on a live run "
+            "(--control: act on it)\n"
+            "  tuilaunch replay RUN_DIR|JOURNAL       a run's journal in the dashboard, with "
+            "a cursor to move through it"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -114,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=4.0,
         metavar="HZ",
-        help="Dashboard redraw rate (default 4; it redraws only when something changed).",
+        help="Dashboard redraw rate, at most 60 (default 4; it redraws only when something "
+        "changed).",
     )
     ours.add_argument(
         "--exit-on-finish",
@@ -344,14 +353,17 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
     elif ns.training_script is None:
         parser.error("the following arguments are required: training_script")
     ours = {k[len(_OURS) :]: v for k, v in vars(ns).items() if k.startswith(_OURS)}
-    if not ours.get("gpu_interval", 1.0) > 0:
-        parser.error(f"--gpu-interval must be > 0, got {ours['gpu_interval']}")
-    if not ours.get("hang_timeout", 0.0) >= 0:
-        parser.error(f"--hang-timeout must be >= 0, got {ours['hang_timeout']}")
-    if not ours.get("journal_samples", 0.0) >= 0:
-        parser.error(f"--journal-samples must be >= 0, got {ours['journal_samples']}")
-    if not ours.get("stack_samples", 0.0) >= 0:
-        parser.error(f"--stack-samples must be >= 0, got {ours['stack_samples']}")
+    try:
+        # Non-finite and absurd values are refused here: inf or 1e20 reached a timer and
+        # killed its thread with a traceback, the feature gone for the rest of the run.
+        validate.seconds("--gpu-interval", ours.get("gpu_interval", 1.0), zero=False)
+        validate.seconds("--hang-timeout", ours.get("hang_timeout", 0.0), zero=True)
+        validate.seconds("--journal-samples", ours.get("journal_samples", 0.0), zero=True)
+        validate.seconds("--stack-samples", ours.get("stack_samples", 0.0), zero=True)
+        validate.refresh_hz("--refresh-hz", ours.get("refresh_hz", 4.0))
+        validate.check_journal(ours.get("journal"))
+    except UsageError as e:
+        parser.error(str(e))
     ours["inject"] = tuple(ours.get("inject") or ())
     try:
         ours["warm_import"] = warm_modules(ours.get("warm_import"), bool(ours.get("warm_start")))

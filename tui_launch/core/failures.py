@@ -15,7 +15,7 @@ import signal
 import time
 from collections.abc import Iterable, Mapping
 
-from tui_launch.core import diskspace, errors, inject
+from tui_launch.core import diskspace, errors, inject, rendezvous
 from tui_launch.core.agent import ProcessFailure, Worker
 from tui_launch.core.events import (
     Connecting,
@@ -160,6 +160,7 @@ def run_outcome(
         1,
         (
             rendezvous_error(error, nnodes, live)
+            or rendezvous.store_error(error, connecting, live)  # reached, then lost
             or connect_error(error, connecting)
             or errors.one_line_error(error)
         ),

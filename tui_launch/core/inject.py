@@ -57,6 +57,11 @@ RANDOM = -1
 
 _DURATION = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+# The longest delay or interval any option takes (here, not in validate, which imports this
+# module). Longer ones are typing mistakes (1e20s, inf) that used to reach a timer and kill its
+# thread with an OverflowError, the feature gone silently; a year is longer than any run and
+# far below threading.TIMEOUT_MAX.
+MAX_SECONDS = 365 * 24 * 3600.0
 
 
 class InjectError(ValueError):
@@ -119,7 +124,12 @@ def parse_duration(value: str) -> float:
     m = _DURATION.match(value.strip().lower())
     if not m:
         raise ValueError(value)
-    return float(m.group(1)) * _UNITS[m.group(2)]
+    seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    # A timer given 1e20 s dies with an OverflowError in its thread: the injection would
+    # silently never fire. Nothing a rehearsal means lies more than a year away.
+    if not seconds <= MAX_SECONDS:
+        raise ValueError(value)
+    return seconds
 
 
 def parse_signal(value: str) -> signal.Signals:
@@ -227,9 +237,9 @@ def _value(key: str, value: str) -> dict[str, Any]:
 
 _EXPECTED = {
     "rank": "a global rank >= 0, or random",
-    "after": "a duration such as 500ms, 10s, 2m",
-    "for": "a duration such as 500ms, 10s, 2m",
-    "period": "a duration > 0 such as 500ms, 1s",
+    "after": "a duration such as 500ms, 10s, 2m; at most a year",
+    "for": "a duration such as 500ms, 10s, 2m; at most a year",
+    "period": "a duration > 0 such as 500ms, 1s; at most a year",
     "attempt": "an attempt number >= 0, or any",
     "times": "a count >= 1",
     "signal": "a signal name such as SIGTERM, SIGSEGV, SIGABRT, SIGINT",

@@ -17,12 +17,14 @@ import argparse
 import contextlib
 import ipaddress
 import socket
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from tui_launch.core.events import Event, Participant, RendezvousSample
+from tui_launch.core.errors import one_line_error
+from tui_launch.core.events import Connecting, Event, Notice, Participant, RendezvousSample
 from tui_launch.core.periodic import Periodic
 from tui_launch.core.torchnames import TorchName
 
@@ -207,6 +209,7 @@ class Sampler:
         self._post = post
         self._handler = handler
         self._last: RendezvousSample | None = None
+        self._told_spare = False
         self._loop = Periodic("tuilaunch-sampler", interval, self.tick, first_delay=interval)
 
     def start(self) -> None:
@@ -228,6 +231,23 @@ class Sampler:
         if s is not None and replace(s, mono=0, wall=0) != self._last:
             self._last = replace(s, mono=0, wall=0)
             self._post(s)
+            if not self._told_spare and _not_in_complete_round(s):
+                me = node_name(this_node(handler))
+                if me not in s.waiting:  # waiting: torch restarts the round to let it in
+                    self._told_spare = True
+                    self._post(Notice(level="warn", message=spare_notice(s)))
+
+
+def spare_notice(live: RendezvousSample) -> str:
+    """Said once while this node sits outside a complete round that has no room for it: torch
+    parks it silently (its "redundancy list") until that round ends, which for a second launch
+    with the same --rdzv-id means until the first run ends."""
+    cap = f" of {live.max_nodes}" if live.max_nodes else ""
+    return (
+        f"rendezvous: the round is already complete with {len(live.participants)}{cap} "
+        f"node(s), none of them this one; this node waits as a spare until that round ends "
+        f"(another launch with the same --rdzv-id?)"
+    )
 
 
 def _wall(t: Any) -> float | None:
@@ -344,3 +364,76 @@ def local_store_host(decided: Callable[[str], None] | None = None) -> Iterator[N
         yield
     finally:
         backend._matches_machine_hostname = original
+
+
+# ----------------------------------------------------------------------------- store errors
+
+_ETCD_BACKENDS = ("etcd", "etcd-v2")
+
+
+def store_error(
+    e: BaseException, connecting: Connecting | None, live: RendezvousSample | None
+) -> str | None:
+    """The run's one line when its rendezvous went wrong after the launcher had reached it.
+
+    What the launcher saw decides: ``live`` (the last sample of the handler's cached state) is
+    only there once the store or etcd answered a sync. Three cases, None for any other (the
+    caller's "nothing answered there" is then right):
+
+    - the round was complete without this node (another launch with the same ``--rdzv-id``
+      holds it; torch parks this node as a spare until that run ends, then fails with its
+      store gone, a closed rendezvous, or an AttributeError of its own);
+    - a connection error after an answer: the store host (c10d) or the etcd server was lost;
+    - a connection error to an etcd server that never answered (not a node's store: no
+      ``is_host`` can help).
+    """
+    name = type(e).__name__
+    connection = name == "RendezvousConnectionError"
+    backend = connecting.backend if connecting is not None else ""
+    ep = connecting.endpoint if connecting is not None else "its endpoint"
+    if live is not None and _not_in_complete_round(live) and (connection or _parked_exit(e)):
+        nodes = len(live.participants)
+        cap = f" of {live.max_nodes}" if live.max_nodes else ""
+        return (
+            f"the rendezvous at {ep} ({backend}) was already complete with {nodes}{cap} "
+            f"node(s), none of them this one: another launch with the same --rdzv-id is "
+            f"running there, and this node waited as a spare until "
+            f"{'its store went away' if connection else 'that run closed the rendezvous'}. "
+            f"Give this launch its own --rdzv-id (or --rdzv-endpoint). ({one_line_error(e)})"
+        )
+    if not connection:
+        return None
+    if live is not None:
+        until = time.strftime("%H:%M:%S", time.localtime(live.wall))
+        if backend in _ETCD_BACKENDS:
+            return (
+                f"the etcd server at {ep} stopped answering (it answered until at least "
+                f"{until}): the rendezvous cannot go on without it; check that etcd is "
+                f"running and reachable. ({one_line_error(e)})"
+            )
+        return (
+            f"lost the rendezvous store at {ep} (it answered until at least {until}): the "
+            f"node hosting it (the launcher on that host) died, was stopped or became "
+            f"unreachable, and the job cannot go on without it. ({one_line_error(e)})"
+        )
+    if backend in _ETCD_BACKENDS:
+        return (
+            f"could not reach the etcd server at {ep}: nothing answered there. Start etcd "
+            f"(with --enable-v2), or check --rdzv-endpoint. ({one_line_error(e)})"
+        )
+    return None
+
+
+def _not_in_complete_round(live: RendezvousSample) -> bool:
+    return bool(live.complete and live.participants) and not any(
+        p.this_node for p in live.participants
+    )
+
+
+def _parked_exit(e: BaseException) -> bool:
+    # torch ends a spare whose rendezvous closed with RendezvousGracefulExitError, which its
+    # agent swallows and returns None for, and its launcher then fails on None.is_failed().
+    name = type(e).__name__
+    return name in ("RendezvousClosedError", "RendezvousGracefulExitError") or (
+        isinstance(e, AttributeError) and "is_failed" in str(e)
+    )

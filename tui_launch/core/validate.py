@@ -9,17 +9,91 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import ipaddress
+import math
 import os
 import shutil
+import signal
 import socket
+import stat
 import sys
 import tempfile
 
+from tui_launch.core.inject import MAX_SECONDS
+
 USAGE_ERROR = 2
+
+# The dashboard's redraw rate: a terminal shows no more than ~60 frames a second, and at
+# 1e9 Hz the refresh timer starved the event loop (no frame, 100 % CPU, q and ^C unanswered).
+MAX_REFRESH_HZ = 60.0
+# torch keeps ranks and world sizes in 32-bit C ints: a larger world fails deep inside a
+# C++ binding (pybind's TypeError) instead of as bad input.
+MAX_WORLD_SIZE = 2**31 - 1
 
 
 class UsageError(Exception):
     """Bad input that must end the launch before anything starts (exit status 2)."""
+
+
+def seconds(option: str, value: float, *, zero: bool) -> float:
+    """``value`` if it is a finite number of seconds within ``MAX_SECONDS`` (and > 0 unless
+    ``zero`` allows 0, which means off); :class:`UsageError` otherwise."""
+    low = ">= 0" if zero else "> 0"
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise UsageError(f"{option} must be a finite number of seconds {low}, got {value:g}")
+    if value > MAX_SECONDS:
+        raise UsageError(
+            f"{option} {value:g}: at most {MAX_SECONDS:.0f} seconds (a year) is accepted"
+        )
+    return value
+
+
+def refresh_hz(option: str, value: float) -> float:
+    """A redraw rate: ``0 < value <= MAX_REFRESH_HZ``; :class:`UsageError` otherwise."""
+    if not (math.isfinite(value) and 0 < value <= MAX_REFRESH_HZ):
+        raise UsageError(
+            f"{option} must be > 0 and at most {MAX_REFRESH_HZ:g} (frames a second; a "
+            f"terminal shows no more), got {value:g}"
+        )
+    return value
+
+
+def check_journal(path: str | None) -> None:
+    """``--journal PATH``: a file in an existing directory, never created here, and not
+    through another user's symlink. :class:`UsageError` otherwise.
+
+    The symlink rule is the kernel's ``fs.protected_symlinks`` one, applied whatever that
+    sysctl says: a link is followed only when its owner is us or the directory's owner. In a
+    shared sticky directory (``/tmp``), another user could otherwise point the name at any
+    file of ours (root's) and have the journal appended to it.
+    """
+    if path is None:
+        return
+    if path == "" or path.endswith(os.sep):
+        raise UsageError(f"--journal needs a file path, got {path!r}")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(
+            f"--journal {path}: directory {parent} does not exist (create it first; "
+            f"tuilaunch does not create it for a journal)"
+        )
+    try:
+        link = os.lstat(path)
+    except FileNotFoundError:
+        link = None
+    except OSError as e:
+        raise UsageError(f"--journal {path}: {e.strerror or type(e).__name__}") from None
+    if link is not None and stat.S_ISLNK(link.st_mode):
+        owner = os.stat(parent).st_uid
+        if link.st_uid not in (os.geteuid(), owner):
+            raise UsageError(
+                f"--journal {path} is a symbolic link owned by uid {link.st_uid}, not by "
+                f"you or the owner of {parent}: refused (it could point at any of your files)"
+            )
+    if os.path.isdir(path):
+        example = os.path.join(path, "journal.jsonl")
+        raise UsageError(f"--journal {path} is a directory: give a file path (e.g. {example})")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--journal {path}: directory {parent} is not writable")
 
 
 def warm_modules(text: str | None, warm_start: bool) -> tuple[str, ...]:
@@ -116,12 +190,18 @@ def min_max_nodes(nnodes: str) -> tuple[int, int]:
 
 def validate(args: argparse.Namespace) -> None:
     """Check what torchrun would only find out after starting (or never). Raises UsageError."""
-    min_max_nodes(args.nnodes)
-    _check_nproc(args.nproc_per_node)
+    _, max_nodes = min_max_nodes(args.nnodes)
+    nproc = _check_nproc(args.nproc_per_node)
+    if max_nodes * (nproc or 1) > MAX_WORLD_SIZE:
+        raise UsageError(
+            f"--nnodes {args.nnodes} with {nproc or 1} worker(s) per node is a world of more "
+            f"than {MAX_WORLD_SIZE} ranks (torch keeps ranks in 32-bit integers)"
+        )
     if args.max_restarts < 0:
         raise UsageError(f"--max-restarts must be >= 0, got {args.max_restarts}")
-    if args.monitor_interval <= 0:
-        raise UsageError(f"--monitor-interval must be > 0, got {args.monitor_interval}")
+    seconds("--monitor-interval", args.monitor_interval, zero=False)
+    _check_run_id(getattr(args, "rdzv_id", None))
+    _check_signals(getattr(args, "signals_to_handle", None))
     if args.module and args.no_python:
         raise UsageError("-m/--module and --no-python cannot be used together")
     if args.local_ranks_filter:
@@ -137,6 +217,11 @@ def validate(args: argparse.Namespace) -> None:
     _check_backend(args.rdzv_backend, args.standalone)
     _check_logs_specs(getattr(args, "logs_specs", None))
     _check_script(args)
+
+
+def validate_log_dir(args: argparse.Namespace) -> None:
+    """``--log-dir``: created and probed for writing, so it comes after every other check
+    (a refused launch must leave no directory behind). Raises UsageError."""
     if args.log_dir:
         _check_log_dir(args.log_dir)
 
@@ -179,15 +264,26 @@ def validate_injections(args: argparse.Namespace, texts: tuple[str, ...]) -> Non
         raise UsageError(str(e)) from None
 
 
-def _check_nproc(value: str) -> None:
+def max_nproc() -> int:
+    """The most workers per node accepted: 8 per CPU of this machine, at least 64.
+
+    Every worker is a process of its own (a Python interpreter, usually with torch: hundreds
+    of MB); far more than the CPUs only thrash. An absurd count (99999999999999999999999) was
+    accepted and torch's per-worker tables grew by 250 MB a second before anything started.
+    """
+    return max(64, 8 * (os.cpu_count() or 1))
+
+
+def _check_nproc(value: str) -> int | None:
+    """The number of workers per node, None for auto, cpu, gpu and xpu."""
     if value in ("auto", "cpu", "xpu"):
-        return
+        return None
     if value == "gpu":
         import torch
 
         if not torch.cuda.is_available():
             raise UsageError("--nproc-per-node gpu: CUDA is not available on this machine")
-        return
+        return None
     try:
         n = int(value)
     except ValueError:
@@ -196,6 +292,44 @@ def _check_nproc(value: str) -> None:
         ) from None
     if n <= 0:
         raise UsageError(f"--nproc-per-node must be at least 1, got {n}")
+    limit = max_nproc()
+    if n > limit:
+        raise UsageError(
+            f"--nproc-per-node {n}: at most {limit} workers per node are accepted (8 per CPU "
+            f"of this machine's {os.cpu_count() or 1}, at least 64; each worker is a process "
+            f"of its own)"
+        )
+    return n
+
+
+def _check_run_id(run_id: str | None) -> None:
+    # The run directory is --log-dir/<rdzv-id>_XXXX: a separator would put it elsewhere
+    # (--rdzv-id ../../x), and torch uses the id in store and etcd key paths as well.
+    if run_id is None:
+        return
+    bad = [c for c in (os.sep, os.altsep, "\0") if c and c in run_id]
+    if not run_id:
+        raise UsageError("--rdzv-id must not be empty")
+    if bad:
+        raise UsageError(
+            f"--rdzv-id {run_id!r}: it names the run's directory under --log-dir, so it "
+            f"must hold no {' or '.join(repr(c) for c in bad)}"
+        )
+
+
+def _check_signals(names: str | None) -> None:
+    # torch skips a name it does not know (with a log line) and then handles nothing of it:
+    # SIGBOGUS would leave the launch deaf to the signals the user meant.
+    if names is None:
+        return
+    for name in names.split(","):
+        sig = getattr(signal, name.strip(), None)
+        if not isinstance(sig, signal.Signals):
+            raise UsageError(
+                f"--signals-to-handle: {name.strip()!r} is not a signal name (e.g. SIGTERM,SIGUSR1)"
+            )
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            raise UsageError(f"--signals-to-handle: {sig.name} cannot be caught by any process")
 
 
 def _check_backend(backend: str, standalone: bool) -> None:

@@ -350,6 +350,8 @@ def view_args(argv: list[str], ignore: tuple[str, ...] = ()) -> tuple[str | None
     """The target and the dashboard's own options of ``replay`` and ``attach``:
     ``(target, --refresh-hz, not --no-confirm)``; ``ignore`` lists flags taken here and handled
     by the caller (``--control``). Raises ValueError, in one line, on anything else."""
+    from tui_launch.core import validate
+
     target, refresh_hz, confirm, rest = None, 4.0, True, list(argv)
     while rest:
         arg = rest.pop(0)
@@ -358,9 +360,13 @@ def view_args(argv: list[str], ignore: tuple[str, ...] = ()) -> tuple[str | None
         elif arg == "--refresh-hz":
             if not rest:
                 raise ValueError("--refresh-hz needs a value")
-            refresh_hz = float(rest.pop(0))
-            if not refresh_hz > 0:
-                raise ValueError("--refresh-hz must be > 0")
+            value = rest.pop(0)
+            try:
+                refresh_hz = validate.refresh_hz("--refresh-hz", float(value))
+            except ValueError:
+                raise ValueError(f"--refresh-hz needs a number, got {value!r}") from None
+            except validate.UsageError as e:  # 1e9 starved the event loop: no frame, no keys
+                raise ValueError(str(e)) from None
         elif arg in ignore:
             continue
         elif arg.startswith("-") or target is not None:
