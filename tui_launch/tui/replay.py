@@ -27,7 +27,7 @@ from tui_launch.core.events import StacksDumped, WorkersStarted
 from tui_launch.core.journal import JOURNAL_NAME
 from tui_launch.core.logs import LogSource
 from tui_launch.core.logsinks import LogBuffer
-from tui_launch.core.replay import LogKey, Timeline
+from tui_launch.core.replay import LogKey, Timeline, progress_at
 from tui_launch.core.store import Snapshot
 from tui_launch.tui.app import Dashboard
 from tui_launch.tui.widgets import CachedPanel
@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 REREAD = 1 << 16
 OPEN_AT_END = 20000  # events: up to this many, the replay opens on the end
 END = -1  # a pending jump to the end of the journal, once indexed
+# Events back whose log marks order the lines of a jump or a rebuild in the merged view (older
+# lines of a rank come first, as one piece): about half an hour of a run's marks.
+MERGE_SPAN = 2 * Timeline.CUT_EVERY
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 100.0, 1000.0)
 
 
@@ -57,11 +60,13 @@ class ReplaySource:
         self.pending: int | None = None  # where a jump waits for the checkpoints (END: the end)
         self.rebuilt = 0  # how often the log buffer was rebuilt (the pane must rerender)
         self._cut: dict[LogKey, int] = {}
+        self._cut_at = -1  # the cursor of self._cut
         self._dirs: dict[int, str] = {}
         self._snap_at = -1
         self._snap = self._state_at(self.cursor)
         self._snap_at = self.cursor
         self._cut_logs()
+        self._snap = self._with_log_steps(self._snap)
 
     # ----------------------------------------------------------------- cursor
 
@@ -73,6 +78,21 @@ class ReplaySource:
             self._snap = self._state_at(cursor)
             self._snap_at = cursor
             self._cut_logs()
+            self._snap = self._with_log_steps(self._snap)
+
+    def _with_log_steps(self, snap: Snapshot) -> Snapshot:
+        """``snap`` with the step the log at the cursor shows (the journal's progress
+        records are 10 s apart: see :func:`~tui_launch.core.replay.progress_at`)."""
+        return progress_at(snap, self._attempt_lines)
+
+    def _attempt_lines(self, local_rank: int, stream: str) -> list[str]:
+        """The kept lines of ``stream`` of ``local_rank`` in its latest attempt."""
+        kept = self.logs.since(0, local_rank)
+        for k in range(len(kept) - 1, -1, -1):
+            if kept[k][2] == "marker":  # "---- attempt N ----": what follows is N's
+                kept = kept[k + 1 :]
+                break
+        return [text for _, _, s, text in kept if s == stream]
 
     def _state_at(self, cursor: int) -> Snapshot:
         """The snapshot after the first ``cursor`` events (from the kept checkpoints)."""
@@ -105,10 +125,12 @@ class ReplaySource:
     def _cut_logs(self) -> None:
         cut = self.timeline.log_offsets(self.cursor)
         onward = all(cut.get(k, -1) >= v for k, v in self._cut.items())
+        since = self._cut_at
         if not onward:
             self.logs = LogBuffer()
             self.rebuilt += 1
             self._cut = {}
+            since = -1
         # Each rank's newest REREAD bytes at most (newest attempt first): the bounded buffer
         # would drop anything older, and a jump across hours of output or a rebuild of every
         # attempt's files then costs one read of REREAD bytes a rank, not of all of them.
@@ -122,26 +144,66 @@ class ReplaySource:
             if end > start:
                 budget[rank] = left - (end - start)
                 reads.append((key, start, end))
-        for key, start, end in reversed(reads):
-            self._deliver(key, start, end, whole=start == self._cut.get(key, 0))
+        self._deliver_merged(reads, since)
         self._cut = cut
+        self._cut_at = self.cursor
 
-    def _deliver(self, key: LogKey, start: int, end: int, whole: bool = True) -> None:
+    def _deliver_merged(self, reads: list[tuple[LogKey, int, int]], since: int) -> None:
+        """Deliver the bytes ``reads`` names in the order they were written across ranks:
+        each stream's bytes are cut at the offsets of the log marks among the events read
+        (about once a second while files grow), and the pieces go out mark by mark, so the
+        merged view interleaves the ranks at the marks' granularity; each rank's own order
+        is kept (its pieces are in file order). ``since``: the cursor of the previous cut
+        when this one only adds to it (no mark before it lies inside a read), else -1."""
+        if not reads:
+            return
+        tl, cursor = self.timeline, self.cursor
+        first = tl.marks_since(cursor, {key: start for key, start, _ in reads}, MERGE_SPAN)
+        if 0 <= since <= cursor:
+            first = max(first, since)
+        bounds: dict[LogKey, list[tuple[int, int]]] = {key: [] for key, _, _ in reads}
+        for i, offsets in tl.marks(first, cursor):
+            for key, off in offsets.items():
+                found = bounds.get(key)
+                if found is not None:
+                    found.append((i, off))
+        pieces: list[tuple[int, LogKey, str, bytes, bool]] = []
+        for key, start, end in reads:
+            got = self._read(key, start, end)
+            if got is None:
+                continue
+            path, data = got
+            at, whole = start, start == self._cut.get(key, 0)
+            for i, off in bounds[key]:
+                if at < off <= end:  # the bytes written up to this mark
+                    pieces.append((i, key, path, data[at - start : off - start], whole))
+                    at, whole = off, True  # a mark's offset is a line boundary
+            if at < end:  # written after the last mark looked at (none: a long jump)
+                pieces.append((cursor, key, path, data[at - start :], whole))
+        pieces.sort(key=lambda p: (p[0], p[1]))  # stable: a stream's pieces stay in order
+        for _, key, path, chunk, whole in pieces:
+            self._emit(key, path, chunk, whole)
+
+    def _read(self, key: LogKey, start: int, end: int) -> tuple[str, bytes] | None:
+        """The bytes ``start:end`` of ``key``'s log file, with its path (None: unreadable)."""
         attempt, rank, stream = key
         d = self._log_dir(attempt)
         if d is None:
-            return
+            return None
         path = os.path.join(d, str(rank), f"{stream}.log")
         try:
             with open(path, "rb") as fp:
                 fp.seek(start)
-                data = fp.read(end - start)
+                return path, fp.read(end - start)
         except OSError:
-            return
+            return None
+
+    def _emit(self, key: LogKey, path: str, data: bytes, whole: bool) -> None:
         if not whole:
             data = data[data.find(b"\n") + 1 :]  # the first line was cut in two
         lines = data.decode("utf-8", "replace").split("\n")[:-1]
         if lines:
+            attempt, rank, stream = key
             src = LogSource(attempt, rank, rank, stream, path, console=False, prefix=None)
             self.logs(src, lines)
 
