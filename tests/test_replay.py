@@ -341,7 +341,11 @@ def test_the_merged_log_interleaves_ranks_in_the_order_they_wrote(recorded: Path
     run_dir = recorded.parent
     # For each stream, the file's lines (by attempt) and the index of the first mark that
     # covers each of them (the mark whose offset reaches the line's end).
-    marks = [(i, offsets) for i, offsets in tl.marks(0, len(tl))]
+    marks = [
+        (i, {(a, r, st): off for a, r, st, off in e.offsets})
+        for i, e in enumerate(read_journal(str(recorded)))
+        if isinstance(e, LogMark)
+    ]
     per_stream: dict[tuple[int, str], list[tuple[str, int]]] = {}
     for attempt in (0, 1):
         for rank in (0, 1):

@@ -48,6 +48,7 @@ from tui_launch.core.events import Event, ProgressSample, RankProgress, from_dic
 from tui_launch.core.journaltext import (
     MARK,
     MARK_KIND,
+    OFFSET,
     PREFIX,
     STATE,
     Block,
@@ -456,16 +457,32 @@ class Timeline:
                     raw[f"{attempt}, {rank}, {json.dumps(stream)}".encode()] = b"%d" % offset
         return {log_key(key): int(value) for key, value in raw.items()}
 
-    def marks(self, start: int, stop: int) -> Iterator[tuple[int, dict[LogKey, int]]]:
-        """The log marks among events ``start <= i < stop``, in journal order, as
-        ``(i, {stream: offset})``: when each stream had grown to where (the streams that
-        moved since the mark before). The merged log orders the ranks' lines by them."""
-        for i, line in self._mark_lines(start, stop):
-            try:
-                offsets = json.loads(line)["offsets"]
-                yield i, {(int(a), int(r), str(st)): int(off) for a, r, st, off in offsets}
-            except (KeyError, TypeError, ValueError):
-                continue
+    def marks(
+        self, start: int, stop: int, floor: dict[bytes, int]
+    ) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
+        """The log marks among events ``start <= i < stop`` that matter above ``floor``, in
+        journal order, as ``(i, [(stream, offset), ...])``: how far each stream that moved
+        since the mark before had grown. A stream is named by its bytes in the journal
+        (:func:`mark_name`); ``floor`` maps the streams wanted to the offset below which
+        their bytes are not wanted. Read backwards from ``stop``, stopping once every
+        stream's mark at or below its floor was seen. One regex pass a line, no JSON (a jump
+        reads a few thousand of them). The merged log orders the ranks' lines by them."""
+        out: list[tuple[int, list[tuple[bytes, bytes]]]] = []
+        wanted = dict(floor)
+        i = min(stop, len(self))
+        while i > start and wanted:
+            b = bisect.bisect_right(self._block_first, i - 1) - 1
+            first = max(start, self._block_first[b])
+            for at, line in reversed(list(self._mark_lines(first, i))):
+                offsets = OFFSET.findall(line)
+                out.append((at, offsets))
+                for name, off in offsets:
+                    low = wanted.get(name)
+                    if low is not None and int(off) <= low:
+                        del wanted[name]  # the marks before this one lie below its floor
+            i = first
+        out.reverse()
+        return out
 
     def marks_since(self, stop: int, floor: dict[LogKey, int], limit: int) -> int:
         """Where to start reading :meth:`marks` so that every stream's marks above
@@ -573,3 +590,9 @@ def _last_step(lines: list[str], family: str | None, total: int | None) -> Progr
             continue
         return r
     return None
+
+
+def mark_name(key: LogKey) -> bytes:
+    """How a log mark names the stream ``key`` (``b'0, 1, "stdout"'``)."""
+    attempt, rank, stream = key
+    return f"{attempt}, {rank}, {json.dumps(stream)}".encode()

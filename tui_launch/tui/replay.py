@@ -11,6 +11,7 @@ clock, event number, play state) under the header and the replay keys.
 
 from __future__ import annotations
 
+import bisect
 import gc
 import os
 import signal
@@ -18,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -27,7 +29,7 @@ from tui_launch.core.events import StacksDumped, WorkersStarted
 from tui_launch.core.journal import JOURNAL_NAME
 from tui_launch.core.logs import LogSource
 from tui_launch.core.logsinks import LogBuffer
-from tui_launch.core.replay import LogKey, Timeline, progress_at
+from tui_launch.core.replay import LogKey, Timeline, mark_name, progress_at
 from tui_launch.core.store import Snapshot
 from tui_launch.tui.app import Dashboard
 from tui_launch.tui.widgets import CachedPanel
@@ -150,7 +152,7 @@ class ReplaySource:
 
     def _deliver_merged(self, reads: list[tuple[LogKey, int, int]], since: int) -> None:
         """Deliver the bytes ``reads`` names in the order they were written across ranks:
-        each stream's bytes are cut at the offsets of the log marks among the events read
+        each stream's lines are cut at the offsets of the log marks among the events read
         (about once a second while files grow), and the pieces go out mark by mark, so the
         merged view interleaves the ranks at the marks' granularity; each rank's own order
         is kept (its pieces are in file order). ``since``: the cursor of the previous cut
@@ -161,31 +163,50 @@ class ReplaySource:
         first = tl.marks_since(cursor, {key: start for key, start, _ in reads}, MERGE_SPAN)
         if 0 <= since <= cursor:
             first = max(first, since)
-        bounds: dict[LogKey, list[tuple[int, int]]] = {key: [] for key, _, _ in reads}
-        for i, offsets in tl.marks(first, cursor):
-            for key, off in offsets.items():
-                found = bounds.get(key)
+        floor = {mark_name(key): start for key, start, _ in reads}
+        by_name: dict[bytes, list[tuple[int, int]]] = {name: [] for name in floor}
+        for i, offsets in tl.marks(first, cursor, floor):
+            for name, off in offsets:
+                found = by_name.get(name)
                 if found is not None:
-                    found.append((i, off))
-        pieces: list[tuple[int, LogKey, str, bytes, bool]] = []
+                    found.append((i, int(off)))
+        bounds = {key: by_name[mark_name(key)] for key, _, _ in reads}
+        pieces: list[tuple[int, LogKey, int, int]] = []
+        texts: dict[LogKey, tuple[LogSource, list[str]]] = {}
         for key, start, end in reads:
             got = self._read(key, start, end)
             if got is None:
                 continue
-            path, data = got
-            at, whole = start, start == self._cut.get(key, 0)
+            src, data = got
+            skip = 0
+            if start != self._cut.get(key, 0):  # the first line was cut in two
+                skip = data.find(b"\n") + 1
+            lines = data[skip:].decode("utf-8", "replace").split("\n")[:-1]
+            texts[key] = (src, lines)
+            # Each line's end in the file: a mark's offset (a line boundary) is where the
+            # lines written before it end.
+            ends = list(accumulate((len(b) + 1 for b in data[skip:].split(b"\n")[:-1]), initial=0))
+            base, at = start + skip, 0
             for i, off in bounds[key]:
-                if at < off <= end:  # the bytes written up to this mark
-                    pieces.append((i, key, path, data[at - start : off - start], whole))
-                    at, whole = off, True  # a mark's offset is a line boundary
-            if at < end:  # written after the last mark looked at (none: a long jump)
-                pieces.append((cursor, key, path, data[at - start :], whole))
+                upto = bisect.bisect_right(ends, off - base) - 1  # lines ending by the mark
+                if upto > at:
+                    pieces.append((i, key, at, upto))
+                    at = upto
+            if at < len(lines):  # written after the last mark looked at (or a long jump)
+                pieces.append((cursor, key, at, len(lines)))
         pieces.sort(key=lambda p: (p[0], p[1]))  # stable: a stream's pieces stay in order
-        for _, key, path, chunk, whole in pieces:
-            self._emit(key, path, chunk, whole)
+        k = 0
+        while k < len(pieces):  # one delivery for a stream's run of consecutive pieces
+            _, key, lo, hi = pieces[k]
+            k += 1
+            while k < len(pieces) and pieces[k][1] == key:
+                hi = pieces[k][3]
+                k += 1
+            src, lines = texts[key]
+            self.logs(src, lines[lo:hi])
 
-    def _read(self, key: LogKey, start: int, end: int) -> tuple[str, bytes] | None:
-        """The bytes ``start:end`` of ``key``'s log file, with its path (None: unreadable)."""
+    def _read(self, key: LogKey, start: int, end: int) -> tuple[LogSource, bytes] | None:
+        """The bytes ``start:end`` of ``key``'s log file, with its source (None: unreadable)."""
         attempt, rank, stream = key
         d = self._log_dir(attempt)
         if d is None:
@@ -194,18 +215,10 @@ class ReplaySource:
         try:
             with open(path, "rb") as fp:
                 fp.seek(start)
-                return path, fp.read(end - start)
+                data = fp.read(end - start)
         except OSError:
             return None
-
-    def _emit(self, key: LogKey, path: str, data: bytes, whole: bool) -> None:
-        if not whole:
-            data = data[data.find(b"\n") + 1 :]  # the first line was cut in two
-        lines = data.decode("utf-8", "replace").split("\n")[:-1]
-        if lines:
-            attempt, rank, stream = key
-            src = LogSource(attempt, rank, rank, stream, path, console=False, prefix=None)
-            self.logs(src, lines)
+        return LogSource(attempt, rank, rank, stream, path, console=False, prefix=None), data
 
     # ---------------------------------------------------------------- Source
 
