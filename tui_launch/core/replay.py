@@ -458,22 +458,24 @@ class Timeline:
         return {log_key(key): int(value) for key, value in raw.items()}
 
     def marks(
-        self, start: int, stop: int, floor: dict[bytes, int]
+        self, start: int, stop: int, floor: dict[bytes, int], limit: int | None = None
     ) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
         """The log marks among events ``start <= i < stop`` that matter above ``floor``, in
         journal order, as ``(i, [(stream, offset), ...])``: how far each stream that moved
         since the mark before had grown. A stream is named by its bytes in the journal
         (:func:`mark_name`); ``floor`` maps the streams wanted to the offset below which
         their bytes are not wanted. Read backwards from ``stop``, stopping once every
-        stream's mark at or below its floor was seen. One regex pass a line, no JSON (a jump
-        reads a few thousand of them). The merged log orders the ranks' lines by them."""
+        stream's mark at or below its floor was seen, or after the newest ``limit`` marks.
+        One regex pass a line, no JSON. The merged log orders the ranks' lines by them."""
         out: list[tuple[int, list[tuple[bytes, bytes]]]] = []
         wanted = dict(floor)
         i = min(stop, len(self))
-        while i > start and wanted:
+        while i > start and wanted and (limit is None or len(out) < limit):
             b = bisect.bisect_right(self._block_first, i - 1) - 1
             first = max(start, self._block_first[b])
             for at, line in reversed(list(self._mark_lines(first, i))):
+                if limit is not None and len(out) >= limit:
+                    break
                 offsets = OFFSET.findall(line)
                 out.append((at, offsets))
                 for name, off in offsets:
