@@ -257,6 +257,16 @@ def test_attach_finds_a_relative_log_dir_run_by_pid_and_standalone_run_id(
     assert shown not in ("", "none") and entry.run_id == shown
     assert resolve_attach(shown) == journal
     assert find(shown) == (entry.control, journal)
+    # The journal names the attempt's directory relative to the launcher (logs/...): the
+    # attached dashboard, from here, still reads the ranks' lines.
+    from tui_launch.core.replay import Timeline
+    from tui_launch.tui.attach import AttachSource
+
+    def attached_lines() -> list[str]:
+        src = AttachSource(Timeline(journal))
+        return [t for t in src.logs.lines(0, "stdout") if t.startswith("tick ")]
+
+    assert wait_for(attached_lines, 60, what="rank 0's lines in the attached dashboard")
     job.proc.send_signal(signal.SIGTERM)
     assert job.wait(120) == 143
 

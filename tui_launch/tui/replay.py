@@ -126,8 +126,19 @@ class ReplaySource:
             for i in tl.indices(WorkersStarted.kind):  # state events only: no full scan
                 for _, e in tl.events(i, i + 1):
                     if isinstance(e, WorkersStarted):
-                        self._dirs[e.attempt] = e.log_dir
+                        self._dirs[e.attempt] = self._resolve(e.log_dir)
         return self._dirs.get(attempt)
+
+    def _resolve(self, log_dir: str) -> str:
+        """An attempt's directory as the journal names it, found from here: a relative
+        ``--log-dir`` gives a path relative to the launcher's working directory, not to a
+        replay or attach run elsewhere; the attempt directories sit next to the journal
+        (``RUN_DIR/attempt_N``), where it is looked for then."""
+        if os.path.isabs(log_dir) or os.path.isdir(log_dir):
+            return log_dir
+        beside = os.path.join(os.path.dirname(os.path.abspath(self.timeline.path)), "")
+        candidate = os.path.join(beside, os.path.basename(os.path.normpath(log_dir)))
+        return candidate if os.path.isdir(candidate) else log_dir
 
     def _cut_logs(self) -> None:
         cut = self.timeline.log_offsets(self.cursor)
