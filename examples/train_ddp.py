@@ -10,6 +10,15 @@ writes a snapshot (model + optimizer state + epochs run) every
 ``--save-every`` epochs; when a worker fails, the launcher tears the group down
 and restarts every worker, and each one resumes from the last snapshot.
 
+A snapshot belongs to one run: it records the launcher's run id
+(``TORCHELASTIC_RUN_ID``, the same in every restart of a run; ``--standalone``
+draws a new one for each launch), and a worker resumes only from a snapshot of
+its own run.  A snapshot left by an earlier run (stopped with ``q`` or Ctrl-C,
+or killed, before it could delete it) is ignored: the new run trains from
+scratch and overwrites it.  Where the run id says nothing (``none``, torch's
+default without ``--standalone`` or ``--rdzv-id``), a snapshot that already
+holds every epoch is ignored too.
+
 Run it with::
 
     tuilaunch --standalone --nproc-per-node 2 --max-restarts 3 \\
@@ -80,6 +89,7 @@ class Trainer:
         save_every: int,
         snapshot_path: str,
         step_delay: float,
+        max_epochs: int | None = None,
     ) -> None:
         self.local_rank = int(os.environ["LOCAL_RANK"])
         self.global_rank = int(os.environ["RANK"])
@@ -90,13 +100,24 @@ class Trainer:
         self.step_delay = step_delay
         self.epochs_run = 0
         self.module = model  # the bare model, whose state goes into snapshots
+        self.run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
         if os.path.exists(snapshot_path):
-            self._load_snapshot(snapshot_path)
+            self._load_snapshot(snapshot_path, max_epochs)
         # DDP broadcasts rank 0's parameters at construction time.
         self.model = DDP(model)
 
-    def _load_snapshot(self, snapshot_path: str) -> None:
+    def _load_snapshot(self, snapshot_path: str, max_epochs: int | None) -> None:
         snapshot = torch.load(snapshot_path, map_location="cpu")
+        theirs = snapshot.get("RUN_ID")
+        if self.run_id not in ("", "none"):
+            # A restart of this run resumes; another run's snapshot is stale (a stopped
+            # earlier launch left it): resuming it could train nothing and "succeed".
+            if theirs != self.run_id:
+                log(f"Ignoring the snapshot of another run ({theirs}): training from scratch")
+                return
+        elif max_epochs is not None and snapshot["EPOCHS_RUN"] >= max_epochs:
+            log("Ignoring a snapshot that holds every epoch already: training from scratch")
+            return
         self.module.load_state_dict(snapshot["MODEL_STATE"])
         self.optimizer.load_state_dict(snapshot["OPTIMIZER_STATE"])
         self.epochs_run = snapshot["EPOCHS_RUN"]
@@ -108,6 +129,8 @@ class Trainer:
             "OPTIMIZER_STATE": self.optimizer.state_dict(),
             # Epochs completed: a restart resumes with the next one.
             "EPOCHS_RUN": epoch + 1,
+            # Whose snapshot this is: only a restart of the same run resumes from it.
+            "RUN_ID": self.run_id,
         }
         # Write to a temporary file and rename it, so a crash mid-write never
         # leaves a truncated snapshot behind.
@@ -202,6 +225,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.save_every,
         args.snapshot_path,
         args.step_delay,
+        args.epochs,
     )
     trainer.train(args.epochs)
 

@@ -330,3 +330,92 @@ def test_attach_refreshes_as_soon_as_the_journal_grows(recorded: Path, tmp_path:
             assert src.cursor == len(lines) and src.snapshot().finished is not None
 
     asyncio.run(drive())
+
+
+def test_the_merged_log_interleaves_ranks_in_the_order_they_wrote(recorded: Path) -> None:
+    """The merged view (all ranks) orders lines by the log marks (about once a second), not
+    rank by rank; each rank's own lines keep their order. Checked against the marks of the
+    real journal and the rank log files."""
+    tl = Timeline(str(recorded))
+    src = ReplaySource(tl)  # opens on the end: every line of both attempts, one read each
+    run_dir = recorded.parent
+    # For each stream, the file's lines (by attempt) and the index of the first mark that
+    # covers each of them (the mark whose offset reaches the line's end).
+    marks = [
+        (i, {(a, r, st): off for a, r, st, off in e.offsets})
+        for i, e in enumerate(read_journal(str(recorded)))
+        if isinstance(e, LogMark)
+    ]
+    per_stream: dict[tuple[int, str], list[tuple[str, int]]] = {}
+    for attempt in (0, 1):
+        for rank in (0, 1):
+            for stream in ("stdout", "stderr"):
+                path = run_dir / f"attempt_{attempt}" / str(rank) / f"{stream}.log"
+                if not path.exists():
+                    continue
+                covered = [
+                    (i, o[(attempt, rank, stream)])
+                    for i, o in marks
+                    if (attempt, rank, stream) in o
+                ]
+                end = 0
+                for line in path.read_bytes().splitlines(keepends=True):
+                    end += len(line)
+                    at = next((i for i, off in covered if off >= end), len(tl))
+                    per_stream.setdefault((rank, stream), []).append(
+                        (line.decode().rstrip("\n"), at)
+                    )
+    merged = [(lr, s, t) for _, lr, s, t in src.logs.since(0) if s != "marker"]
+    assert len(merged) == sum(map(len, per_stream.values()))
+    seen: dict[tuple[int, str], int] = {}
+    order = []
+    for lr, s, text in merged:
+        k = seen.get((lr, s), 0)
+        seen[(lr, s)] = k + 1
+        want, at = per_stream[(lr, s)][k]
+        assert text == want  # each rank's own order is kept
+        order.append(at)
+    assert order == sorted(order), "a line shown before one written a mark earlier"
+    ranks = [lr for lr, _, _ in merged]
+    switches = sum(a != b for a, b in itertools.pairwise(ranks))
+    assert switches > 3, f"rank blocks, not interleaved: {switches} switches"
+
+
+@pytest.fixture(scope="module")
+def stepping(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real headless run whose rank prints ``step N/T`` lines for ~8 s."""
+    logs = tmp_path_factory.mktemp("replay-steps")
+    cmd = [PY, "-m", "tui_launch", "--no-tui", *WARM, "--standalone", "--nproc-per-node", "1"]
+    cmd += ["--log-dir", str(logs), str(WORKERS / "stepper.py"), "--steps", "32"]
+    cmd += ["--interval", "0.25"]
+    index = tmp_path_factory.mktemp("replay-steps-index")
+    index.chmod(0o700)
+    env = base_env(XDG_RUNTIME_DIR=str(index))
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return journal_path(done.stdout + done.stderr)
+
+
+def test_the_header_step_is_the_one_the_log_shows_at_the_cursor(stepping: Path) -> None:
+    """At every cursor of a replay, the header's step is the last step the log shows there.
+    The journal's progress records are 10 s apart: the step used to lag the log by up to
+    that, and an attempt's first 10 s showed none."""
+    import re
+
+    from tui_launch.tui.progress_render import header_progress
+
+    tl = Timeline(str(stepping))
+    src = ReplaySource(tl, cursor=0)
+    checked = 0
+    for n in range(1, len(tl) + 1):
+        src.move(n)
+        snap = src.snapshot()
+        if snap.finished is not None:
+            break
+        steps = [m for m in (re.match(r"step (\d+)/", t) for t in src.logs.lines(0, "stdout")) if m]
+        if not steps:
+            continue
+        shown = str(header_progress(snap))
+        assert f"step {steps[-1].group(1)}/32" in shown, (n, tl.kinds[n - 1], shown)
+        checked += 1
+    assert checked >= 5, checked  # the log moved at least at five marks

@@ -171,14 +171,19 @@ def test_ls_shows_live_ended_and_stale_runs(runtime_dir: Path, tuilaunch) -> Non
     assert not os.path.exists(sockets[doomed.pid])
     assert stat.S_ISSOCK(os.lstat(sockets[live.pid]).st_mode)
     assert ControlClient(sockets[live.pid]).call("status")["ok"]
-    (stale,) = [e for e in runindex.entries() if e.pid == doomed.pid]
-    assert runindex.state(stale) == runindex.STALE and stale.control is None
+    # The stale entry is listed this once, marked pruned, and is gone from the index; its
+    # run directory stays.
+    assert [e for e in runindex.entries() if e.pid == doomed.pid] == []
+    assert Path(entries[doomed.pid].run_dir or "").is_dir()
     assert out.returncode == 0, out.stderr
     rows = {line.split()[0]: line for line in out.stdout.splitlines()[1:]}
     assert f" {live.pid} " in rows["live"] and "--ticks 600" in rows["live"]
     assert f" {doomed.pid} " in rows["stale"] and "--ticks 601" in rows["stale"]
+    assert "stale (pruned)" in rows["stale"]
     assert f" {ended.pid} " in rows["ended"] and "(succeeded, exit 0)" in rows["ended"]
     assert entries[live.pid].run_dir in rows["live"]
+    again = _ls(env)
+    assert f" {doomed.pid} " not in again.stdout and f" {live.pid} " in again.stdout
     live.proc.send_signal(signal.SIGTERM)
     live.wait()
     assert [runindex.state(e) for e in runindex.entries() if e.pid == live.pid] == ["ended"]
@@ -215,3 +220,77 @@ def test_sweep_removes_only_sockets_of_stale_runs_that_nobody_answers(tmp_path: 
         assert left == ["listening.sock", "mine.sock", "plain.sock"]
     finally:
         listening.close()
+
+
+def test_attach_finds_a_relative_log_dir_run_by_pid_and_standalone_run_id(
+    runtime_dir: Path, tuilaunch, tmp_path: Path
+) -> None:
+    """A run started with a relative --log-dir in one directory is found from another (the
+    entry's paths are absolute, from the launcher's cwd), by pid and by the run id the
+    launcher shows (--standalone's random one, not the "none" torch's parser gives)."""
+    from tui_launch.core.controlsock import find
+    from tui_launch.tui.attach import resolve_attach
+
+    env = base_env(XDG_RUNTIME_DIR=str(runtime_dir))
+    here = tmp_path / "launched-here"
+    here.mkdir()
+    job = tuilaunch(
+        "--standalone", "--control-socket", "--log-dir", "logs", "--nproc-per-node", "1",
+        str(WORKERS / "ticker.py"), "--ticks", "6000", cwd=here, env=env,
+    )  # fmt: skip
+
+    def registered() -> Entry | None:
+        found = [e for e in runindex.entries() if e.pid == job.pid and e.journal and e.control]
+        return found[0] if found else None
+
+    entry = wait_for(registered, 120, what="the launcher's entry with its journal")
+    journal = entry.journal or ""
+    assert os.path.isabs(journal) and journal.startswith(str(here / "logs") + os.sep)
+    wait_for(lambda: os.path.isfile(journal), 60, what="the journal")
+    assert entry.run_dir == os.path.dirname(journal)
+    assert os.getcwd() != str(here)  # resolved from elsewhere: this process's cwd
+    assert resolve_attach(str(job.pid)) == journal
+    shown = next(
+        e["run_id"] for e in map(json.loads, Path(journal).read_text().splitlines())
+        if e["kind"] == "run_started"
+    )  # fmt: skip
+    assert shown not in ("", "none") and entry.run_id == shown
+    assert resolve_attach(shown) == journal
+    assert find(shown) == (entry.control, journal)
+    # The journal names the attempt's directory relative to the launcher (logs/...): the
+    # attached dashboard, from here, still reads the ranks' lines.
+    from tui_launch.core.replay import Timeline
+    from tui_launch.tui.attach import AttachSource
+
+    def attached_lines() -> list[str]:
+        src = AttachSource(Timeline(journal))
+        return [t for t in src.logs.lines(0, "stdout") if t.startswith("tick ")]
+
+    assert wait_for(attached_lines, 60, what="rank 0's lines in the attached dashboard")
+    job.proc.send_signal(signal.SIGTERM)
+    assert job.wait(120) == 143
+
+
+def test_attach_prunes_entries_of_dead_and_reused_pids(runtime_dir: Path) -> None:
+    """``attach``'s sweep removes a live entry whose pid is gone or belongs to another
+    process now (another start time), and keeps its run directory; a live run's stays."""
+    from tui_launch.tui.attach import resolve_attach
+
+    gone = subprocess.Popen([PY, "-c", "pass"])
+    gone.wait()
+    index = runindex.index_dir()
+    me, start = os.getpid(), runindex.proc_start_time(os.getpid())
+    assert start is not None
+    run_dir = runtime_dir / "a-run"
+    run_dir.mkdir()
+    host = os.uname().nodename
+    dead = Entry(gone.pid, host, "r1", ("x",), 1.0, 1, run_dir=str(run_dir))
+    reused = Entry(me, host, "r2", ("x",), 2.0, start + 1, run_dir=str(run_dir))
+    for e in (dead, reused):
+        (index / f"live-{e.pid}-{e.proc_start}.json").write_text(e.to_json())
+    mine = Registration.register(["tuilaunch", "x.py"], "r3")
+    assert len(runindex.entries()) == 3
+    with pytest.raises(ValueError, match="no live run 'r1' here"):
+        resolve_attach("r1")
+    assert [e.run_id for e in runindex.entries()] == ["r3"]
+    assert run_dir.is_dir() and mine.path and os.path.exists(mine.path)

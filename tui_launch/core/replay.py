@@ -39,14 +39,16 @@ import re
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from itertools import pairwise
 from typing import Generic, TypeVar, cast, overload
 
-from tui_launch.core.events import Event, from_dict
+from tui_launch.core.events import Event, ProgressSample, RankProgress, from_dict
 from tui_launch.core.journaltext import (
     MARK,
     MARK_KIND,
+    OFFSET,
     PREFIX,
     STATE,
     Block,
@@ -55,6 +57,8 @@ from tui_launch.core.journaltext import (
     fold_marks,
     log_key,
 )
+from tui_launch.core.progress.parse import ProgressReading, family_of, maybe_progress, parse_line
+from tui_launch.core.progress_view import ProgressView
 from tui_launch.core.store import Snapshot, reduce
 
 # Where the replay's ]/[ keys stop: a failure, a restart, an injected fault, the end.
@@ -453,6 +457,48 @@ class Timeline:
                     raw[f"{attempt}, {rank}, {json.dumps(stream)}".encode()] = b"%d" % offset
         return {log_key(key): int(value) for key, value in raw.items()}
 
+    def marks(
+        self, start: int, stop: int, floor: dict[bytes, int], limit: int | None = None
+    ) -> list[tuple[int, list[tuple[bytes, bytes]]]]:
+        """The log marks among events ``start <= i < stop`` that matter above ``floor``, in
+        journal order, as ``(i, [(stream, offset), ...])``: how far each stream that moved
+        since the mark before had grown. A stream is named by its bytes in the journal
+        (:func:`mark_name`); ``floor`` maps the streams wanted to the offset below which
+        their bytes are not wanted. Read backwards from ``stop``, stopping once every
+        stream's mark at or below its floor was seen, or after the newest ``limit`` marks.
+        One regex pass a line, no JSON. The merged log orders the ranks' lines by them."""
+        out: list[tuple[int, list[tuple[bytes, bytes]]]] = []
+        wanted = dict(floor)
+        i = min(stop, len(self))
+        while i > start and wanted and (limit is None or len(out) < limit):
+            b = bisect.bisect_right(self._block_first, i - 1) - 1
+            first = max(start, self._block_first[b])
+            for at, line in reversed(list(self._mark_lines(first, i))):
+                if limit is not None and len(out) >= limit:
+                    break
+                offsets = OFFSET.findall(line)
+                out.append((at, offsets))
+                for name, off in offsets:
+                    low = wanted.get(name)
+                    if low is not None and int(off) <= low:
+                        del wanted[name]  # the marks before this one lie below its floor
+            i = first
+        out.reverse()
+        return out
+
+    def marks_since(self, stop: int, floor: dict[LogKey, int], limit: int) -> int:
+        """Where to start reading :meth:`marks` so that every stream's marks above
+        ``floor[stream]`` (the bytes about to be shown) are seen, up to event ``stop``: the
+        latest kept log cut at or below every floor (at most ``limit`` events back; older
+        lines are shown in one piece per stream)."""
+        with self._lock:
+            k = max(0, min(stop, len(self)) // self.CUT_EVERY)
+            self._ensure_cut(k)
+            lowest = max(0, (stop - limit) // self.CUT_EVERY)
+            while k > lowest and any(self._cuts[k].get(key, 0) > f for key, f in floor.items()):
+                k -= 1
+            return k * self.CUT_EVERY
+
     # ------------------------------------------------------------------ cursor
 
     def at_time(self, mono: float) -> int:
@@ -476,3 +522,79 @@ class Timeline:
             if kinds[s] in MOMENTS:
                 return states[s] + 1
         return 0
+
+
+# Lines of a rank looked back through for its latest step (a rank printing no progress costs
+# one pre-filter test a line, this many at most).
+STEP_LOOKBACK = 400
+
+
+def progress_at(snap: Snapshot, lines: Callable[[int, str], list[str]]) -> Snapshot:
+    """``snap`` with each rank's step as its log at the cursor shows it.
+
+    The journal holds a progress record every 10 s (the watcher's 1 Hz samples are not
+    journaled), and even a sample is posted up to a second after the lines it read: a
+    replayed step lagged the replayed log by up to 10 s, and showed nothing in an attempt's
+    first 10 s. Here each rank's step (and total) is the last training reading among
+    ``lines(local_rank, stream)`` (this attempt's lines up to the cursor, oldest first), in
+    the format the record names; a rank with no record yet in this attempt gets one from its
+    lines. The rest of the record (rates, ETA, goodput) stays the journal's.
+    """
+    view = snap.progress
+    if snap.finished is not None or not snap.ranks:
+        return snap
+    current = view.latest if view is not None and view.latest.attempt == snap.attempt else None
+    ranks: list[RankProgress] = []
+    changed = False
+    if current is not None:
+        for rp in current.ranks:
+            family = family_of(rp.fmt) if rp.fmt else None
+            r = _last_step(lines(rp.local_rank, rp.stream), family, rp.total)
+            if r is not None and (r.step, r.total or rp.total) != (rp.step, rp.total):
+                rp = replace(rp, step=r.step, total=r.total or rp.total)
+                changed = True
+            ranks.append(rp)
+    else:
+        for row in snap.ranks:
+            for stream in ("stdout", "stderr"):
+                r = _last_step(lines(row.local_rank, stream), None, None)
+                if r is not None:
+                    ranks.append(
+                        RankProgress(
+                            row.global_rank, row.local_rank, stream, r.step, r.total, fmt=r.fmt
+                        )
+                    )
+                    changed = True
+                    break
+    if not changed:
+        return snap
+    leader = current.leader if current is not None else None
+    if leader is None or all(rp.global_rank != leader for rp in ranks):
+        leader = max(ranks, key=lambda rp: rp.step or 0).global_rank
+    if current is not None:
+        latest = replace(current, ranks=tuple(ranks), leader=leader)
+    else:
+        latest = ProgressSample(attempt=snap.attempt, leader=leader, ranks=tuple(ranks))
+    shown = ProgressView(latest=latest) if view is None else replace(view, latest=latest)
+    return replace(snap, progress=shown)
+
+
+def _last_step(lines: list[str], family: str | None, total: int | None) -> ProgressReading | None:
+    """The newest training reading with a step among ``lines`` (of ``family``, and of the
+    training bar's ``total`` when known: another total is an eval bar)."""
+    for text in reversed(lines[-STEP_LOOKBACK:]):
+        if not maybe_progress(text):
+            continue
+        r = parse_line(text, family)
+        if r is None or r.step is None or r.phase != "train":
+            continue
+        if total is not None and r.total is not None and r.total != total:
+            continue
+        return r
+    return None
+
+
+def mark_name(key: LogKey) -> bytes:
+    """How a log mark names the stream ``key`` (``b'0, 1, "stdout"'``)."""
+    attempt, rank, stream = key
+    return f"{attempt}, {rank}, {json.dumps(stream)}".encode()

@@ -13,6 +13,14 @@ and an ``ended-`` record with the outcome takes its place; only the most recent
 :data:`KEEP_ENDED` records are kept. A SIGKILLed launcher cannot clean up: its live entry stays,
 and :func:`state` calls it stale because its pid is gone, or now belongs to another process
 (the process start time, from ``/proc/<pid>/stat``, differs from the one recorded).
+:func:`sweep` (``ls``, ``attach``) removes such an entry (and its dead control socket); the
+run directory stays where it is.
+
+Paths in an entry are absolute, resolved against the launcher's working directory when it
+writes them (a relative ``--log-dir`` names a directory relative to the launcher, not to the
+``attach`` run from elsewhere). The run id is the one the launcher shows: ``--standalone``
+runs get a random one from torch once the agent starts, and the entry follows it
+(:func:`follow`).
 """
 
 from __future__ import annotations
@@ -29,9 +37,17 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tui_launch.core.events import Event, WorkersStarted
+from tui_launch.core.events import (
+    Event,
+    RendezvousCompleted,
+    RendezvousStarted,
+    RunStarted,
+    WorkersStarted,
+)
 
 KEEP_ENDED = 20
+# The events that carry the run id the launcher shows.
+RUN_ID_EVENTS = (RunStarted, RendezvousStarted, RendezvousCompleted)
 LIVE, ENDED, STALE, ELSEWHERE = "live", "ended", "stale", "other node"
 
 
@@ -57,11 +73,13 @@ class Entry:
     control: str | None = None  # the control socket, while the run listens on one
     detached: bool = False  # the run has no terminal (--detach, or D in its dashboard)
     path: str = field(default="", compare=False)  # where the entry was read from
+    pruned: bool = field(default=False, compare=False)  # stale: removed by this sweep
 
     def to_json(self) -> str:
         """The entry as written to disk (without ``path``)."""
         data = asdict(self)
         data.pop("path")
+        data.pop("pruned")
         return json.dumps(data)
 
     @classmethod
@@ -69,7 +87,7 @@ class Entry:
         """Parse an entry (``ValueError``/``TypeError``/``KeyError`` on a bad one)."""
         data: dict[str, Any] = json.loads(text)
         data["argv"] = tuple(str(a) for a in data["argv"])
-        known = {f for f in cls.__dataclass_fields__ if f != "path"}
+        known = {f for f in cls.__dataclass_fields__ if f not in ("path", "pruned")}
         return cls(**{k: v for k, v in data.items() if k in known}, path=path)
 
 
@@ -210,10 +228,19 @@ class Registration:
         with self._lock:
             if self._closed or (run_dir == self.entry.run_dir and journal == self.entry.journal):
                 return
-            self.entry = replace(
-                self.entry, run_dir=os.path.abspath(run_dir), journal=journal or self.entry.journal
-            )
+            # Absolute here, in the launcher (its cwd): a relative --log-dir gives relative
+            # paths, which an attach from another directory would resolve wrongly.
+            journal = os.path.abspath(journal) if journal else self.entry.journal
+            self.entry = replace(self.entry, run_dir=os.path.abspath(run_dir), journal=journal)
             self._write()
+
+    def set_run_id(self, run_id: str) -> None:
+        """The run id the launcher shows (torch picks a random one for ``--standalone``
+        after the entry was written): ``attach RUN_ID`` finds the run by it."""
+        with self._lock:
+            if not self._closed and run_id and run_id != self.entry.run_id:
+                self.entry = replace(self.entry, run_id=run_id)
+                self._write()
 
     def set_control(self, path: str | None) -> None:
         """The run listens on a control socket at ``path`` (None: no longer)."""
@@ -274,23 +301,47 @@ def state(entry: Entry, host: str | None = None) -> str:
 
 
 def sweep(found: list[Entry], host: str | None = None) -> list[Entry]:
-    """Remove the control sockets of stale runs (a SIGKILLed launcher cannot remove its own);
-    ``found`` with those entries' ``control`` cleared (their files too).
+    """Prune the stale runs among ``found`` (their launcher died without cleaning up: the pid
+    is gone, or was reused by another process); ``found`` with those entries marked pruned.
 
-    A socket goes only when its run is stale (its pid is gone or was reused) and nothing
-    answers on it (``connect`` is refused): a live run's socket is never touched.
+    A stale run's live entry is removed from the index (``ls`` shows it this once, as
+    ``stale (pruned)``; its run directory is kept), and so is its control socket once
+    nothing answers on it (``connect`` is refused): a live run's socket, and a socket
+    someone still answers on, are never touched. A run of another node is left alone (its
+    pid means nothing here).
     """
     out = []
     for e in found:
-        if e.control and state(e, host) == STALE and _dead_socket(e.control):
+        st = state(e, host)
+        if st == LIVE:
+            e = _absolute(e)
+        if st != STALE:
+            out.append(e)
+            continue
+        if e.control and _dead_socket(e.control):
             with contextlib.suppress(OSError):
                 os.unlink(e.control)
             e = replace(e, control=None)
-            if e.path:
-                with contextlib.suppress(OSError):
-                    _write_atomic(Path(e.path).parent, Path(e.path).name, e.to_json())
+        if e.path and Path(e.path).name.startswith("live-"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(e.path)
+            e = replace(e, path="", pruned=True)
         out.append(e)
     return out
+
+
+def _absolute(e: Entry) -> Entry:
+    """``e`` with relative paths (an entry of an older version) made absolute against its
+    live launcher's working directory (``/proc/<pid>/cwd``), where they were meant."""
+    if all(p is None or os.path.isabs(p) for p in (e.run_dir, e.journal)):
+        return e
+    try:
+        cwd = os.readlink(f"/proc/{e.pid}/cwd")
+    except OSError:
+        return e
+    run_dir = os.path.join(cwd, e.run_dir) if e.run_dir else None
+    journal = os.path.join(cwd, e.journal) if e.journal else None
+    return replace(e, run_dir=run_dir, journal=journal)
 
 
 def _dead_socket(path: str) -> bool:
@@ -334,6 +385,11 @@ def follow(
     ``where`` returns the run directory and journal path as far as they are known."""
 
     def listener(event: Event) -> None:
+        # The run id the launcher shows (the header, the summary): --standalone's is torch's
+        # random one, known only once the agent runs; the entry was written before.
+        run_id = getattr(event, "run_id", None)
+        if isinstance(event, RUN_ID_EVENTS) and isinstance(run_id, str):
+            reg.set_run_id(run_id)
         if isinstance(event, WorkersStarted) and reg.entry.run_dir is None:
             run_dir, journal = where()
             if run_dir:
@@ -362,6 +418,8 @@ def format_table(found: list[Entry], now: float | None = None, host: str | None 
         st = state(e, host)
         if st == ENDED:
             st = f"ended ({e.outcome}, exit {e.exit_code})"
+        elif st == STALE and e.pruned:
+            st = "stale (pruned)"  # its launcher died: this is the last ls that lists it
         elif st == LIVE and (e.detached or e.control):
             # How to come back to it: detached (no terminal) and/or listening for control.
             how = [w for w, on in (("detached", e.detached), ("control", e.control)) if on]

@@ -74,7 +74,7 @@ class AttachSource(ReplaySource):
             self.move(len(self.timeline))
         if self.approx and self.timeline.ready(self._approx_at):  # the background pass is
             self.approx = False  # past the first frame: the rest is a few events from it
-            self._snap = self.timeline.snapshot(self.cursor)
+            self._snap = self._with_log_steps(self.timeline.snapshot(self.cursor))
 
     def now(self) -> float:
         """The machine's clock while following a live run (the journal's is the same clock
@@ -128,11 +128,12 @@ def resolve_attach(target: str | None) -> str:
     run of this user on this node); ValueError with a one-line reason."""
     from tui_launch.core import runindex
 
-    found = runindex.sweep(runindex.entries())  # stale runs' sockets go, whatever is asked
+    found = runindex.sweep(runindex.entries())  # stale runs go, whatever is asked
     if target is not None and os.path.isdir(target):
         return journal_of(target)
     live = [e for e in found if runindex.state(e) == runindex.LIVE]
     if target is not None:
+        # The pid, or the run id the launcher shows (--standalone: torch's random one).
         live = [e for e in live if target in (str(e.pid), e.run_id)]
     if not live:
         raise ValueError(f"no live run{'' if target is None else ' ' + repr(target)} here")

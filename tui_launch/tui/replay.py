@@ -11,6 +11,7 @@ clock, event number, play state) under the header and the replay keys.
 
 from __future__ import annotations
 
+import bisect
 import gc
 import os
 import signal
@@ -18,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -27,7 +29,7 @@ from tui_launch.core.events import StacksDumped, WorkersStarted
 from tui_launch.core.journal import JOURNAL_NAME
 from tui_launch.core.logs import LogSource
 from tui_launch.core.logsinks import LogBuffer
-from tui_launch.core.replay import LogKey, Timeline
+from tui_launch.core.replay import LogKey, Timeline, mark_name, progress_at
 from tui_launch.core.store import Snapshot
 from tui_launch.tui.app import Dashboard
 from tui_launch.tui.widgets import CachedPanel
@@ -40,6 +42,14 @@ if TYPE_CHECKING:
 REREAD = 1 << 16
 OPEN_AT_END = 20000  # events: up to this many, the replay opens on the end
 END = -1  # a pending jump to the end of the journal, once indexed
+# Events back whose log marks order the lines of a jump or a rebuild in the merged view (older
+# lines of a rank come first, as one piece): about half an hour of a run's marks.
+MERGE_SPAN = 2 * Timeline.CUT_EVERY
+# The newest log marks a delivery reads (a jump: about 4 minutes of a run's marks); a stream's
+# lines older than the oldest of them come first, in one piece per stream.
+MERGE_MARKS = 256
+MERGE_EXACT = 64  # the newest marks, by which a delivery always orders the ranks' lines
+MERGE_PIECES = 1024  # about how many pieces a delivery cuts the streams' lines into, at most
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 100.0, 1000.0)
 
 
@@ -57,11 +67,13 @@ class ReplaySource:
         self.pending: int | None = None  # where a jump waits for the checkpoints (END: the end)
         self.rebuilt = 0  # how often the log buffer was rebuilt (the pane must rerender)
         self._cut: dict[LogKey, int] = {}
+        self._cut_at = -1  # the cursor of self._cut
         self._dirs: dict[int, str] = {}
         self._snap_at = -1
         self._snap = self._state_at(self.cursor)
         self._snap_at = self.cursor
         self._cut_logs()
+        self._snap = self._with_log_steps(self._snap)
 
     # ----------------------------------------------------------------- cursor
 
@@ -73,6 +85,21 @@ class ReplaySource:
             self._snap = self._state_at(cursor)
             self._snap_at = cursor
             self._cut_logs()
+            self._snap = self._with_log_steps(self._snap)
+
+    def _with_log_steps(self, snap: Snapshot) -> Snapshot:
+        """``snap`` with the step the log at the cursor shows (the journal's progress
+        records are 10 s apart: see :func:`~tui_launch.core.replay.progress_at`)."""
+        return progress_at(snap, self._attempt_lines)
+
+    def _attempt_lines(self, local_rank: int, stream: str) -> list[str]:
+        """The kept lines of ``stream`` of ``local_rank`` in its latest attempt."""
+        kept = self.logs.since(0, local_rank)
+        for k in range(len(kept) - 1, -1, -1):
+            if kept[k][2] == "marker":  # "---- attempt N ----": what follows is N's
+                kept = kept[k + 1 :]
+                break
+        return [text for _, _, s, text in kept if s == stream]
 
     def _state_at(self, cursor: int) -> Snapshot:
         """The snapshot after the first ``cursor`` events (from the kept checkpoints)."""
@@ -99,16 +126,29 @@ class ReplaySource:
             for i in tl.indices(WorkersStarted.kind):  # state events only: no full scan
                 for _, e in tl.events(i, i + 1):
                     if isinstance(e, WorkersStarted):
-                        self._dirs[e.attempt] = e.log_dir
+                        self._dirs[e.attempt] = self._resolve(e.log_dir)
         return self._dirs.get(attempt)
+
+    def _resolve(self, log_dir: str) -> str:
+        """An attempt's directory as the journal names it, found from here: a relative
+        ``--log-dir`` gives a path relative to the launcher's working directory, not to a
+        replay or attach run elsewhere; the attempt directories sit next to the journal
+        (``RUN_DIR/attempt_N``), where it is looked for then."""
+        if os.path.isabs(log_dir) or os.path.isdir(log_dir):
+            return log_dir
+        beside = os.path.join(os.path.dirname(os.path.abspath(self.timeline.path)), "")
+        candidate = os.path.join(beside, os.path.basename(os.path.normpath(log_dir)))
+        return candidate if os.path.isdir(candidate) else log_dir
 
     def _cut_logs(self) -> None:
         cut = self.timeline.log_offsets(self.cursor)
         onward = all(cut.get(k, -1) >= v for k, v in self._cut.items())
+        since = self._cut_at
         if not onward:
             self.logs = LogBuffer()
             self.rebuilt += 1
             self._cut = {}
+            since = -1
         # Each rank's newest REREAD bytes at most (newest attempt first): the bounded buffer
         # would drop anything older, and a jump across hours of output or a rebuild of every
         # attempt's files then costs one read of REREAD bytes a rank, not of all of them.
@@ -122,28 +162,94 @@ class ReplaySource:
             if end > start:
                 budget[rank] = left - (end - start)
                 reads.append((key, start, end))
-        for key, start, end in reversed(reads):
-            self._deliver(key, start, end, whole=start == self._cut.get(key, 0))
+        self._deliver_merged(reads, since)
         self._cut = cut
+        self._cut_at = self.cursor
 
-    def _deliver(self, key: LogKey, start: int, end: int, whole: bool = True) -> None:
+    def _deliver_merged(self, reads: list[tuple[LogKey, int, int]], since: int) -> None:
+        """Deliver the bytes ``reads`` names in the order they were written across ranks:
+        each stream's lines are cut at the offsets of the log marks among the events read
+        (about once a second while files grow), and the pieces go out mark by mark, so the
+        merged view interleaves the ranks at the marks' granularity; each rank's own order
+        is kept (its pieces are in file order). ``since``: the cursor of the previous cut
+        when this one only adds to it (no mark before it lies inside a read), else -1."""
+        if not reads:
+            return
+        tl, cursor = self.timeline, self.cursor
+        first = tl.marks_since(cursor, {key: start for key, start, _ in reads}, MERGE_SPAN)
+        if 0 <= since <= cursor:
+            first = max(first, since)
+        floor = {mark_name(key): start for key, start, _ in reads}
+        by_name: dict[bytes, list[tuple[int, int]]] = {name: [] for name in floor}
+        for i, offsets in tl.marks(first, cursor, floor, MERGE_MARKS):
+            for name, raw in offsets:
+                found = by_name.get(name)
+                if found is not None:
+                    found.append((i, int(raw)))
+        # A delivery costs ~15 us a piece in the log buffer: a jump across a chatty run
+        # (8 ranks, a line each a second: 6,400 pieces) took 100 ms for that alone. The
+        # newest marks (what the merged view shows) stay exact; older ones are thinned so
+        # that one delivery makes about MERGE_PIECES pieces (their lines are then ordered
+        # at every few marks: still each in its span, each rank in its order).
+        used = sorted({i for found in by_name.values() for i, _ in found})
+        room = max(MERGE_EXACT, MERGE_PIECES // len(reads))
+        if len(used) > room:
+            older = used[:-MERGE_EXACT]
+            if room > MERGE_EXACT:
+                step = -(-len(older) // (room - MERGE_EXACT))
+                kept = set(used[-MERGE_EXACT:]) | set(older[::-1][::step])
+            else:
+                kept = set(used[-room:])
+            by_name = {n: [(i, o) for i, o in found if i in kept] for n, found in by_name.items()}
+        bounds = {key: by_name[mark_name(key)] for key, _, _ in reads}
+        pieces: list[tuple[int, LogKey, int, int]] = []
+        texts: dict[LogKey, tuple[LogSource, list[str]]] = {}
+        for key, start, end in reads:
+            got = self._read(key, start, end)
+            if got is None:
+                continue
+            src, data = got
+            skip = 0
+            if start != self._cut.get(key, 0):  # the first line was cut in two
+                skip = data.find(b"\n") + 1
+            lines = data[skip:].decode("utf-8", "replace").split("\n")[:-1]
+            texts[key] = (src, lines)
+            # Each line's end in the file: a mark's offset (a line boundary) is where the
+            # lines written before it end.
+            ends = list(accumulate((len(b) + 1 for b in data[skip:].split(b"\n")[:-1]), initial=0))
+            base, at = start + skip, 0
+            for i, off in bounds[key]:
+                upto = bisect.bisect_right(ends, off - base) - 1  # lines ending by the mark
+                if upto > at:
+                    pieces.append((i, key, at, upto))
+                    at = upto
+            if at < len(lines):  # written after the last mark looked at (or a long jump)
+                pieces.append((cursor, key, at, len(lines)))
+        pieces.sort(key=lambda p: (p[0], p[1]))  # stable: a stream's pieces stay in order
+        k = 0
+        while k < len(pieces):  # one delivery for a stream's run of consecutive pieces
+            _, key, lo, hi = pieces[k]
+            k += 1
+            while k < len(pieces) and pieces[k][1] == key:
+                hi = pieces[k][3]
+                k += 1
+            src, lines = texts[key]
+            self.logs(src, lines[lo:hi])
+
+    def _read(self, key: LogKey, start: int, end: int) -> tuple[LogSource, bytes] | None:
+        """The bytes ``start:end`` of ``key``'s log file, with its source (None: unreadable)."""
         attempt, rank, stream = key
         d = self._log_dir(attempt)
         if d is None:
-            return
+            return None
         path = os.path.join(d, str(rank), f"{stream}.log")
         try:
             with open(path, "rb") as fp:
                 fp.seek(start)
                 data = fp.read(end - start)
         except OSError:
-            return
-        if not whole:
-            data = data[data.find(b"\n") + 1 :]  # the first line was cut in two
-        lines = data.decode("utf-8", "replace").split("\n")[:-1]
-        if lines:
-            src = LogSource(attempt, rank, rank, stream, path, console=False, prefix=None)
-            self.logs(src, lines)
+            return None
+        return LogSource(attempt, rank, rank, stream, path, console=False, prefix=None), data
 
     # ---------------------------------------------------------------- Source
 
