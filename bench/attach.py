@@ -181,20 +181,21 @@ def stats(values: list[float]) -> str:
 
 
 def startup(repeat: int) -> list[float]:
-    """Wall time of a bare ``python -c 'import tui_launch.tui.replay'`` (interpreter, Textual
+    """Wall time of a bare ``python -c 'import tui_launch.tui.sources.replay'`` (interpreter,
+    Textual
     and the dashboard's modules): the floor under any first frame."""
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import tui_launch.tui.replay"], check=True)
+        subprocess.run([sys.executable, "-c", "import tui_launch.tui.sources.replay"], check=True)
         times.append(time.perf_counter() - t)
     return times
 
 
 def source_at_end(journal: Path) -> float:
     """Seconds to build the attached source in this process: index, state at the end, logs."""
-    from tui_launch.core.replay import Timeline
-    from tui_launch.tui.attach import AttachSource
+    from tui_launch.core.journal.timeline import Timeline
+    from tui_launch.tui.sources.attach import AttachSource
 
     t = time.perf_counter()
     AttachSource(Timeline(str(journal))).timeline.close()

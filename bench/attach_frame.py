@@ -4,11 +4,12 @@ On a journal (e.g. ``bench/replay.py``'s synthetic 24-hour one, written with
 ``write_journal``), in this process, CPU time (``time.process_time``: the machine is shared,
 wall clock would measure the others' load):
 
-- ``index``: :class:`~tui_launch.core.replay.Timeline` indexes the whole file, as ``attach``
+- ``index``: :class:`~tui_launch.core.journal.timeline.Timeline` indexes the whole file, as
+``attach``
   does before anything else;
 - ``full``: the state at the end by the full reduce (``Timeline.snapshot``: every state event
   parsed and folded), what ``attach`` computed before its first frame until now;
-- ``recent``: :func:`~tui_launch.core.recent.recent_snapshot`, what it computes now (the old
+- ``recent``: :func:`~tui_launch.core.journal.recent.recent_snapshot`, what it computes now (the old
   telemetry records skipped); the two snapshots are checked equal but for the telemetry
   totals;
 - ``source``: ``AttachSource(timeline)`` (the recent state and the rank logs cut at the end),
@@ -34,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from replay import write_journal
 
-from tui_launch.core.recent import recent_snapshot
-from tui_launch.core.replay import Timeline
-from tui_launch.tui.attach import AttachSource
+from tui_launch.core.journal.recent import recent_snapshot
+from tui_launch.core.journal.timeline import Timeline
+from tui_launch.tui.sources.attach import AttachSource
 
 
 def cpu(fn: Callable[[], Any]) -> tuple[float, Any]:

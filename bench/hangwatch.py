@@ -1,6 +1,7 @@
 """The hang detector's CPU: tuilaunch's HangWatch loop watching 8 ranks' log files.
 
-Runs the real :class:`tui_launch.core.hangwatch.HangWatch` (its periodic thread, the file-size
+Runs the real :class:`tui_launch.core.diagnosis.hangwatch.HangWatch` (its periodic thread, the
+file-size
 checks and the tailer sink) over 16 log files (8 ranks x stdout/stderr) that a writer thread
 appends a line to every 0.5 s, as a training loop printing progress would, and reports the
 watch thread's CPU time (``thread_time`` inside the loop) per second of wall time, for the
@@ -20,10 +21,10 @@ import threading
 import time
 from pathlib import Path
 
-from tui_launch.core.dumps import Dumper
-from tui_launch.core.hangwatch import HangWatch
-from tui_launch.core.logs import LogSource
-from tui_launch.core.workers import RankTable
+from tui_launch.core.diagnosis.dumps import Dumper
+from tui_launch.core.diagnosis.hangwatch import HangWatch
+from tui_launch.core.logs.tail import LogSource
+from tui_launch.core.workers.table import RankTable
 
 RANKS = 8
 

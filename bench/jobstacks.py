@@ -1,9 +1,9 @@
 """The steady cost of job-wide stack dumps: the cluster loop's tick with and without the rider.
 
 Every node's cluster loop (``tuilaunch-cluster``) publishes its status into the job's store
-each interval; with more than one node it also carries :class:`~tui_launch.core.jobstacks.
+each interval; with more than one node it also carries :class:`~tui_launch.core.job.jobstacks.
 JobDumps`, which reads the request counter once per tick (one more round trip) and does nothing
-else until a dump is asked for. This runs the real :class:`~tui_launch.core.cluster.ClusterView`
+else until a dump is asked for. This runs the real :class:`~tui_launch.core.job.view.ClusterView`
 against a real ``TCPStore`` on loopback (hosted by this process), ``--ticks`` ticks without the
 rider and as many with it, and reports the thread CPU and wall time per tick of each. At the
 default 2 s interval, a tick's CPU over 2 s is the loop's share of a core.
@@ -22,11 +22,11 @@ from datetime import timedelta
 
 from torch.distributed import TCPStore
 
-from tui_launch.core.cluster import ClusterView, TCPStoreKV
-from tui_launch.core.dumps import Dumper
-from tui_launch.core.jobstacks import JobDumps
-from tui_launch.core.store import RunStore
-from tui_launch.core.workers import RankTable
+from tui_launch.core.diagnosis.dumps import Dumper
+from tui_launch.core.job.jobstacks import JobDumps
+from tui_launch.core.job.view import ClusterView, TCPStoreKV
+from tui_launch.core.model.store import RunStore
+from tui_launch.core.workers.table import RankTable
 
 
 def measure(port: int, ticks: int, rider: bool, tmp: str) -> tuple[float, float]:

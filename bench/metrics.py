@@ -10,7 +10,7 @@ Then, on this thread:
                Socket I/O excluded; the bytes served are reported.
 ``http``     — the same through the real server on loopback, timed by the process's CPU time
                (``time.process_time``: the client's urllib too, so an upper bound), and wall.
-``textfile`` — one :class:`~tui_launch.core.metrics.TextfileWriter` tick: generate, write a temp
+``textfile`` — one :class:`~tui_launch.metrics.TextfileWriter` tick: generate, write a temp
                file, fsync, chmod, rename. CPU ms, and wall ms (the fsync waits for the disk).
 
 Each reports median, p90 and max over ``--repeat`` runs (after 20 warm-up runs). Compare with
@@ -39,10 +39,10 @@ sys.path.insert(0, str(ROOT))
 
 from prometheus_client.exposition import generate_latest  # noqa: E402
 
-from tui_launch.core import events as ev  # noqa: E402
-from tui_launch.core import metrics  # noqa: E402
-from tui_launch.core.args import Options  # noqa: E402
-from tui_launch.core.store import RunStore  # noqa: E402
+from tui_launch import metrics  # noqa: E402
+from tui_launch.core.model import events as ev  # noqa: E402
+from tui_launch.core.model.store import RunStore  # noqa: E402
+from tui_launch.core.run.args import Options  # noqa: E402
 
 
 def fill(store: RunStore, n: int, log_root: Path) -> None:

@@ -11,7 +11,7 @@ gives them. ``--hours`` makes a shorter run.
 
 Measured, in this process (the numbers a replay's UI thread sees):
 
-- ``index``: :class:`~tui_launch.core.replay.Timeline` indexes the whole file (no JSON
+- ``index``: :class:`~tui_launch.core.journal.timeline.Timeline` indexes the whole file (no JSON
   parsed), as ``attach`` does; peak RSS;
 - ``open``: what ``replay`` does before its first frame: the first 16 MB chunk indexed and the
   source at the first event;
@@ -52,10 +52,11 @@ import threading
 import time
 from pathlib import Path
 
-from tui_launch.core.events import LogMark, Restart, TelemetryRecord, to_dict
-from tui_launch.core.replay import Timeline
+from tui_launch.apps.replay import precompute
+from tui_launch.core.journal.timeline import Timeline
+from tui_launch.core.model.events import LogMark, Restart, TelemetryRecord, to_dict
 from tui_launch.testing import builders
-from tui_launch.tui.replay import OPEN_AT_END, ReplaySource, precompute
+from tui_launch.tui.sources.replay import OPEN_AT_END, ReplaySource
 
 DAY = 86400
 NPROC = 8
@@ -195,14 +196,14 @@ def in_process(path: str, moves: int) -> None:
     )
     whole.close()
     t = time.perf_counter()
-    tl = Timeline(path, index=False)  # as replay_main does: the first chunk only
+    tl = Timeline(path, index=False)  # as apps.replay.main does: the first chunk only
     cursor = len(tl) if tl.indexed and len(tl) <= OPEN_AT_END else 0
     src = ReplaySource(tl, cursor)
     print(
         f"open for the first frame (first chunk: {len(tl)} events, and the source at cursor "
         f"{cursor}): {time.perf_counter() - t:.3f} s"
     )
-    # As replay_main does: the rest of the index and the checkpoints on a background thread,
+    # As apps.replay.main does: the rest of the index and the checkpoints on a background thread,
     # the UI moving meanwhile.
     done = threading.Event()
     t0 = time.perf_counter()

@@ -5,9 +5,11 @@ processes (``--children``, like data-loader workers), sleeping in a function of 
 faulthandler registered on tuilaunch's signal and stderr in a file, as a rank started through
 the worker bootstrap with ``--dump-via-faulthandler`` would be. Two dump paths are measured:
 
-``py-spy``        :func:`tui_launch.core.stacks.dump_ranks`: one ``py-spy dump --json`` per
+``py-spy``        :func:`tui_launch.core.diagnosis.stacks.dump_ranks`: one ``py-spy dump --json``
+per
                   process (ranks and their children), all in parallel;
-``faulthandler``  :func:`tui_launch.core.stacks.dump_via_faulthandler`: signal every rank, cut
+``faulthandler``  :func:`tui_launch.core.diagnosis.stacks.dump_via_faulthandler`: signal every
+rank, cut
                   the dump out of its stderr file.
 
 Each cell is the median (and max) of ``--repeat`` dumps after one warm-up dump, wall clock
@@ -34,18 +36,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tui_launch.core.shim import FAULTHANDLER_ENV, FAULTHANDLER_SIGNAL  # noqa: E402
-from tui_launch.core.stacks import (  # noqa: E402
+from tui_launch.core.diagnosis.stacks import (  # noqa: E402
     dump_ranks,
     dump_via_faulthandler,
     find_pyspy,
     verdict,
 )
+from tui_launch.core.workers.shim import FAULTHANDLER_ENV, FAULTHANDLER_SIGNAL  # noqa: E402
 
 RANK = """
 import multiprocessing, os, sys, threading, time
 import torch
-from tui_launch.core import shim
+from tui_launch.core.workers import shim
 shim.install_faulthandler()
 
 def loader_worker(parent):

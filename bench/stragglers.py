@@ -94,7 +94,7 @@ def rate(args: argparse.Namespace) -> None:
 
 
 def dump(_: argparse.Namespace) -> None:
-    from tui_launch.core.stacks import find_pyspy
+    from tui_launch.core.diagnosis.stacks import find_pyspy
 
     pyspy = find_pyspy()
     assert pyspy, "py-spy not found"
@@ -127,7 +127,7 @@ def dump(_: argparse.Namespace) -> None:
 
 
 def tick(args: argparse.Namespace) -> None:
-    from tui_launch.core.progress.straggler import StragglerJudge, StragglerSampler
+    from tui_launch.core.diagnosis.straggler import StragglerJudge, StragglerSampler
 
     sampler = StragglerSampler(
         lambda e: None, lambda r: None, interval=args.interval, judge=StragglerJudge()
@@ -277,7 +277,7 @@ def share(args: argparse.Namespace) -> None:
 
 
 def windows(args: argparse.Namespace) -> None:
-    from tui_launch.core.progress.straggler import StragglerJudge, StragglerSampler
+    from tui_launch.core.diagnosis.straggler import StragglerJudge, StragglerSampler
 
     sampler = StragglerSampler(
         lambda e: None, lambda r: None, interval=args.interval, judge=StragglerJudge(), backoff=1

@@ -1,6 +1,6 @@
 """Benchmark: what GPU and process telemetry costs.
 
-Two measurements, both against the fake NVML (``tui_launch.testing.fake_pynvml``) configured
+Two measurements, both against the fake NVML (``tui_launch.core.telemetry.fake_nvml``) configured
 with 8 GPUs, so they run anywhere:
 
 ``tick``  — CPU time of one sampler tick (``Telemetry.tick``: psutil over every rank's tree,
@@ -14,7 +14,7 @@ with 8 GPUs, so they run anywhere:
             and NVML calls per tick. Target: median ≤ 5 ms.
 
 ``share`` — the telemetry thread's share of the launcher's CPU in a real launch: the
-            launcher (a :class:`~tui_launch.core.runner.Runner` in this process, headless, as
+            launcher (a :class:`~tui_launch.core.run.runner.Runner` in this process, headless, as
             ``tuilaunch --no-tui``) runs ``--nproc-per-node 8 --no-python sleep S`` with
             telemetry on the 8 fake GPUs at the default 1 s interval; reported are the
             telemetry thread's CPU seconds, the launcher process's CPU seconds over the same
@@ -48,9 +48,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tui_launch.core import telemetry as tm  # noqa: E402
-from tui_launch.core.events import Event, WorkersStarted  # noqa: E402
-from tui_launch.core.store import RunStore  # noqa: E402
-from tui_launch.testing import fake_pynvml as fake  # noqa: E402
+from tui_launch.core.model.events import Event, WorkersStarted  # noqa: E402
+from tui_launch.core.model.store import RunStore  # noqa: E402
+from tui_launch.core.telemetry import fake_nvml as fake  # noqa: E402
 
 N = 8
 
@@ -124,9 +124,9 @@ def bench_tick(ticks: int, inferred: bool) -> dict[str, float]:
 
 def bench_share(seconds: float) -> dict[str, float]:
     """The telemetry thread's share of the launcher's CPU in a real 8-rank launch."""
-    from tui_launch.core.args import parse
-    from tui_launch.core.runner import Runner
-    from tui_launch.core.validate import validate
+    from tui_launch.core.run.args import parse
+    from tui_launch.core.run.runner import Runner
+    from tui_launch.core.run.validate import validate
 
     os.environ[tm.FAKE_ENV] = str(N)
     args, _ = parse(

@@ -2,7 +2,7 @@
 
 Runs ``tuilaunch --no-tui --warm-start`` on ``workloads/steady.py`` (a light all_reduce loop)
 for each ``--nproc`` and, while it trains, looks at the spare the workers were forked from:
-the process of the launch that runs ``tui_launch.core.spare`` and is not a worker (the
+the process of the launch that runs ``tui_launch.core.workers.spare`` and is not a worker (the
 journal's ``workers_started`` pids; forked workers show the spare's command line). For it:
 RSS (``VmRSS``), PSS and private memory (``smaps_rollup``: pages it shares with the workers it
 forked count once between them), the CPU it used to get ready (its imports, ``utime + stime``

@@ -10,9 +10,10 @@ finished) is shown by the real :class:`~tui_launch.tui.app.Dashboard` under ``Ap
 at 150x42 and saved with ``App.save_screenshot``; the failure is shown on its root-cause tab.
 These are deterministic (a fixed clock): running the script again rewrites the same files.
 
-``live-demo.svg`` comes from a real job instead: a :class:`~tui_launch.core.runner.Runner`
+``live-demo.svg`` comes from a real job instead: a :class:`~tui_launch.core.run.runner.Runner`
 running ``tests/workers/steady.py`` on 2 CPU ranks, seen through
-:class:`~tui_launch.tui.source.LiveSource`; the screenshot is taken once the run is up and a few
+:class:`~tui_launch.tui.sources.live.LiveSource`; the screenshot is taken once the run is up and a
+few
 log lines are in, then the job is stopped. Its pids, run id and times differ on every run.
 """
 
@@ -90,11 +91,11 @@ def fake_states(names: list[str]) -> list[Path]:
 
 def live_demo(timeout: float = 180.0) -> Path:
     """A screenshot of a real 2-rank run of tests/workers/steady.py."""
-    from tui_launch.core.args import parse
-    from tui_launch.core.runner import Runner
-    from tui_launch.core.store import RunStore
+    from tui_launch.core.model.store import RunStore
+    from tui_launch.core.run.args import parse
+    from tui_launch.core.run.runner import Runner
     from tui_launch.tui.app import Dashboard
-    from tui_launch.tui.source import LiveSource
+    from tui_launch.tui.sources.live import LiveSource
 
     steady = "tests/workers/steady.py"  # relative to ROOT, the working directory
     argv = ["--standalone", "--nproc-per-node", "2", "--max-restarts", "3", steady]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tui_launch.core.args import torch_option_strings
+from tui_launch.core.run.args import torch_option_strings
 
 # Tests that use torchrun's --shutdown-timeout (torch >= 2.8) skip on the older torch we support.
 needs_shutdown_timeout = pytest.mark.skipif(

@@ -37,8 +37,8 @@ from conftest import (
     wait_gone,
 )
 
-from tui_launch.core import runindex
-from tui_launch.core.controlsock import (
+from tui_launch.core.remote import runindex
+from tui_launch.core.remote.controlsock import (
     MAX_PATH,
     ControlClient,
     ControlError,
@@ -87,7 +87,7 @@ def _journal(path: str) -> list[dict]:
 def _client(path: str, mode: str, cmd: str, **args: object) -> tuple[int, dict]:
     """Run one request from a second process; (its pid, the answer)."""
     code = (
-        "import json, os, sys; from tui_launch.core.controlsock import ControlClient; "
+        "import json, os, sys; from tui_launch.core.remote.controlsock import ControlClient; "
         "print(os.getpid()); print(json.dumps(ControlClient(sys.argv[1], sys.argv[2])"
         ".call(sys.argv[3], **json.loads(sys.argv[4]))))"
     )

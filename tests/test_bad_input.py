@@ -406,7 +406,7 @@ def test_journal_through_own_symlink_is_followed(tuilaunch, tmp_path):
 def test_replay_refresh_hz_absurd(tmp_path):
     """`tuilaunch replay --refresh-hz 1e9` opened a dashboard that never drew, at 100 % CPU,
     deaf to q, ^C and SIGTERM; now it is one line and exit 2 (the journal is a real one)."""
-    from tui_launch.core.journal import Journal
+    from tui_launch.core.journal.writer import Journal
     from tui_launch.testing import builders
 
     journal = tmp_path / "journal.jsonl"

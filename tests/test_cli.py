@@ -15,7 +15,7 @@ from torch.distributed.run import parse_args as torch_parse_args
 
 import tui_launch
 from tui_launch.cli import SUBCOMMANDS
-from tui_launch.core import args as tl_args
+from tui_launch.core.run import args as tl_args
 
 HELP = {"-h", "--help"}
 OURS_EXPECTED = {"--no-tui", "--journal", "--version"}
@@ -300,7 +300,7 @@ def test_gc_off_while_loading_then_frozen(tmp_path):
     """No collection runs while torch loads; what is loaded is frozen; the GC is back on after.
 
     A full collection over torch's ~170,000 objects costs ~80 ms (165 ms in a log flood, on
-    the dashboard's thread): the launcher freezes them instead (cli.main, cli.run_cli).
+    the dashboard's thread): the launcher freezes them instead (cli.main, apps.launch.main).
     """
     probe = (
         "import atexit, gc, json, sys\n"

@@ -24,10 +24,10 @@ from conftest import (
     wait_gone,
 )
 
-from tui_launch.core.args import parse
-from tui_launch.core.events import RankExited, Restart, WorkersStarted
-from tui_launch.core.runner import SHARE_STORE_ENV, Runner
-from tui_launch.core.store import RunStore
+from tui_launch.core.model.events import RankExited, Restart, WorkersStarted
+from tui_launch.core.model.store import RunStore
+from tui_launch.core.run.args import parse
+from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 
 STEADY = str(WORKERS / "steady.py")
 

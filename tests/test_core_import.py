@@ -23,29 +23,26 @@ print(json.dumps({"imported": imported, "ui": ui}))
 """
 
 EXPECTED = {
-    "tui_launch.core." + name
-    for name in (
-        "runner",
-        "store",
-        "events",
-        "logs",
-        "journal",
-        "args",
-        "errors",
-        "text",
-        "reaper",
-        "agent",
-        "control",
-        "failures",
-        "faults",
-        "handle",
-        "logspecs",
-        "membership",
-        "reports",
-        "rundir",
-        "shutdown",
-        "workers",
-    )
+    "tui_launch.core.run.runner",
+    "tui_launch.core.model.store",
+    "tui_launch.core.model.events",
+    "tui_launch.core.logs.tail",
+    "tui_launch.core.journal.writer",
+    "tui_launch.core.run.args",
+    "tui_launch.core.model.errors",
+    "tui_launch.core.model.text",
+    "tui_launch.core.workers.reaper",
+    "tui_launch.core.seam.agent",
+    "tui_launch.core.run.control",
+    "tui_launch.core.run.failures",
+    "tui_launch.core.run.faults",
+    "tui_launch.core.run.handle",
+    "tui_launch.core.seam.logspecs",
+    "tui_launch.core.run.membership",
+    "tui_launch.core.run.reports",
+    "tui_launch.core.run.rundir",
+    "tui_launch.core.run.shutdown",
+    "tui_launch.core.workers.table",
 }
 
 
@@ -105,8 +102,8 @@ def _loaded_after(code: str) -> list[str]:
 def test_the_store_and_the_telemetry_package_load_neither_nvml_nor_psutil():
     """The pure reducer needs only the telemetry view; the package's names load on first use;
     the samplers' modules load NVML and psutil only when a sampler opens."""
-    assert _loaded_after("import tui_launch.core.store") == []
-    assert _loaded_after("import tui_launch.core.telemetry, tui_launch.core.telemetry_view") == []
+    assert _loaded_after("import tui_launch.core.model.store") == []
+    assert _loaded_after("import tui_launch.core.telemetry, tui_launch.core.model.telemetry") == []
     assert _loaded_after("from tui_launch.core.telemetry import Telemetry, RankTarget") == []
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from conftest import needs_shutdown_timeout, wait_for
 
-from tui_launch.core import diskspace
-from tui_launch.core.events import Notice
-from tui_launch.core.journal import Journal
+from tui_launch.core.journal.writer import Journal
+from tui_launch.core.model import diskspace
+from tui_launch.core.model.events import Notice
 
 SHUTDOWN = 3
 

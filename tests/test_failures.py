@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import WORKERS, read_journal
 
-from tui_launch.core import errors
+from tui_launch.core.model import errors
 
 CRASH = str(WORKERS / "crash.py")
 

@@ -3,10 +3,10 @@
 :class:`~tui_launch.testing.fake_source.FakeSource` re-implements the runner's control
 semantics (which signal is which action, what is refused when no worker runs, restart only
 while the workers run) so that the pilot and snapshot tests need no processes. This test keeps
-the two in step: the same control calls go to a :class:`~tui_launch.tui.source.LiveSource`
-over a real :class:`~tui_launch.core.runner.Runner` (two real CPU ranks of steady.py) and to a
+the two in step: the same control calls go to a :class:`~tui_launch.tui.sources.live.LiveSource`
+over a real :class:`~tui_launch.core.run.runner.Runner` (two real CPU ranks of steady.py) and to a
 FakeSource that is fed the live run's own events (so both see the same ranks in the same
-states), and the :class:`~tui_launch.core.events.ControlAction` events they post must agree on
+states), and the :class:`~tui_launch.core.model.events.ControlAction` events they post must agree on
 action, signal, outcome, rank and source. Pids are not compared.
 """
 
@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 from conftest import TOKEN_VAR, WORKERS, wait_for, wait_gone
 
-from tui_launch.core.args import parse
-from tui_launch.core.events import ControlAction, Event
-from tui_launch.core.runner import SHARE_STORE_ENV, Runner
-from tui_launch.core.store import RunStore, Snapshot
+from tui_launch.core.model.events import ControlAction, Event
+from tui_launch.core.model.store import RunStore, Snapshot
+from tui_launch.core.run.args import parse
+from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 from tui_launch.testing.fake_source import FakeSource
-from tui_launch.tui.source import LiveSource
+from tui_launch.tui.sources.live import LiveSource
 
 STEADY = str(WORKERS / "steady.py")
 

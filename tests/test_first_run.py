@@ -20,11 +20,17 @@ from typing import Any
 import pytest
 from conftest import EXAMPLES, PY, ROOT, WORKERS, base_env
 
-from tui_launch.core import errors
-from tui_launch.core.events import AttemptFailed, Failure, NodeStatus, RunFinished, StoreRetry
-from tui_launch.core.stderrpipe import StderrFilter
-from tui_launch.core.store import Snapshot, replay
-from tui_launch.core.text import cluster_lines, describe, failure_details
+from tui_launch.core.logs.stderr import StderrFilter
+from tui_launch.core.model import errors
+from tui_launch.core.model.events import (
+    AttemptFailed,
+    Failure,
+    NodeStatus,
+    RunFinished,
+    StoreRetry,
+)
+from tui_launch.core.model.store import Snapshot, replay
+from tui_launch.core.model.text import cluster_lines, describe, failure_details
 from tui_launch.summary import print_summary
 from tui_launch.testing import builders, scenarios
 from tui_launch.tui import actions
@@ -375,10 +381,12 @@ def test_a_deep_traceback_cut_off_by_the_tail_still_names_its_exception():
         "[rank1]:     batch_samples, num_items = self.get_batch_samples(epoch_iterator, n)",
         '[rank1]:   File "hf_train.py", line 10, in __getitem__',
         "[rank1]:     g = torch.Generator().manual_seed(i)",
-        "[rank1]: tui_launch.core.shim.InjectedFailure: boom in HF",
+        "[rank1]: tui_launch.core.workers.shim.InjectedFailure: boom in HF",
     )
     assert errors.has_error_signature(tail)
-    assert errors.last_error_line(tail) == "tui_launch.core.shim.InjectedFailure: boom in HF"
+    assert (
+        errors.last_error_line(tail) == "tui_launch.core.workers.shim.InjectedFailure: boom in HF"
+    )
     # faulthandler's dump (no comma before "in") is not a traceback.
     dump = ('  File "w.py", line 3 in main', "Current thread 0x7f (most recent call first):")
     assert not errors.has_error_signature(dump)

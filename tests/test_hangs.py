@@ -17,9 +17,9 @@ from pathlib import Path
 
 from conftest import WORKERS, journal_path, read_journal
 
-from tui_launch.core.dumps import Dumper
-from tui_launch.core.events import ControlAction, StacksDumped
-from tui_launch.core.workers import RankTable
+from tui_launch.core.diagnosis.dumps import Dumper
+from tui_launch.core.model.events import ControlAction, StacksDumped
+from tui_launch.core.workers.table import RankTable
 
 HANG = str(WORKERS / "hang.py")
 QUIET = str(WORKERS / "quiet.py")
@@ -196,7 +196,7 @@ def test_pyspy_that_fails_says_why_in_one_line(tmp_path):
 def test_bad_hang_options_are_one_line_and_exit_2(capsys) -> None:
     import pytest
 
-    from tui_launch.core.args import parse
+    from tui_launch.core.run.args import parse
 
     for argv, message in (
         (["--hang-timeout", "-1"], "--hang-timeout must be >= 0"),
@@ -213,8 +213,8 @@ def test_bad_hang_options_are_one_line_and_exit_2(capsys) -> None:
 
 
 def _replayed(events: list[dict]):
-    from tui_launch.core.events import from_dict
-    from tui_launch.core.store import replay
+    from tui_launch.core.model.events import from_dict
+    from tui_launch.core.model.store import replay
 
     return replay(from_dict(e) for e in events)
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLES, WORKERS, journal_path, read_journal, wait_for
 
-from tui_launch.core.events import from_dict
-from tui_launch.core.store import STOPPED, replay
+from tui_launch.core.model.events import from_dict
+from tui_launch.core.model.store import STOPPED, replay
 
 TRAINER = str(EXAMPLES / "train_ddp.py")
 NOOP = str(WORKERS / "noop.py")
@@ -327,7 +327,7 @@ INVALID = [
 def test_invalid_spec_is_a_usage_error(capsys, extra, spec, message):
     # Checked before anything starts, so the CLI is called in-process (two cases below go
     # through a real process).
-    from tui_launch.cli import run_cli
+    from tui_launch.cli import run as run_cli
 
     script = ["true"] if extra else [NOOP]
     argv = ["--no-tui", "--standalone", "--nproc-per-node", "2", *extra, "--inject", spec]

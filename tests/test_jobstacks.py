@@ -36,10 +36,10 @@ from test_multinode import (
     wait_hosting,
 )
 
-from tui_launch.core.args import parse
-from tui_launch.core.events import JobStacks, StacksDumped
-from tui_launch.core.runner import SHARE_STORE_ENV, Runner
-from tui_launch.core.store import RunStore
+from tui_launch.core.model.events import JobStacks, StacksDumped
+from tui_launch.core.model.store import RunStore
+from tui_launch.core.run.args import parse
+from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 
 HANG = str(WORKERS / "hang.py")
 TWO = ("--nproc-per-node", "2")
@@ -189,7 +189,7 @@ def test_hang_suspected_on_one_node_dumps_every_node(launches, tmp_path):
 
 
 def _answers() -> dict:
-    from tui_launch.core.events import JobNode, JobRank
+    from tui_launch.core.model.events import JobNode, JobRank
 
     coll = ("torch/distributed/distributed_c10d.py:3252 in all_reduce", "train.py:80 in step")
     own = ("data.py:41 in load_batch", "train.py:77 in step")
@@ -209,7 +209,7 @@ def _answers() -> dict:
 
 
 def test_job_verdict_spans_the_nodes_and_answers_round_trip() -> None:
-    from tui_launch.core.jobstacks import decode_answer, encode_answer, job_event, job_text
+    from tui_launch.core.job.jobstacks import decode_answer, encode_answer, job_event, job_text
 
     answers = _answers()
     for info, ranks in answers.values():
@@ -231,12 +231,12 @@ def test_job_verdict_spans_the_nodes_and_answers_round_trip() -> None:
 def test_cluster_and_stacks_tabs_show_where_every_rank_of_the_job_is() -> None:
     from rich.console import Console
 
-    from tui_launch.core.events import ClusterSample
-    from tui_launch.core.jobstacks import job_event
-    from tui_launch.core.store import reduce
+    from tui_launch.core.job.jobstacks import job_event
+    from tui_launch.core.model.events import ClusterSample
+    from tui_launch.core.model.store import reduce
     from tui_launch.testing import scenarios
-    from tui_launch.tui.render import cluster_panel
-    from tui_launch.tui.stackview import stacks_panel
+    from tui_launch.tui.panels.render import cluster_panel
+    from tui_launch.tui.panels.stacks import stacks_panel
 
     src = scenarios.hung()
     s = src.snapshot()
@@ -272,10 +272,10 @@ def test_a_request_that_never_came_does_not_block_later_ones(tmp_path, monkeypat
 
     from torch.distributed import TCPStore
 
-    from tui_launch.core import jobstacks
-    from tui_launch.core.cluster import TCPStoreKV
-    from tui_launch.core.dumps import Dumper
-    from tui_launch.core.workers import RankTable
+    from tui_launch.core.diagnosis.dumps import Dumper
+    from tui_launch.core.job import jobstacks
+    from tui_launch.core.job.view import TCPStoreKV
+    from tui_launch.core.workers.table import RankTable
 
     monkeypatch.setattr(jobstacks, "MISSING_REQUEST_WAIT", 0.5)
     server = TCPStore(

@@ -38,11 +38,11 @@ from conftest import (
 )
 from textual.app import App, ComposeResult
 
-from tui_launch.core.console import PrefixedLines, copy_range, is_devnull
-from tui_launch.core.logs import STDERR, LogSource, LogTailer, last_segment
-from tui_launch.core.logsinks import LogBuffer
+from tui_launch.core.logs.console import PrefixedLines, copy_range, is_devnull
+from tui_launch.core.logs.sinks import LogBuffer
+from tui_launch.core.logs.tail import STDERR, LogSource, LogTailer, last_segment
 from tui_launch.core.progress.parse import parse_line
-from tui_launch.tui.logpane import LogPane
+from tui_launch.tui.widgets.logpane import LogPane
 
 BAR = str(WORKERS / "bar.py")
 
@@ -382,7 +382,7 @@ def iter_read(fd: int) -> bytes:
 
 
 def test_a_partial_cut_inside_a_character_drops_the_pieces() -> None:
-    from tui_launch.core.logs import _decode_partial
+    from tui_launch.core.logs.tail import _decode_partial
 
     bar = "\r 60%|██████    | 3000/5000".encode()
     # A tail read may start inside a 3-byte block character and end inside another: neither

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from conftest import PY
 
-from tui_launch.core.logs import LogSource, LogTailer
+from tui_launch.core.logs.tail import LogSource, LogTailer
 
 LINES = 400_000  # 100 bytes each: 40 MB, far more than SKIP_OVER per poll
 FLOOD = (

@@ -34,12 +34,12 @@ from conftest import ROOT, TOKEN_VAR, WORKERS, wait_for, wait_gone
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from tui_launch.core import events as ev
-from tui_launch.core import metrics
-from tui_launch.core.args import Options, parse
-from tui_launch.core.metrics import families as fam
-from tui_launch.core.metrics import serve
-from tui_launch.core.store import RunStore
+from tui_launch import metrics
+from tui_launch.core.model import events as ev
+from tui_launch.core.model.store import RunStore
+from tui_launch.core.run.args import Options, parse
+from tui_launch.metrics import families as fam
+from tui_launch.metrics import serve
 from tui_launch.testing.builders import exited
 
 NODE = "node-a"
@@ -872,7 +872,7 @@ def real_run(tmp_path_factory):
     Where Debian's prometheus is installed, a real server scrapes the run every second and is
     queried while attempt 1 runs. Returns what the tests below check.
     """
-    from tui_launch.core.runner import SHARE_STORE_ENV, Runner
+    from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
     from tui_launch.core.telemetry import Telemetry
 
     tmp = tmp_path_factory.mktemp("metrics_run")

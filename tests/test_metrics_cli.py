@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_bad_input import check_usage_error
 from test_multinode import Job, c10d_args, free_port, start
 
-from tui_launch.core.metrics import textfile_name
+from tui_launch.metrics import textfile_name
 
 STEADY = str(WORKERS / "steady.py")
 NOOP = str(WORKERS / "noop.py")

@@ -1,4 +1,4 @@
-"""The ``node`` label (tui_launch/core/metrics/node.py): the host name, unless other agents of
+"""The ``node`` label (tui_launch/metrics/node.py): the host name, unless other agents of
 the run share the host, then ``<host>/<group rank>``, pinned for the agent's life.
 
 Snapshots are built from the events the runner posts (rendezvous views, live rendezvous samples,
@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import pytest
 
-from tui_launch.core import events as ev
-from tui_launch.core.metrics.node import NodeLabel, shared_host
-from tui_launch.core.store import RendezvousView, Snapshot
+from tui_launch.core.model import events as ev
+from tui_launch.core.model.store import RendezvousView, Snapshot
+from tui_launch.metrics.node import NodeLabel, shared_host
 
 HOST = "gpu-07"
 

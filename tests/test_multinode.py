@@ -34,7 +34,7 @@ from conftest import (
     wait_for,
 )
 
-from tui_launch.core.cluster import EtcdKV, TCPStoreKV, read_cluster
+from tui_launch.core.job.view import EtcdKV, TCPStoreKV, read_cluster
 
 ELASTIC = str(WORKERS / "elastic.py")
 # Heartbeats every second, dead after 3 missed: a lost node is noticed in ~3-5 s.
@@ -398,7 +398,7 @@ def test_store_host_by_address(monkeypatch):
     that an interface of this network namespace holds (a bind test); nothing else changes."""
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as backend
 
-    from tui_launch.core.rendezvous import is_local_address, local_store_host
+    from tui_launch.core.seam.rendezvous import is_local_address, local_store_host
 
     assert is_local_address("127.0.0.1") and not is_local_address("0.0.0.0")
     assert not is_local_address("198.51.100.77")  # TEST-NET-2: nobody's address

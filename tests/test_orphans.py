@@ -25,7 +25,7 @@ from conftest import (
     wait_gone,
 )
 
-from tui_launch.core import reaper
+from tui_launch.core.workers import reaper
 
 ORPHANER = str(WORKERS / "orphaner.py")
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from conftest import read_journal, wait_for
 
-from tui_launch.core import errors
-from tui_launch.core.journal import read_journal as read_events
-from tui_launch.core.store import recovered, replay
+from tui_launch.core.journal.writer import read_journal as read_events
+from tui_launch.core.model import errors
+from tui_launch.core.model.store import recovered, replay
 
 # Attempt 0: rank 1 raises; attempt 1: both ranks run until stopped.
 RECOVERS = """

@@ -16,18 +16,18 @@ import subprocess
 import pytest
 from conftest import PY, WORKERS, read_journal, wait_for
 
-from tui_launch.core import events as ev
-from tui_launch.core.logs import LogSource
-from tui_launch.core.progress.straggler import (
+from tui_launch.core.diagnosis.straggler import (
     StragglerJudge,
     StragglerSampler,
     _lone_outsider,
     in_collective,
     is_stopped,
 )
+from tui_launch.core.logs.tail import LogSource
+from tui_launch.core.model import events as ev
+from tui_launch.core.model.progress import goodput
+from tui_launch.core.model.store import RunStore, replay
 from tui_launch.core.progress.watch import ProgressWatch
-from tui_launch.core.progress_view import goodput
-from tui_launch.core.store import RunStore, replay
 from tui_launch.testing.builders import workers_started
 
 STEPPER = str(WORKERS / "stepper.py")

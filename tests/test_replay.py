@@ -17,13 +17,16 @@ import pytest
 from conftest import PY, WARM, WORKERS, base_env, journal_path, wait_for
 from rich.console import Console
 
-from tui_launch.core.events import LogMark, WorkersStarted
-from tui_launch.core.journal import read_journal
-from tui_launch.core.replay import Timeline
-from tui_launch.core.store import replay
-from tui_launch.tui import render
-from tui_launch.tui.attach import AttachDashboard, AttachSource, resolve_attach
-from tui_launch.tui.replay import ReplayDashboard, ReplaySource, journal_of
+from tui_launch.apps.attach import resolve_attach
+from tui_launch.apps.replay import journal_of
+from tui_launch.core.journal.timeline import Timeline
+from tui_launch.core.journal.writer import read_journal
+from tui_launch.core.model.events import LogMark, WorkersStarted
+from tui_launch.core.model.store import replay
+from tui_launch.tui.modes import AttachDashboard, ReplayDashboard
+from tui_launch.tui.panels import render
+from tui_launch.tui.sources.attach import AttachSource
+from tui_launch.tui.sources.replay import ReplaySource
 
 
 @pytest.fixture(scope="module")
@@ -298,9 +301,9 @@ def test_attach_and_replay_load_only_what_the_first_frame_needs() -> None:
     code = (
         "import gc, sys; from tui_launch import cli; gc.disable(); "
         "print(cli.run_subcommand(['attach', '--bogus'])); "
-        "import tui_launch.tui.attachctl; "
-        "heavy = ('torch', 'tui_launch.core.stacks', 'tui_launch.core.jobstacks', "
-        "'tui_launch.core.inject', 'tui_launch.core.runner'); "
+        "import tui_launch.tui.sources.control; "
+        "heavy = ('torch', 'tui_launch.core.diagnosis.stacks', 'tui_launch.core.job.jobstacks', "
+        "'tui_launch.core.run.inject', 'tui_launch.core.run.runner'); "
         "print([m for m in heavy if m in sys.modules]); print(gc.isenabled())"
     )
     out = subprocess.run(
@@ -402,7 +405,7 @@ def test_the_header_step_is_the_one_the_log_shows_at_the_cursor(stepping: Path) 
     that, and an attempt's first 10 s showed none."""
     import re
 
-    from tui_launch.tui.progress_render import header_progress
+    from tui_launch.tui.panels.progress import header_progress
 
     tl = Timeline(str(stepping))
     src = ReplaySource(tl, cursor=0)

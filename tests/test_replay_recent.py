@@ -11,14 +11,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from tui_launch.core.events import Event, LogMark, Restart, TelemetryRecord, to_dict
-from tui_launch.core.recent import recent_snapshot
-from tui_launch.core.replay import Timeline
-from tui_launch.core.store import Snapshot
-from tui_launch.core.telemetry_view import HISTORY
+from tui_launch.core.journal.recent import recent_snapshot
+from tui_launch.core.journal.timeline import Timeline
+from tui_launch.core.model.events import Event, LogMark, Restart, TelemetryRecord, to_dict
+from tui_launch.core.model.store import Snapshot
+from tui_launch.core.model.telemetry import HISTORY
 from tui_launch.testing import builders
-from tui_launch.tui import render_ranks
-from tui_launch.tui.attach import AttachSource
+from tui_launch.tui.panels import ranks as render_ranks
+from tui_launch.tui.sources.attach import AttachSource
 
 NPROC = 4
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import PY, WORKERS, base_env, wait_for
 
-from tui_launch.core import runindex
-from tui_launch.core.controlsock import ControlClient
-from tui_launch.core.runindex import Entry, Registration
+from tui_launch.core.remote import runindex
+from tui_launch.core.remote.controlsock import ControlClient
+from tui_launch.core.remote.runindex import Entry, Registration
 
 
 @pytest.fixture
@@ -192,7 +192,7 @@ def test_ls_shows_live_ended_and_stale_runs(runtime_dir: Path, tuilaunch) -> Non
 
 
 def test_sweep_removes_only_sockets_of_stale_runs_that_nobody_answers(tmp_path: Path) -> None:
-    from tui_launch.core.controlsock import bind_private
+    from tui_launch.core.remote.controlsock import bind_private
 
     gone = subprocess.Popen([PY, "-c", "pass"])
     gone.wait()
@@ -228,8 +228,8 @@ def test_attach_finds_a_relative_log_dir_run_by_pid_and_standalone_run_id(
     """A run started with a relative --log-dir in one directory is found from another (the
     entry's paths are absolute, from the launcher's cwd), by pid and by the run id the
     launcher shows (--standalone's random one, not the "none" torch's parser gives)."""
-    from tui_launch.core.controlsock import find
-    from tui_launch.tui.attach import resolve_attach
+    from tui_launch.apps.attach import resolve_attach
+    from tui_launch.core.remote.controlsock import find
 
     env = base_env(XDG_RUNTIME_DIR=str(runtime_dir))
     here = tmp_path / "launched-here"
@@ -259,8 +259,8 @@ def test_attach_finds_a_relative_log_dir_run_by_pid_and_standalone_run_id(
     assert find(shown) == (entry.control, journal)
     # The journal names the attempt's directory relative to the launcher (logs/...): the
     # attached dashboard, from here, still reads the ranks' lines.
-    from tui_launch.core.replay import Timeline
-    from tui_launch.tui.attach import AttachSource
+    from tui_launch.core.journal.timeline import Timeline
+    from tui_launch.tui.sources.attach import AttachSource
 
     def attached_lines() -> list[str]:
         src = AttachSource(Timeline(journal))
@@ -274,7 +274,7 @@ def test_attach_finds_a_relative_log_dir_run_by_pid_and_standalone_run_id(
 def test_attach_prunes_entries_of_dead_and_reused_pids(runtime_dir: Path) -> None:
     """``attach``'s sweep removes a live entry whose pid is gone or belongs to another
     process now (another start time), and keeps its run directory; a live run's stays."""
-    from tui_launch.tui.attach import resolve_attach
+    from tui_launch.apps.attach import resolve_attach
 
     gone = subprocess.Popen([PY, "-c", "pass"])
     gone.wait()

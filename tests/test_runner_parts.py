@@ -19,15 +19,16 @@ from typing import Any
 
 import pytest
 
-from tui_launch.core import errors, rendezvous
-from tui_launch.core.cluster import ClusterView, prefix
-from tui_launch.core.events import Event, NodeChange
-from tui_launch.core.failures import collect_failures, run_outcome
-from tui_launch.core.inject import Fired, Injector, InjectSpec, parse_spec
-from tui_launch.core.membership import Membership, failed_here
-from tui_launch.core.store import RunStore, Snapshot
-from tui_launch.core.text import cluster_lines
-from tui_launch.core.workers import RanksView, RankTable
+from tui_launch.core.job.view import ClusterView, prefix
+from tui_launch.core.model import errors
+from tui_launch.core.model.events import Event, NodeChange
+from tui_launch.core.model.store import RunStore, Snapshot
+from tui_launch.core.model.text import cluster_lines
+from tui_launch.core.run.failures import collect_failures, run_outcome
+from tui_launch.core.run.inject import Fired, Injector, InjectSpec, parse_spec
+from tui_launch.core.run.membership import Membership, failed_here
+from tui_launch.core.seam import rendezvous
+from tui_launch.core.workers.table import RanksView, RankTable
 
 # ----------------------------------------------------------------------------- failures
 

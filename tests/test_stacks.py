@@ -26,10 +26,7 @@ from pathlib import Path
 import pytest
 from conftest import PY, ROOT, TOKEN_VAR, WORKERS, base_env, leftovers, wait_for, wait_gone
 
-from tui_launch.core import events as ev
-from tui_launch.core.journal import Journal, read_journal
-from tui_launch.core.shim import FAULTHANDLER_ENV, FAULTHANDLER_SIGNAL, INJECT_SIGNAL
-from tui_launch.core.stacks import (
+from tui_launch.core.diagnosis.stacks import (
     CONFIRM,
     DUMP,
     NO_PYSPY,
@@ -57,7 +54,10 @@ from tui_launch.core.stacks import (
     save,
     verdict,
 )
-from tui_launch.core.stacks import pyspy as pyspy_mod
+from tui_launch.core.diagnosis.stacks import pyspy as pyspy_mod
+from tui_launch.core.journal.writer import Journal, read_journal
+from tui_launch.core.model import events as ev
+from tui_launch.core.workers.shim import FAULTHANDLER_ENV, FAULTHANDLER_SIGNAL, INJECT_SIGNAL
 
 needs_pyspy = pytest.mark.skipif(find_pyspy() is None, reason="py-spy is not installed")
 
@@ -95,7 +95,7 @@ def hang_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
     port = str(_free_port())
     procs: list[subprocess.Popen[bytes]] = []
     stderr: dict[int, str] = {}
-    shim = [PY, "-u", "-m", "tui_launch.core.shim", str(tmp)]
+    shim = [PY, "-u", "-m", "tui_launch.core.workers.shim", str(tmp)]
     try:
         for rank in range(2):
             env = base_env(
@@ -388,7 +388,7 @@ def test_faulthandler_signal_prints_and_the_process_lives(tmp_path: Path) -> Non
     """A plain program (no torch) through the shim's registration: dump, and it keeps running."""
     body = """
         import time
-        from tui_launch.core import shim
+        from tui_launch.core.workers import shim
         shim.install_faulthandler()
         def load_batch():
             time.sleep(600)

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from conftest import WORKERS, Launch, _launch, tuilaunch_cmd, wait_gone
 
-from tui_launch.core import events as ev
-from tui_launch.core.journal import Journal, read_journal
-from tui_launch.core.logs import STDERR, STDOUT, LogSource, LogTailer
-from tui_launch.core.store import (
+from tui_launch.core.journal.writer import Journal, read_journal
+from tui_launch.core.logs.tail import STDERR, STDOUT, LogSource, LogTailer
+from tui_launch.core.model import events as ev
+from tui_launch.core.model.store import (
     FAILED,
     RESTARTING,
     RUNNING,
@@ -662,7 +662,7 @@ def test_tailer_survives_a_broken_sink(tmp_path):
 
 
 def test_dumps_and_a_confirmed_hang_flag_the_ranks_until_the_next_attempt() -> None:
-    from tui_launch.core.events import HangDetected
+    from tui_launch.core.model.events import HangDetected
     from tui_launch.testing import scenarios
     from tui_launch.testing.builders import workers_started
 
@@ -677,7 +677,7 @@ def test_dumps_and_a_confirmed_hang_flag_the_ranks_until_the_next_attempt() -> N
 
 
 def test_hung_flag_goes_when_the_ranks_move_again() -> None:
-    from tui_launch.core.events import HangCleared
+    from tui_launch.core.model.events import HangCleared
     from tui_launch.testing import scenarios
 
     s = scenarios.hung().snapshot()
@@ -691,8 +691,8 @@ def test_hung_flag_goes_when_the_ranks_move_again() -> None:
 
 
 def test_replayed_progress_records_give_the_same_goodput():
-    from tui_launch.core.progress_view import goodput
-    from tui_launch.core.store import RunStore
+    from tui_launch.core.model.progress import goodput
+    from tui_launch.core.model.store import RunStore
     from tui_launch.testing.builders import progress, workers_started
 
     # Two attempts, the second resumed from step 200 after reaching 287: what the live store

@@ -1,7 +1,8 @@
 """GPU and process telemetry: the sampler against the fake NVML, psutil against real processes,
 the store's view, and the real launcher run against the fake NVML.
 
-No GPU exists here, so NVML is the fake (``tui_launch.testing.fake_pynvml``, the same surface as
+No GPU exists here, so NVML is the fake (``tui_launch.core.telemetry.fake_nvml``, the same surface
+as
 nvidia-ml-py, checked below against the installed module). Everything else is real: rank
 processes are real processes (their pids are what the fake reports or hides), psutil reads
 them, and the launcher tests run ``python -m tui_launch`` with real torch workers.
@@ -26,16 +27,16 @@ import pytest
 from conftest import WORKERS, base_env, read_journal, tuilaunch_cmd
 
 from tui_launch.core import telemetry as tm
-from tui_launch.core.events import (
+from tui_launch.core.model.events import (
     Notice,
     TelemetryRecord,
     TelemetrySample,
     from_dict,
     to_dict,
 )
-from tui_launch.core.store import RunStore, replay
+from tui_launch.core.model.store import RunStore, replay
+from tui_launch.core.telemetry import fake_nvml as fake
 from tui_launch.core.telemetry import nvml as nvml_module
-from tui_launch.testing import fake_pynvml as fake
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -541,7 +542,7 @@ def test_journal_rate_and_round_trip(sleepers: list[subprocess.Popen[bytes]]) ->
 
 
 def test_fold_totals_history_and_attempts() -> None:
-    from tui_launch.core.events import RankReading
+    from tui_launch.core.model.events import RankReading
 
     def sample(attempt: int, cpu: float, rss: int, mem: int | None) -> TelemetrySample:
         r = RankReading(
@@ -718,7 +719,7 @@ def test_no_gpu_never_initialises_nvml(sleepers: list[subprocess.Popen[bytes]]) 
 def test_bad_telemetry_options(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tui_launch.core.args import parse
+    from tui_launch.core.run.args import parse
 
     with pytest.raises(SystemExit) as exc:
         parse([*argv, str(WORKERS / "noop.py")])
@@ -744,11 +745,11 @@ def test_live_dashboard_shows_telemetry_of_a_real_run(
 
     from textual.widgets import Static
 
-    from tui_launch.core.args import parse
-    from tui_launch.core.runner import Runner
+    from tui_launch.core.run.args import parse
+    from tui_launch.core.run.runner import Runner
     from tui_launch.tui.app import Dashboard
-    from tui_launch.tui.source import LiveSource
-    from tui_launch.tui.table import WorkersTable
+    from tui_launch.tui.sources.live import LiveSource
+    from tui_launch.tui.widgets.table import WorkersTable
 
     monkeypatch.setenv(tm.FAKE_ENV, "2")
     monkeypatch.setenv("TUILAUNCH_TEST_TOKEN", f"telemetry-live-{os.getpid()}")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from tui_launch.core.events import GpuReading
+from tui_launch.core.model.events import GpuReading
+from tui_launch.core.telemetry import fake_nvml as fake
 from tui_launch.core.telemetry.mapping import (
     INFERRED,
     PID,
@@ -21,7 +22,6 @@ from tui_launch.core.telemetry.mapping import (
 )
 from tui_launch.core.telemetry.nvml import ProcOnGpu
 from tui_launch.core.telemetry.procs import TreeReading
-from tui_launch.testing import fake_pynvml as fake
 
 GIB = 1 << 30
 FOREIGN = fake.PID_OFFSET  # a pid of another PID namespace: never one of ours

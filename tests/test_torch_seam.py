@@ -12,8 +12,8 @@ import importlib.util
 
 import pytest
 
-from tui_launch.core import agent, logspecs, rendezvous
-from tui_launch.core.torchnames import SEAM_MODULES, TorchName
+from tui_launch.core.seam import agent, logspecs, rendezvous
+from tui_launch.core.seam.names import SEAM_MODULES, TorchName
 
 NAMES = (*agent.PRIVATE_NAMES, *rendezvous.PRIVATE_NAMES, *logspecs.PRIVATE_NAMES)
 

@@ -13,9 +13,9 @@ import os
 
 from conftest import WORKERS, leftovers, wait_for
 
-from tui_launch.core.args import parse
-from tui_launch.core.runner import SHARE_STORE_ENV, Runner
-from tui_launch.core.store import RunStore
+from tui_launch.core.model.store import RunStore
+from tui_launch.core.run.args import parse
+from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 from tui_launch.headless import Headless
 from tui_launch.tui.app import Dashboard
 from tui_launch.tui.run import run_dashboard

@@ -2,7 +2,7 @@
 
 A worker (tests/workers/escapes.py) prints an OSC title change, a cursor move, a clear screen,
 a bell and an SGR colour on both streams, then fails with an escape in its exception's
-message. The dashboard (a real run under :class:`~tui_launch.tui.source.LiveSource`) must show
+message. The dashboard (a real run under :class:`~tui_launch.tui.sources.live.LiveSource`) must show
 every one of them as visible text (``^[``, ``^G``) in the log view, the root cause and the agent
 log, and write no control character to the terminal: every segment the compositor paints is
 checked. The end-to-end check in a real terminal (the pane's title unchanged) is in
@@ -24,13 +24,13 @@ from rich.text import Text
 from test_tui_pilot import text_of, wait_until
 from textual._compositor import LayoutUpdate
 
-from tui_launch.core.args import parse
-from tui_launch.core.runner import SHARE_STORE_ENV, Runner
-from tui_launch.core.store import RunStore
+from tui_launch.core.model.store import RunStore
+from tui_launch.core.run.args import parse
+from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 from tui_launch.testing import scenarios
 from tui_launch.tui.app import Dashboard
-from tui_launch.tui.inert import Inert, inert, inert_text
-from tui_launch.tui.source import LiveSource
+from tui_launch.tui.panels.inert import Inert, inert, inert_text
+from tui_launch.tui.sources.live import LiveSource
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -125,7 +125,7 @@ def test_eta_hidden_while_stalled_or_hung() -> None:
     kept: the header and the rank's cell show a dash instead."""
     from test_tui_pilot import drive
 
-    from tui_launch.core.events import Slowdown
+    from tui_launch.core.model.events import Slowdown
     from tui_launch.testing.builders import at
 
     def header(app: Dashboard) -> str:
@@ -204,7 +204,7 @@ def test_the_help_scrolls_at_80x24() -> None:
     reach them) and the title and the foot stay on the screen."""
     from textual.containers import VerticalScroll
 
-    from tui_launch.tui.screens import HelpScreen
+    from tui_launch.tui.widgets.screens import HelpScreen
 
     app = Dashboard(scenarios.STATES["healthy"]())
 

@@ -18,15 +18,15 @@ from test_tui_pilot import drive, row_texts, wait_until
 from textual.pilot import Pilot
 from textual.widgets import Input, OptionList, Static
 
-from tui_launch.core.args import parse
-from tui_launch.core.inject import KINDS
-from tui_launch.core.runner import SHARE_STORE_ENV, Runner
-from tui_launch.core.store import RunStore
+from tui_launch.core.model.store import RunStore
+from tui_launch.core.run.args import parse
+from tui_launch.core.run.inject import KINDS
+from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 from tui_launch.testing import scenarios
 from tui_launch.testing.fake_source import FakeSource
 from tui_launch.tui.app import Dashboard
-from tui_launch.tui.screens import ConfirmScreen, InjectScreen
-from tui_launch.tui.source import LiveSource
+from tui_launch.tui.sources.live import LiveSource
+from tui_launch.tui.widgets.screens import ConfirmScreen, InjectScreen
 
 
 def test_i_opens_the_menu_for_the_selected_rank_with_every_kind() -> None:

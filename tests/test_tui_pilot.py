@@ -19,16 +19,17 @@ from textual.pilot import Pilot
 from textual.widgets import Footer, Input, Log, Static
 from textual.widgets._footer import FooterKey
 
-from tui_launch.core.events import RankExited, RunFinished
-from tui_launch.core.logs import LogSource
-from tui_launch.core.logsinks import LogBuffer
+from tui_launch.core.logs.sinks import LogBuffer
+from tui_launch.core.logs.tail import LogSource
+from tui_launch.core.model.events import RankExited, RunFinished
 from tui_launch.testing import builders, scenarios
 from tui_launch.testing.fake_source import FakeSource
-from tui_launch.tui import actions, render
+from tui_launch.tui import actions
 from tui_launch.tui.app import Dashboard
-from tui_launch.tui.logpane import LOG_LINES_SHOWN
-from tui_launch.tui.screens import ConfirmScreen, HelpScreen
-from tui_launch.tui.table import WorkersTable
+from tui_launch.tui.panels import render
+from tui_launch.tui.widgets.logpane import LOG_LINES_SHOWN
+from tui_launch.tui.widgets.screens import ConfirmScreen, HelpScreen
+from tui_launch.tui.widgets.table import WorkersTable
 
 SIZE = (150, 42)
 Scenario = Callable[[Pilot, Dashboard, FakeSource], Awaitable[None]]
@@ -595,7 +596,7 @@ def test_hang_flags_the_rank_and_is_the_root_cause() -> None:
 
 
 def test_hung_flag_goes_when_the_ranks_move_again() -> None:
-    from tui_launch.core.events import HangCleared
+    from tui_launch.core.model.events import HangCleared
 
     async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         assert {r[0]: r[3] for r in row_texts(app._table)}["1"] == "running HUNG?"

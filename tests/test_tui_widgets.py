@@ -15,10 +15,10 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widgets import Log
 
-from tui_launch.tui.inert import inert_lines
-from tui_launch.tui.logview import LogView
-from tui_launch.tui.table import WorkersTable
-from tui_launch.tui.widgets import CachedPanel
+from tui_launch.tui.panels.inert import inert_lines
+from tui_launch.tui.widgets.cached import CachedPanel
+from tui_launch.tui.widgets.logview import LogView
+from tui_launch.tui.widgets.table import WorkersTable
 
 LINES = [
     "[0] rank 0 step   1103 loss 1.1492 elapsed   82.5s",

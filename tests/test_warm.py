@@ -201,8 +201,8 @@ def test_a_spare_workers_environment_is_the_one_it_was_handed():
     import subprocess
     import sys
 
-    from tui_launch.core import workerenv
-    from tui_launch.testing import fake_pynvml
+    from tui_launch.core.telemetry import fake_nvml as fake_pynvml
+    from tui_launch.core.workers import env as workerenv
 
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
                             stdin=subprocess.PIPE, env=base_env())  # fmt: skip

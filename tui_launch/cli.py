@@ -1,8 +1,8 @@
-"""The ``tuilaunch`` command: parse, validate, pick a front end, handle signals, exit.
+"""The ``tuilaunch`` command: hand argv to the subcommand's ``main(argv) -> int``, then exit.
 
-The metrics exporters (``--metrics-port``, ``--metrics-textfile``) wrap the run: started after
-validation and before the runner, so a port taken meanwhile is still a usage error with nothing
-started; closed after the run, so the textfile's last write says the run finished.
+``tuilaunch ls|replay|attach ...`` run :mod:`tui_launch.apps.ls`, :mod:`~tui_launch.apps.replay`
+and :mod:`~tui_launch.apps.attach`; anything else is a launch (:mod:`tui_launch.apps.launch`),
+whose argv torch's own parser reads.
 
 Exit status: 0 when every worker succeeded, 1 when workers failed or torch reported an error
 (as torchrun), 2 for bad input, 128 + N when the launcher itself was stopped by signal N.
@@ -13,25 +13,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
+import importlib
 import os
-import signal
 import sys
-import time
-import warnings
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
-# Everything that imports torch or Textual is imported inside run_cli, so that main() can
-# switch the cyclic GC off before any of it loads (see main).
-if TYPE_CHECKING:
-    import argparse
-
-    from tui_launch.core.args import Options
-    from tui_launch.core.detach import Console
-    from tui_launch.core.handle import RunHandle
-    from tui_launch.core.store import RunStore
-    from tui_launch.core.warm import WarmPool
-
-DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
 # Subcommands, recognised only as the first argument (before torchrun's parser sees argv).
 # A script literally named like one runs as `tuilaunch ./ls`.
 SUBCOMMANDS = ("ls", "replay", "attach")
@@ -39,25 +25,11 @@ SUBCOMMANDS = ("ls", "replay", "attach")
 
 def run_subcommand(argv: list[str]) -> int:
     """Run ``tuilaunch ls``, ``replay`` or ``attach`` (``argv[0]`` is the subcommand)."""
-    if argv[0] == "ls":
-        from tui_launch.core.runindex import ls_main
-
-        return ls_main(argv[1:])
-    helps = {"-h", "--help"} & set(argv[1:])
-    if argv[0] == "attach" and ("--control" in argv[1:] or helps):  # its help names both
-        from tui_launch.tui.attachctl import control_attach_main
-
+    app = importlib.import_module(f"tui_launch.apps.{argv[0]}")
+    if argv[0] != "ls":  # the dashboards stay open for hours
         _collect_from_here()
-        return control_attach_main(argv[1:])
-    if argv[0] == "attach":
-        from tui_launch.tui.attach import attach_main
-
-        _collect_from_here()
-        return attach_main(argv[1:])
-    from tui_launch.tui.replay import replay_main
-
-    _collect_from_here()
-    return replay_main(argv[1:])
+    code: int = app.main(argv[1:])
+    return code
 
 
 def _collect_from_here() -> None:
@@ -69,337 +41,27 @@ def _collect_from_here() -> None:
     gc.enable()
 
 
-def _signals(names: str) -> list[signal.Signals]:
-    out: list[signal.Signals] = []
-    for name in names.split(","):
-        sig = getattr(signal, name.strip(), None)
-        if isinstance(sig, signal.Signals) and sig not in (signal.SIGKILL, signal.SIGSTOP):
-            out.append(sig)
-    return out
-
-
-def install_signal_handlers(runner: RunHandle, names: str) -> dict[signal.Signals, object]:
-    """Route torchrun's handled signals (``--signals-to-handle``) to ``runner.stop``."""
-
-    def handler(signum: int, frame: object) -> None:
-        sig = signal.Signals(signum)
-        runner.stop(sig, reason=f"tuilaunch received {sig.name}")
-
-    previous: dict[signal.Signals, object] = {}
-    for sig in _signals(names):
-        previous[sig] = signal.signal(sig, handler)
-    return previous
-
-
-def quiet_own_imports() -> None:
-    """Keep warnings raised by the launcher's own imports off its console.
-
-    A CPU torch without NumPy warns "Failed to initialize NumPy" when it is imported; that
-    import is the launcher's own business (its parser, its agent), so the warning would precede
-    even ``--version``. The filter lives in this process only: the workers are separate
-    interpreters, and their output is theirs, untouched.
-    """
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
-
-
-def run_cli(argv: list[str] | None = None) -> int:
-    """Run tuilaunch with ``argv`` and return the exit status."""
-    quiet_own_imports()
+def run(argv: list[str] | None = None) -> int:
+    """Run tuilaunch with ``argv`` (default: ``sys.argv[1:]``) and return the exit status."""
     given = sys.argv[1:] if argv is None else argv
     if given and given[0] in SUBCOMMANDS:
         return run_subcommand(given)  # before torch is imported: `ls` answers at once
-    if _asks_version(given):
-        # Without torch's parser: importing torch took 1 s (3.8 s on a busy machine).
-        from tui_launch import __version__
+    from tui_launch.apps import launch
 
-        print(f"tuilaunch {__version__}")
-        return 0
-    # --warm-start: the spare starts importing torch now, while this process imports it too.
-    from tui_launch.core.warm import prestart
-
-    pool = prestart(given)
-    try:
-        return _parse_and_run(argv, given, pool)
-    finally:
-        if pool is not None:
-            pool.close()  # the runner closed it already unless the launch never began
-
-
-def _asks_version(given: list[str]) -> bool:
-    # --version among the launcher's leading options (argparse would print it wherever it
-    # stands before the script; after the script it is the script's own argument). Only the
-    # flags before the first value are looked at: `--nnodes 2 --version` still gets its
-    # answer, from argparse, after torch is imported.
-    for arg in given:
-        if arg == "--version":
-            return True
-        if arg == "--" or not arg.startswith("-"):
-            return False
-    return False
-
-
-def _parse_and_run(argv: list[str] | None, given: list[str], pool: WarmPool | None) -> int:
-    from tui_launch.core.args import parse
-    from tui_launch.core.store import RunStore
-    from tui_launch.core.validate import (
-        USAGE_ERROR,
-        UsageError,
-        validate,
-        validate_dump_options,
-        validate_injections,
-        validate_log_dir,
-        validate_warm,
-    )
-
-    args, opts = parse(argv)
-    try:
-        validate(args)
-        validate_injections(args, opts.inject)
-        validate_dump_options(args, opts.dump_via_faulthandler)
-        validate_warm(args, opts.warm_start)
-        validate_log_dir(args)  # last: it creates the directory
-    except UsageError as e:
-        print(f"tuilaunch: error: {e}", file=sys.stderr)
-        return USAGE_ERROR
-    if opts.warm_start:
-        from tui_launch.core.warm import WarmPool
-
-        if opts.detach and pool is not None:
-            # The spare is a child of this process, which hands the run to a grandchild:
-            # that one starts its own (WarmPool.configure).
-            pool.close()
-            pool = None
-        pool = pool or WarmPool()
-        pool.modules = opts.warm_import
-    elif pool is not None:
-        pool.close()  # "--warm-start" was an argument of the script's
-        pool = None
-
-    console = None
-    if opts.detach:
-        # Before anything starts (no thread yet): the launcher goes on in a grandchild.
-        from tui_launch.core import detach
-
-        pid = detach.daemonize()
-        if pid is not None:
-            print(detach.attach_hint(pid))
-            return 0
-        console = detach.Console(_spare_dir())
-        console.detach(None)
-    use_tui = not opts.no_tui and not opts.detach and _isatty(sys.stdout) and _isatty(sys.stdin)
-    if not opts.no_tui and not opts.detach and not use_tui:
-        print(
-            "tuilaunch: stdout or stdin is not a terminal: running headless (as --no-tui)",
-            file=sys.stderr,
-        )
-    store = RunStore()
-    from tui_launch.core import metrics
-
-    # After validation, before anything starts: a port taken since parse() probed it is still a
-    # usage error with nothing to clean up. With neither option this starts nothing at all.
-    try:
-        exporters = metrics.start_exporters(opts, store)
-    except metrics.MetricsError as e:
-        print(f"tuilaunch: error: {e}", file=sys.stderr)
-        return USAGE_ERROR
-    try:
-        return _run(args, opts, store, use_tui, given, console, pool)
-    finally:
-        # After the run: the textfile's last write says the run finished; the port closes.
-        exporters.close()
-
-
-def _run(
-    args: argparse.Namespace,
-    opts: Options,
-    store: RunStore,
-    use_tui: bool,
-    given: list[str],
-    console: Console | None = None,
-    pool: WarmPool | None = None,
-) -> int:
-    """Build the runner, start it, and follow it with the dashboard or headless (``given``:
-    the command line, for the run index; ``console``: the launcher runs detached; ``pool``:
-    --warm-start's spares)."""
-    from tui_launch.core.inject import Injector, parse_specs
-    from tui_launch.core.runner import Runner
-    from tui_launch.core.stderrpipe import StderrPipe
-    from tui_launch.headless import Headless
-    from tui_launch.summary import print_summary
-
-    if opts.demo:
-        # The demo trains on CPU: its GPUs come from the fake NVML, marked as simulated.
-        os.environ.setdefault("TUILAUNCH_FAKE_NVML", "2")
-    from tui_launch.core.telemetry import Telemetry
-
-    telemetry = Telemetry(
-        store.post,
-        interval=opts.gpu_interval,
-        gpu=not opts.no_gpu,
-        journal_every=opts.journal_samples,
-    )
-    runner = Runner(
-        args,
-        store,
-        journal_path=opts.journal,
-        mute_agent_console=use_tui,
-        telemetry=telemetry,
-        injector=Injector(parse_specs(opts.inject), seed=opts.inject_seed),
-        inject_ready=opts.inject_ready,
-        hang_timeout=opts.hang_timeout,
-        on_hang=opts.on_hang,
-        dump_on_failure=not opts.no_dump_on_failure,
-        dump_via_faulthandler=opts.dump_via_faulthandler,
-        stack_samples=opts.stack_samples,
-        warm=pool,
-    )
-    runner.before_exit(_say_node_dies)
-    # The per-user run index (`tuilaunch ls`): this run's entry lives as long as the run.
-    from tui_launch.core import runindex
-
-    index = runindex.Registration.register(
-        ["tuilaunch", *given], str(getattr(args, "rdzv_id", "")), opts.journal
-    )
-    runindex.follow(
-        index,
-        lambda listener: store.subscribe(listener, replay=False),
-        lambda: (runner.files.run_dir, runner.files.journal.path),
-    )
-    runner.before_exit(lambda: index.close("killed (inject node)"))
-    # The control socket (attach --control): off unless asked for (--control-socket,
-    # --detach, or D in the dashboard); it listens once the run directory exists.
-    from tui_launch.core.controlsock import ControlServer
-    from tui_launch.core.detach import Console, detach_message, ignore_hangup, ready
-
-    control = ControlServer(runner, _spare_dir(), on_listen=index.set_control)
-    store.subscribe(control.listener, replay=False)
-    runner.before_exit(control.close)  # a `node` injection SIGKILLs us: no socket left behind
-    consoles: list[Console] = [console] if console is not None else []
-    store.subscribe(lambda e: _console_follows(e, consoles, runner), replay=False)
-    if opts.control_socket or console is not None:
-        control.enable()
-    if console is not None:
-        index.set_detached()
-        ready()  # --detach's first process may return: `tuilaunch attach PID` finds the run
-    # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.
-    handled = getattr(args, "signals_to_handle", None) or DEFAULT_SIGNALS
-    previous = install_signal_handlers(runner, handled)
-    if console is not None:
-        ignore_hangup()  # detached from the start: a hang-up stops nothing
-    if use_tui:
-        from tui_launch.tui.run import DETACHED, run_dashboard  # Textual: before the freeze
-    # What is loaded by now (torch alone is ~170,000 objects) lives as long as the process.
-    # Move it out of the cyclic GC's reach: otherwise every full collection walks all of it,
-    # 80 ms of CPU on an idle core, and 165 ms of the dashboard's main thread in a log flood
-    # (the tailer's allocations trigger them), during which no key is answered. What the run
-    # creates from here on is collected as usual.
-    gc.freeze()
-    gc.enable()
-    # Headless, fd 2 goes through a filter from the start: torch's C++ retries of a
-    # rendezvous store become one line each (their full text goes to agent.log).
-    pipe = StderrPipe(runner.agent_log, store.post) if not use_tui else None
-    try:
-        if pipe is not None:
-            pipe.__enter__()
-        runner.start()
-        if use_tui:
-            code, error = run_dashboard(
-                runner,
-                refresh_hz=opts.refresh_hz,
-                confirm=not opts.no_confirm,
-                exit_on_finish=opts.exit_on_finish,
-            )
-            if code == DETACHED:
-                # D: the terminal is released; the job goes on headless, its console output
-                # in the run directory, deaf to SIGHUP, and listening for attach --control.
-                ignore_hangup()  # before saying the terminal may be closed
-                print(detach_message(os.getpid(), runner.files.run_dir), flush=True)
-                detached = Console(_spare_dir())
-                detached.detach(runner.files.run_dir)
-                # torch's own log lines went to the dashboard's agent log tab; from now on
-                # they go to the console (console.log), as in a headless run.
-                runner.agent_log.unmute()
-                consoles.append(detached)
-                index.set_detached()
-                control.enable()
-                print(f"tuilaunch: detached from the dashboard at {time.strftime('%H:%M:%S')}")
-            elif error is None and code is not None:
-                runner.wait()
-                print_summary(store.snapshot(), runner, sys.stderr, verbose=opts.verbose)
-                return runner.exit_code if runner.exit_code is not None else code
-            else:
-                print(
-                    f"tuilaunch: the dashboard failed ({type(error).__name__}: {error}); "
-                    "the job goes on headless. Every log line is in the run's log files.",
-                    file=sys.stderr,
-                )
-        headless = Headless(store, runner, verbose=opts.verbose)
-        if pipe is not None:
-            pipe.console = headless.say
-        return headless.run()
-    finally:
-        control.close()
-        if runner.files.run_dir:
-            index.set_run_dir(runner.files.run_dir, runner.files.journal.path)
-        index.close(runner.phase, runner.exit_code)
-        if opts.demo:
-            # The demo's snapshot is the launcher's own file, not the user's: leave no litter.
-            from tui_launch.core.args import demo_snapshot_path
-
-            with contextlib.suppress(OSError):
-                os.remove(demo_snapshot_path())
-        if pipe is not None:
-            pipe.__exit__(None, None, None)
-        for sig, old in previous.items():
-            signal.signal(sig, old)  # type: ignore[arg-type]
-
-
-def _spare_dir() -> str | None:
-    # The run index directory (0700, the user's own): the control socket's and the console
-    # file's place when the run directory cannot hold them (yet).
-    from tui_launch.core import runindex
-
-    try:
-        return str(runindex.index_dir())
-    except (OSError, runindex.UnsafeIndexDir):
-        return None
-
-
-def _console_follows(event: object, consoles: list[Console], runner: RunHandle) -> None:
-    # A store listener: a console detached before torch made the run directory moves into it.
-    from tui_launch.core.events import WorkersStarted
-
-    if isinstance(event, WorkersStarted) and consoles and runner.run_dir:
-        consoles[-1].move_to(runner.run_dir)
-
-
-def _say_node_dies() -> None:
-    # A direct write: the dashboard captures sys.stderr, and the process dies right after.
-    line = b"[tuilaunch] inject node: SIGKILL to this node's workers and to tuilaunch itself\n"
-    stream = sys.__stderr__ or sys.stderr
-    os.write(stream.fileno(), line)
-
-
-def _isatty(stream: object) -> bool:
-    try:
-        return bool(stream.isatty())  # type: ignore[attr-defined]
-    except (AttributeError, ValueError):
-        return False
+    return launch.main(argv)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
     """Console-script entry point."""
     # Loading torch and Textual allocates ~185,000 long-lived objects, and the GC's full
-    # collections while they load found nothing to free but took ~0.3 s of a 3 s start on 2
-    # cores. run_cli switches the GC back on once they are loaded (and frozen).
+    # collections while they load find nothing to free: the launch switches the GC back on
+    # once they are loaded (and frozen).
     gc.disable()
-    code = run_cli(argv)
+    code = run(argv)
     # The run is over: its workers are reaped and every file it wrote is closed. What is
-    # left is tearing down an interpreter that holds torch (module and C++ static teardown,
-    # 0.6-1 s on a small machine; torchrun pays it before its shell prompt comes back) and
-    # joining an agent thread that may be stuck inside torch (a rendezvous, a store wait).
-    # Neither does anything for the user: run the atexit handlers (logging's flush), flush,
-    # and leave.
+    # left is tearing down an interpreter that holds torch and joining an agent thread that
+    # may be stuck inside torch (a rendezvous, a store wait). Neither does anything for the
+    # user: run the atexit handlers (logging's flush), flush, and leave.
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed pipe must not change the exit code

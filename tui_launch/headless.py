@@ -5,7 +5,7 @@ would show it; on a terminal it also keeps a live status line at the bottom. At 
 prints a summary table. It reads the same store snapshots as the dashboard.
 
 Worker output reaches the console as bytes, the way torchrun writes it (see
-:mod:`tui_launch.core.console`): a stream torchrun leaves on the console is copied from its
+:mod:`tui_launch.core.logs.console`): a stream torchrun leaves on the console is copied from its
 rank file by the kernel (``\r`` progress bars move in place on a terminal), a tee'd one is
 prefixed line by line (one line per ``\r`` update), and a console that is ``/dev/null`` is not
 fed at all.
@@ -21,20 +21,12 @@ import threading
 import time
 from typing import TextIO
 
-from tui_launch.core.console import PrefixedLines, copy_range, is_devnull, write_all
-from tui_launch.core.events import (
-    ExitBarrier,
-    JobStacks,
-    StacksDumped,
-)
-from tui_launch.core.handle import RunHandle
-from tui_launch.core.logs import STDOUT, LogSource
-from tui_launch.core.store import RunStore, Snapshot
-from tui_launch.core.text import (
-    clock,
-    cluster_lines,
-    describe,
-)
+from tui_launch.core.logs.console import PrefixedLines, copy_range, is_devnull, write_all
+from tui_launch.core.logs.tail import STDOUT, LogSource
+from tui_launch.core.model.events import ExitBarrier, JobStacks, StacksDumped
+from tui_launch.core.model.store import RunStore, Snapshot
+from tui_launch.core.model.text import clock, cluster_lines, describe
+from tui_launch.core.run.handle import RunHandle
 from tui_launch.summary import isatty, print_summary, run_duration
 
 TAG = "[tuilaunch]"
@@ -250,8 +242,8 @@ class Headless:
 
     def _print_job(self, e: JobStacks) -> None:
         """Where every rank of the job is: each place once, with its ranks and nodes."""
-        from tui_launch.core.jobstacks import place_groups
-        from tui_launch.core.stacks import rank_list
+        from tui_launch.core.diagnosis.stacks import rank_list
+        from tui_launch.core.job.jobstacks import place_groups
 
         for g in place_groups(e):
             who = f"rank {g.ranks[0]}" if len(g.ranks) == 1 else f"ranks {rank_list(g.ranks)}"
@@ -264,7 +256,7 @@ class Headless:
         dump = self.runner.stack_dump(e.path)
         if dump is None:
             return
-        from tui_launch.core.stacks import group_stacks, rank_list
+        from tui_launch.core.diagnosis.stacks import group_stacks, rank_list
 
         for group in group_stacks(dump):
             n = len(group.ranks)

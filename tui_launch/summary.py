@@ -11,11 +11,11 @@ import io
 import time
 from typing import Any, TextIO
 
-from tui_launch.core import errors
-from tui_launch.core.events import Event, Failure, Injected
-from tui_launch.core.handle import RunHandle
-from tui_launch.core.store import Snapshot, recovered
-from tui_launch.core.text import failure_details, failure_headline
+from tui_launch.core.model import errors
+from tui_launch.core.model.events import Event, Failure, Injected
+from tui_launch.core.model.store import Snapshot, recovered
+from tui_launch.core.model.text import failure_details, failure_headline
+from tui_launch.core.run.handle import RunHandle
 
 
 def print_summary(
@@ -186,7 +186,7 @@ def _print_resources(s: Snapshot, console: object) -> None:
     """Per rank and attempt: peak RSS, mean CPU, peak GPU memory, mean GPU utilisation."""
     from rich.table import Table
 
-    from tui_launch.core.text import fmt_bytes
+    from tui_launch.core.model.text import fmt_bytes
 
     tel = s.telemetry
     if tel is None or not tel.totals:
@@ -216,7 +216,7 @@ def _print_resources(s: Snapshot, console: object) -> None:
 def _print_goodput(s: Snapshot, console: object) -> None:
     """Per attempt: steps reached, resumed from, work redone, time to first step; the share
     of wall time the job made progress (from the workers' own progress lines)."""
-    from tui_launch.core.progress_view import fmt_rate, goodput, goodput_lines, straggler_line
+    from tui_launch.core.model.progress import fmt_rate, goodput, goodput_lines, straggler_line
 
     fin = s.finished
     if s.straggler is not None and s.straggler.global_rank is not None:

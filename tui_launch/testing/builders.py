@@ -13,7 +13,10 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from tui_launch.core.events import (
+from tui_launch.core.diagnosis.stacks import StackDump
+from tui_launch.core.logs.sinks import LogBuffer
+from tui_launch.core.logs.tail import LogSource
+from tui_launch.core.model.events import (
     AttemptFailed,
     Event,
     Failure,
@@ -30,10 +33,6 @@ from tui_launch.core.events import (
     WorkerInfo,
     WorkersStarted,
 )
-from tui_launch.core.logs import LogSource
-from tui_launch.core.logsinks import LogBuffer
-from tui_launch.core.stacks import StackDump
-from tui_launch.testing.fake_source import T0_MONO, T0_WALL
 
 TRACEBACK = """Traceback (most recent call last):
   File "examples/train_ddp.py", line 182, in main
@@ -239,7 +238,7 @@ def telemetry(
     import math
 
     from tui_launch.core.telemetry import GpuSampler, map_rank, visible_device
-    from tui_launch.testing import fake_pynvml
+    from tui_launch.core.telemetry import fake_nvml as fake_pynvml
 
     sampler = None
     if gpus is not None:
@@ -357,7 +356,7 @@ def node_status(
 def fake_dump(reason: str, ranks: list[tuple[int, int, int]]) -> StackDump:
     """A deterministic stack dump of ``ranks`` ((local, global, pid)): rank 1 waits in its own
     ``load_batch``, every other rank in ``all_reduce`` (the textbook hang)."""
-    from tui_launch.core.stacks import Frame, ProcessStack, RankStack, ThreadStack
+    from tui_launch.core.diagnosis.stacks import Frame, ProcessStack, RankStack, ThreadStack
 
     dist = "torch/distributed/distributed_c10d.py"
     waiting = (
@@ -381,7 +380,7 @@ def fake_dump(reason: str, ranks: list[tuple[int, int, int]]) -> StackDump:
 
 def fake_dumped(dump: StackDump, path: str, source: str) -> StacksDumped:
     """The event the runner would post for ``dump`` kept at ``path``, stamped at the fake clock."""
-    from tui_launch.core.stacks import verdict
+    from tui_launch.core.diagnosis.stacks import verdict
 
     v = verdict(dump)
     return StacksDumped(
@@ -450,3 +449,9 @@ def progress(
         watch.tick(final=True)
     # Stamp the events with the fake clock's times (the watcher takes ``wall`` from the OS).
     return [dataclasses.replace(e, **_at(e.mono - T0_MONO)) for e in out]
+
+
+T0_MONO = 1000.0
+
+
+T0_WALL = 1_790_000_000.0

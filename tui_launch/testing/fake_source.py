@@ -1,6 +1,7 @@
 """A deterministic stand-in for a live run, for pilot and snapshot tests and screenshots.
 
-:class:`FakeSource` has the dashboard's :class:`~tui_launch.tui.source.Source` surface: a fixed
+:class:`FakeSource` has the dashboard's :class:`~tui_launch.tui.sources.live.Source` surface: a
+fixed
 clock, snapshots built by folding real events through the store's own reducer (so the
 dashboard sees exactly what a real run would produce), kept log lines, and a control API that
 records what was asked instead of signalling processes.
@@ -8,7 +9,7 @@ records what was asked instead of signalling processes.
 The control API re-implements the runner's semantics (which signal is which action, a
 ``hang`` injection as a SIGSTOP, ``128 + N`` when stopped by signal N, what is refused when no
 worker runs); ``tests/test_fake_conformance.py`` drives this fake and a live runner through the
-same calls and compares the :class:`~tui_launch.core.events.ControlAction` events they post.
+same calls and compares the :class:`~tui_launch.core.model.events.ControlAction` events they post.
 The runs themselves live in :mod:`tui_launch.testing.scenarios`.
 """
 
@@ -18,13 +19,11 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tui_launch.core.events import ControlAction, Event, RunFinished, StacksDumped
-from tui_launch.core.logsinks import LogBuffer
-from tui_launch.core.stacks import StackDump
-from tui_launch.core.store import Snapshot, reduce
-
-T0_MONO = 1000.0
-T0_WALL = 1_790_000_000.0
+from tui_launch.core.diagnosis.stacks import StackDump
+from tui_launch.core.logs.sinks import LogBuffer
+from tui_launch.core.model.events import ControlAction, Event, RunFinished, StacksDumped
+from tui_launch.core.model.store import Snapshot, reduce
+from tui_launch.testing.builders import T0_MONO, T0_WALL
 
 # The runner's names for what a signal does to a rank (ControlAction.action).
 SIGNAL_ACTIONS = {signal.SIGSTOP: "stop", signal.SIGCONT: "continue", signal.SIGKILL: "kill"}
@@ -128,7 +127,7 @@ class FakeSource:
 
     def inject(self, spec: str, source: str = "dashboard") -> tuple[bool, str]:
         """Check ``spec`` as ``--inject`` does and record it; a hang stops its rank."""
-        from tui_launch.core.inject import InjectError, parse_spec
+        from tui_launch.core.run.inject import InjectError, parse_spec
 
         try:
             parsed = parse_spec(spec)
@@ -146,8 +145,8 @@ class FakeSource:
 
     def inject_refusal(self, kind: str) -> str | None:
         """The runner's refusal of ``exit``/``exception`` when not ``inject_ready``."""
-        from tui_launch.core.control import ShimDir
-        from tui_launch.core.inject import SHIM_KINDS
+        from tui_launch.core.run.control import ShimDir
+        from tui_launch.core.run.inject import SHIM_KINDS
 
         if kind in SHIM_KINDS and not self.inject_ready:
             return ShimDir(False, no_python=False).no_shim_reason(kind)

@@ -7,7 +7,7 @@ workers, exits, failures, restarts, telemetry read from the fake NVML, log lines
 
 from __future__ import annotations
 
-from tui_launch.core.events import (
+from tui_launch.core.model.events import (
     AttemptFailed,
     ClusterSample,
     Connecting,
@@ -22,6 +22,8 @@ from tui_launch.core.events import (
     StoreRetry,
 )
 from tui_launch.testing.builders import (
+    T0_MONO,
+    T0_WALL,
     at,
     attempt,
     exited,
@@ -34,7 +36,7 @@ from tui_launch.testing.builders import (
     run_started,
     telemetry,
 )
-from tui_launch.testing.fake_source import T0_MONO, T0_WALL, FakeSource
+from tui_launch.testing.fake_source import FakeSource
 
 
 def _source(
@@ -182,7 +184,7 @@ def finished() -> FakeSource:
 def eight_gpus_in_container() -> FakeSource:
     """8 ranks on 8 GPUs in a container: NVML's pids are the host's, so every rank's GPU is
     inferred from LOCAL_RANK and CUDA_VISIBLE_DEVICES (GPU UUIDs, listed in reverse)."""
-    from tui_launch.testing.fake_pynvml import PID_OFFSET, gpu_uuid
+    from tui_launch.core.telemetry.fake_nvml import PID_OFFSET, gpu_uuid
 
     nproc = 8
     cvd = ",".join(gpu_uuid(i) for i in reversed(range(nproc)))
@@ -286,7 +288,7 @@ def connect_failed() -> FakeSource:
 def hung(nproc: int = 4) -> FakeSource:
     """A run where rank 1 waits in its own code and the others in all_reduce: two dumps, a
     confirmed hang (--on-hang dump), rank 1 flagged in the Workers table."""
-    from tui_launch.core.events import HangDetected
+    from tui_launch.core.model.events import HangDetected
 
     src = healthy(nproc)
     first = src.dump_stacks("hang-suspected", "hang")
@@ -316,8 +318,8 @@ def multinode_hung() -> FakeSource:
     node1 answered with its ranks, node2 (silent for 25 s) did not."""
     from dataclasses import replace
 
-    from tui_launch.core.dumps import Taken
-    from tui_launch.core.jobstacks import job_event, node_answer
+    from tui_launch.core.diagnosis.dumps import Taken
+    from tui_launch.core.job.jobstacks import job_event, node_answer
     from tui_launch.testing.builders import fake_dump, fake_dumped
 
     src = multinode()

@@ -16,7 +16,7 @@ from enum import Enum
 
 from textual.binding import Binding, BindingType
 
-from tui_launch.core.store import Snapshot
+from tui_launch.core.model.store import Snapshot
 
 
 class Needs(Enum):

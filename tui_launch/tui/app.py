@@ -8,7 +8,7 @@ prints the headless summary and exits with the job's exit code.
 Every key, footer label, help row and palette entry, and when each applies, comes from the
 action table (:mod:`tui_launch.tui.actions`); the keys that act on the run are in
 :mod:`tui_launch.tui.commands` (a base class of the Dashboard); the Logs tab is a widget of its own
-(:mod:`tui_launch.tui.logpane`), and the panels cache what they show (:class:`CachedPanel`).
+(:mod:`tui_launch.tui.widgets.logpane`), and the panels cache what they show (:class:`CachedPanel`).
 """
 
 from __future__ import annotations
@@ -22,19 +22,21 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
 
-from tui_launch.core.store import Snapshot
-from tui_launch.tui import actions, render, render_ranks
+from tui_launch.core.model.store import Snapshot
+from tui_launch.tui import actions
 from tui_launch.tui.commands import RunCommands
-from tui_launch.tui.inert import inert
-from tui_launch.tui.logpane import LogPane
-from tui_launch.tui.logview import LogView
-from tui_launch.tui.progress_render import straggler_of
-from tui_launch.tui.screens import HelpScreen
-from tui_launch.tui.source import Source
-from tui_launch.tui.stackview import stacks_panel
-from tui_launch.tui.table import WorkersTable
-from tui_launch.tui.tabs import TabBar
-from tui_launch.tui.widgets import CachedPanel, KeyFooter
+from tui_launch.tui.panels import ranks as render_ranks
+from tui_launch.tui.panels import render
+from tui_launch.tui.panels.inert import inert
+from tui_launch.tui.panels.progress import straggler_of
+from tui_launch.tui.panels.stacks import stacks_panel
+from tui_launch.tui.sources.live import Source
+from tui_launch.tui.widgets.cached import CachedPanel, KeyFooter
+from tui_launch.tui.widgets.logpane import LogPane
+from tui_launch.tui.widgets.logview import LogView
+from tui_launch.tui.widgets.screens import HelpScreen
+from tui_launch.tui.widgets.table import WorkersTable
+from tui_launch.tui.widgets.tabs import TabBar
 
 NARROW_BELOW = 120  # columns: below this the side panels stack (see HORIZONTAL_BREAKPOINTS)
 PALETTE_HINT_FROM = 110  # columns: the footer's "^p palette" hint needs this much room

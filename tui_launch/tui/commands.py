@@ -1,7 +1,7 @@
 """The dashboard's keys that act on the run: signal, inject, restart, dump, detach, quit.
 
 :class:`RunCommands` is the half of :class:`~tui_launch.tui.app.Dashboard` (which inherits it)
-whose actions go through the :class:`~tui_launch.tui.source.Source`'s control calls. Which
+whose actions go through the :class:`~tui_launch.tui.sources.live.Source`'s control calls. Which
 of them are destructive, and so ask y/n unless ``--no-confirm``, is the action table's to say
 (:mod:`tui_launch.tui.actions`). The view the Dashboard builds (its Stacks tab, the selected
 row) is reached through the methods declared at the top.
@@ -17,8 +17,8 @@ from textual.app import App
 from textual.worker import get_current_worker
 
 from tui_launch.tui import actions
-from tui_launch.tui.screens import ConfirmScreen, InjectScreen
-from tui_launch.tui.source import Source
+from tui_launch.tui.sources.live import Source
+from tui_launch.tui.widgets.screens import ConfirmScreen, InjectScreen
 
 
 class RunCommands(App[int]):
@@ -102,7 +102,7 @@ class RunCommands(App[int]):
 
         # Kinds this run can never do (exit, exception without --inject-ready) are shown
         # greyed out with the reason, not offered and then refused.
-        from tui_launch.core.inject import KINDS
+        from tui_launch.core.run.inject import KINDS
 
         refusal: Callable[[str], str | None] | None = getattr(self.source, "inject_refusal", None)
         refusals: dict[str, str] = {}

@@ -14,9 +14,9 @@ import gc
 import os
 import sys
 
-from tui_launch.core.handle import RunHandle
-from tui_launch.core.stderrpipe import StderrPipe
-from tui_launch.tui.source import LiveSource
+from tui_launch.core.logs.stderr import StderrPipe
+from tui_launch.core.run.handle import RunHandle
+from tui_launch.tui.sources.live import LiveSource
 
 # run_dashboard's code when the user pressed D: the job goes on headless, without the terminal.
 DETACHED = -1
@@ -58,7 +58,7 @@ def run_dashboard(
             confirm=confirm,
             exit_on_finish=exit_on_finish,
             # The dashboard's widgets, styles and Textual itself live as long as the run:
-            # out of the cyclic GC's reach too (see the gc.freeze() in cli.run_cli).
+            # out of the cyclic GC's reach too (see the gc.freeze() in apps.launch.main).
             on_ready=gc.freeze,
         )
 

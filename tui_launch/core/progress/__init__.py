@@ -10,10 +10,22 @@
 Pure and standard-library only: time is always an argument.
 """
 
-from .goodput import AttemptGoodput, AttemptProgress, GoodputSummary, summarize_goodput
-from .job import JobProgress, JobProgressState
-from .parse import FAMILIES, ProgressReading, family_of, maybe_progress, parse_line, strip_ansi
-from .tracker import ProgressState, ProgressTracker
+from tui_launch.core.model.goodput import (
+    AttemptGoodput,
+    AttemptProgress,
+    GoodputSummary,
+    summarize_goodput,
+)
+from tui_launch.core.progress.job import JobProgress, JobProgressState
+from tui_launch.core.progress.parse import (
+    FAMILIES,
+    ProgressReading,
+    family_of,
+    maybe_progress,
+    parse_line,
+    strip_ansi,
+)
+from tui_launch.core.progress.tracker import ProgressState, ProgressTracker
 
 __all__ = [
     "FAMILIES",

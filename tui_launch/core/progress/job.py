@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .goodput import AttemptProgress
-from .tracker import ProgressState, ProgressTracker
+from tui_launch.core.model.goodput import AttemptProgress
+from tui_launch.core.progress.tracker import ProgressState, ProgressTracker
 
 __all__ = ["JobProgress", "JobProgressState"]
 

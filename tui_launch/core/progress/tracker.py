@@ -13,8 +13,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .goodput import AttemptProgress
-from .parse import ProgressReading, family_anchor, family_of, parse_line
+from tui_launch.core.model.goodput import AttemptProgress
+from tui_launch.core.progress.parse import ProgressReading, family_anchor, family_of, parse_line
 
 __all__ = ["ProgressState", "ProgressTracker"]
 

@@ -4,9 +4,9 @@
 ``time.monotonic()``) and a listener on the store (attempt starts and ends, rank exits). It
 keeps one :class:`~.job.JobProgress` per attempt and, on a
 :class:`~tui_launch.core.periodic.Periodic` about once a second, posts a
-:class:`~tui_launch.core.events.ProgressSample` (every ``journal_every`` seconds, and the last
-one of each attempt, a journaled :class:`~tui_launch.core.events.ProgressRecord`), plus a
-:class:`~tui_launch.core.events.Slowdown` whenever a rank's slowdown or stall starts or ends.
+:class:`~tui_launch.core.model.events.ProgressSample` (every ``journal_every`` seconds, and the last
+one of each attempt, a journaled :class:`~tui_launch.core.model.events.ProgressRecord`), plus a
+:class:`~tui_launch.core.model.events.Slowdown` whenever a rank's slowdown or stall starts or ends.
 
 Threads: :meth:`on_lines`/:meth:`on_partial` run on the tailer's thread, :meth:`on_event`
 under the store's lock (it only notes what happened: posting from a listener would reorder
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tui_launch.core.events import (
+from tui_launch.core.model.events import (
     AttemptFailed,
     Event,
     GroupState,
@@ -35,9 +35,8 @@ from tui_launch.core.events import (
     WorkersStarted,
 )
 from tui_launch.core.periodic import Periodic
-
-from .job import JobProgress
-from .tracker import ProgressState
+from tui_launch.core.progress.job import JobProgress
+from tui_launch.core.progress.tracker import ProgressState
 
 __all__ = ["ProgressWatch"]
 
@@ -107,7 +106,7 @@ class ProgressWatch:
         return a
 
     def on_lines(self, src: object, lines: list[str]) -> None:
-        """A log-tailer line sink: ``src`` is a :class:`~tui_launch.core.logs.LogSource`."""
+        """A log-tailer line sink: ``src`` is a :class:`~tui_launch.core.logs.tail.LogSource`."""
         t = self.clock()
         attempt, rank, stream = _source(src)
         with self._lock:

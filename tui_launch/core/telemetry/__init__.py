@@ -9,9 +9,9 @@ The package follows nvitop's split, one module per concern:
 - :mod:`~tui_launch.core.telemetry.mapping`: which rank is on which GPU (by pid, or inferred
   from ``LOCAL_RANK`` and ``CUDA_VISIBLE_DEVICES`` in containers), as pure functions.
 - :mod:`~tui_launch.core.telemetry.sampler`: :class:`Telemetry`, the thread that ticks them
-  all and posts :class:`~tui_launch.core.events.TelemetrySample` events to the store.
+  all and posts :class:`~tui_launch.core.model.events.TelemetrySample` events to the store.
 - The store's view of the samples (:class:`TelemetryView`, :func:`fold`) lives outside the
-  package, in :mod:`tui_launch.core.telemetry_view`, so that the store never imports this one.
+  package, in :mod:`tui_launch.core.model.telemetry`, so that the store never imports this one.
 
 This ``__init__`` imports nothing itself: the names below are loaded on first use (PEP 562), so
 ``from tui_launch.core.telemetry import Telemetry, RankTarget`` works and importing the package
@@ -24,6 +24,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tui_launch.core.model.telemetry import HISTORY, TelemetryView, fold
     from tui_launch.core.telemetry.mapping import RankTarget, map_rank, visible_device
     from tui_launch.core.telemetry.nvml import (
         FAKE_ENV,
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
     )
     from tui_launch.core.telemetry.procs import ProcessSampler, TreeReading
     from tui_launch.core.telemetry.sampler import Telemetry
-    from tui_launch.core.telemetry_view import HISTORY, TelemetryView, fold
 
 _WHERE = {
     **dict.fromkeys(("RankTarget", "map_rank", "visible_device"), "telemetry.mapping"),
@@ -62,7 +62,7 @@ _WHERE = {
     ),
     **dict.fromkeys(("ProcessSampler", "TreeReading"), "telemetry.procs"),
     "Telemetry": "telemetry.sampler",
-    **dict.fromkeys(("HISTORY", "TelemetryView", "fold"), "telemetry_view"),
+    **dict.fromkeys(("HISTORY", "TelemetryView", "fold"), "model.telemetry"),
 }
 
 

@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tui_launch.core.events import GpuReading
+from tui_launch.core.model.events import GpuReading
 from tui_launch.core.telemetry.nvml import ProcOnGpu
 from tui_launch.core.telemetry.procs import TreeReading
 

@@ -10,7 +10,7 @@ libnvidia-ml, no driver, no devices, no permission, a field that is not supporte
 asked again), a GPU lost or NVML gone mid-run — each ends up in :attr:`GpuSampler.state` and
 :attr:`GpuSampler.note` (one of the ``GPU_*`` values below) and sampling goes on.
 
-The fake NVML (:mod:`tui_launch.testing.fake_pynvml`) is used instead of ``pynvml`` when
+The fake NVML (:mod:`tui_launch.core.telemetry.fake_nvml`) is used instead of ``pynvml`` when
 ``TUILAUNCH_FAKE_NVML`` is set; its readings are marked ``simulated``. Importing this module
 does not import ``pynvml``: :func:`load_nvml` does, when a sampler opens.
 """
@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from tui_launch.core.events import GpuReading
+from tui_launch.core.model.events import GpuReading
 
 FAKE_ENV = "TUILAUNCH_FAKE_NVML"
 
@@ -71,7 +71,7 @@ class ProcOnGpu:
 def load_nvml() -> tuple[Any | None, str]:
     """The NVML module to use (the fake with ``TUILAUNCH_FAKE_NVML``) or None and why not."""
     if os.environ.get(FAKE_ENV) is not None:
-        from tui_launch.testing import fake_pynvml
+        from tui_launch.core.telemetry import fake_nvml as fake_pynvml
 
         try:
             fake_pynvml.configure_from_env()

@@ -6,8 +6,9 @@ opens NVML and psutil on that thread, then each tick reads the ranks' trees
 (:class:`~tui_launch.core.telemetry.procs.ProcessSampler`) and the GPUs
 (:class:`~tui_launch.core.telemetry.nvml.GpuSampler`), works out which rank is on which GPU
 (:func:`~tui_launch.core.telemetry.mapping.assign`) and posts one compact
-:class:`~tui_launch.core.events.TelemetrySample`; every ``journal_every`` seconds the tick posts
-a :class:`~tui_launch.core.events.TelemetryRecord` instead, which the journal keeps.
+:class:`~tui_launch.core.model.events.TelemetrySample`; every ``journal_every`` seconds the tick
+posts
+a :class:`~tui_launch.core.model.events.TelemetryRecord` instead, which the journal keeps.
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tui_launch.core import workerenv
-from tui_launch.core.events import (
+from tui_launch.core.model.events import (
     Event,
     Notice,
     RankReading,
@@ -27,6 +27,7 @@ from tui_launch.core.events import (
     TelemetrySample,
     TelemetryTotals,
 )
+from tui_launch.core.model.telemetry import TelemetryView, fold
 from tui_launch.core.periodic import Periodic
 from tui_launch.core.telemetry.mapping import RankTarget, assign
 from tui_launch.core.telemetry.nvml import (
@@ -37,7 +38,7 @@ from tui_launch.core.telemetry.nvml import (
     describe_error,
 )
 from tui_launch.core.telemetry.procs import ProcessSampler
-from tui_launch.core.telemetry_view import TelemetryView, fold
+from tui_launch.core.workers import env as workerenv
 
 _SAMPLE_FIELDS = ("attempt", "gpu_state", "gpu_note", "gpus", "ranks", "simulated")
 

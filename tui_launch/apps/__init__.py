@@ -1,0 +1,1 @@
+"""Entry points: one module per subcommand, each with ``main(argv) -> int``."""

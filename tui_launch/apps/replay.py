@@ -1,0 +1,102 @@
+"""``tuilaunch replay RUN_DIR|journal``: the dashboard over a recorded run."""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+from tui_launch.core.journal.timeline import Timeline
+from tui_launch.core.journal.writer import JOURNAL_NAME
+from tui_launch.tui.modes import ReplayDashboard
+
+if TYPE_CHECKING:
+    pass
+from tui_launch.tui.sources.replay import OPEN_AT_END, ReplaySource
+
+
+def journal_of(target: str) -> str:
+    """The journal a ``replay`` argument names (a run directory or the file); ValueError."""
+    path = os.path.join(target, JOURNAL_NAME) if os.path.isdir(target) else target
+    if not os.path.isfile(path):
+        raise ValueError(f"no journal at {path}")
+    return path
+
+
+USAGE = "usage: tuilaunch replay RUN_DIR|journal.jsonl [--no-confirm] [--refresh-hz HZ]"
+
+
+def precompute(timeline: Timeline, stop: threading.Event) -> None:
+    """The replay's background thread: the rest of the index and every checkpoint, then the
+    objects made so far out of the cyclic GC's reach (as the live dashboard does after its
+    first frame): a full collection walking a day's checkpoints took ~80 ms of a cursor move."""
+    timeline.precompute(stop)
+    gc.freeze()
+
+
+def view_args(argv: list[str], ignore: tuple[str, ...] = ()) -> tuple[str | None, float, bool]:
+    """The target and the dashboard's own options of ``replay`` and ``attach``:
+    ``(target, --refresh-hz, not --no-confirm)``; ``ignore`` lists flags taken here and handled
+    by the caller (``--control``). Raises ValueError, in one line, on anything else."""
+    from tui_launch.core.run import validate
+
+    target, refresh_hz, confirm, rest = None, 4.0, True, list(argv)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--no-confirm":
+            confirm = False
+        elif arg == "--refresh-hz":
+            if not rest:
+                raise ValueError("--refresh-hz needs a value")
+            value = rest.pop(0)
+            try:
+                refresh_hz = validate.refresh_hz("--refresh-hz", float(value))
+            except ValueError:
+                raise ValueError(f"--refresh-hz needs a number, got {value!r}") from None
+            except validate.UsageError as e:  # 1e9 starved the event loop: no frame, no keys
+                raise ValueError(str(e)) from None
+        elif arg in ignore:
+            continue
+        elif arg.startswith("-") or target is not None:
+            raise ValueError(f"unexpected argument {arg!r}")
+        else:
+            target = arg
+    return target, refresh_hz, confirm
+
+
+def main(argv: list[str]) -> int:
+    """``tuilaunch replay``: open the dashboard on a journal (exit 2 on bad input)."""
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    try:
+        target, refresh_hz, confirm = view_args(argv)
+        if target is None:
+            raise ValueError("a run directory or journal is needed")
+        # Only the first chunk is indexed before the first frame: the precompute thread
+        # indexes the rest (the bar's event count grows meanwhile; G waits for it).
+        timeline = Timeline(journal_of(target), index=False)
+        if not len(timeline):
+            raise ValueError(f"{timeline.path} holds no whole event")
+    except (ValueError, OSError) as e:
+        print(f"tuilaunch replay: error: {e} ({USAGE})", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    worker = threading.Thread(
+        target=precompute, args=(timeline, stop), name="tuilaunch-replay", daemon=True
+    )
+    # A short journal opens on its end (the run's final state); a long one on its start, at
+    # once, and the checkpoints are computed in the background once the first frame is up
+    # (started before, that thread would hold the GIL the first frame needs).
+    cursor = len(timeline) if timeline.indexed and len(timeline) <= OPEN_AT_END else 0
+    source = ReplaySource(timeline, cursor)
+    app = ReplayDashboard(
+        source, worker, refresh_hz=refresh_hz, confirm=confirm, on_ready=worker.start
+    )
+    try:
+        app.run()
+    finally:
+        stop.set()
+    return 0

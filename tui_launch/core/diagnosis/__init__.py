@@ -1,0 +1,1 @@
+"""Stacks, dumps, hang watch and stragglers."""

@@ -1,0 +1,172 @@
+"""Stack dumps of this node's ranks: taken, kept in the run directory, told to the store.
+
+The control part that owns a dump from the request to the journal line (issue 14). Whoever asks
+(the ``d`` key, the control API, the hang watch, the runner before torch tears a failed group
+down) gets the same thing: every live local rank dumped in parallel (py-spy, or faulthandler
+with ``--dump-via-faulthandler``), the dump saved under ``<run_dir>/stacks/`` as text and JSON,
+and one :class:`~tui_launch.core.model.events.StacksDumped` posted, which points to those files and
+carries the verdict and where each rank is.
+
+One dump at a time: a second request while one runs waits for it (dumps are short, bounded by
+their time limit). The caller's thread does the work: the dashboard calls from a worker thread,
+never from its UI thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from tui_launch.core.diagnosis.stacks import (
+    StackDump,
+    Target,
+    dump_ranks,
+    dump_via_faulthandler,
+    dumped_event,
+    load,
+    save,
+    verdict,
+)
+from tui_launch.core.diagnosis.stacks.pyspy import MAX_CHILDREN
+from tui_launch.core.model.diskspace import write_error
+from tui_launch.core.model.events import ControlAction, Event, StacksDumped
+from tui_launch.core.workers.table import RankTable, process_alive
+
+DEFAULT_TIMEOUT = 5.0
+# Dumps kept in memory for the views (the files keep all of them).
+_KEPT = 32
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A dump and the event that announced it."""
+
+    dump: StackDump
+    event: StacksDumped
+
+
+class Dumper:
+    """Takes, keeps and announces stack dumps of this node's live ranks.
+
+    Args:
+        post: the run store's ``post``.
+        ranks: the rank table (who is alive, with which pid and global rank).
+        run_dir: returns the run directory, making one if torch has not yet.
+        stderr_logs: returns each local rank's stderr file (for the faulthandler method).
+        via_faulthandler: ``--dump-via-faulthandler``: signal the ranks and read their stderr
+            instead of attaching py-spy.
+        pyspy: the py-spy binary (empty: find it; None: there is none).
+    """
+
+    def __init__(
+        self,
+        post: Callable[[Event], object],
+        ranks: RankTable,
+        run_dir: Callable[[], str],
+        stderr_logs: Callable[[], dict[int, str]],
+        *,
+        via_faulthandler: bool = False,
+        pyspy: str | None = "",
+    ) -> None:
+        self._post = post
+        self._ranks = ranks
+        self._run_dir = run_dir
+        self._stderr_logs = stderr_logs
+        self.via_faulthandler = via_faulthandler
+        self.pyspy = pyspy
+        self._lock = threading.Lock()
+        # Told of every dump taken, after it was posted, on the taker's thread (the hang
+        # watch: did the ranks move again; the job-wide dumps: tell the other nodes).
+        self.listeners: list[Callable[[Taken], None]] = []
+        self.last: Taken | None = None
+        self._kept: dict[str, StackDump] = {}
+        self._survivors: tuple[int, StacksDumped | None] | None = None  # (attempt, event)
+
+    def targets(self) -> list[Target]:
+        """``(local rank, global rank, pid)`` of every rank of the current attempt still alive."""
+        view = self._ranks.view()
+        out = []
+        for local, pid in sorted(view.pids.items()):
+            if local in view.exits or not process_alive(pid):
+                continue
+            out.append((local, view.global_ranks.get(local, local), pid))
+        return out
+
+    def take(
+        self,
+        reason: str,
+        source: str = "api",
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_children: int = MAX_CHILDREN,
+    ) -> Taken | None:
+        """Dump every live rank now, save it, post :class:`StacksDumped`; None when no rank
+        runs (a :class:`ControlAction` says so)."""
+        with self._lock:
+            targets = self.targets()
+            attempt = self._ranks.attempt
+            if not targets:
+                self._post(ControlAction.on_run("dump", source, False, "no running worker"))
+                return None
+            dump = self._dump(targets, reason, timeout, max_children)
+            v = verdict(dump)
+            try:
+                saved = save(dump, self._run_dir(), v)
+            except OSError as e:  # a full disk: say where, never raise into torch's teardown
+                where = e.filename if isinstance(e.filename, str) else self._run_dir()
+                self._post(ControlAction.on_run("dump", source, False, write_error(e, where)))
+                return None
+            event = replace(dumped_event(dump, saved, attempt, v), source=source)
+            self._kept[saved.directory] = dump
+            while len(self._kept) > _KEPT:
+                self._kept.pop(next(iter(self._kept)))
+            self._post(event)
+            taken = Taken(dump, event)
+            self.last = taken
+        for listener in list(self.listeners):
+            listener(taken)
+        return taken
+
+    def _dump(self, targets: list[Target], reason: str, timeout: float, children: int) -> StackDump:
+        if self.via_faulthandler:
+            return dump_via_faulthandler(
+                targets, self._stderr_logs(), reason, timeout=min(timeout, 2.0)
+            )
+        return dump_ranks(targets, reason, timeout, max_children=children, pyspy=self.pyspy)
+
+    def peek(self, reason: str = "peek", timeout: float = 2.0) -> StackDump | None:
+        """A quick dump of the live ranks that is neither kept nor announced (the hang watch
+        checks whether hung ranks move again); None when no rank runs."""
+        with self._lock:
+            targets = self.targets()
+            return self._dump(targets, reason, timeout, 0) if targets else None
+
+    def survivors(self, attempt: int) -> StacksDumped | None:
+        """Before torch terminates a failed group: dump the ranks still alive, at most once per
+        attempt (a second call returns the first dump). One py-spy per rank and no children,
+        so that it adds no more than about a second to the restart (bench/run.py restart)."""
+        done = self._survivors
+        if done is not None and done[0] == attempt:
+            return done[1]
+        taken = None
+        if self.targets():
+            taken = self.take("before-kill", "before-kill", timeout=0.8, max_children=0)
+        event = taken.event if taken is not None else None
+        self._survivors = (attempt, event)
+        return event
+
+    def dump_stacks(self, reason: str = "api", source: str = "api") -> StacksDumped | None:
+        """The control API: dump every live rank; the event (None: no rank runs)."""
+        taken = self.take(reason, source)
+        return taken.event if taken is not None else None
+
+    def load(self, path: str) -> StackDump | None:
+        """The dump kept at ``path`` (from memory, else from its ``stacks.json``)."""
+        dump = self._kept.get(path)
+        if dump is not None:
+            return dump
+        try:
+            return load(path)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None

@@ -1,0 +1,267 @@
+"""The hang watch: :class:`~tui_launch.core.diagnosis.stacks.HangDetector` on a periodic loop.
+
+Output is progress. The watch hears of it two ways: a (lossy) sink on the log tailer records
+the time of each rank's latest whole line, and every tick compares the size of each rank's log
+files with the last tick's, which also sees output the tailer cannot yet (unterminated ``\\r``
+progress bars, a line still being written). When no rank has written anything for
+``--hang-timeout`` seconds the watch takes a dump ("hang-suspected"), and ``confirm_after``
+seconds later a second one ("hang-confirm"): when no main-thread stack moved between them the
+hang is confirmed, :class:`~tui_launch.core.model.events.HangDetected` is posted (with both dumps'
+paths and the verdict) and ``on_hang`` is told, so that the runner can restart or stop as
+``--on-hang`` says. Work that prints nothing but whose stacks move is not a hang.
+
+A confirmed hang flags its ranks (``HUNG?`` in the Workers table) until they move again: the
+watch posts :class:`~tui_launch.core.model.events.HangCleared` when a rank writes output again, or
+when
+a later dump (any: the ``d`` key, the control API, another node's request, or the watch's own
+quiet look every ``--hang-timeout`` seconds while hung) finds a main-thread stack that moved.
+
+The watch only runs while the workers are monitored (not during a restart or a stop). Its cost
+is a few ``stat`` calls per tick: about 0.01 % of a core (``bench/stacks.py --detector``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+
+from tui_launch.core.diagnosis.dumps import Dumper, Taken
+from tui_launch.core.diagnosis.stacks import (
+    CONFIRM,
+    DUMP,
+    HangDetector,
+    StackDump,
+    confirm,
+    hang_event,
+)
+from tui_launch.core.diagnosis.stacks.hang import (
+    CONFIRMING,
+    DEFAULT_CONFIRM_AFTER,
+    HUNG,
+    SUSPECTED,
+)
+from tui_launch.core.logs.tail import LogSource
+from tui_launch.core.model.events import Event, HangCleared, HangDetected
+from tui_launch.core.periodic import Periodic
+
+ACTIONS = ("dump", "restart", "stop")
+# What faulthandler writes to a rank's stderr (--dump-via-faulthandler): our own dump, not the
+# rank's output, so it must not count as progress.
+_FAULTHANDLER_LINE = re.compile(
+    r'^((Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):|  File ".*", line \d+ in .*'
+    r"|  <no Python frame>|  \.\.\.|)$"
+)
+
+
+def confirm_window(timeout: float) -> float:
+    """Seconds between the two dumps: about 10, shorter for a timeout under 10 s (tests,
+    rehearsals), never under 2 (a stack must have time to move)."""
+    return min(DEFAULT_CONFIRM_AFTER, max(2.0, timeout))
+
+
+class HangWatch:
+    """Watch every rank's output; dump, confirm and report a hang.
+
+    Args:
+        post: the run store's ``post``.
+        dumper: takes the two dumps.
+        log_paths: each local rank's log files of the current attempt (stdout, stderr).
+        active: whether the workers are being monitored now (no dump during a restart).
+        timeout: ``--hang-timeout`` (0: off).
+        action: ``--on-hang``: dump, restart or stop.
+        on_hang: called (on the watch's thread) with a confirmed hang.
+        confirm_after: seconds between the dumps (default: :func:`confirm_window`).
+    """
+
+    def __init__(
+        self,
+        post: Callable[[Event], object],
+        dumper: Dumper,
+        log_paths: Callable[[], dict[int, list[str]]],
+        active: Callable[[], bool],
+        *,
+        timeout: float,
+        action: str = "dump",
+        on_hang: Callable[[HangDetected], None] | None = None,
+        confirm_after: float | None = None,
+    ) -> None:
+        self._post = post
+        self._dumper = dumper
+        self._log_paths = log_paths
+        self._active = active
+        self.action = action
+        self._on_hang = on_hang
+        window = confirm_window(timeout) if confirm_after is None else confirm_after
+        self.detector = HangDetector(timeout, window)
+        self._lock = threading.Lock()
+        self._attempt = -1
+        self._ranks: dict[int, int] = {}  # local -> global
+        self._sizes: dict[str, int] = {}
+        self._first_path = ""
+        # The confirmed hang's second dump and flagged ranks: cleared once the ranks move.
+        self._hung_dump: StackDump | None = None
+        self._hung_ranks: tuple[int, ...] = ()
+        self._recheck_every = max(timeout, window)
+        self._recheck_at = 0.0
+        self._cleared: list[HangCleared] = []  # to post, outside the lock
+        if self.detector.enabled:
+            dumper.listeners.append(self._on_taken)
+        # A tick every second is plenty for a timeout of minutes; short timeouts tick faster.
+        interval = min(1.0, max(0.1, timeout / 10)) if timeout > 0 else 1.0
+        self._loop = Periodic("tuilaunch-hang", interval, self._tick, first_delay=interval)
+
+    @property
+    def enabled(self) -> bool:
+        """False with ``--hang-timeout 0``."""
+        return self.detector.enabled
+
+    @property
+    def cpu_seconds(self) -> float:
+        """CPU time the watch's thread has spent (the benchmark's figure)."""
+        return self._loop.cpu_seconds
+
+    def start(self) -> None:
+        """Start the loop (nothing when detection is off)."""
+        if self.enabled:
+            self._loop.start()
+
+    def stop(self) -> None:
+        """End the loop."""
+        self._loop.stop(timeout=2)
+
+    def attempt_started(self, attempt: int, ranks: dict[int, int]) -> None:
+        """A worker group started: silence is counted from now; ``ranks`` local -> global."""
+        with self._lock:
+            self._attempt = attempt
+            self._ranks = dict(ranks)
+            self._sizes = {}
+            self._hung_dump, self._hung_ranks = None, ()
+            self.detector.start(time.monotonic(), ranks.values())
+
+    def sink(self, src: LogSource, lines: list[str]) -> None:
+        """A log-tailer sink: a rank wrote whole lines."""
+        if self._dumper.via_faulthandler and all(_FAULTHANDLER_LINE.match(x) for x in lines):
+            return
+        if lines and src.attempt == self._attempt:
+            with self._lock:
+                self._output(src.global_rank, time.monotonic())
+            self._post_cleared()
+
+    def _output(self, rank: int, now: float) -> None:
+        """Under the lock: ``rank`` wrote; a confirmed hang is over (its flags go)."""
+        hung = self.detector.state == HUNG
+        self.detector.output(rank, now)
+        if hung:
+            self._clear("output", f"rank {rank} wrote output again")
+
+    def _clear(self, why: str, detail: str) -> None:
+        # Under the lock: queue the event that drops the HUNG? flags of this attempt.
+        if self._hung_ranks:
+            self._cleared.append(HangCleared(self._attempt, self._hung_ranks, why, detail))
+        self._hung_dump, self._hung_ranks = None, ()
+
+    def _post_cleared(self) -> None:
+        with self._lock:
+            cleared, self._cleared = self._cleared, []
+        for e in cleared:
+            self._post(e)
+
+    def _moved(self, dump: StackDump) -> None:
+        """Under the lock: a dump taken while hung; a main-thread stack that moved ends it."""
+        if self.detector.state != HUNG or self._hung_dump is None:
+            return
+        result = confirm(self._hung_dump, dump)
+        if result.moved:
+            self.detector.start(time.monotonic(), self._ranks.values())
+            self._clear("stacks", result.text)
+
+    def _on_taken(self, taken: Taken) -> None:
+        # A dumper listener (any thread): every dump, whoever asked for it.
+        with self._lock:
+            self._after_dump()
+            if taken.event.attempt == self._attempt:
+                self._moved(taken.dump)
+        self._post_cleared()
+
+    def _grown(self, now: float, count: bool = True) -> None:
+        """Record output seen as file growth (unterminated ``\\r`` output included);
+        ``count=False`` only takes the sizes (after a faulthandler dump wrote to stderr)."""
+        paths = self._log_paths()
+        for local, files in paths.items():
+            for path in files:
+                try:
+                    size = os.stat(path).st_size
+                except OSError:
+                    continue
+                if size != self._sizes.get(path, 0):
+                    self._sizes[path] = size
+                    if count:
+                        self._output(self._ranks.get(local, local), now)
+
+    def _after_dump(self) -> None:
+        if self._dumper.via_faulthandler:
+            self._grown(time.monotonic(), count=False)
+
+    def _tick(self) -> None:
+        if not self._active():
+            return
+        with self._lock:
+            attempt = self._attempt
+            now = time.monotonic()
+            self._grown(now)
+            todo = self.detector.poll(now)
+            silence = self.detector.silence(now)
+            recheck = self.detector.state == HUNG and now >= self._recheck_at
+        self._post_cleared()
+        if recheck:
+            # Hung: a quiet look now and then (not kept, not announced) for ranks that moved.
+            self._recheck_at = now + self._recheck_every
+            peeked = self._dumper.peek("hang-recheck")
+            with self._lock:
+                self._after_dump()
+                if peeked is not None and attempt == self._attempt:
+                    self._moved(peeked)
+            self._post_cleared()
+            return
+        if todo == DUMP:
+            taken = self._dumper.take("hang-suspected", "hang")
+            with self._lock:
+                self._after_dump()
+                if self.detector.state != SUSPECTED or attempt != self._attempt:
+                    return  # output came meanwhile, or a new attempt: no longer suspected
+                if taken is None:
+                    self.detector.start(time.monotonic(), self._ranks.values())
+                    return
+                self._first_path = taken.event.path
+                self.detector.first(taken.dump, time.monotonic())
+        elif todo == CONFIRM:
+            taken = self._dumper.take("hang-confirm", "hang")
+            with self._lock:
+                self._after_dump()
+                if self.detector.state != CONFIRMING or attempt != self._attempt:
+                    return
+                if taken is None:
+                    self.detector.start(time.monotonic(), self._ranks.values())
+                    return
+                result = self.detector.second(taken.dump, time.monotonic())
+                if not result.hung:
+                    return
+                event = hang_event(
+                    result,
+                    taken.dump,
+                    attempt=attempt,
+                    silence=silence,
+                    first_path=self._first_path,
+                    second_path=taken.event.path,
+                    action=self.action,
+                )
+                self._hung_dump = taken.dump
+                self._hung_ranks = event.odd_ranks or event.still_ranks
+                self._recheck_at = time.monotonic() + self._recheck_every
+                # Under the lock: a HangCleared for output that comes next is posted after it.
+                self._post(event)
+            if self._on_hang is not None:
+                self._on_hang(event)

@@ -1,0 +1,189 @@
+"""Hang detection as a pure state machine: silence on every rank, then two dumps that match.
+
+The caller (a periodic helper in the runner) feeds it the time of each rank's latest output
+(any bytes, unterminated ``\\r`` progress output included) and the clock, and asks :meth:`poll`
+what to do:
+
+1. ``--hang-timeout`` seconds without output from any rank: a hang is *suspected*; poll says
+   :data:`DUMP` and the caller takes a dump and hands it to :meth:`HangDetector.first`.
+2. ``confirm_after`` seconds later (about 10) poll says :data:`CONFIRM`; the caller takes a
+   second dump and hands it to :meth:`HangDetector.second`, which returns a
+   :class:`Confirmation`: hung when no rank's main-thread stack moved between the two dumps.
+   Work that prints nothing for longer than the timeout but whose stacks move is not a hang:
+   the detector goes back to watching and waits another full timeout before dumping again.
+
+Any output cancels a suspicion. Nothing here sleeps or reads a clock: every time is passed in,
+so tests drive it with plain numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tui_launch.core.diagnosis.stacks.model import StackDump
+from tui_launch.core.diagnosis.stacks.verdict import main_signature, verdict
+from tui_launch.core.model.events import HangDetected
+from tui_launch.core.model.text import rank_list
+
+# What poll() asks of the caller.
+NOTHING = "nothing"
+DUMP = "dump"  # take the first dump: a hang is suspected
+CONFIRM = "confirm"  # take the second dump
+
+# The detector's states.
+WATCHING = "watching"
+SUSPECTED = "suspected"  # asked for the first dump, not given it yet
+CONFIRMING = "confirming"  # has the first dump, waits to ask for the second
+HUNG = "hung"  # confirmed; quiet until some rank writes again
+
+DEFAULT_TIMEOUT = 300.0
+DEFAULT_CONFIRM_AFTER = 10.0
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """The comparison of two dumps: ``still`` ranks whose main-thread stack did not move,
+    ``moved`` those whose stack did, ``unknown`` those without a stack in either dump."""
+
+    hung: bool
+    still: tuple[int, ...]
+    moved: tuple[int, ...]
+    unknown: tuple[int, ...]
+    interval: float
+    text: str
+
+
+def confirm(first: StackDump, second: StackDump) -> Confirmation:
+    """Compare two dumps of the same ranks: hung when no rank's main-thread stack moved.
+
+    Ranks without a stack in one of the dumps are left out of the judgement; when no rank can
+    be compared, it is not confirmed (nothing proves a hang).
+    """
+    before = {r.global_rank: main_signature(r) for r in first.ranks}
+    still: list[int] = []
+    moved: list[int] = []
+    unknown: list[int] = []
+    for r in second.ranks:
+        a, b = before.get(r.global_rank), main_signature(r)
+        if not a or not b:
+            unknown.append(r.global_rank)
+        elif a == b:
+            still.append(r.global_rank)
+        else:
+            moved.append(r.global_rank)
+    interval = max(0.0, second.wall - first.wall)
+    hung = bool(still) and not moved
+    if hung:
+        text = f"hung: no main-thread stack moved in {interval:.0f} s (ranks {rank_list(still)})"
+    elif moved:
+        text = f"not hung: the stacks of ranks {rank_list(moved)} moved in {interval:.0f} s"
+    else:
+        text = "not confirmed: no rank has a stack in both dumps"
+    if unknown and still:
+        text += f"; no stack for ranks {rank_list(unknown)}"
+    return Confirmation(hung, tuple(still), tuple(moved), tuple(unknown), interval, text)
+
+
+class HangDetector:
+    """Suspects a hang after ``timeout`` s of silence on every rank; confirms it with two dumps.
+
+    ``timeout`` 0 (or less) turns detection off: :meth:`poll` then always says nothing.
+    """
+
+    def __init__(
+        self, timeout: float = DEFAULT_TIMEOUT, confirm_after: float = DEFAULT_CONFIRM_AFTER
+    ) -> None:
+        self.timeout = timeout
+        self.confirm_after = confirm_after
+        self.state = WATCHING
+        self._last: dict[int, float] = {}
+        self._since = 0.0  # silence is counted from here at the earliest (start, re-arm)
+        self._first: StackDump | None = None
+        self._first_at = 0.0
+        self.last_confirmation: Confirmation | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """False when ``--hang-timeout 0`` turned detection off."""
+        return self.timeout > 0
+
+    def start(self, now: float, ranks: Iterable[int] = ()) -> None:
+        """A new worker group started (first start or restart): forget everything."""
+        self.state = WATCHING
+        self._last = dict.fromkeys(ranks, now)
+        self._since = now
+        self._first = None
+
+    def output(self, rank: int, now: float) -> None:
+        """``rank`` wrote something (a line, or ``\\r`` progress without a newline) at ``now``."""
+        self._last[rank] = max(now, self._last.get(rank, now))
+        if self.state != WATCHING:
+            # Output is progress: whatever was suspected or confirmed is over.
+            self.state = WATCHING
+            self._first = None
+            self._since = now
+
+    def silence(self, now: float) -> float:
+        """Seconds since the latest output of any rank (or since start/re-arm)."""
+        latest = max([self._since, *self._last.values()])
+        return max(0.0, now - latest)
+
+    def poll(self, now: float) -> str:
+        """What the caller should do now: :data:`NOTHING`, :data:`DUMP` or :data:`CONFIRM`."""
+        if not self.enabled:
+            return NOTHING
+        if self.state == WATCHING and self.silence(now) >= self.timeout:
+            self.state = SUSPECTED
+            return DUMP
+        if self.state == CONFIRMING and now - self._first_at >= self.confirm_after:
+            return CONFIRM
+        return NOTHING
+
+    def first(self, dump: StackDump, now: float) -> None:
+        """The first dump, taken because :meth:`poll` said :data:`DUMP`."""
+        self._first = dump
+        self._first_at = now
+        self.state = CONFIRMING
+
+    def second(self, dump: StackDump, now: float) -> Confirmation:
+        """The second dump: returns the comparison. Hung: the detector stays quiet until a rank
+        writes again. Not hung: it watches again, and dumps no sooner than ``timeout`` from now.
+        """
+        if self._first is None:
+            raise RuntimeError("second() without first(): poll() did not ask for it")
+        result = confirm(self._first, dump)
+        self.last_confirmation = result
+        self._first = None
+        if result.hung:
+            self.state = HUNG
+        else:
+            self.state = WATCHING
+            self._since = now
+        return result
+
+
+def hang_event(
+    confirmation: Confirmation,
+    second: StackDump,
+    *,
+    attempt: int,
+    silence: float,
+    first_path: str,
+    second_path: str,
+    action: str = "dump",
+) -> HangDetected:
+    """The journal's record of a confirmed hang, with its evidence (both dumps' paths)."""
+    v = verdict(second)
+    return HangDetected(
+        attempt=attempt,
+        silence=silence,
+        interval=confirmation.interval,
+        still_ranks=confirmation.still,
+        confirmation=confirmation.text,
+        verdict=v.text,
+        odd_ranks=v.odd,
+        first_path=first_path,
+        second_path=second_path,
+        action=action,
+    )

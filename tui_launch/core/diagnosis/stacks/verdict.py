@@ -1,0 +1,210 @@
+"""A verdict on a stack dump: which ranks wait in a collective, and which rank is the odd one out.
+
+In a distributed hang almost every rank sits in the same collective (``all_reduce``,
+``barrier``, ...) waiting for a peer, and the culprit is the rank that is somewhere else: in its
+own data loading, a deadlock, a kernel wait. :func:`classify` decides, from a rank's innermost
+frames, whether it is in a collective; :func:`verdict` names the odd ranks in one line, or says
+that every rank is in the same place; :func:`group_stacks` folds identical main-thread stacks
+("x 7 ranks").
+
+Pure functions of a :class:`StackDump`: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tui_launch.core.diagnosis.stacks.model import WCHAN, Frame, RankStack, StackDump
+from tui_launch.core.model.text import rank_list
+
+# Files whose frames are the collective machinery: torch.distributed (c10d, the functional
+# collectives, FSDP/DDP helpers) and any gloo/NCCL/c10d Python binding.
+_DIST_FILE = re.compile(r"(^|/)(torch/distributed/|.*c10d|.*gloo|.*nccl)", re.IGNORECASE)
+# torch.cuda's synchronize: an NCCL collective is asynchronous on the host, so a rank stuck in
+# one is usually seen waiting for the GPU here.
+_CUDA_SYNC_FILE = re.compile(r"(^|/)torch/cuda/")
+# Function names (the last part of a qualified name) that wait on peers.
+_COLLECTIVE = re.compile(
+    r"all_?reduce|all_?gather|reduce_?scatter|broadcast|barrier|all_?to_?all|"
+    r"gather|scatter|^_?reduce|send|recv|wait|synchronize|rendezvous",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class RankPlace:
+    """Where one rank is: ``top`` its innermost main-thread frame (None without a stack),
+    ``collective`` the collective it waits in (None when not in one), ``place`` in words."""
+
+    global_rank: int
+    local_rank: int
+    pid: int
+    top: Frame | None
+    collective: str | None
+    place: str
+    known: bool = True  # False: no stack was taken (error), so the rank cannot be judged
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One line for the user (``text``), the odd ranks out, and where every rank is."""
+
+    text: str
+    odd: tuple[int, ...]
+    places: tuple[RankPlace, ...]
+    same_place: bool = False
+
+
+@dataclass(frozen=True)
+class StackGroup:
+    """One distinct main-thread stack and the global ranks that share it."""
+
+    frames: tuple[Frame, ...]
+    ranks: tuple[int, ...]
+
+
+def _bare(function: str) -> str:
+    # py-spy gives qualified names (Thread.run), faulthandler bare ones (run).
+    return function.rsplit(".", 1)[-1]
+
+
+def _is_library(frame: Frame) -> bool:
+    path = frame.path or frame.file
+    return bool(_DIST_FILE.search(path) or _DIST_FILE.search(frame.file)) or "torch/" in path
+
+
+def collective_of(frames: Iterable[Frame]) -> str | None:
+    """The collective a thread waits in, from its frames (innermost first), or None.
+
+    Only the innermost run of library frames counts (torch.distributed, c10d, gloo, NCCL,
+    torch.cuda's synchronize): a ``wait`` in the user's own code is not a collective. Of the
+    matching frames the outermost is named, since that is the call the user wrote
+    (``all_reduce`` rather than a helper inside it).
+    """
+    found = None
+    for frame in frames:
+        if not _is_library(frame):
+            break
+        name = _bare(frame.function)
+        dist = _DIST_FILE.search(frame.path or frame.file) or _DIST_FILE.search(frame.file)
+        cuda = _CUDA_SYNC_FILE.search(frame.file) and "synchronize" in name
+        if (dist and _COLLECTIVE.search(name)) or cuda:
+            found = name
+    return found
+
+
+def place_of(rank: RankStack) -> RankPlace:
+    """Where ``rank``'s main thread is, and whether that is a collective."""
+    proc = rank.process
+    main = proc.main_thread
+    if proc.method == WCHAN or (main is None and proc.wchan and proc.state == "D"):
+        where = f"in D state, kernel wait {proc.wchan or '?'}"
+        return RankPlace(rank.global_rank, rank.local_rank, proc.pid, None, None, where)
+    if main is None or not main.frames:
+        why = proc.error or "no Python frame"
+        return RankPlace(rank.global_rank, rank.local_rank, proc.pid, None, None, why, known=False)
+    top = main.frames[0]
+    coll = collective_of(main.frames)
+    # The frame the user wrote, for a rank in a collective: the first one outside torch.
+    user = next((f for f in main.frames if not _is_library(f)), top)
+    where = f"{coll} ({user.where})" if coll else top.where
+    return RankPlace(rank.global_rank, rank.local_rank, proc.pid, top, coll, where)
+
+
+def _ranks(ranks: Iterable[int]) -> str:
+    nums = sorted(set(ranks))
+    return f"rank {nums[0]}" if len(nums) == 1 else f"ranks {rank_list(nums)}"
+
+
+def _by(items: Iterable[RankPlace], key: str) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for p in items:
+        out.setdefault(getattr(p, key) or "", []).append(p.global_rank)
+    return out
+
+
+def _waiting(in_coll: list[RankPlace]) -> str:
+    """``ranks 0, 2-7 wait in all_reduce`` (several collectives: each with its ranks)."""
+    ops = sorted(_by(in_coll, "collective").items(), key=lambda kv: (-len(kv[1]), kv[1]))
+    first, *rest = ops
+    verb = "waits" if len(first[1]) == 1 else "wait"
+    text = f"{_ranks(first[1])} {verb} in {first[0]}"
+    return "; ".join([text, *(f"{_ranks(r)} in {op}" for op, r in rest)])
+
+
+def main_signature(rank: RankStack) -> tuple[tuple[str, str, int], ...] | None:
+    """The rank's main-thread stack as comparable data (None without one)."""
+    main = rank.process.main_thread
+    if main is None:
+        return None
+    return tuple((f.function, f.file, f.line) for f in main.frames)
+
+
+def verdict(dump: StackDump) -> Verdict:
+    """Judge a dump: name the odd ranks out, or say that every rank is in the same place."""
+    return judge(tuple(place_of(r) for r in dump.ranks), dump.note)
+
+
+def judge(places: tuple[RankPlace, ...], note: str | None = None) -> Verdict:
+    """The verdict on ranks already placed: one node's dump, or every node's answer to a
+    job-wide dump (``note``: why there are no stacks at all, said once)."""
+    known = [p for p in places if p.known]
+    unknown = [p for p in places if not p.known]
+    missing = "; ".join(f"{_ranks(r)} ({why})" for why, r in _by(unknown, "place").items())
+    tail = f"; no stack for {missing}" if unknown else ""
+    if not known:
+        # The note (no ptrace, no py-spy) says it once instead of once per rank.
+        text = f"no stacks: {note or missing or 'no ranks'}"
+        return Verdict(text=text, odd=(), places=places)
+    in_coll = [p for p in known if p.collective]
+    out = [p for p in known if not p.collective]
+    if len(known) > 1 and len({p.place for p in known}) == 1:
+        what = "a collective" if in_coll else "no collective"
+        text = f"every rank is in the same place: {known[0].place} ({what})"
+        return Verdict(text=text + tail, odd=(), places=places, same_place=True)
+    if in_coll and out:
+        where = _by(out, "place")
+        if len(where) == 1:
+            (place, ranks_out), *_ = where.items()
+            verb = "is" if len(ranks_out) == 1 else "are"
+            lead = f"{_ranks(ranks_out)} {verb} not in a collective: {place}"
+        else:
+            lead = f"{_ranks(p.global_rank for p in out)} are not in a collective: " + ", ".join(
+                f"{_ranks(r)} at {pl}" for pl, r in where.items()
+            )
+        text = f"{lead}; {_waiting(in_coll)}"
+        odd = tuple(sorted(p.global_rank for p in out))
+        return Verdict(text=text + tail, odd=odd, places=places)
+    if in_coll:
+        ops = _by(in_coll, "collective")
+        if len(ops) == 1:
+            text = f"every rank waits in {next(iter(ops))}, called from different places: "
+            text += _where(in_coll)
+            return Verdict(text=text + tail, odd=(), places=places)
+        # Ranks in different collectives: the smaller groups are out of step with the rest.
+        biggest = max(ops.values(), key=len)
+        odd = tuple(sorted(r for rs in ops.values() if rs is not biggest for r in rs))
+        text = "ranks are in different collectives: " + _waiting(in_coll)
+        return Verdict(text=text + tail, odd=odd, places=places)
+    text = "no rank is in a collective: " + _where(known)
+    return Verdict(text=text + tail, odd=(), places=places)
+
+
+def _where(places: list[RankPlace]) -> str:
+    groups = sorted(_by(places, "place").items(), key=lambda kv: (-len(kv[1]), kv[1]))
+    return "; ".join(f"{_ranks(r)} at {pl}" for pl, r in groups)
+
+
+def group_stacks(dump: StackDump) -> list[StackGroup]:
+    """Distinct main-thread stacks, each with the ranks that share it, biggest group first."""
+    groups: dict[tuple[tuple[str, str, int], ...], tuple[tuple[Frame, ...], list[int]]] = {}
+    for r in dump.ranks:
+        main = r.process.main_thread
+        sig = main_signature(r)
+        if main is None or sig is None:
+            continue
+        groups.setdefault(sig, (main.frames, []))[1].append(r.global_rank)
+    out = [StackGroup(frames=f, ranks=tuple(sorted(rs))) for f, rs in groups.values()]
+    return sorted(out, key=lambda g: (-len(g.ranks), g.ranks))

@@ -1,0 +1,266 @@
+"""The straggler, inferred from outside: low-rate stack samples of every rank (issue 15).
+
+In lockstep data parallelism every rank steps at the same rate, so the step counter cannot
+name the rank that holds the others back. What can be observed without a code change is
+where each rank is: a sample of every rank's Python stack every few seconds
+(``py-spy dump --nonblocking``: the rank is read, never paused) says whether its main thread
+waits inside a collective (:func:`~tui_launch.core.diagnosis.stacks.collective_of`). The ranks that
+wait almost always are waiting for someone; the straggler is the one rank almost never found
+waiting while the others almost always are. CPU utilisation from the telemetry goes with the
+verdict as evidence (a rank doing more work per step is busier; one stopped or starved is
+not).
+
+A rank that is *stopped* (``SIGSTOP``: the ``slow`` and ``hang`` injections, a pause, a
+debugger) is read from ``/proc/<pid>/stat`` before any py-spy: it waits for nobody, it is
+the one the others wait for. Its stack would say where it was stopped, which is inside a
+collective as often as the others are when steps are short, so a rank slowed by stop/continue
+cycles looked like everyone else (issue 15's ``--inject slow`` case).
+
+Cost: one py-spy process per rank and sample (about 11-18 ms of CPU each, in py-spy, a child
+of the launcher: ``bench/stragglers.py tick``). Once the verdict is settled on a balanced run
+the sampler backs off (doubling its interval up to ``backoff`` times), and it comes back to
+the full rate as soon as the shares drift apart, a sample looks like a straggler's (one rank
+out of a collective while all the others wait) or a rank is named.
+
+:class:`StragglerJudge` is pure (samples in, verdict out); :class:`StragglerSampler` runs it
+on a :class:`~tui_launch.core.periodic.Periodic` and posts a journaled
+:class:`~tui_launch.core.model.events.Straggler` event whenever the verdict changes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from tui_launch.core.diagnosis.stacks import collective_of, find_pyspy, parse_pyspy_json
+from tui_launch.core.model.events import Event, Straggler
+from tui_launch.core.periodic import Periodic
+
+__all__ = ["StragglerJudge", "StragglerSampler", "in_collective", "is_stopped"]
+
+
+class StragglerJudge:
+    """Per rank, the share of recent samples found inside a collective; the straggler.
+
+    A rank is named only when every rank has at least ``min_samples`` known samples in the
+    last ``window``, every other rank's share is at least ``high`` and the rank's own share is
+    below every other's by ``gap`` or more: a healthy run (every rank waiting about as often,
+    or none) names nobody, and neither does one with two ranks that seldom wait.
+    """
+
+    def __init__(
+        self, *, window: int = 24, min_samples: int = 10, high: float = 0.5, gap: float = 0.35
+    ) -> None:
+        self.window = window
+        self.min_samples = min_samples
+        self.high = high
+        self.gap = gap
+        self._seen: dict[int, deque[bool]] = {}
+        self._named: int | None = None
+
+    def reset(self) -> None:
+        """Forget every sample (a new attempt)."""
+        self._seen.clear()
+        self._named = None
+
+    def add(self, sample: dict[int, bool | None]) -> None:
+        """One sample of every rank: global rank -> in a collective (None: not known)."""
+        for rank, inside in sample.items():
+            if inside is None:
+                continue
+            self._seen.setdefault(rank, deque(maxlen=self.window)).append(inside)
+
+    def shares(self) -> dict[int, float]:
+        """Global rank -> share of its known samples inside a collective."""
+        return {r: sum(s) / len(s) for r, s in self._seen.items() if s}
+
+    def balanced(self) -> bool:
+        """Enough samples, nobody named, and every rank's share within half the naming gap of
+        every other's: a healthy run, where sampling less often loses nothing."""
+        if len(self._seen) < 2 or self.samples() < self.min_samples or self._named is not None:
+            return False
+        shares = self.shares().values()
+        return max(shares) - min(shares) < self.gap / 2
+
+    def samples(self) -> int:
+        """The fewest known samples of any rank."""
+        return min((len(s) for s in self._seen.values()), default=0)
+
+    def straggler(self) -> int | None:
+        """The inferred straggler's global rank, or None (see the class doc)."""
+        if len(self._seen) < 2 or self.samples() < self.min_samples:
+            return None
+        shares = self.shares()
+        lowest = min(shares, key=lambda r: shares[r])
+        others = [s for r, s in shares.items() if r != lowest]
+        # Hysteresis: a rank named stays named until its gap is half the naming gap, so that
+        # one sample more or less does not flip the verdict back and forth.
+        gap = self.gap / 2 if lowest == self._named else self.gap
+        high = self.high - 0.1 if lowest == self._named else self.high
+        self._named = (
+            lowest if min(others) >= high and min(others) - shares[lowest] >= gap else None
+        )
+        return self._named
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped by a signal (state ``T``) or a tracer (``t``) now."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fp:
+            stat = fp.read()
+    except OSError:
+        return False
+    # "pid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ")"
+    cut = stat.rfind(b")")
+    return cut >= 0 and stat[cut + 2 : cut + 3] in (b"T", b"t")
+
+
+def in_collective(pid: int, pyspy: str, timeout: float = 2.0) -> bool | None:
+    """Whether ``pid``'s main thread is inside a collective now (None: no stack read).
+
+    A stopped process is not (False, without py-spy): it is not waiting for anybody, whatever
+    its stack says. ``--nonblocking``: py-spy reads the process's memory without stopping it,
+    so sampling costs the rank nothing but a core's share of py-spy's own work.
+    """
+    if is_stopped(pid):
+        return False
+    try:
+        p = subprocess.run(
+            [pyspy, "dump", "--pid", str(pid), "--json", "--nonblocking"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        if p.returncode != 0:
+            return None
+        threads = parse_pyspy_json(p.stdout, pid)
+    except (OSError, subprocess.TimeoutExpired, ValueError, TypeError, AttributeError):
+        return None
+    main = next((t for t in threads if t.main), threads[0] if threads else None)
+    if main is None or not main.frames:
+        return None
+    return collective_of(main.frames) is not None
+
+
+def _lone_outsider(sample: dict[int, bool | None]) -> bool:
+    """Whether one rank of three or more is outside a collective while all the others wait
+    in one: what a straggler looks like. On a balanced run of many ranks that is rare (each
+    rank must be the only one out); with a straggler it is most samples."""
+    known = [inside for inside in sample.values() if inside is not None]
+    return len(known) >= 3 and known.count(False) == 1
+
+
+class StragglerSampler:
+    """Sample every rank's stack every ``interval`` seconds and post the straggler verdict.
+
+    Args:
+        post: the store's ``post``.
+        cpu: global rank -> CPU % from the latest telemetry (None: not known).
+        interval: seconds between two samples (0: off).
+        pyspy: the py-spy binary (empty: find it; None: none, the sampler stays off).
+        judge: the rule (default :class:`StragglerJudge`).
+        backoff: on a balanced run (:meth:`StragglerJudge.balanced`) the interval doubles
+            after each sample, up to ``backoff`` times ``interval`` (1: never backs off); a
+            sample that looks like a straggler's (:func:`_lone_outsider`) or shares that
+            drift apart bring it back to ``interval`` at once.
+    """
+
+    def __init__(
+        self,
+        post: Callable[[Event], object],
+        cpu: Callable[[int], float | None],
+        *,
+        interval: float = 5.0,
+        pyspy: str | None = "",
+        judge: StragglerJudge | None = None,
+        backoff: float = 8.0,
+    ) -> None:
+        self.post = post
+        self.cpu = cpu
+        self.interval = interval
+        self.pyspy = find_pyspy() if pyspy == "" else pyspy
+        self.judge = judge or StragglerJudge()
+        self.backoff = max(1.0, backoff)
+        self._delay = interval  # the back-off's state: seconds to the next sample
+        self._lock = threading.Lock()
+        self._attempt = -1
+        self._targets: tuple[tuple[int, int], ...] = ()  # (global rank, pid)
+        self._named: int | None = None
+        self._loop: Periodic | None = None
+        self.samples_taken = 0
+
+    @property
+    def enabled(self) -> bool:
+        """Whether sampling can run (an interval and a py-spy binary)."""
+        return self.interval > 0 and self.pyspy is not None
+
+    def set_workers(self, attempt: int, targets: list[tuple[int, int]]) -> None:
+        """A new attempt's ranks: ``(global rank, pid)``; the samples so far are dropped."""
+        with self._lock:
+            self._attempt, self._targets = attempt, tuple(targets)
+            self.judge.reset()
+            self._named = None
+            self._delay = self.interval
+
+    def start(self) -> None:
+        """Start sampling (once; nothing when disabled)."""
+        if self._loop is None and self.enabled:
+            self._loop = Periodic(
+                "tuilaunch-stragglers",
+                self.interval,
+                self.tick,
+                first_delay=self.interval,
+                nice=10,
+            ).start()
+
+    def stop(self) -> None:
+        """Stop sampling."""
+        if self._loop is not None:
+            self._loop.stop(timeout=3.0)
+
+    def tick(self) -> float:
+        """One sample of every rank, then the verdict (posted when it changed); returns the
+        seconds to the next sample (the interval, longer on a balanced run)."""
+        with self._lock:
+            attempt, targets = self._attempt, self._targets
+        pyspy = self.pyspy
+        if len(targets) < 2 or pyspy is None:
+            return self.interval
+        with ThreadPoolExecutor(len(targets), thread_name_prefix="straggler") as pool:
+            found = dict(
+                zip(
+                    (gr for gr, _ in targets),
+                    pool.map(lambda t: in_collective(t[1], pyspy), targets),
+                    strict=True,
+                )
+            )
+        with self._lock:
+            if attempt != self._attempt:
+                return self._delay  # the attempt changed meanwhile: these samples are stale
+            self.samples_taken += 1
+            self.judge.add(found)
+            named = self.judge.straggler()
+            if self.judge.balanced() and not _lone_outsider(found):
+                self._delay = min(self._delay * 2, self.interval * self.backoff)
+            else:
+                self._delay = self.interval
+            delay = self._delay
+            if named == self._named:
+                return delay
+            self._named = named
+            shares = self.judge.shares()
+            samples = self.judge.samples()
+        self.post(
+            Straggler(
+                attempt=attempt,
+                global_rank=named,
+                shares=tuple(sorted(shares.items())),
+                samples=samples,
+                cpu=tuple((gr, self.cpu(gr)) for gr, _ in targets),
+            )
+        )
+        return delay

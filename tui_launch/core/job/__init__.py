@@ -1,0 +1,1 @@
+"""The job across nodes: the cluster view and job-wide dumps."""

@@ -1,0 +1,456 @@
+"""Job-wide stack dumps: a dump asked for on one node reaches every node through the job's store.
+
+The cluster view already gives every agent a client of the store the rendezvous uses (no new
+server, no new port); :class:`JobDumps` rides on its loop (``tuilaunch-cluster``). A dump taken
+on this node for a person or a hang (the ``d`` key, the control API's ``dump_stacks``, the hang
+watch's suspicion) becomes a request in the store; every node's loop polls the request counter,
+dumps its own ranks (a dump taken here in the last two seconds serves instead) and publishes
+where each rank is; the requesting node gathers the answers and posts one
+:class:`~tui_launch.core.model.events.JobStacks` (the journal keeps it; the Cluster and Stacks tabs
+show it) and writes ``job.json`` and ``job.txt`` beside its own dump, and puts that record in the
+store, where every node that answered reads it and posts it too.
+
+Keys, under the cluster view's prefix ``tuilaunch/<run id>/cluster/``:
+
+* ``d/n``               a counter (``add``): how many job-wide dumps were asked for;
+* ``d/r/<k>``           the k-th request: who asked, why (JSON, written once);
+* ``d/a/<k>/<node>``    one node's answer: its verdict and where each of its ranks is (JSON);
+* ``d/j/<k>``           the gathered record, for the nodes that answered (their Cluster and
+  Stacks tabs show the job too; innermost frames only for jobs of up to 64 ranks).
+
+Dumps taken before a failed group's teardown (``before-kill``: every node tears down anyway),
+the hang watch's confirming dump (its suspicion already asked) and the answers themselves
+(``remote``) are not broadcast. A node that joins later answers only requests made after it
+joined. Requests, answers and gathers are small; the only steady cost is one counter read per
+cluster tick.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from tui_launch.core.diagnosis.dumps import Dumper, Taken
+from tui_launch.core.diagnosis.stacks import RankPlace, judge, place_of, rank_list
+from tui_launch.core.job.view import KV
+from tui_launch.core.model.events import (
+    Event,
+    JobNode,
+    JobRank,
+    JobStacks,
+    NodeStatus,
+    from_dict,
+    to_dict,
+)
+from tui_launch.core.model.store import Phase, Snapshot
+
+GATHER_TIMEOUT = 15.0  # s the requesting node waits for every node's answer
+FRAMES_KEPT = 8  # innermost main-thread frames published per rank
+REUSE_WITHIN = 2.0  # s: a dump this recent answers a request without dumping again
+FAST_TICK = 0.25  # s between cluster ticks while a job-wide dump is under way
+NOT_BROADCAST_SOURCES = frozenset({"remote", "before-kill"})
+NOT_BROADCAST_REASONS = frozenset({"hang-confirm"})
+REMOTE = "remote"  # the source of a dump taken because another node asked
+MISSING_REQUEST_WAIT = 10.0  # s a counted request may stay unwritten before it is skipped
+SHARED_FRAMES_UP_TO = 64  # ranks: bigger jobs share the gathered record without frames
+
+
+def wants_broadcast(taken: Taken) -> bool:
+    """Whether a local dump should be asked of every node too."""
+    e = taken.event
+    return e.source not in NOT_BROADCAST_SOURCES and e.reason not in NOT_BROADCAST_REASONS
+
+
+def node_answer(
+    node: str, host: str, group_rank: int | None, taken: Taken | None, error: str = ""
+) -> tuple[JobNode, tuple[JobRank, ...]]:
+    """This node's answer from one of its dumps (None: nothing to dump, ``error`` says why)."""
+    if taken is None:
+        return JobNode(node, host, group_rank, verdict="", error=error or "no running worker"), ()
+    e, dump = taken.event, taken.dump
+    ranks = []
+    for r in dump.ranks:
+        p = place_of(r)
+        main = r.process.main_thread
+        frames = tuple(f.where for f in main.frames[:FRAMES_KEPT]) if main is not None else ()
+        ranks.append(
+            JobRank(
+                node, p.global_rank, p.local_rank, p.pid, p.place, p.collective, p.known, frames
+            )
+        )
+    info = JobNode(
+        node,
+        host,
+        group_rank,
+        verdict=e.verdict,
+        path=e.path,
+        method=e.method,
+        duration=e.duration,
+        note=e.note,
+    )
+    return info, tuple(ranks)
+
+
+def encode_answer(info: JobNode, ranks: tuple[JobRank, ...]) -> bytes:
+    """An answer as the bytes published in the store."""
+    data = {"n": asdict(info), "r": [asdict(r) for r in ranks]}
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def decode_answer(raw: bytes) -> tuple[JobNode, tuple[JobRank, ...]] | None:
+    """An answer read back from the store (None: not one of ours)."""
+    try:
+        data = json.loads(raw)
+        info = JobNode(**data["n"])
+        ranks = tuple(JobRank(**{**r, "frames": tuple(r.get("frames") or ())}) for r in data["r"])
+        return info, ranks
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def job_event(
+    request: int,
+    reason: str,
+    source: str,
+    requested_by: str,
+    answers: dict[str, tuple[JobNode, tuple[JobRank, ...]]],
+    missing: Iterable[str] = (),
+    path: str = "",
+) -> JobStacks:
+    """The job-wide record: every node's answer and one verdict over all the ranks."""
+    infos = sorted(
+        (a[0] for a in answers.values()),
+        key=lambda n: (n.group_rank is None, n.group_rank or 0, n.node),
+    )
+    ranks = sorted((r for a in answers.values() for r in a[1]), key=lambda r: r.global_rank)
+    places = tuple(
+        RankPlace(r.global_rank, r.local_rank, r.pid, None, r.collective, r.place, r.known)
+        for r in ranks
+    )
+    notes = sorted({n.note for n in infos if n.note})
+    v = judge(places, "; ".join(notes) or None)
+    gone = tuple(sorted(missing))
+    text = v.text
+    if gone:
+        text += f"; no answer from {', '.join(gone)}"
+    return JobStacks(
+        request=request,
+        reason=reason,
+        source=source,
+        requested_by=requested_by,
+        verdict=text,
+        odd_ranks=v.odd,
+        nodes=tuple(infos),
+        ranks=tuple(ranks),
+        missing=gone,
+        path=path,
+    )
+
+
+@dataclass(frozen=True)
+class PlaceGroup:
+    """Ranks of the job that are in the same place, and the nodes that run them."""
+
+    place: str
+    ranks: tuple[int, ...]
+    nodes: tuple[str, ...]
+    frames: tuple[str, ...]
+    odd: bool
+
+
+def place_groups(e: JobStacks) -> list[PlaceGroup]:
+    """The job's ranks grouped by where they are, the odd ones out first, then the biggest."""
+    groups: dict[str, list[JobRank]] = {}
+    for r in e.ranks:
+        groups.setdefault(r.place, []).append(r)
+    odd = set(e.odd_ranks)
+    out = [
+        PlaceGroup(
+            place,
+            tuple(sorted(r.global_rank for r in rs)),
+            tuple(sorted({r.node for r in rs})),
+            rs[0].frames,
+            any(r.global_rank in odd for r in rs),
+        )
+        for place, rs in groups.items()
+    ]
+    return sorted(out, key=lambda g: (not g.odd, -len(g.ranks), g.ranks))
+
+
+def job_text(e: JobStacks) -> str:
+    """``job.txt``: the job-wide verdict, each place with its ranks and nodes, each node."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.wall))
+    out = [
+        e.verdict,
+        "",
+        f"job-wide dump #{e.request} ({e.reason}), asked by {e.requested_by} ({e.source}) at "
+        f"{when}; {len(e.ranks)} ranks on {len(e.nodes)} node(s)",
+    ]
+    for g in place_groups(e):
+        who = f"rank {g.ranks[0]}" if len(g.ranks) == 1 else f"ranks {rank_list(g.ranks)}"
+        mark = "  <- odd one out" if g.odd else ""
+        out += ["", f"{who} on {', '.join(g.nodes)}: {g.place}{mark}"]
+        out += [f"    {f}" for f in g.frames]
+    out += ["", "nodes:"]
+    for n in e.nodes:
+        rank = "-" if n.group_rank is None else str(n.group_rank)
+        what = n.error or f"{n.verdict} ({n.method}, {n.duration:.2f} s) -> {n.host}:{n.path}"
+        out.append(f"  {n.node} (group rank {rank}): {what}")
+    for m in e.missing:
+        out.append(f"  {m}: no answer")
+    return "\n".join(out) + "\n"
+
+
+def save_job(e: JobStacks, directory: str) -> None:
+    """Write ``job.json`` and ``job.txt`` into the requesting node's dump directory."""
+    if not directory:
+        return
+    d = Path(directory)
+    try:
+        (d / "job.json").write_text(json.dumps(asdict(e), indent=1) + "\n")
+        (d / "job.txt").write_text(job_text(e))
+    except OSError:
+        pass  # the journal keeps the record; a full disk must not stop the run
+
+
+@dataclass
+class _Gather:
+    request: int
+    reason: str
+    source: str
+    path: str
+    expected: tuple[str, ...]
+    deadline: float
+    answers: dict[str, tuple[JobNode, tuple[JobRank, ...]]] = field(default_factory=dict)
+
+
+class JobDumps:
+    """Ask every node for its stacks, answer the others, gather the answers.
+
+    Args:
+        post: the run store's ``post`` (the gathered :class:`JobStacks`).
+        dumper: this node's dumper (answers; its listeners tell of local dumps).
+        node: this node's name in the cluster view.
+        host: this node's host name.
+        snapshot: the run store's ``snapshot`` (this node's group rank).
+        wake: wakes the cluster loop (a request or an answer to publish now).
+        timeout: seconds to wait for every node's answer.
+
+    Threads: :meth:`on_taken` runs on whatever thread took a dump; :meth:`tick` on the
+    cluster loop (the only one that talks to the store); answers are dumped on a short-lived
+    thread each (``tuilaunch-jobdump``), so that the loop never waits for py-spy.
+    """
+
+    def __init__(
+        self,
+        post: Callable[[Event], object],
+        dumper: Dumper,
+        node: str,
+        host: str,
+        snapshot: Callable[[], Snapshot],
+        wake: Callable[[], None],
+        timeout: float = GATHER_TIMEOUT,
+    ) -> None:
+        self._post = post
+        self._dumper = dumper
+        self.node = node
+        self.host = host
+        self._snapshot = snapshot
+        self._wake = wake
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._outgoing: list[tuple[Taken, tuple[JobNode, tuple[JobRank, ...]]]] = []
+        self._answers: list[tuple[int, bytes]] = []
+        self._answering = 0
+        self._follow: dict[int, float] = {}  # answered here -> until when to wait for the record
+        self._gathers: dict[int, _Gather] = {}
+        self._seen: int | None = None  # the last request looked at
+        self._missing: dict[int, float] = {}  # counted requests not written yet: since when
+
+    def _group_rank(self) -> int | None:
+        rv = self._snapshot().rendezvous
+        return rv.group_rank if rv is not None else None
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request, an answer or a gather is under way (the loop then ticks fast)."""
+        with self._lock:
+            return bool(
+                self._outgoing or self._answers or self._answering or self._gathers or self._follow
+            )
+
+    def on_taken(self, taken: Taken) -> None:
+        """A dumper listener: a local dump for a person or a hang goes to every node."""
+        if not wants_broadcast(taken):
+            return
+        answer = node_answer(self.node, self.host, self._group_rank(), taken)
+        with self._lock:
+            self._outgoing.append((taken, answer))
+        self._wake()
+
+    def tick(self, kv: KV, pfx: str, nodes: Sequence[NodeStatus]) -> bool:
+        """On the cluster loop: send requests, answer others', gather; True while busy."""
+        key = pfx + "d/"
+        if self._seen is None:
+            self._seen = kv.add(key + "n", 0)  # older requests are not ours to answer
+        with self._lock:
+            outgoing, self._outgoing = self._outgoing, []
+            answers, self._answers = self._answers, []
+        now = time.monotonic()
+        try:
+            self._send(kv, key, now, outgoing, answers, nodes)
+        except Exception:
+            with self._lock:  # the store failed: send what is left at the next tick
+                self._outgoing[:0] = outgoing
+                self._answers[:0] = answers
+            raise
+        self._poll_requests(kv, key)
+        self._gather(kv, key, now)
+        self._read_gathered(kv, key, now)
+        return self.busy
+
+    def _send(
+        self,
+        kv: KV,
+        key: str,
+        now: float,
+        outgoing: list[tuple[Taken, tuple[JobNode, tuple[JobRank, ...]]]],
+        answers: list[tuple[int, bytes]],
+        nodes: Sequence[NodeStatus],
+    ) -> None:
+        """Publish this node's requests and answers; each leaves its list once sent."""
+        while outgoing:
+            taken, (info, ranks) = outgoing[0]
+            k = kv.add(key + "n", 1)
+            request = {"node": self.node, "reason": taken.event.reason, "t": time.time()}
+            request["source"] = taken.event.source
+            kv.set(key + f"r/{k}", json.dumps(request).encode())
+            kv.set(key + f"a/{k}/{self.node}", encode_answer(info, ranks))
+            expected = {n.node for n in nodes if _alive(n)} | {self.node}
+            gather = _Gather(
+                k,
+                taken.event.reason,
+                taken.event.source,
+                taken.event.path,
+                tuple(sorted(expected)),
+                now + self.timeout,
+                {self.node: (info, ranks)},
+            )
+            with self._lock:
+                self._gathers[k] = gather
+            outgoing.pop(0)
+        while answers:
+            k, raw = answers[0]
+            kv.set(key + f"a/{k}/{self.node}", raw)
+            with self._lock:
+                self._follow[k] = now + self.timeout + 5.0
+            answers.pop(0)
+
+    def _read_gathered(self, kv: KV, key: str, now: float) -> None:
+        """On a node that answered: the asking node's gathered record, posted here too."""
+        with self._lock:
+            follow = sorted(self._follow.items())
+        if not follow:
+            return
+        raws = kv.get_many([key + f"j/{k}" for k, _ in follow])
+        for (k, until), raw in zip(follow, raws, strict=True):
+            if raw is None and now < until:
+                continue
+            with self._lock:
+                self._follow.pop(k, None)
+            event = _shared_event(raw) if raw is not None else None
+            if event is not None:
+                # Its clocks are the asking node's: "ago" is counted from its arrival here.
+                self._post(replace(event, mono=time.monotonic()))
+
+    def _poll_requests(self, kv: KV, key: str) -> None:
+        seen = self._seen or 0
+        n = kv.add(key + "n", 0)
+        if n <= seen:
+            return
+        numbers = list(range(seen + 1, n + 1))
+        for k, raw in zip(numbers, kv.get_many([key + f"r/{k}" for k in numbers]), strict=True):
+            if raw is None:
+                # Counted but not written yet: look again next tick. A request whose asker
+                # lost the store between the two writes never comes: skip it after a while.
+                first = self._missing.setdefault(k, time.monotonic())
+                if time.monotonic() - first < MISSING_REQUEST_WAIT:
+                    break
+            self._missing.pop(k, None)
+            self._seen = k
+            if raw is None:
+                continue
+            try:
+                req = json.loads(raw)
+                asker, reason = str(req["node"]), str(req["reason"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            if asker == self.node:
+                continue
+            with self._lock:
+                self._answering += 1
+            threading.Thread(
+                target=self._answer, args=(k, reason), name="tuilaunch-jobdump", daemon=True
+            ).start()
+
+    def _answer(self, k: int, reason: str) -> None:
+        try:
+            last = self._dumper.last
+            recent = (
+                last is not None
+                and time.time() - last.event.wall < REUSE_WITHIN
+                and last.event.source != "before-kill"
+            )
+            taken = last if recent else self._dumper.take(reason, REMOTE)
+            info, ranks = node_answer(self.node, self.host, self._group_rank(), taken)
+            raw = encode_answer(info, ranks)
+        except Exception as e:  # an answer that says why beats none
+            info = JobNode(self.node, self.host, None, verdict="", error=f"dump failed: {e}")
+            raw = encode_answer(info, ())
+        with self._lock:
+            self._answers.append((k, raw))
+            self._answering -= 1
+        self._wake()
+
+    def _gather(self, kv: KV, key: str, now: float) -> None:
+        with self._lock:
+            gathers = list(self._gathers.values())
+        for g in gathers:
+            want = [x for x in g.expected if x not in g.answers]
+            if want:
+                raws = kv.get_many([key + f"a/{g.request}/{x}" for x in want])
+                for x, raw in zip(want, raws, strict=True):
+                    got = decode_answer(raw) if raw is not None else None
+                    if got is not None:
+                        g.answers[x] = got
+            missing = [x for x in g.expected if x not in g.answers]
+            if missing and now < g.deadline:
+                continue
+            event = job_event(g.request, g.reason, g.source, self.node, g.answers, missing, g.path)
+            save_job(event, g.path)
+            with self._lock:
+                self._gathers.pop(g.request, None)
+            self._post(event)
+            shared = event
+            if len(event.ranks) > SHARED_FRAMES_UP_TO:
+                shared = replace(event, ranks=tuple(replace(r, frames=()) for r in event.ranks))
+            data = json.dumps(to_dict(shared), separators=(",", ":")).encode()
+            kv.set(key + f"j/{g.request}", data)
+
+
+def _shared_event(raw: bytes) -> JobStacks | None:
+    """The gathered record read back from the store (None: not one of ours)."""
+    try:
+        event = from_dict(json.loads(raw))
+    except (ValueError, KeyError, TypeError):
+        return None
+    return event if isinstance(event, JobStacks) else None
+
+
+def _alive(n: NodeStatus) -> bool:
+    # A node that finished or stopped publishing answers nobody: do not wait for it.
+    return n.state not in Phase.OUTCOMES and (n.age is None or n.age <= 10.0)

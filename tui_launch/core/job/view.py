@@ -1,0 +1,421 @@
+"""The cluster view: every agent publishes its node's status into the job's own store.
+
+No new server and no new port: each agent opens its own client connection to the store the
+rendezvous already uses (the c10d ``TCPStore``; the etcd server of the ``etcd``/``etcd-v2``
+backends; for ``static``, the ``TCPStore`` that node rank 0 hosts) and, every ``interval``
+seconds (2 s by default, ``TUILAUNCH_CLUSTER_INTERVAL``; 0 turns it off), writes one compact JSON
+record of its node and reads every node's record back. The result is posted to the run store
+as a :class:`~tui_launch.core.model.events.ClusterSample`, which the dashboard's Cluster tab and the
+headless ``[tuilaunch] cluster`` lines render.
+
+Keys (all under ``tuilaunch/<run id>/cluster/``):
+
+* ``n``       a counter (``add``): how many nodes have registered;
+* ``i/<k>``   the id of the k-th node to register (written once);
+* ``s/<id>``  that node's latest status (overwritten; ~300-600 bytes).
+
+(and ``d/...``: job-wide stack dumps, :mod:`.jobstacks`, which rides on this loop as the view's
+``rider``: one counter read per tick, and a tick every 0.25 s while a dump is under way).
+
+A ``TCPStore`` cannot list keys, hence the counter and index; etcd can, and its records carry a
+TTL so that a dead node's record disappears. Everything runs on one daemon thread with short
+store timeouts: the agent thread never waits for the cluster view, and a store that is gone
+(its host died) only leaves the view stale, marked with an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, Protocol
+
+from tui_launch.core.model.errors import one_line_error
+from tui_launch.core.model.events import ClusterSample, Event, NodeStatus
+from tui_launch.core.model.store import Snapshot
+from tui_launch.core.periodic import Periodic
+from tui_launch.core.seam import rendezvous
+from tui_launch.core.seam.rendezvous import node_name
+
+ENV_INTERVAL = "TUILAUNCH_CLUSTER_INTERVAL"
+DEFAULT_INTERVAL = 2.0
+# Past this many nodes, readers poll more slowly (see docs/SCALING.md): the store serves
+# N writers and N readers of N records, which grows as N squared.
+READ_BUDGET_NODES = 50
+_TIMEOUT_S = 3.0
+_ERROR_CHARS = 160
+# Something else that uses the cluster view's store client on its loop (job-wide stack dumps):
+# called every tick with the client, the key prefix and the nodes last read; True asks for the
+# next tick soon.
+Rider = Callable[["KV", str, "tuple[NodeStatus, ...]"], bool]
+RIDER_TICK = 0.25
+
+
+def interval_from_env() -> float:
+    """The publish interval in seconds from ``TUILAUNCH_CLUSTER_INTERVAL`` (0 = off)."""
+    try:
+        return max(0.0, float(os.environ.get(ENV_INTERVAL, DEFAULT_INTERVAL)))
+    except ValueError:
+        return DEFAULT_INTERVAL
+
+
+def prefix(run_id: str) -> str:
+    """The key prefix of one run's cluster view."""
+    return f"tuilaunch/{run_id}/cluster/"
+
+
+def read_interval(interval: float, nodes: int) -> float:
+    """How often to read every node's record: ``interval`` up to 50 nodes, then slower in
+    proportion, so that each reader fetches at most ~25 records per second."""
+    return interval * max(1.0, nodes / READ_BUDGET_NODES)
+
+
+class KV(Protocol):
+    """The few store operations the cluster view needs."""
+
+    def set(self, key: str, value: bytes) -> None:
+        """Write one node's record (with a TTL where the store has them)."""
+        ...
+
+    def add(self, key: str, amount: int) -> int:
+        """Atomically add to a counter and return it (0 for a counter not yet there)."""
+        ...
+
+    def get_many(self, keys: list[str]) -> list[bytes | None]:
+        """The values of ``keys``, None for a key that is not there; never blocks on one."""
+        ...
+
+    def list_status(self, pfx: str) -> list[bytes] | None:
+        """Every record under ``pfx``, or None if the store cannot list (use the index)."""
+        ...
+
+    def describe(self) -> str:
+        """The store in a few words, for the dashboard ("etcd host:port")."""
+        ...
+
+
+class TCPStoreKV:
+    """Our own client connection to a job's ``TCPStore`` (never the agent's own object)."""
+
+    def __init__(self, host: str, port: int, timeout: float = _TIMEOUT_S) -> None:
+        from torch.distributed import TCPStore
+
+        self.host, self.port = host, port
+        self._store = TCPStore(
+            host, port, is_master=False, timeout=timedelta(seconds=timeout), wait_for_workers=False
+        )
+
+    def set(self, key: str, value: bytes) -> None:
+        self._store.set(key, value.decode())
+
+    def add(self, key: str, amount: int) -> int:
+        return int(self._store.add(key, amount))
+
+    def get_many(self, keys: list[str]) -> list[bytes | None]:
+        if not keys:
+            return []
+        # get() blocks until a key exists: only fetch what check() says is there.
+        if self._store.check(keys):
+            multi = getattr(self._store, "multi_get", None)
+            if multi is not None:
+                return [bytes(v) for v in multi(keys)]
+            return [bytes(self._store.get(k)) for k in keys]
+        return [bytes(self._store.get(k)) if self._store.check([k]) else None for k in keys]
+
+    def list_status(self, pfx: str) -> list[bytes] | None:
+        return None  # a TCPStore cannot list keys: the caller uses the index
+
+    def describe(self) -> str:
+        return f"tcpstore {self.host}:{self.port}"
+
+
+class EtcdKV:
+    """Our own python-etcd (v2 API) client to the job's etcd server; records have a TTL."""
+
+    def __init__(self, host: str, port: int, protocol: str = "http", ttl: int = 30) -> None:
+        import etcd
+
+        self.host, self.port, self.ttl = host, port, ttl
+        self._etcd = etcd
+        self._client = etcd.Client(
+            host=host, port=port, protocol=protocol, read_timeout=int(_TIMEOUT_S)
+        )
+
+    def set(self, key: str, value: bytes) -> None:
+        self._client.write("/" + key, value.decode(), ttl=self.ttl)
+
+    def add(self, key: str, amount: int) -> int:
+        # The cluster view needs no index here (etcd lists keys); job-wide dumps count their
+        # requests: a compare-and-swap loop, without a TTL (a counter must never restart).
+        k = "/" + key
+        while True:
+            try:
+                cur = self._client.read(k)
+                value = int(cur.value)
+                if amount == 0:
+                    return value
+                self._client.write(k, str(value + amount), prevValue=cur.value)
+                return value + amount
+            except self._etcd.EtcdKeyNotFound:
+                if amount == 0:
+                    return 0
+                try:
+                    self._client.write(k, str(amount), prevExist=False)
+                    return amount
+                except self._etcd.EtcdAlreadyExist:
+                    continue
+            except self._etcd.EtcdCompareFailed:
+                continue
+
+    def get_many(self, keys: list[str]) -> list[bytes | None]:
+        out: list[bytes | None] = []
+        for k in keys:
+            try:
+                out.append(str(self._client.read("/" + k).value).encode())
+            except self._etcd.EtcdKeyNotFound:
+                out.append(None)
+        return out
+
+    def list_status(self, pfx: str) -> list[bytes] | None:
+        try:
+            res = self._client.read("/" + pfx + "s", recursive=True)
+        except self._etcd.EtcdKeyNotFound:
+            return []
+        return [str(c.value).encode() for c in res.leaves if c.value]
+
+    def describe(self) -> str:
+        return f"etcd {self.host}:{self.port}"
+
+
+def connect(handler: Any, endpoint: str) -> KV:
+    """A client to the store that ``handler``'s rendezvous uses. Raises if there is none."""
+    backend = rendezvous.call(handler, "get_backend") or ""
+    if backend in ("etcd", "etcd-v2"):
+        client = rendezvous.etcd_client(handler)
+        if client is None:
+            raise RuntimeError(f"no etcd client in the {backend} handler")
+        return EtcdKV(str(client.host), int(client.port), str(client.protocol))
+    if backend == "static":
+        return TCPStoreKV(str(handler.master_addr), int(handler.master_port))
+    address = rendezvous.store_address(handler)
+    if address is None:
+        host, _, p = endpoint.rpartition(":")
+        address = (host, int(p))
+    return TCPStoreKV(*address)
+
+
+def status_record(
+    s: Snapshot, node: str, host: str, pid: int, seq: int, gpu: str | None = None
+) -> dict[str, Any]:
+    """This node's compact status, as published (short keys: it is sent every interval)."""
+    rv = s.rendezvous
+    rc = s.root_cause
+    err = None
+    if s.finished is not None and s.finished.outcome == "error":
+        err = s.finished.message
+    elif rc is not None and (rc.attempt == s.attempt or s.finished is not None):
+        err = f"rank {rc.global_rank}: {rc.message}"  # a recovered failure is history
+    return {
+        "v": 1,
+        "id": node,
+        "h": host,
+        "p": pid,
+        "t": round(time.time(), 1),
+        "q": seq,
+        "st": s.phase,
+        "gr": rv.group_rank if rv else None,
+        "gw": rv.group_world_size if rv else None,
+        "lw": s.run.nproc_per_node if s.run else len(s.ranks),
+        "a": max(s.attempt, 0),
+        "r": [[r.global_rank, r.local_rank, r.pid, r.state] for r in s.ranks],
+        "rs": [s.failure_restarts, s.manual_restarts, s.membership_restarts],
+        "g": gpu,
+        "e": err[:_ERROR_CHARS] if err else None,
+    }
+
+
+def parse_record(raw: bytes, me: str, now: float | None = None) -> NodeStatus | None:
+    """A published record back as a :class:`NodeStatus` (None if it is not one of ours)."""
+    try:
+        d = json.loads(raw)
+        now = time.time() if now is None else now
+        age = float(max(0, int(now - float(d["t"]))))
+        return NodeStatus(
+            node=str(d["id"]),
+            host=str(d["h"]),
+            pid=int(d["p"]),
+            state=str(d["st"]),
+            group_rank=d.get("gr"),
+            group_world_size=d.get("gw"),
+            local_world_size=int(d.get("lw") or 0),
+            attempt=int(d.get("a") or 0),
+            ranks=tuple((int(g), int(lr), int(p), str(st)) for g, lr, p, st in d.get("r", ())),
+            restarts=tuple(int(x) for x in d.get("rs", (0, 0, 0)))[:3],  # type: ignore[arg-type]
+            gpu=d.get("g"),
+            error=d.get("e"),
+            age=age,
+            this_node=str(d["id"]) == me,
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def gpu_summary(s: Snapshot) -> str | None:
+    """A short GPU summary from the store's telemetry (None without GPU readings)."""
+    gpus = s.telemetry.latest.gpus if s.telemetry is not None else ()
+    if not gpus:
+        return None
+    utils, used, total = [], 0.0, 0.0
+    for g in gpus:
+        if g.util is not None:
+            utils.append(float(g.util))
+        used += float(g.mem_used or 0)
+        total += float(g.mem_total or 0)
+    util = f"{sum(utils) / len(utils):.0f}%" if utils else "-"
+    mem = f" mem {used / 2**30:.0f}/{total / 2**30:.0f}G" if total else ""
+    return f"{len(gpus)} GPU util {util}{mem}"
+
+
+class ClusterView:
+    """Publish this node's status and read every node's, on one :class:`Periodic` thread.
+
+    Args:
+        post: the run store's ``post`` (each sample goes there).
+        snapshot: the run store's ``snapshot`` (what this node publishes).
+        host: this node's host name.
+        handler: the rendezvous handler, to find the store it uses.
+        endpoint: the rendezvous endpoint of a handler (its real port once the store is up).
+        run_id: the job's run id (the key prefix).
+        interval: seconds between two publications.
+        connector: builds the store client (tests pass their own).
+    """
+
+    def __init__(
+        self,
+        *,
+        post: Callable[[Event], object],
+        snapshot: Callable[[], Snapshot],
+        host: str,
+        handler: Any,
+        endpoint: Callable[[Any], str],
+        run_id: str,
+        interval: float = DEFAULT_INTERVAL,
+        connector: Callable[[Any, str], KV] | None = None,
+    ) -> None:
+        self._post = post
+        self._snapshot = snapshot
+        self.host = host
+        self.interval = interval
+        # The rendezvous's own name for this node (addr:pid) where it has one, so that the
+        # rendezvous panel and the cluster view name nodes alike.
+        this = rendezvous.this_node(handler)
+        self.node = node_name(this) if this is not None else f"{host}:{os.getpid()}"
+        self._connector = connector or connect
+        self._endpoint = endpoint
+        self._handler = handler
+        self._kv: KV | None = None
+        self._registered = False
+        self._ids: list[str] = []
+        self._seq = 0
+        self._busy = False
+        self._last_read = 0.0
+        self.nodes: tuple[NodeStatus, ...] = ()  # every node, as last read
+        self.rider: Rider | None = None
+        # After stop(), one last tick publishes the run's outcome for the other nodes.
+        self._loop = Periodic("tuilaunch-cluster", interval, self._tick, final_call=True)
+        self.prefix = prefix(str(run_id))
+
+    def set_handler(self, handler: Any) -> None:
+        """A new rendezvous round: publish at once (the group rank may have changed)."""
+        self._handler = handler
+        self._loop.wake()
+
+    def start(self) -> None:
+        """Start the publishing thread."""
+        self._loop.start()
+
+    def wake(self) -> None:
+        """Tick now (the rider has something to send)."""
+        self._loop.wake()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Publish a last record (the run's outcome) if quick, then stop."""
+        self._loop.stop(timeout)
+
+    def _tick(self) -> float | None:
+        self._busy = False
+        self.tick()
+        return RIDER_TICK if self._busy else None
+
+    def tick(self) -> ClusterSample | None:
+        """One publish (and, when due, read); posts and returns the sample. Never raises."""
+        try:
+            if self._kv is None:
+                self._kv = self._connector(self._handler, self._endpoint(self._handler))
+            self._publish(self._kv)
+            nodes = self._read(self._kv)
+            if nodes is not None:
+                self.nodes = nodes
+            if self.rider is not None:
+                self._busy = self.rider(self._kv, self.prefix, self.nodes)
+            if nodes is None:
+                return None
+            sample = ClusterSample(nodes=nodes, store=self._kv.describe())
+        except Exception as e:
+            self._kv = None  # reconnect next time (the store's host may be back)
+            self._registered = False
+            old = self._snapshot().cluster
+            sample = ClusterSample(
+                nodes=old.nodes if old is not None else (),
+                store=old.store if old is not None else "",
+                error=one_line_error(e)[:_ERROR_CHARS],
+            )
+        self._post(sample)
+        return sample
+
+    def _publish(self, kv: KV) -> None:
+        snap = self._snapshot()
+        self._seq += 1
+        record = status_record(
+            snap, self.node, self.host, os.getpid(), self._seq, gpu_summary(snap)
+        )
+        kv.set(self.prefix + "s/" + self.node, json.dumps(record, separators=(",", ":")).encode())
+        if not self._registered:
+            if kv.list_status(self.prefix) is None:  # no listing: register in the index
+                k = kv.add(self.prefix + "n", 1) - 1
+                kv.set(self.prefix + f"i/{k}", self.node.encode())
+            self._registered = True
+
+    def _read(self, kv: KV) -> tuple[NodeStatus, ...] | None:
+        now = time.monotonic()
+        due = read_interval(self.interval, len(self._ids) or 1)
+        if now - self._last_read < due * 0.95 and not self._loop.stopped and self._last_read:
+            return None
+        self._last_read = now
+        raws = kv.list_status(self.prefix)
+        if raws is None:
+            n = kv.add(self.prefix + "n", 0)
+            if n > len(self._ids):
+                new = kv.get_many([self.prefix + f"i/{k}" for k in range(len(self._ids), n)])
+                for v in new:
+                    if v is None:
+                        break  # registered but not yet indexed: next time
+                    self._ids.append(v.decode())
+            raws = [r for r in kv.get_many([self.prefix + "s/" + i for i in self._ids]) if r]
+        parsed = (parse_record(r, self.node) for r in raws)
+        nodes = [n for n in parsed if n is not None]
+        nodes.sort(key=lambda n: (n.group_rank is None, n.group_rank or 0, n.node))
+        return tuple(nodes)
+
+
+def read_cluster(kv: KV, run_id: str, me: str = "") -> list[NodeStatus]:
+    """Every node's record of run ``run_id`` from a store (for tools and tests)."""
+    pfx = prefix(run_id)
+    raws = kv.list_status(pfx)
+    if raws is None:
+        n = kv.add(pfx + "n", 0)
+        ids = [v.decode() for v in kv.get_many([pfx + f"i/{k}" for k in range(n)]) if v]
+        raws = [r for r in kv.get_many([pfx + "s/" + i for i in ids]) if r]
+    return [n for n in (parse_record(r, me) for r in raws) if n is not None]

@@ -1,0 +1,1 @@
+"""The JSONL journal: the writer, its text, the timeline a replay walks."""

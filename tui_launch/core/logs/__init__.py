@@ -1,0 +1,1 @@
+"""Worker and launcher logs: the tailer, its sinks, the console, the stderr pipe."""

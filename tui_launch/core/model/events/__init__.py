@@ -1,0 +1,114 @@
+"""Typed, immutable records of every transition of a run.
+
+Producers (the agent thread, the runner, log tailers) create events and post them to the
+:class:`~tui_launch.core.model.store.RunStore`; the store folds them into snapshots and the journal
+writes each one as a JSON line. Events are plain frozen dataclasses made of str, int, float,
+bool, None and tuples of those (or of other frozen records), so that they serialise to JSON and
+back without a schema of their own (:func:`to_dict`, :func:`from_dict`).
+
+The package is split by family (``base``: the base class and the registry; ``run``: the
+lifecycle; ``telemetry``; ``diagnosis``: progress, stacks, hangs, stragglers); every name is
+importable from here, and importing this package registers every kind for :func:`from_dict`.
+A new event: a frozen dataclass with a unique ``kind`` in the family's module, registered there
+with :func:`~tui_launch.core.model.events.base.register`, and added to the imports below.
+"""
+
+from __future__ import annotations
+
+from tui_launch.core.model.events.base import EVENT_TYPES, Event, from_dict, register, to_dict
+from tui_launch.core.model.events.diagnosis import (
+    HangCleared,
+    HangDetected,
+    JobNode,
+    JobRank,
+    JobStacks,
+    ProgressRecord,
+    ProgressSample,
+    RankProgress,
+    Slowdown,
+    StacksDumped,
+    Straggler,
+)
+from tui_launch.core.model.events.run import (
+    AttemptFailed,
+    ClusterSample,
+    Connecting,
+    ControlAction,
+    ExitBarrier,
+    Failure,
+    GroupState,
+    Injected,
+    LogMark,
+    NodeChange,
+    NodeStatus,
+    Notice,
+    Participant,
+    RankExited,
+    RendezvousCompleted,
+    RendezvousSample,
+    RendezvousStarted,
+    Restart,
+    RunFinished,
+    RunStarted,
+    Shutdown,
+    StoreRetry,
+    WorkerInfo,
+    WorkersStarted,
+)
+from tui_launch.core.model.events.telemetry import (
+    GpuReading,
+    RankReading,
+    RankTotals,
+    TelemetryRecord,
+    TelemetrySample,
+    TelemetryTotals,
+)
+
+__all__ = [
+    "EVENT_TYPES",
+    "AttemptFailed",
+    "ClusterSample",
+    "Connecting",
+    "ControlAction",
+    "Event",
+    "ExitBarrier",
+    "Failure",
+    "GpuReading",
+    "GroupState",
+    "HangCleared",
+    "HangDetected",
+    "Injected",
+    "JobNode",
+    "JobRank",
+    "JobStacks",
+    "LogMark",
+    "NodeChange",
+    "NodeStatus",
+    "Notice",
+    "Participant",
+    "ProgressRecord",
+    "ProgressSample",
+    "RankExited",
+    "RankProgress",
+    "RankReading",
+    "RankTotals",
+    "RendezvousCompleted",
+    "RendezvousSample",
+    "RendezvousStarted",
+    "Restart",
+    "RunFinished",
+    "RunStarted",
+    "Shutdown",
+    "Slowdown",
+    "StacksDumped",
+    "StoreRetry",
+    "Straggler",
+    "TelemetryRecord",
+    "TelemetrySample",
+    "TelemetryTotals",
+    "WorkerInfo",
+    "WorkersStarted",
+    "from_dict",
+    "register",
+    "to_dict",
+]

@@ -1,0 +1,234 @@
+"""Diagnosis: progress read from the logs (issue 15), stack dumps, hangs (issue 14) and
+stragglers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from tui_launch.core.model.events.base import Event, register
+
+
+@dataclass(frozen=True)
+class RankProgress:
+    """One printing rank's progress at one watcher tick (from its log lines, no code change).
+
+    ``rate`` is ours (steps/s from arrival times over a window), ``claimed_rate`` what the
+    line says (an EMA or a lifetime mean); ``eta`` seconds to ``total`` at our rate;
+    ``step_time`` seconds per step (claimed, else 1/rate); ``last_step_ago`` seconds since the
+    training counter last moved; ``stalled_for`` seconds since any counter (train or eval)
+    moved. ``slow``: the rate has stayed below 80 % of the best sustained rate for a minute;
+    ``stalled``: the counters stopped for longer than the stall threshold.
+    """
+
+    global_rank: int
+    local_rank: int
+    stream: str
+    step: int | None
+    total: int | None
+    epoch: float | None = None
+    rate: float | None = None
+    claimed_rate: float | None = None
+    eta: float | None = None
+    loss: float | None = None
+    step_time: float | None = None
+    last_step_ago: float | None = None
+    best_rate: float | None = None
+    slow: bool = False
+    stalled: bool = False
+    stalled_for: float | None = None
+    fmt: str | None = None
+    finished: bool = False
+
+
+@dataclass(frozen=True)
+class ProgressSample(Event):
+    """A progress-watcher tick (about 1 Hz; a sample: not journaled).
+
+    ``leader`` is the global rank whose training bar is the job's progress (the most advanced
+    printing rank). The goodput facts are the attempt's so far: the first step counter it
+    printed (``first_step``: what it resumed from), seconds from the workers' start to the
+    first step (``time_to_first_step``), the highest step reached, and the seconds the job
+    was making progress.
+    """
+
+    kind: ClassVar[str] = "progress_sample"
+    journaled: ClassVar[bool] = False
+    attempt: int
+    leader: int | None
+    ranks: tuple[RankProgress, ...]
+    first_step: int | None = None
+    time_to_first_step: float | None = None
+    steps_reached: int | None = None
+    progress_time: float = 0.0
+
+
+@dataclass(frozen=True)
+class ProgressRecord(ProgressSample):
+    """The same reading at the journal's low rate (every 10 s, and the last one of each
+    attempt), so that a replayed journal gives the same goodput summary."""
+
+    kind: ClassVar[str] = "progress"
+    journaled: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class Slowdown(Event):
+    """A rank's progress slowed down or stopped (``active``), or recovered (not ``active``).
+
+    ``what`` is ``slow`` (rate below 80 % of the best sustained rate for a minute) or
+    ``stalled`` (the step counter stopped); ``rate``/``best_rate`` in steps/s.
+    """
+
+    kind: ClassVar[str] = "slowdown"
+    attempt: int
+    global_rank: int
+    what: str
+    active: bool
+    rate: float | None
+    best_rate: float | None
+    stalled_for: float | None = None
+
+
+@dataclass(frozen=True)
+class StacksDumped(Event):
+    """Every local rank's stacks were dumped and kept in the run directory.
+
+    ``reason`` is why (``key``, ``api``, ``hang``, ``hang-confirm``, ``before-kill``, ...);
+    ``ranks`` the global ranks dumped; ``verdict`` the one-line verdict ("rank 1 is not in a
+    collective: ..."); ``odd_ranks`` the ranks it names; ``path`` the dump's directory
+    (``stacks.txt`` and ``stacks.json``). ``note`` says why the dump is incomplete when there
+    is a fix (ptrace not permitted, no py-spy).
+    """
+
+    kind: ClassVar[str] = "stacks_dumped"
+    reason: str
+    attempt: int
+    ranks: tuple[int, ...]
+    verdict: str
+    odd_ranks: tuple[int, ...]
+    path: str
+    method: str = "py-spy"
+    duration: float = 0.0
+    note: str = ""
+    # Where each rank is, one line each ("rank 0: all_reduce (train.py:12 in step)"): what the
+    # root cause, the headless summary and the cluster view show without reading the files.
+    places: tuple[str, ...] = ()
+    source: str = ""  # who asked (dashboard, api, hang, before-kill)
+
+
+@dataclass(frozen=True)
+class HangDetected(Event):
+    """No rank wrote output for ``silence`` seconds and two dumps ``interval`` seconds apart
+    showed main-thread stacks that did not move (``still_ranks``): the job is hung.
+
+    ``confirmation`` says it in one line ("hung: no main-thread stack moved in 10 s ..."),
+    ``verdict`` is the second dump's verdict and ``odd_ranks`` the ranks it names; the two
+    dumps are kept at ``first_path`` and ``second_path``. ``action`` is what ``--on-hang``
+    does about it (``dump``, ``restart`` or ``stop``).
+    """
+
+    kind: ClassVar[str] = "hang"
+    attempt: int
+    silence: float
+    interval: float
+    still_ranks: tuple[int, ...]
+    confirmation: str
+    verdict: str
+    odd_ranks: tuple[int, ...]
+    first_path: str
+    second_path: str
+    action: str = "dump"
+
+
+@dataclass(frozen=True)
+class HangCleared(Event):
+    """The ranks a confirmed hang flagged (``ranks``) move again: ``why`` is ``output`` (a rank
+    wrote again) or ``stacks`` (a later dump found a main-thread stack that moved). The
+    Workers table drops its ``HUNG?`` marks; the hang itself stays in the history."""
+
+    kind: ClassVar[str] = "hang_cleared"
+    attempt: int
+    ranks: tuple[int, ...]
+    why: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class JobRank:
+    """Where one rank of the job was at a job-wide dump: ``node`` that ran it, ``place`` in
+    words (as in :class:`StacksDumped`'s places), the collective it waits in (None: none),
+    ``known`` False when no stack was taken, ``frames`` its innermost main-thread frames
+    (``file:line in function``, innermost first, a few at most)."""
+
+    node: str
+    global_rank: int
+    local_rank: int
+    pid: int
+    place: str
+    collective: str | None = None
+    known: bool = True
+    frames: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobNode:
+    """One node's answer to a job-wide dump: its own verdict and where its files are (on
+    that node's disk); ``error`` when it had nothing to dump (no running worker)."""
+
+    node: str
+    host: str
+    group_rank: int | None
+    verdict: str
+    path: str = ""
+    method: str = ""
+    duration: float = 0.0
+    note: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class JobStacks(Event):
+    """A dump of every rank of the job, on every node (many nodes, issue 14).
+
+    A dump asked for on one node (``requested_by``: the ``d`` key, the control API, a hang
+    suspicion) reached every node through the job's own store; each answered with
+    :class:`JobNode` and the :class:`JobRank` of each of its ranks. ``verdict`` judges all
+    of them together; ``missing`` lists the nodes that did not answer in time; ``path`` is the
+    requesting node's dump directory (on that node), which also holds ``job.json`` and
+    ``job.txt``. Posted on the requesting node, and on every node that answered once it reads
+    the gathered record back from the store.
+    """
+
+    kind: ClassVar[str] = "job_stacks"
+    request: int
+    reason: str
+    source: str
+    requested_by: str
+    verdict: str
+    odd_ranks: tuple[int, ...]
+    nodes: tuple[JobNode, ...]
+    ranks: tuple[JobRank, ...]
+    missing: tuple[str, ...] = ()
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class Straggler(Event):
+    """The straggler inferred from stack samples changed (issue 15): ``global_rank`` is the
+    rank almost never found inside a collective while every other rank almost always is (None:
+    no straggler any more). ``shares``: per global rank, the share of its recent samples inside
+    a collective; ``samples``: the fewest samples of any rank; ``cpu``: each rank's CPU % from
+    the telemetry at that moment (evidence, None when unknown)."""
+
+    kind: ClassVar[str] = "straggler"
+    attempt: int
+    global_rank: int | None
+    shares: tuple[tuple[int, float], ...]
+    samples: int
+    cpu: tuple[tuple[int, float | None], ...] = ()
+
+
+register(Slowdown, StacksDumped, HangDetected, HangCleared, Straggler)
+register(JobStacks, nested={"nodes": JobNode, "ranks": JobRank})
+register(ProgressSample, ProgressRecord, nested={"ranks": RankProgress})

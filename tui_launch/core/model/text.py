@@ -1,0 +1,261 @@
+"""Plain-text renderings of events and failures, shared by the headless output and the journal.
+
+Everything here takes store data and returns strings: no terminal, no colour, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tui_launch.core.model import errors
+from tui_launch.core.model.events import (
+    AttemptFailed,
+    ControlAction,
+    Event,
+    ExitBarrier,
+    Failure,
+    GroupState,
+    HangCleared,
+    HangDetected,
+    Injected,
+    JobStacks,
+    NodeChange,
+    NodeStatus,
+    Notice,
+    RankExited,
+    RendezvousCompleted,
+    RendezvousStarted,
+    Restart,
+    RunFinished,
+    RunStarted,
+    Shutdown,
+    Slowdown,
+    StacksDumped,
+    Straggler,
+    WorkersStarted,
+)
+from tui_launch.core.model.progress import describe_slowdown, straggler_line
+
+STDERR_CONTEXT = 3  # plain trailing stderr lines shown for context when they hold no error
+
+
+def clock(seconds: float | None) -> str:
+    """``1:02:03`` (or ``-`` for unknown)."""
+    if seconds is None:
+        return "-"
+    seconds = max(0, int(seconds))
+    m, s = divmod(seconds, 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+def fmt_bytes(n: int | None) -> str:
+    """``512M``, ``12.3G`` (or ``-``)."""
+    if n is None:
+        return "-"
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.1f}G"
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.0f}M"
+    return f"{n / 1024:.0f}K"
+
+
+def describe(e: Event) -> str | None:
+    """One line for an event, or None for events too fine-grained to print."""
+    if isinstance(e, NodeChange):
+        parts = [f"+{n}" for n in e.joined] + [f"-{n}" for n in e.left]
+        return f"nodes: attempt {e.attempt} has {e.group_world_size} node(s)" + (
+            f" ({', '.join(parts)})" if parts else ""
+        )
+    if isinstance(e, RunStarted):
+        script = " ".join((e.entrypoint, *e.args))
+        nodes = str(e.min_nodes) if e.min_nodes == e.max_nodes else f"{e.min_nodes}:{e.max_nodes}"
+        return (
+            f"launch {script} | {e.nproc_per_node} worker(s) x {nodes} node(s) | "
+            f"{e.backend} {e.endpoint} run {e.run_id} | max restarts {e.max_restarts}"
+        )
+    if isinstance(e, RendezvousStarted):
+        return f"rendezvous: joining ({e.backend} {e.endpoint})"
+    if isinstance(e, RendezvousCompleted):
+        rnd = f"round {e.round}, " if e.round is not None else ""
+        return (
+            f"rendezvous complete: {rnd}node {e.group_rank} of {e.group_world_size}, "
+            f"master {e.master_addr}:{e.master_port} ({e.duration:.2f}s)"
+        )
+    if isinstance(e, WorkersStarted):
+        ranks = ", ".join(f"rank {w.global_rank}=pid {w.pid}" for w in e.workers)
+        world = e.workers[0].world_size if e.workers else 0
+        return f"attempt {e.attempt}: started {ranks} (world size {world})"
+    if isinstance(e, RankExited):
+        if e.exit_code == 0 or e.by_agent:
+            return None
+        return (
+            f"rank {e.global_rank} (local {e.local_rank}, pid {e.pid}) exited: "
+            f"{errors.describe_exit(e.exit_code)}"
+        )
+    if isinstance(e, GroupState):
+        if e.state == "HEALTHY":
+            return None
+        return f"attempt {e.attempt}: worker group {e.state}"
+    if isinstance(e, AttemptFailed):
+        real = [f for f in e.failures if not f.collateral]
+        first = min(real or e.failures, key=lambda f: f.time)
+        # Ranks that failed by themselves are not "terminated by the agent": count each kind.
+        failed = sum(1 for f in e.failures if f is not first and not f.collateral)
+        terminated = sum(1 for f in e.failures if f is not first and f.collateral)
+        extra = [f"+{failed} more failed"] if failed else []
+        extra += [f"+{terminated} terminated by the agent"] if terminated else []
+        more = f" ({', '.join(extra)})" if extra else ""
+        return f"attempt {e.attempt} failed: {failure_headline(first)}{more}"
+    if isinstance(e, Restart):
+        budget = f"{e.budget_left} failure restart(s) left"
+        return f"restart ({e.cause}): attempt {e.from_attempt} -> {e.to_attempt}, {budget}"
+    if isinstance(e, ControlAction):
+        who = f"rank {e.global_rank}" if e.global_rank is not None else "group"
+        status = "" if e.ok else f" failed: {e.detail}"
+        sig = f" {e.signal}" if e.signal and e.action == "signal" else ""
+        return f"{e.action}{sig} {who} (from {e.source}){status}"
+    if isinstance(e, ExitBarrier):
+        return None if e.done else "workers done; waiting for the other nodes (exit barrier)"
+    if isinstance(e, Notice):
+        return e.message
+    if isinstance(e, Shutdown):
+        sig = f" ({e.signal})" if e.signal else ""
+        return f"shutting down: {e.reason}{sig}"
+    if isinstance(e, RunFinished):
+        return f"run {e.outcome} (exit code {e.exit_code}): {e.message}"
+    if isinstance(e, Injected):
+        return describe_injection(e)
+    if isinstance(e, StacksDumped):
+        note = f" ({e.note})" if e.note else ""
+        asked = ", asked by another node" if e.source == "remote" else ""
+        return (
+            f"stacks ({e.reason}{asked}) of ranks {_ranks(e.ranks)} in {e.duration:.2f}s: "
+            f"{e.verdict}{note} -> {e.path}"
+        )
+    if isinstance(e, HangDetected):
+        then = {"dump": "keeps running", "restart": "restarting", "stop": "stopping"}
+        return (
+            f"HANG attempt {e.attempt}: no output for {e.silence:.0f}s, {e.confirmation}; "
+            f"{e.verdict} (--on-hang {e.action}: {then.get(e.action, e.action)})"
+        )
+    if isinstance(e, HangCleared):
+        return f"hang over (attempt {e.attempt}, ranks {_ranks(e.ranks)}): {e.detail or e.why}"
+    if isinstance(e, JobStacks):
+        where = f" -> {e.path}" if e.path else ""
+        return (
+            f"stacks of the job ({e.reason}, asked by {e.requested_by}): {len(e.ranks)} ranks "
+            f"on {len(e.nodes)} node(s): {e.verdict}{where}"
+        )
+    if isinstance(e, Slowdown):
+        return describe_slowdown(e)
+    if isinstance(e, Straggler):
+        return straggler_line(e)
+    return None
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    return rank_list(ranks)
+
+
+def describe_injection(e: Injected) -> str:
+    """``inject kill:rank=1,after=2s (1 of 3): rank 1 (local 1, pid 42), attempt 0``."""
+    n = f" ({e.count} of {e.times})" if e.times > 1 else ""
+    if e.fault == "node":
+        where = f"node of rank {e.global_rank}, with its agent"
+    else:
+        where = f"rank {e.global_rank} (local {e.local_rank}, pid {e.pid})"
+    status = "" if e.ok else f" failed: {e.detail}"
+    via = "" if e.source == "--inject" else f" from {e.source}"
+    return f"inject {e.spec}{n}{via}: {where}, attempt {e.attempt}{status}"
+
+
+def failure_headline(f: Failure) -> str:
+    """``rank 1 (local 1, pid 123): SIGKILL (-9)`` plus the message's first line."""
+    if f.hung:
+        return f"rank {f.global_rank} (local {f.local_rank}, pid {f.pid}) {f.message}"
+    what = errors.describe_exit(f.exit_code)
+    msg = f.message.splitlines()[0] if f.message else ""
+    tail = f": {msg}" if msg and not msg.startswith(("Signal ", "SIG")) else ""
+    return f"rank {f.global_rank} (local {f.local_rank}, pid {f.pid}) {what}{tail}"
+
+
+def failure_details(f: Failure) -> list[str]:
+    """Every line worth showing about one failure, traceback or stderr tail included."""
+    lines = [
+        f"rank       : {f.global_rank} (local rank {f.local_rank}) on {f.host}, pid {f.pid}",
+        f"exit       : {errors.describe_exit(f.exit_code)}"
+        if not f.hung
+        else "exit       : none: hung (terminated by tuilaunch, --on-hang)",
+    ]
+    if f.hint:
+        lines.append(f"hint       : {f.hint}")
+    if f.caused_by:
+        lines.append(f"cause      : {f.caused_by}")
+    lines.append(f"attempt    : {f.attempt}")
+    if f.message:
+        lines.append(f"error      : {f.message.splitlines()[0]}")
+    if f.error_file:
+        lines.append(f"error file : {f.error_file}")
+    if f.stacks:
+        lines.append(f"stacks     : {f.stacks}")
+    if f.peers:
+        lines.append("other ranks, before torch terminated them:" if not f.hung else "ranks:")
+        lines.extend("  " + p for p in f.peers)
+    if f.traceback:
+        lines.append("traceback  :")
+        lines.extend("  " + ln for ln in f.traceback.rstrip().splitlines())
+    elif f.stderr_tail and errors.has_error_signature(f.stderr_tail):
+        lines.append(f"stderr (last {len(f.stderr_tail)} lines, no @record traceback):")
+        lines.extend("  " + ln for ln in f.stderr_tail)
+    elif f.stderr_tail:
+        # Not evidence: what the rank happened to print last before it ended.
+        n = len(f.stderr_tail[-STDERR_CONTEXT:])
+        lines.append(f"last {n} stderr line(s), no traceback or error in them:")
+        lines.extend("  " + ln for ln in f.stderr_tail[-STDERR_CONTEXT:])
+    return lines
+
+
+def cluster_lines(nodes: tuple[NodeStatus, ...], stale_after: float) -> dict[str, str]:
+    """One plain line per node for the headless output (keyed by node id)."""
+    out = {}
+    for n in nodes:
+        by_state: dict[str, list[str]] = {}
+        for g, _lr, _p, st in n.ranks:
+            by_state.setdefault(st, []).append(str(g))
+        ranks = "; ".join(f"{','.join(gs)} {st}" for st, gs in by_state.items()) or "none"
+        where = f"node {n.group_rank} of {n.group_world_size}" if n.group_rank is not None else ""
+        where += f" on {n.host}" if not n.node.startswith(n.host + ":") else ""
+        where = f" ({where.strip()})" if where.strip() else ""
+        f, m, mb = (*n.restarts, 0, 0, 0)[:3]
+        lost = n.age is not None and n.age > stale_after
+        kinds = ((f, "after a failure"), (m, "manual"), (mb, "for a membership change"))
+        restarts = ", ".join(f"{k} {what}" for k, what in kinds if k)
+        line = (
+            f"{n.node}{where}: {'LOST, ' if lost else ''}{n.state}, attempt {n.attempt}, "
+            f"ranks {ranks}, " + (f"restarts: {restarts}" if restarts else "no restarts")
+        )
+        if n.gpu:
+            line += f", gpu {n.gpu}"
+        # A node that succeeded may still publish an error it recovered from: not current.
+        if n.error and n.state != "succeeded":
+            line += f", error: {n.error}"
+        out[n.node] = " ".join(line.split())
+    return out
+
+
+def rank_list(ranks: Iterable[int]) -> str:
+    """``0, 2-7``: sorted ranks with runs of three or more folded into ranges."""
+    nums = sorted(set(ranks))
+    parts: list[str] = []
+    i = 0
+    while i < len(nums):
+        j = i
+        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
+            j += 1
+        if j - i >= 2:
+            parts.append(f"{nums[i]}-{nums[j]}")
+        else:
+            parts.extend(str(n) for n in nums[i : j + 1])
+        i = j + 1
+    return ", ".join(parts)

@@ -1,0 +1,1 @@
+"""Reaching a run from outside: the control socket, the run index, detach."""

@@ -1,0 +1,1 @@
+"""A run: the runner and its parts, options, control, faults, failures."""

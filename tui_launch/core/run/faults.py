@@ -1,0 +1,175 @@
+"""Fault execution: what an injection does to a rank, once the scheduler fires it.
+
+:class:`~tui_launch.core.run.inject.Injector` decides *when* (per attempt, after a delay, a seeded
+random rank); :class:`FaultExecutor` is its :class:`~tui_launch.core.run.inject.Target` and does
+it, through the control API, so that every injection is an ``Injected`` event followed by the
+``ControlAction`` it caused. ``hang`` ends on a timer; ``slow`` runs a stop/continue loop per
+firing on a :class:`~tui_launch.core.periodic.Periodic`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from tui_launch.core.model.events import Event, Injected
+from tui_launch.core.periodic import Periodic
+from tui_launch.core.run import inject
+from tui_launch.core.run.control import Control, ShimDir
+from tui_launch.core.run.inject import Fired, InjectSpec
+from tui_launch.core.workers.table import RankTable
+
+
+class FaultExecutor:
+    """Carries out fired injections on this node's ranks (implements ``inject.Target``).
+
+    Args:
+        injector: the schedule (live injections are added to it).
+        ranks: the rank table.
+        control: the control API that signals and orders go through.
+        shim: the worker bootstrap's order directory (``exit``/``exception`` need it).
+        post: the run store's ``post``.
+        monitored: whether the agent is monitoring the current attempt and no stop was asked
+            for (faults of an attempt that is ending are dropped).
+    """
+
+    def __init__(
+        self,
+        injector: inject.Injector,
+        ranks: RankTable,
+        control: Control,
+        shim: ShimDir,
+        post: Callable[[Event], object],
+        monitored: Callable[[], bool],
+    ) -> None:
+        self.injector = injector
+        self._ranks = ranks
+        self._control = control
+        self._shim = shim
+        self._post = post
+        self._monitored = monitored
+        self._lock = threading.Lock()
+        self._slow: list[Periodic] = []
+        self._closed = False
+
+    def inject(self, text: str, source: str = "dashboard") -> tuple[bool, str]:
+        """Parse ``text`` (an ``--inject`` spec) and schedule it now; ``after`` counts from now.
+
+        Returns (ok, message): the message says what was scheduled or why it was refused.
+        """
+        try:
+            spec = inject.parse_spec(text)
+            world = self._ranks.world_size
+            if world:
+                inject.check_world_size([spec], world)
+        except inject.InjectError as e:
+            return False, str(e)
+        refusal = self.refusal(spec.kind)
+        if refusal is not None:
+            return False, refusal
+        self.injector.add(spec, source)
+        return True, f"scheduled {spec.canonical()}"
+
+    def refusal(self, kind: str) -> str | None:
+        """Why this run cannot inject ``kind`` at all (None: it can). ``exit`` and
+        ``exception`` need the worker bootstrap, which only a worker started through it has:
+        the dashboard's menu greys them out with this reason instead of offering them."""
+        if kind in inject.SHIM_KINDS and self._shim.path is None:
+            return self._shim.no_shim_reason(kind)
+        return None
+
+    def attempt_alive(self, attempt: int) -> bool:
+        """Whether ``attempt`` is the current one and still being monitored (not ending)."""
+        return self._ranks.current(attempt) and self._monitored()
+
+    def inject_fault(self, spec: InjectSpec, local_rank: int, fired: Fired) -> bool:
+        """Do one firing of ``spec`` on ``local_rank`` (called by the :class:`Injector`)."""
+        rank = self._ranks.info(local_rank)
+        pid, alive = rank.pid, rank.alive
+        detail = "" if alive else "the rank is not running"
+        if alive and spec.kind in inject.SHIM_KINDS and self._shim.path is None:
+            alive, detail = False, self._shim.no_shim_reason(spec.kind)
+        self._post(
+            Injected(
+                spec=spec.canonical(),
+                fault=spec.kind,
+                attempt=fired.attempt,
+                global_rank=fired.global_rank,
+                local_rank=local_rank,
+                pid=pid,
+                count=fired.count,
+                times=spec.times,
+                source=fired.source,
+                ok=alive,
+                detail=detail,
+            )
+        )
+        if not alive or pid is None:
+            return False
+        source = "inject" if fired.source == "--inject" else f"inject, {fired.source}"
+        if spec.kind == "kill":
+            return self._control.signal_rank(local_rank, inject.parse_signal(spec.signal), source)
+        if spec.kind == "hang":
+            ok = self._control.stop_rank(local_rank, source)
+            if ok and spec.duration is not None:
+                t = threading.Timer(
+                    spec.duration, self._end_hang, (local_rank, pid, fired.attempt, source)
+                )
+                t.daemon = True
+                t.start()
+            return ok
+        if spec.kind == "slow":
+            self._start_slow(local_rank, pid, fired.attempt, spec)
+            return True
+        if spec.kind == "exit":
+            return self._control.exit_rank(local_rank, spec.code, source)
+        if spec.kind == "exception":
+            return self._control.raise_in_rank(local_rank, spec.message, source)
+        if spec.kind == "node":
+            self._control.kill_node(source)
+        return False
+
+    def _end_hang(self, local_rank: int, pid: int, attempt: int, source: str) -> None:
+        if self._ranks.still_hung(local_rank, pid, attempt):
+            self._control.continue_rank(local_rank, source)
+
+    def _start_slow(self, local_rank: int, pid: int, attempt: int, spec: InjectSpec) -> None:
+        # A straggler: stopped duty % of every period. The toggles are not events (two a
+        # second would flood the journal); the Injected event says what is going on.
+        stopped_for = spec.period * spec.duty / 100.0
+        running_for = spec.period - stopped_for
+        end = time.monotonic() + spec.duration if spec.duration is not None else float("inf")
+        state = {"stopped": False}
+
+        def pause(stop: bool) -> bool:
+            return self._ranks.pause(local_rank, pid, attempt, stop, self._monitored)
+
+        def tick() -> float | None:
+            if state["stopped"]:  # due to run again, or the loop is ending: let it go
+                pause(False)
+                state["stopped"] = False
+                return running_for
+            if loop.stopped or time.monotonic() >= end or not pause(True):
+                loop.stop()
+                return None
+            state["stopped"] = True
+            return stopped_for
+
+        loop = Periodic("tuilaunch-slow", spec.period, tick, final_call=True)
+        with self._lock:
+            if self._closed:
+                return
+            self._slow.append(loop)
+        loop.start()
+
+    def close(self) -> None:
+        """The run is over: nothing fires any more, stopped ``slow`` ranks are let go, and the
+        bootstrap's order directory is removed."""
+        self.injector.close()
+        with self._lock:
+            self._closed = True
+            loops, self._slow = self._slow, []
+        for loop in loops:
+            loop.stop()
+        self._shim.close()

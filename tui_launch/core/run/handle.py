@@ -1,0 +1,308 @@
+"""The run handle: the one surface the front ends use to follow and steer a run.
+
+The dashboard (through ``tui.source.LiveSource``), the headless output and the CLI know a run
+only as a :class:`RunHandle`; :class:`~tui_launch.core.run.runner.Runner` is the live one. What
+each part carries:
+
+- the store: every event and the current snapshot (the dashboard and headless render it);
+- worker output, through sinks on the log tailer (they bypass the store: a flood of lines
+  would drown the events): whole lines (:meth:`RunHandle.add_log_sink`), raw byte ranges for
+  a console (:meth:`RunHandle.add_raw_sink`) and each stream's unterminated text, a progress
+  bar being rewritten with ``\r`` (:meth:`RunHandle.add_partial_sink`);
+- the agent's own log lines (torch and c10d records, raw stderr under the dashboard);
+- the run directory, journal path and cluster-view interval, for the summary and headless;
+- exit hooks, run just before a ``node`` injection kills the launcher;
+- the control API (every call is also a ``ControlAction`` event in the store), and stack
+  dumps of the ranks (``dump_stacks``; every dump is a ``StacksDumped`` event).
+
+Threads: every method may be called from any thread; sinks and hooks run on the runner's
+threads and must be quick.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from tui_launch.core.logs.sinks import AgentLogCapture
+from tui_launch.core.logs.tail import Accepts, LineSink, PartialSink, RawSink
+from tui_launch.core.model.store import RunStore
+
+if TYPE_CHECKING:  # the parts import torch; a front end importing this module need not
+    from tui_launch.core.diagnosis.dumps import Dumper
+    from tui_launch.core.diagnosis.stacks import StackDump
+    from tui_launch.core.model.events import StacksDumped
+    from tui_launch.core.run.control import Control
+    from tui_launch.core.run.faults import FaultExecutor
+    from tui_launch.core.run.inject import Fired, InjectSpec
+    from tui_launch.core.run.membership import Membership
+    from tui_launch.core.run.rundir import RunFiles
+
+
+class RunHandle(Protocol):
+    """One run, live: what the front ends may read and do."""
+
+    @property
+    def store(self) -> RunStore:
+        """The run's event store (``snapshot``, ``events``, ``wait_newer``, ``subscribe``)."""
+        ...
+
+    @property
+    def agent_log(self) -> AgentLogCapture:
+        """The agent's log capture (the dashboard routes the launcher's fd 2 into it)."""
+        ...
+
+    @property
+    def run_dir(self) -> str | None:
+        """The run's log directory (None until torch made it; always set once done)."""
+        ...
+
+    @property
+    def journal_path(self) -> str | None:
+        """Where the JSONL journal is written (None until the run directory is known)."""
+        ...
+
+    @property
+    def cluster_interval(self) -> float | None:
+        """Seconds between two cluster-view records (None: no cluster view yet)."""
+        ...
+
+    @property
+    def done(self) -> bool:
+        """True once the run has finished and the summary is final."""
+        ...
+
+    @property
+    def exit_code(self) -> int | None:
+        """The run's exit status once done (0, 1, 2 or 128+N), else None."""
+        ...
+
+    def add_log_sink(
+        self, sink: LineSink, lossy: bool = False, accepts: Accepts | None = None
+    ) -> None:
+        """Give ``sink`` every batch of worker lines, in file order per stream.
+
+        ``lossy``: the sink is a view that may skip lines in a flood (the dashboard); when every
+        sink of a stream is lossy the tailer may skip ahead. ``accepts(source)``: the streams
+        it wants (default: all). The files always keep every line.
+        """
+        ...
+
+    def add_raw_sink(self, sink: RawSink, accepts: Accepts | None = None) -> None:
+        """Give ``sink`` each new byte range of the streams it ``accepts``, as file offsets
+        (a console copies them with ``os.sendfile``; see
+        :data:`~tui_launch.core.logs.tail.RawSink`)."""
+        ...
+
+    def add_partial_sink(self, sink: PartialSink) -> None:
+        """Give ``sink(source, text, t)`` each stream's text after its last newline whenever
+        it changes ("" once completed; see :meth:`LogTailer.add_partial_sink`)."""
+        ...
+
+    def agent_lines(self) -> list[str]:
+        """The agent's most recent log lines, oldest first."""
+        ...
+
+    def before_exit(self, hook: Callable[[], None], first: bool = False) -> None:
+        """Call ``hook`` just before a ``node`` injection SIGKILLs the launcher (``first``:
+        before the hooks already added, e.g. to give the terminal back)."""
+        ...
+
+    def start(self) -> None:
+        """Start the run (the agent thread, the log tailer, the samplers)."""
+        ...
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the run to end; return its exit code (None on timeout)."""
+        ...
+
+    def stop(self, sig: int = signal.SIGTERM, reason: str = "stop requested") -> None:
+        """Stop the run: workers get ``sig``, then SIGKILL after the shutdown timeout; a second
+        call SIGKILLs every worker at once."""
+        ...
+
+    # ------------------------------------------------------------------ control API
+
+    def signal_rank(self, local_rank: int, sig: int, source: str = "api") -> bool:
+        """Send ``sig`` to one local rank's worker; whether it was sent."""
+        ...
+
+    def kill_rank(self, local_rank: int, source: str = "api") -> bool:
+        """SIGKILL one rank."""
+        ...
+
+    def stop_rank(self, local_rank: int, source: str = "api") -> bool:
+        """SIGSTOP one rank and its children."""
+        ...
+
+    def continue_rank(self, local_rank: int, source: str = "api") -> bool:
+        """SIGCONT a stopped rank."""
+        ...
+
+    def is_stopped(self, local_rank: int) -> bool:
+        """Whether tuilaunch stopped this rank and has not continued it."""
+        ...
+
+    def restart(self, source: str = "api") -> bool:
+        """Restart the local worker group without spending the failure budget; whether the
+        agent accepted (it must be running the workers, with no stop asked for)."""
+        ...
+
+    def inject(self, text: str, source: str = "dashboard") -> tuple[bool, str]:
+        """Schedule an ``--inject`` spec now: (ok, what was scheduled or why not)."""
+        ...
+
+    def inject_refusal(self, kind: str) -> str | None:
+        """Why this run can never inject ``kind`` (``exit`` without the worker bootstrap);
+        None when it can."""
+        ...
+
+    def exit_rank(self, local_rank: int, code: int, source: str = "api") -> bool:
+        """Make a Python worker exit with ``code`` (needs the worker bootstrap)."""
+        ...
+
+    def raise_in_rank(self, local_rank: int, message: str, source: str = "api") -> bool:
+        """Raise an exception in a Python worker's main thread (needs the worker bootstrap)."""
+        ...
+
+    def kill_node(self, source: str = "api") -> None:
+        """SIGKILL this node's workers and the launcher itself (after the exit hooks)."""
+        ...
+
+    def attempt_alive(self, attempt: int) -> bool:
+        """Whether ``attempt`` is current and its workers are being monitored."""
+        ...
+
+    def dump_stacks(self, reason: str = "api", source: str = "api") -> StacksDumped | None:
+        """Dump every live local rank's stacks now (blocks up to a few seconds: call it off a
+        UI thread), keep them in the run directory, post ``StacksDumped``; None: no rank runs."""
+        ...
+
+    def stack_dump(self, path: str) -> StackDump | None:
+        """The dump a ``StacksDumped`` points to (None: unreadable)."""
+        ...
+
+
+class PartsHandle:
+    """The :class:`RunHandle` surface, forwarded to a run's parts (the runner inherits it).
+
+    The run directory, journal, agent log and log sinks belong to its :class:`RunFiles`; the
+    cluster interval to its :class:`Membership`; the control API to its :class:`Control` and
+    its :class:`FaultExecutor`. Lifecycle (``start``, ``wait``, ``done``, ``stop``) is the
+    runner's own.
+    """
+
+    store: RunStore
+    files: RunFiles
+    control: Control
+    faults: FaultExecutor
+    membership: Membership
+    dumper: Dumper
+
+    # ------------------------------------------------------------------ what the run shows
+
+    @property
+    def agent_log(self) -> AgentLogCapture:
+        """The agent's log capture (torch's and c10d's records, the launcher's stderr)."""
+        return self.files.agent_log
+
+    @property
+    def run_dir(self) -> str | None:
+        """The run's log directory (None until torch made it; always set once done)."""
+        return self.files.run_dir
+
+    @property
+    def journal_path(self) -> str | None:
+        """Where the journal is written."""
+        return self.files.journal.path
+
+    @property
+    def cluster_interval(self) -> float | None:
+        """Seconds between two cluster-view records (None: no cluster view)."""
+        return self.membership.cluster_interval
+
+    def add_log_sink(
+        self, sink: LineSink, lossy: bool = False, accepts: Accepts | None = None
+    ) -> None:
+        """Give ``sink`` every batch of worker lines (``lossy``: a view that may skip)."""
+        self.files.tailer.add_sink(sink, lossy=lossy, accepts=accepts)
+
+    def add_raw_sink(self, sink: RawSink, accepts: Accepts | None = None) -> None:
+        """Give ``sink`` each new byte range of the worker streams it accepts."""
+        self.files.tailer.add_raw_sink(sink, accepts=accepts)
+
+    def add_partial_sink(self, sink: PartialSink) -> None:
+        """Give ``sink`` each worker stream's unterminated text whenever it changes."""
+        self.files.tailer.add_partial_sink(sink)
+
+    def agent_lines(self) -> list[str]:
+        """The agent's most recent log lines, oldest first."""
+        return list(self.files.agent_log.recent)
+
+    def before_exit(self, hook: Callable[[], None], first: bool = False) -> None:
+        """Call ``hook`` just before a ``node`` injection SIGKILLs the launcher."""
+        hooks = self.control.before_exit
+        hooks.insert(0, hook) if first else hooks.append(hook)
+
+    # ------------------------------------------------------------------ control API
+
+    def signal_rank(self, local_rank: int, sig: int, source: str = "api") -> bool:
+        """Send ``sig`` to one local rank's worker process. Returns whether it was sent."""
+        return self.control.signal_rank(local_rank, sig, source)
+
+    def kill_rank(self, local_rank: int, source: str = "api") -> bool:
+        """SIGKILL one rank, as the OOM killer would."""
+        return self.control.kill_rank(local_rank, source)
+
+    def stop_rank(self, local_rank: int, source: str = "api") -> bool:
+        """SIGSTOP one rank (and its children): it hangs until continued."""
+        return self.control.stop_rank(local_rank, source)
+
+    def continue_rank(self, local_rank: int, source: str = "api") -> bool:
+        """SIGCONT a stopped rank."""
+        return self.control.continue_rank(local_rank, source)
+
+    def is_stopped(self, local_rank: int) -> bool:
+        """Whether tuilaunch has stopped this rank and not continued it."""
+        return self.control.is_stopped(local_rank)
+
+    def restart(self, source: str = "api") -> bool:
+        """Restart the whole local worker group; the failure budget is not spent."""
+        return self.control.restart(source)
+
+    def exit_rank(self, local_rank: int, code: int, source: str = "api") -> bool:
+        """Make a Python worker exit with ``code`` (needs the worker bootstrap)."""
+        return self.control.exit_rank(local_rank, code, source)
+
+    def raise_in_rank(self, local_rank: int, message: str, source: str = "api") -> bool:
+        """Raise an exception with ``message`` in a Python worker's main thread (bootstrap)."""
+        return self.control.raise_in_rank(local_rank, message, source)
+
+    def kill_node(self, source: str = "api") -> None:
+        """SIGKILL this node's workers and the launcher itself (after the exit hooks)."""
+        self.control.kill_node(source)
+
+    def inject(self, text: str, source: str = "dashboard") -> tuple[bool, str]:
+        """Parse ``text`` (an ``--inject`` spec) and schedule it now; (ok, what or why not)."""
+        return self.faults.inject(text, source)
+
+    def inject_refusal(self, kind: str) -> str | None:
+        """Why this run can never inject ``kind``; None when it can."""
+        return self.faults.refusal(kind)
+
+    def inject_fault(self, spec: InjectSpec, local_rank: int, fired: Fired) -> bool:
+        """Do one firing of ``spec`` on ``local_rank`` (the :class:`Injector` calls this)."""
+        return self.faults.inject_fault(spec, local_rank, fired)
+
+    def attempt_alive(self, attempt: int) -> bool:
+        """Whether ``attempt`` is the current one and still being monitored (not ending)."""
+        return self.faults.attempt_alive(attempt)
+
+    def dump_stacks(self, reason: str = "api", source: str = "api") -> StacksDumped | None:
+        """Dump every live local rank's stacks now, keep and announce them (see Dumper)."""
+        return self.dumper.dump_stacks(reason, source)
+
+    def stack_dump(self, path: str) -> StackDump | None:
+        """The dump kept at ``path``."""
+        return self.dumper.load(path)

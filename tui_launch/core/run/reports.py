@@ -1,0 +1,171 @@
+"""The agent's transitions as events, built from torch's objects.
+
+Pure builders: each takes torch's worker spec, worker group or rendezvous handler (through the
+typed shapes of :mod:`.agent` and the accessors of :mod:`.rendezvous`) and returns the event
+the runner posts. Keeping them apart leaves the runner with the sequencing only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from tui_launch.core.model import errors
+from tui_launch.core.model.events import (
+    Connecting,
+    RankExited,
+    RendezvousCompleted,
+    RendezvousSample,
+    RendezvousStarted,
+    Restart,
+    RunStarted,
+    WorkerInfo,
+)
+from tui_launch.core.run.validate import min_max_nodes
+from tui_launch.core.seam import rendezvous
+from tui_launch.core.seam.agent import WorkerGroup, WorkerSpec
+from tui_launch.core.workers.table import RankExit
+
+
+def rdzv_conf(args: argparse.Namespace) -> dict[str, str]:
+    """``--rdzv-conf key=value,key=value`` as a dict (what torch would parse, leniently)."""
+    out = {}
+    for item in str(getattr(args, "rdzv_conf", "") or "").split(","):
+        key, sep, value = item.partition("=")
+        if sep and key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _seconds(value: str | None, default: float | None) -> float | None:
+    try:
+        return float(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def connecting(args: argparse.Namespace) -> Connecting:
+    """What the launcher contacts first, and for how long torch will try (before any agent)."""
+    conf = rdzv_conf(args)
+    standalone = bool(getattr(args, "standalone", False))
+    backend = "c10d" if standalone else str(args.rdzv_backend)
+    endpoint = "localhost:0" if standalone else str(getattr(args, "rdzv_endpoint", "") or "")
+    if backend == "static" and not endpoint:
+        endpoint = f"{args.master_addr}:{args.master_port}"
+    lo, hi = min_max_nodes(args.nnodes)
+    # torch's defaults: c10d's TCPStore waits read_timeout (60 s) for its store; every round
+    # waits join_timeout (600 s) for MIN nodes.
+    timeout = _seconds(conf.get("read_timeout"), 60.0) if backend == "c10d" else None
+    return Connecting(
+        backend=backend,
+        endpoint=endpoint,
+        min_nodes=lo,
+        max_nodes=hi,
+        timeout=timeout,
+        join_timeout=_seconds(conf.get("join_timeout"), 600.0),
+    )
+
+
+def run_started(
+    spec: WorkerSpec, args: argparse.Namespace, host: str, notes: tuple[str, ...]
+) -> RunStarted:
+    """The run as torch's agent was built: the command, the sizes, the rendezvous."""
+    import torch
+
+    handler = spec.rdzv_handler
+    min_nodes, max_nodes = min_max_nodes(args.nnodes)
+    script = [args.training_script, *args.training_script_args]
+    if args.module:
+        script = ["-m", *script]
+    return RunStarted(
+        entrypoint=" ".join(script[:1]),
+        args=tuple(script[1:]),
+        role=spec.role,
+        nproc_per_node=spec.local_world_size,
+        min_nodes=min_nodes,
+        max_nodes=max_nodes,
+        max_restarts=spec.max_restarts,
+        backend=rendezvous.backend_name(handler, args),
+        endpoint=rendezvous.endpoint(handler, args),
+        run_id=rendezvous.run_id(handler, args),
+        host=host,
+        launcher_pid=os.getpid(),
+        torch_version=torch.__version__,
+        notes=notes,
+    )
+
+
+def rendezvous_started(handler: Any, args: argparse.Namespace, attempt: int) -> RendezvousStarted:
+    """A rendezvous round for ``attempt`` begins."""
+    return RendezvousStarted(
+        attempt=attempt,
+        backend=rendezvous.backend_name(handler, args),
+        endpoint=rendezvous.endpoint(handler, args),
+        run_id=rendezvous.run_id(handler, args),
+    )
+
+
+def rendezvous_completed(
+    wg: WorkerGroup,
+    live: RendezvousSample | None,
+    args: argparse.Namespace,
+    attempt: int,
+    duration: float,
+) -> RendezvousCompleted:
+    """The round is complete: this node's group rank, the world, the master, the members."""
+    handler = wg.spec.rdzv_handler
+    return RendezvousCompleted(
+        attempt=attempt,
+        round=live.round if live else None,
+        backend=rendezvous.backend_name(handler, args),
+        endpoint=rendezvous.endpoint(handler, args),
+        run_id=rendezvous.run_id(handler, args),
+        group_rank=int(wg.group_rank),
+        group_world_size=int(wg.group_world_size),
+        master_addr=str(wg.master_addr),
+        master_port=int(wg.master_port or 0),
+        participants=tuple(p.node for p in live.participants) if live else (),
+        duration=duration,
+    )
+
+
+def workers(wg: WorkerGroup, pids: Mapping[int, Any]) -> tuple[WorkerInfo, ...]:
+    """The attempt's workers with their pids (``pids``: torch's ``{local_rank: pid}``)."""
+    return tuple(
+        WorkerInfo(
+            local_rank=w.local_rank,
+            global_rank=w.global_rank,
+            role_rank=w.role_rank,
+            world_size=w.world_size,
+            pid=int(pids[w.local_rank]),
+        )
+        for w in wg.workers
+    )
+
+
+def restart(cause: str, attempt: int, budget_left: int) -> Restart:
+    """torch restarts the group after ``attempt`` (every restart so far counts in
+    ``restarts_used``; only failures spend the budget)."""
+    return Restart(
+        cause=cause,
+        from_attempt=attempt,
+        to_attempt=attempt + 1,
+        restarts_used=attempt + 1,
+        budget_left=budget_left,
+    )
+
+
+def rank_exited(x: RankExit, attempt: int) -> RankExited:
+    """A rank's exit, as the rank table first recorded it (same time stamp)."""
+    return RankExited(
+        attempt=attempt,
+        local_rank=x.local_rank,
+        global_rank=x.global_rank,
+        pid=x.pid,
+        exit_code=x.exit_code,
+        signal=errors.signal_name(x.exit_code),
+        by_agent=x.by_agent,
+        wall=x.wall,
+    )

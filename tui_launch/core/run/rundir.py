@@ -1,0 +1,111 @@
+"""The run directory and the log wiring: where a run's files are and who reads them.
+
+torch decides the run directory when it first lays out an attempt's log files; tuilaunch's
+:class:`~tui_launch.core.seam.logspecs.CapturingLogsSpecs` reports each layout here
+(:meth:`RunFiles.on_reify`), which points the log tailer at the new files, the duplicate
+filters at torch's filtered files, and the journal and agent log at the run directory. A run
+that ends before torch made one (a failed rendezvous) still gets a directory of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from tui_launch.core.journal.writer import Journal
+from tui_launch.core.logs.sinks import AgentLogCapture, DuplicateFilter
+from tui_launch.core.logs.tail import STDERR, STDOUT, LogTailer
+from tui_launch.core.seam.logspecs import CapturingLogsSpecs, ReifiedLogs
+
+
+class RunFiles:
+    """A run's directory, journal, agent log, log tailer and per-rank file paths.
+
+    Args:
+        args: torchrun's arguments (``--log-dir``, ``--rdzv-id``, duplicate filters).
+        journal_path: ``--journal``; default: ``journal.jsonl`` in the run directory.
+        echo: whether worker output that torchrun would print goes to the console sinks.
+        next_attempt: the number of the attempt whose files torch lays out next.
+    """
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        journal_path: str | None,
+        echo: bool,
+        next_attempt: Callable[[], int],
+    ) -> None:
+        self._args = args
+        self._echo = echo
+        self._next_attempt = next_attempt
+        self.tailer = LogTailer()
+        self.duplicates = DuplicateFilter(
+            {
+                STDOUT: list(getattr(args, "duplicate_stdout_filters", None) or []),
+                STDERR: list(getattr(args, "duplicate_stderr_filters", None) or []),
+            }
+        )
+        if self.duplicates:
+            self.tailer.add_sink(self.duplicates, accepts=self.duplicates.accepts)
+        self.agent_log = AgentLogCapture()
+        self.journal = Journal(journal_path)
+        self.run_dir: str | None = None
+        self.attempt_dir = ""
+        # The current attempt's files, by local rank.
+        self.stderr_paths: dict[int, str] = {}
+        # Every log file of each local rank in the current attempt (the hang watch's sizes).
+        self.log_paths: dict[int, list[str]] = {}
+        self.error_files: dict[int, str] = {}
+
+    def wrap_logs_specs(self, logs_specs: Any, spec: Any) -> CapturingLogsSpecs:
+        """Wrap the user's ``LogsSpecs`` so every rank's output lands in files."""
+        return CapturingLogsSpecs(
+            logs_specs,
+            role=spec.role,
+            prefix_template=os.getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"),
+            echo=self._echo,
+            on_reify=self.on_reify,
+        )
+
+    def on_reify(self, info: ReifiedLogs) -> None:
+        """torch laid out the next attempt's files: tail them (on the agent thread)."""
+        if self.run_dir is None:
+            self.set_run_dir(os.path.dirname(info.attempt_dir))
+        attempt = self._next_attempt()
+        log_paths: dict[int, list[str]] = {}
+        for src in info.sources:
+            src.attempt = attempt
+            log_paths.setdefault(src.local_rank, []).append(src.path)
+            if src.stream == STDERR:
+                self.stderr_paths[src.local_rank] = src.path
+        self.log_paths = log_paths
+        self.error_files = dict(info.error_files)
+        if self.duplicates:
+            self.tailer.drain()  # the previous attempt's lines go to the previous files
+            self.duplicates.set_files(info.filtered_files)
+        self.attempt_dir = info.attempt_dir
+        self.tailer.add_sources(info.sources)
+
+    def ensure_run_dir(self) -> None:
+        """Make a run directory if torch did not (the journal and agent log need a home)."""
+        if self.run_dir is not None:
+            return
+        root = getattr(self._args, "log_dir", None)
+        if not root or root == os.devnull:
+            root = None
+        try:
+            if root:
+                os.makedirs(root, exist_ok=True)
+            d = tempfile.mkdtemp(prefix=f"{getattr(self._args, 'rdzv_id', 'run')}_", dir=root)
+        except OSError:
+            d = tempfile.mkdtemp(prefix="tuilaunch_")
+        self.set_run_dir(d)
+
+    def set_run_dir(self, d: str) -> None:
+        """The run directory is ``d``: the journal and the agent log go there."""
+        self.run_dir = d
+        self.journal.set_dir(d)
+        self.agent_log.set_dir(d)

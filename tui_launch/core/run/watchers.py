@@ -1,0 +1,141 @@
+"""The runner's watchers of a job that has not crashed: stacks, hangs, progress, stragglers.
+
+:class:`Diagnosis` owns the four parts that read the ranks without changing them and wires
+them to the log tailer and the store, so the runner only tells it when an attempt starts and
+asks it, at each monitor tick, whether a confirmed hang wants the group failed:
+
+- :class:`~.dumps.Dumper`: stack dumps (the ``d`` key, the control API, before teardown);
+- :class:`~.hangwatch.HangWatch`: silence on every rank, two dumps that match, ``--on-hang``;
+- :class:`~.progress.watch.ProgressWatch`: steps, rate, ETA and slowdowns from the logs;
+- :class:`~.progress.straggler.StragglerSampler`: the rank the others wait for, from stack
+  samples.
+
+Threads: each watcher runs on its own :class:`~.periodic.Periodic` loop; the hang watch's
+thread hands a confirmed hang over under this object's lock, and the agent thread takes it in
+:meth:`Diagnosis.take_hang`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+from tui_launch.core.diagnosis.dumps import Dumper
+from tui_launch.core.diagnosis.hangwatch import HangWatch
+from tui_launch.core.diagnosis.straggler import StragglerSampler
+from tui_launch.core.model.events import HangDetected, StacksDumped, WorkerInfo
+from tui_launch.core.model.store import RunStore
+from tui_launch.core.progress.watch import ProgressWatch
+from tui_launch.core.run.rundir import RunFiles
+from tui_launch.core.workers.shim import FAULTHANDLER_ENV, FAULTHANDLER_SIGNAL
+from tui_launch.core.workers.table import RankTable
+
+
+class Diagnosis:
+    """The dumper, the hang watch, the progress watch and the straggler sampler of one run.
+
+    Args:
+        store: where their events go (the progress watch also reads the store's events).
+        ranks: the rank table (pids to dump and sample).
+        files: the run's files (log and stderr paths, the run directory, the tailer).
+        monitored: whether the agent is watching a running group (no hang while it is not).
+        hang_timeout: ``--hang-timeout`` (0: no hang detection).
+        on_hang: ``--on-hang``: dump, restart or stop once a hang is confirmed.
+        dump_on_failure: dump the survivors of a failed group before torch stops them.
+        via_faulthandler: dump through faulthandler in the workers instead of py-spy.
+        stack_samples: seconds between two straggler samples (0: off).
+        rank_cpu: a rank's CPU % from the telemetry (evidence for a straggler), or None.
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        ranks: RankTable,
+        files: RunFiles,
+        monitored: Callable[[], bool],
+        *,
+        hang_timeout: float,
+        on_hang: str,
+        dump_on_failure: bool,
+        via_faulthandler: bool,
+        stack_samples: float,
+        rank_cpu: Callable[[int], float | None],
+    ) -> None:
+        self._store = store
+        self._files = files
+        self._dump_on_failure = dump_on_failure
+        self._via_faulthandler = via_faulthandler
+        self._lock = threading.Lock()
+        self._hang: HangDetected | None = None  # a confirmed hang for the agent thread
+        self.dumper = Dumper(
+            store.post,
+            ranks,
+            self._ensured_run_dir,
+            lambda: dict(files.stderr_paths),
+            via_faulthandler=via_faulthandler,
+        )
+        self.hangs = HangWatch(
+            store.post,
+            self.dumper,
+            lambda: dict(files.log_paths),
+            monitored,
+            timeout=hang_timeout,
+            action=on_hang,
+            on_hang=self._hang_confirmed,
+        )
+        self.progress = ProgressWatch(store.post)
+        self.stragglers = StragglerSampler(store.post, rank_cpu, interval=stack_samples)
+
+    def start(self) -> None:
+        """Wire the watchers to the tailer and the store and start their loops (before the
+        tailer starts, so no line is missed)."""
+        tailer = self._files.tailer
+        if self._via_faulthandler:
+            # Inherited by the workers: the bootstrap registers faulthandler on this signal.
+            os.environ[FAULTHANDLER_ENV] = str(int(FAULTHANDLER_SIGNAL))
+        if self.hangs.enabled:
+            tailer.add_sink(self.hangs.sink, lossy=True)
+            self.hangs.start()
+        self._store.subscribe(self.progress.on_event)
+        # lossy: progress needs the newest lines, not every line of a flood.
+        tailer.add_sink(self.progress.on_lines, lossy=True)
+        # tqdm's bars rewrite one line with \r and end it only at close: the unterminated text.
+        tailer.add_partial_sink(self.progress.on_partial)
+        self.progress.start()
+        self.stragglers.start()
+
+    def stop(self) -> None:
+        """Stop the loops; call it after the tailer has stopped, so the progress watch's last
+        record holds the last lines."""
+        self.hangs.stop()
+        self.progress.stop()
+        self.stragglers.stop()
+
+    def attempt_started(self, attempt: int, workers: tuple[WorkerInfo, ...]) -> None:
+        """A new attempt runs: watch its ranks."""
+        self.hangs.attempt_started(attempt, {w.local_rank: w.global_rank for w in workers})
+        self.stragglers.set_workers(attempt, [(w.global_rank, w.pid) for w in workers])
+
+    def take_hang(self, attempt: int) -> HangDetected | None:
+        """On the agent thread: the hang confirmed in ``attempt`` that ``--on-hang restart|stop``
+        wants acted on, once."""
+        with self._lock:
+            hang, self._hang = self._hang, None
+        return hang if hang is not None and hang.attempt == attempt else None
+
+    def dump_survivors(self, attempt: int) -> StacksDumped | None:
+        """Dump the ranks still alive in a failed group (once per attempt, about a second)."""
+        if not self._dump_on_failure:
+            return None
+        return self.dumper.survivors(attempt)
+
+    def _hang_confirmed(self, event: HangDetected) -> None:
+        # On the hang watch's thread: the agent thread acts on it at its next monitor tick.
+        if event.action in ("restart", "stop"):
+            with self._lock:
+                self._hang = event
+
+    def _ensured_run_dir(self) -> str:
+        self._files.ensure_run_dir()
+        return self._files.run_dir or "."

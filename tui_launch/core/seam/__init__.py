@@ -1,0 +1,1 @@
+"""The torch seam: every private torch name the launcher uses."""

@@ -1,0 +1,1 @@
+"""The worker processes: the rank table, the bootstrap, warm starts, the reaper."""

@@ -1,0 +1,247 @@
+"""The worker bootstrap that lets ``exit`` and ``exception`` injections reach a Python worker.
+
+Only when a run asks for such an injection (``--inject exit:...``, ``--inject exception:...`` or
+``--inject-ready``), the runner starts each Python worker as::
+
+    python -u -m tui_launch.core.workers.shim DIR script.py ARGS...     (or DIR -m module ARGS...)
+
+instead of ``python -u script.py ARGS...``. The bootstrap installs one handler for
+:data:`INJECT_SIGNAL` and then runs the user's script or module exactly as ``python`` would:
+with ``runpy`` as ``__main__``, the same ``sys.argv`` and ``sys.path[0]``, so ``@record``,
+``if __name__ == "__main__"`` and pickling work, and tracebacks point into the user's code. The
+user's program is not changed and nothing is imported beyond the standard library. Runs that
+do not ask for these injections never see this module.
+
+To inject, the runner writes ``DIR/<pid>.json`` (``{"kind": "exit", "code": 3}`` or
+``{"kind": "exception", "message": "boom"}``) and sends :data:`INJECT_SIGNAL` to the worker.
+Python runs signal handlers in the main thread, so the exception is raised there, in whatever
+the training loop was doing -- but never inside torch or the standard library: torch catches
+and converts exceptions in its own Python code (an op lookup once turned the injected failure
+into ``AttributeError: ... has no overload name 'out'``), so when the signal lands there the
+exception is held until the main thread is next in the program's own code (the script, its
+modules, or a framework such as transformers), see :func:`_raise_in_program`.
+
+Stack dumps without ptrace (``--dump-via-faulthandler``): when ``TUILAUNCH_FAULTHANDLER_SIGNAL``
+(:data:`FAULTHANDLER_ENV`) names a real-time signal, the bootstrap also registers
+``faulthandler`` on it, for every thread and without chaining. That signal then makes the rank
+print every thread's stack to its stderr and carry on, even while the main thread holds the GIL
+in native code; :mod:`tui_launch.core.diagnosis.stacks` cuts the dump out of the rank's stderr log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import json
+import os
+import signal
+import sys
+import sysconfig
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+# A real-time signal: nothing else uses it, and its default action (terminate) never matters
+# because it is only sent to workers that installed the handler.
+INJECT_SIGNAL = signal.SIGRTMIN + 7
+
+# The signal tuilaunch asks for with --dump-via-faulthandler. Real-time as well, and never
+# SIGUSR1/SIGUSR2: a program may use those itself, and an unhandled SIGUSR1 kills the rank.
+FAULTHANDLER_SIGNAL = signal.SIGRTMIN + 8
+FAULTHANDLER_ENV = "TUILAUNCH_FAULTHANDLER_SIGNAL"
+
+# The directory argument that means "no order directory": the bootstrap only runs the program
+# (--warm-start starts every Python worker through it, injections or not).
+NO_ORDERS = "-"
+
+_dir = ""
+# An exception held until the program's code runs again (:func:`_raise_in_program`), with what
+# undoes its tracing; at most HOLD_AT_MOST seconds, then it is raised wherever the main thread is
+# (a rank blocked in a wait of the standard library's would otherwise never get it).
+_held: tuple[BaseException, Callable[[], None]] | None = None
+HOLD_AT_MOST = 2.0
+
+
+class InjectedFailure(RuntimeError):
+    """The exception an ``exception`` injection raises in the worker's main thread."""
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    global _held
+    if _held is not None:  # the held exception's time is up (the timer's signal): raise here
+        (exc, untrace), _held = _held, None
+        untrace()
+        raise exc
+    path = os.path.join(_dir, f"{os.getpid()}.json")
+    try:
+        with open(path) as fp:
+            order = json.load(fp)
+        os.unlink(path)
+    except (OSError, ValueError):
+        return  # no order for us: ignore the stray signal
+    if order.get("kind") == "exit":
+        # Exit at once, as a crash would: no finally blocks or atexit hooks that could wait
+        # on peers (a collective, destroy_process_group) and turn an exit into a hang.
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(int(order.get("code", 1)))
+    _raise_in_program(frame, InjectedFailure(str(order.get("message") or "injected by tuilaunch")))
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Directories whose code is not the program's: the standard library, torch, tuilaunch."""
+    paths = sysconfig.get_paths()
+    dirs = {paths[k] for k in ("stdlib", "platstdlib") if k in paths}
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
+    if torch_file:
+        dirs.add(os.path.dirname(torch_file))
+    dirs.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tui_launch
+    return tuple(os.path.join(d, "") for d in dirs)
+
+
+def _in_program(frame: FrameType, library: tuple[str, ...]) -> bool:
+    """Whether ``frame`` runs the program's code rather than torch's or the standard library's."""
+    name = frame.f_code.co_filename
+    return not name.startswith("<") and not os.path.abspath(name).startswith(library)
+
+
+def _raise_in_program(frame: FrameType | None, exc: BaseException) -> None:
+    """Raise ``exc`` now if ``frame`` is the program's code, else at its next line there.
+
+    "Next" is whichever comes first: a frame of the program further up the stack resumes (its
+    next line, once the torch call under it returns), or the main thread calls a function of
+    the program. Until then a trace function watches the main thread's calls (nothing else is
+    traced); it is removed before the exception is raised. A trace function that raises makes
+    the exception appear in the traced frame, as if that line had raised it. A main thread
+    blocked in library code (a wait of the standard library's) gets it after
+    :data:`HOLD_AT_MOST` seconds wherever it is, as before.
+    """
+    global _held
+    library = _library_dirs()
+    if frame is None or _in_program(frame, library):
+        raise exc
+
+    def untrace() -> None:
+        sys.settrace(None)
+        for f in waiting:
+            f.f_trace = None
+
+    def fire() -> None:
+        global _held
+        _held = None
+        untrace()
+        raise exc
+
+    def local(f: FrameType, event: str, arg: Any) -> Any:
+        if event in ("line", "return"):
+            fire()
+        return local
+
+    def on_call(f: FrameType, event: str, arg: Any) -> Any:
+        if event == "call" and _in_program(f, library):
+            fire()
+        return None  # nothing to trace inside library frames
+
+    waiting = []
+    f: FrameType | None = frame.f_back
+    while f is not None:
+        if _in_program(f, library):
+            f.f_trace = local
+            f.f_trace_lines = True
+            waiting.append(f)
+        f = f.f_back
+    if not waiting:  # nothing of the program's below: it would never resume, raise here
+        raise exc
+    _held = (exc, untrace)
+    sys.settrace(on_call)
+    main = threading.main_thread().ident
+    timer = threading.Timer(HOLD_AT_MOST, _time_up, args=(exc, main))
+    timer.daemon = True
+    timer.start()
+
+
+def _time_up(exc: BaseException, main: int | None) -> None:
+    """``exc`` is still held after :data:`HOLD_AT_MOST`: signal the main thread to raise it."""
+    if _held is not None and _held[0] is exc and main is not None:
+        with contextlib.suppress(OSError, ValueError):
+            signal.pthread_kill(main, INJECT_SIGNAL)
+
+
+def install(directory: str) -> None:
+    """Install the injection handler; orders are read from ``directory``."""
+    global _dir
+    _dir = directory
+    signal.signal(INJECT_SIGNAL, _on_signal)
+
+
+def install_faulthandler() -> int | None:
+    """Register faulthandler on the signal that ``TUILAUNCH_FAULTHANDLER_SIGNAL`` names.
+
+    Returns the signal number, or None when the variable is unset or names no usable signal:
+    only real-time signals other than :data:`INJECT_SIGNAL` are taken, and a bad value is
+    reported on stderr and ignored rather than failing the user's program.
+    """
+    value = os.environ.get(FAULTHANDLER_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        signum = int(value)
+    except ValueError:
+        signum = -1
+    if not signal.SIGRTMIN <= signum <= signal.SIGRTMAX or signum == INJECT_SIGNAL:
+        sys.stderr.write(
+            f"tuilaunch: {FAULTHANDLER_ENV}={value!r} is not a free real-time signal "
+            f"({int(signal.SIGRTMIN)}..{int(signal.SIGRTMAX)}, not {int(INJECT_SIGNAL)}); "
+            "stack dumps through faulthandler are off\n"
+        )
+        return None
+    # chain=False: the signal is ours alone, and its default action would kill the rank.
+    faulthandler.register(signum, all_threads=True, chain=False)
+    return signum
+
+
+def run_path_entry(directory: str, training_script: str, *training_script_args: str) -> None:
+    """``--run-path`` workers: install the handlers, then torch's own ``run_script_path``."""
+    from torch.distributed.run import run_script_path
+
+    install_faulthandler()
+    install(directory)
+    run_script_path(training_script, *training_script_args)
+
+
+def main(argv: list[str]) -> None:
+    """``DIR script ARGS...``, ``DIR -m module ARGS...`` or ``DIR --run-path script ARGS...``:
+    run it as ``python`` (or torchrun's ``--run-path``) would. ``DIR`` ``-``: no orders."""
+    import runpy
+
+    directory, rest = argv[0], argv[1:]
+    install_faulthandler()
+    if directory != NO_ORDERS:
+        install(directory)
+    if rest and rest[0] == "--run-path":
+        # As torchrun's --run-path worker: run_script_path under @record (torch's spawned
+        # function is wrapped in record, so an uncaught error always writes the error file).
+        from torch.distributed.elastic.multiprocessing.errors import record
+        from torch.distributed.run import run_script_path
+
+        record(run_script_path)(*rest[1:])
+    elif rest and rest[0] == "-m":
+        module, args = rest[1], rest[2:]
+        # `python -m shim` already put the current directory first on sys.path, as `-m module`.
+        sys.argv = [module, *args]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    else:
+        script, args = rest[0], rest[1:]
+        sys.argv = [script, *args]
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
+        runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    # Run from the imported module, not this `__main__` copy: runpy is about to hand
+    # `__main__` to the user's script, and InjectedFailure should keep its real name.
+    from tui_launch.core.workers import shim as _shim
+
+    _shim.main(sys.argv[1:])

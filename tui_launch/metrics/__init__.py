@@ -1,0 +1,112 @@
+"""Prometheus metrics of a run (issue 18): ``--metrics-port`` and ``--metrics-textfile``.
+
+- :mod:`~tui_launch.metrics.families`: every family, built from one store snapshot, on a
+  custom ``prometheus_client`` registry (:class:`RunCollector`), and the hooks for progress and
+  hang detection (:data:`ExtraProvider`).
+- :mod:`~tui_launch.metrics.serve`: :class:`MetricsServer` (``GET /metrics``) and
+  :class:`TextfileWriter` (``tuilaunch_<run-id>_<node>.prom`` for node_exporter).
+- :mod:`~tui_launch.metrics.node`: the ``node`` label (host name, or ``<host>/<group rank>``
+  when agents of the run share a host).
+- :mod:`~tui_launch.metrics.exporters`: :func:`start_exporters`, the one call the launch makes.
+  The README's "Metrics" section
+  lists the metrics, a scrape config and alert rules.
+
+This ``__init__`` loads neither prometheus_client nor the submodules until they are used
+(PEP 562), so that a run without the options pays nothing for them, and nothing listens.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tui_launch.metrics.families import (
+        HANG_SUSPECTED,
+        PROGRESS_LAST_STEP,
+        PROGRESS_STEP,
+        PROGRESS_STEPS_PER_SECOND,
+        EventTally,
+        ExtraProvider,
+        RankProgress,
+        RunCollector,
+        RunInfo,
+        build_families,
+        exit_reason,
+        hang_families,
+        last_output_times,
+        progress_families,
+        run_info,
+    )
+    from tui_launch.metrics.serve import (
+        TEXTFILE_INTERVAL,
+        MetricsServer,
+        TextfileWriter,
+        textfile_name,
+        write_atomically,
+    )
+
+
+_LAZY = {
+    "families": (
+        "HANG_SUSPECTED",
+        "PROGRESS_LAST_STEP",
+        "PROGRESS_STEP",
+        "PROGRESS_STEPS_PER_SECOND",
+        "EventTally",
+        "ExtraProvider",
+        "RankProgress",
+        "RunCollector",
+        "RunInfo",
+        "build_families",
+        "exit_reason",
+        "hang_families",
+        "last_output_times",
+        "progress_families",
+        "run_info",
+    ),
+    "exporters": ("Exporters", "start_exporters"),
+    "serve": (
+        "MetricsError",
+        "TEXTFILE_INTERVAL",
+        "MetricsServer",
+        "TextfileWriter",
+        "textfile_name",
+        "write_atomically",
+    ),
+}
+_WHERE = {name: mod for mod, names in _LAZY.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+
+
+__all__ = [
+    "HANG_SUSPECTED",
+    "PROGRESS_LAST_STEP",
+    "PROGRESS_STEP",
+    "PROGRESS_STEPS_PER_SECOND",
+    "TEXTFILE_INTERVAL",
+    "EventTally",
+    "Exporters",
+    "ExtraProvider",
+    "MetricsError",
+    "MetricsServer",
+    "RankProgress",
+    "RunCollector",
+    "RunInfo",
+    "TextfileWriter",
+    "build_families",
+    "exit_reason",
+    "hang_families",
+    "last_output_times",
+    "progress_families",
+    "run_info",
+    "start_exporters",
+    "textfile_name",
+    "write_atomically",
+]

@@ -1,0 +1,1 @@
+"""Pure renderers: snapshot to Rich renderable."""

@@ -1,0 +1,1 @@
+"""The dashboard's sources: a live run, a replayed journal, an attached run."""
