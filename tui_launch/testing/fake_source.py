@@ -3,13 +3,15 @@
 :class:`FakeSource` has the dashboard's :class:`~tui_launch.tui.sources.live.Source` surface: a
 fixed
 clock, snapshots built by folding real events through the store's own reducer (so the
-dashboard sees exactly what a real run would produce), kept log lines, and a control API that
-records what was asked instead of signalling processes.
+dashboard sees exactly what a real run would produce), kept log lines, and a ``send`` that
+records the command asked for instead of signalling processes.
 
-The control API re-implements the runner's semantics (which signal is which action, a
-``hang`` injection as a SIGSTOP, ``128 + N`` when stopped by signal N, what is refused when no
-worker runs); ``tests/test_fake_conformance.py`` drives this fake and a live runner through the
-same calls and compares the :class:`~tui_launch.core.model.events.ControlAction` events they post.
+What is refused is not re-implemented: the fake asks
+:func:`~tui_launch.core.model.commands.allowed`, as the runner does, and builds its events
+with the same :func:`~tui_launch.core.model.commands.control_event`. What it simulates (a
+``hang`` injection as a SIGSTOP, ``128 + N`` when stopped by signal N) is checked by
+``tests/test_fake_conformance.py``, which drives this fake and a live runner through the same
+commands and compares the :class:`~tui_launch.core.model.events.ControlAction` events they post.
 The runs themselves live in :mod:`tui_launch.testing.scenarios`.
 """
 
@@ -21,13 +23,21 @@ from dataclasses import dataclass, field
 
 from tui_launch.core.diagnosis.stacks import StackDump
 from tui_launch.core.logs.sinks import LogBuffer
-from tui_launch.core.model.events import ControlAction, Event, RunFinished, StacksDumped
+from tui_launch.core.model.commands import (
+    LIVE_STATES,
+    Command,
+    DumpStacks,
+    Inject,
+    Outcome,
+    Restart,
+    SignalRank,
+    StopRun,
+    allowed,
+    control_event,
+)
+from tui_launch.core.model.events import Event, RunFinished
 from tui_launch.core.model.store import Snapshot, reduce
 from tui_launch.testing.builders import T0_MONO, T0_WALL
-
-# The runner's names for what a signal does to a rank (ControlAction.action).
-SIGNAL_ACTIONS = {signal.SIGSTOP: "stop", signal.SIGCONT: "continue", signal.SIGKILL: "kill"}
-LIVE_STATES = ("running", "stopped")
 
 
 @dataclass
@@ -87,61 +97,65 @@ class FakeSource:
         """The agent's log lines given to the fake."""
         return list(self.agent)
 
-    def signal_rank(self, local_rank: int, sig: int, source: str = "dashboard") -> bool:
-        """Record the signal and post the ControlAction the runner would post."""
-        sig = signal.Signals(sig)
-        self.actions.append(("signal", local_rank, int(sig)))
-        row = self._snap.rank(local_rank)
-        ok = row is not None and row.state in LIVE_STATES and self._snap.finished is None
-        if ok and sig == signal.SIGSTOP:
-            self.stopped.add(local_rank)
-        elif ok and sig == signal.SIGCONT:
-            self.stopped.discard(local_rank)
-        self.post(
-            ControlAction(
-                action=SIGNAL_ACTIONS.get(sig, "signal"),
-                local_rank=local_rank,
-                global_rank=row.global_rank if row else None,
-                pid=row.pid if row else None,
-                signal=sig.name,
-                source=source,
-                ok=ok,
-                detail="" if ok else "no running worker",
-                **self._stamp(),
-            )
-        )
-        return ok
+    def send(self, cmd: Command) -> Outcome:
+        """Simulate ``cmd`` as the runner would: :func:`allowed` decides (as it does for the
+        runner), the request is recorded in :attr:`actions`, and the events the runner
+        would post are posted."""
+        reason = allowed(self._snap, cmd)
+        if isinstance(cmd, SignalRank):
+            return self._signal(cmd, reason)
+        if isinstance(cmd, Restart):
+            self.actions.append(("restart", None, None))
+            self.post(control_event(cmd, reason is None, reason or "", **self._stamp()))
+            return Outcome(reason is None, reason or "")
+        if isinstance(cmd, Inject):
+            return self._inject(cmd)
+        if isinstance(cmd, DumpStacks):
+            return self._dump(cmd, reason)
+        if isinstance(cmd, StopRun):
+            detail = f"{signal.Signals(cmd.sig).name} to the workers"
+            self.post(control_event(cmd, True, detail, **self._stamp()))
+            self.stop(cmd.sig, cmd.reason)
+            return Outcome(True, detail)
+        # ExitRank, RaiseInRank, KillNode: only injections give them, and the fake fires none.
+        return Outcome(False, f"the fake does not simulate {cmd.kind}")
 
-    def restart(self, source: str = "dashboard") -> bool:
-        """Record the request; as the runner, it is refused unless the workers run."""
-        self.actions.append(("restart", None, None))
-        snap = self._snap
-        ok = snap.phase == "running" and snap.finished is None
-        detail = "" if ok else f"agent is {snap.phase}"
-        self.post(ControlAction.on_run("restart", source, ok, detail, **self._stamp()))
-        return ok
+    def _signal(self, cmd: SignalRank, reason: str | None) -> Outcome:
+        self.actions.append(("signal", cmd.local_rank, int(cmd.sig)))
+        row = self._snap.rank(cmd.local_rank)
+        if reason is None and cmd.sig == signal.SIGSTOP:
+            self.stopped.add(cmd.local_rank)
+        elif reason is None and cmd.sig == signal.SIGCONT:
+            self.stopped.discard(cmd.local_rank)
+        grank, pid = (row.global_rank, row.pid) if row else (None, None)
+        stamp = self._stamp()
+        self.post(
+            control_event(cmd, reason is None, reason or "", global_rank=grank, pid=pid, **stamp)
+        )
+        return Outcome(reason is None, reason or "")
 
     def is_stopped(self, local_rank: int) -> bool:
         """Whether this fake stopped the rank and has not continued it."""
         return local_rank in self.stopped
 
-    def inject(self, spec: str, source: str = "dashboard") -> tuple[bool, str]:
-        """Check ``spec`` as ``--inject`` does and record it; a hang stops its rank."""
+    def _inject(self, cmd: Inject) -> Outcome:
+        """Check the spec as ``--inject`` does and record it; a hang stops its rank."""
         from tui_launch.core.run.inject import InjectError, parse_spec
 
         try:
-            parsed = parse_spec(spec)
+            parsed = parse_spec(cmd.spec)
         except InjectError as e:
-            return False, str(e)
+            return Outcome(False, str(e))
         refusal = self.inject_refusal(parsed.kind)
         if refusal is not None:
-            return False, refusal
-        self.injected.append(spec)
+            return Outcome(False, refusal)
+        self.injected.append(cmd.spec)
         if parsed.kind == "hang":  # as the runner does: a stop through the control API
             for r in self._snap.ranks:
                 if r.global_rank == parsed.rank:
-                    self.signal_rank(r.local_rank, signal.SIGSTOP, f"inject, {source}")
-        return True, f"scheduled {parsed.canonical()}"
+                    stop = SignalRank(r.local_rank, signal.SIGSTOP, source=f"inject, {cmd.source}")
+                    self.send(stop)
+        return Outcome(True, f"scheduled {parsed.canonical()}")
 
     def inject_refusal(self, kind: str) -> str | None:
         """The runner's refusal of ``exit``/``exception`` when not ``inject_ready``."""
@@ -152,24 +166,22 @@ class FakeSource:
             return ShimDir(False, no_python=False).no_shim_reason(kind)
         return None
 
-    def dump_stacks(self, reason: str = "key", source: str = "dashboard") -> StacksDumped | None:
+    def _dump(self, cmd: DumpStacks, reason: str | None) -> Outcome:
         """A deterministic dump of the running ranks (rank 1 the odd one out), posted as the
         runner posts one; refused like the runner's when no rank runs."""
         from tui_launch.testing.builders import fake_dump, fake_dumped
 
-        live = [r for r in self._snap.ranks if r.state in LIVE_STATES]
-        if not live or self._snap.finished is not None:
-            refused = ControlAction.on_run(
-                "dump", source, False, "no running worker", **self._stamp()
-            )
-            self.post(refused)
-            return None
+        if reason is not None:
+            self.post(control_event(cmd, False, reason, **self._stamp()))
+            return Outcome(False, reason)
         self.actions.append(("dump", None, None))
-        dump = fake_dump(reason, [(r.local_rank, r.global_rank, r.pid) for r in live])
-        event = fake_dumped(dump, f"/runs/demo/stacks/{len(self.dumps):03d}-{reason}", source)
+        live = [r for r in self._snap.ranks if r.state in LIVE_STATES]
+        dump = fake_dump(cmd.reason, [(r.local_rank, r.global_rank, r.pid) for r in live])
+        where = f"/runs/demo/stacks/{len(self.dumps):03d}-{cmd.reason}"
+        event = fake_dumped(dump, where, cmd.source)
         self.dumps[event.path] = dump
         self.post(event)
-        return event
+        return Outcome(True, "", event)
 
     def stack_dump(self, path: str) -> StackDump | None:
         """A dump this fake made."""

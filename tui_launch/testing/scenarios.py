@@ -7,6 +7,7 @@ workers, exits, failures, restarts, telemetry read from the fake NVML, log lines
 
 from __future__ import annotations
 
+from tui_launch.core.model.commands import DumpStacks
 from tui_launch.core.model.events import (
     AttemptFailed,
     ClusterSample,
@@ -291,8 +292,8 @@ def hung(nproc: int = 4) -> FakeSource:
     from tui_launch.core.model.events import HangDetected
 
     src = healthy(nproc)
-    first = src.dump_stacks("hang-suspected", "hang")
-    second = src.dump_stacks("hang-confirm", "hang")
+    first = src.send(DumpStacks("hang-suspected", source="hang")).dump
+    second = src.send(DumpStacks("hang-confirm", source="hang")).dump
     assert first is not None and second is not None
     src.post(
         HangDetected(
@@ -323,7 +324,7 @@ def multinode_hung() -> FakeSource:
     from tui_launch.testing.builders import fake_dump, fake_dumped
 
     src = multinode()
-    local = src.dump_stacks("key", "dashboard")
+    local = src.send(DumpStacks("key", source="dashboard")).dump
     assert local is not None
     names = [f"node{i}:{4242 + i}" for i in range(3)]
     theirs = fake_dump("key", [(0, 2, 5400), (1, 3, 5401)])

@@ -1,7 +1,8 @@
 """The dashboard's keys that act on the run: signal, inject, restart, dump, detach, quit.
 
 :class:`RunCommands` is the half of :class:`~tui_launch.tui.app.Dashboard` (which inherits it)
-whose actions go through the :class:`~tui_launch.tui.sources.live.Source`'s control calls. Which
+whose actions build a command (:mod:`tui_launch.core.model.commands`) and send it through the
+:class:`~tui_launch.tui.sources.live.Source` (``send``). Which
 of them are destructive, and so ask y/n unless ``--no-confirm``, is the action table's to say
 (:mod:`tui_launch.tui.actions`). The view the Dashboard builds (its Stacks tab, the selected
 row) is reached through the methods declared at the top.
@@ -16,6 +17,7 @@ from textual import work
 from textual.app import App
 from textual.worker import get_current_worker
 
+from tui_launch.core.model.commands import DumpStacks, Inject, Restart, SignalRank
 from tui_launch.tui import actions
 from tui_launch.tui.sources.live import Source
 from tui_launch.tui.widgets.screens import ConfirmScreen, InjectScreen
@@ -60,7 +62,7 @@ class RunCommands(App[int]):
         )
 
         def act() -> None:
-            ok = self.source.signal_rank(rank, sig, "dashboard")
+            ok = self.source.send(SignalRank(rank, sig, source="dashboard")).ok
             self.notify(
                 f"{verb} {who}" if ok else f"could not {verb.lower()} {who}",
                 severity="information" if ok else "error",
@@ -97,8 +99,8 @@ class RunCommands(App[int]):
         def done(spec: str | None) -> None:
             if not spec:
                 return
-            ok, message = self.source.inject(spec, "dashboard")
-            self.notify(message, severity="information" if ok else "error")
+            outcome = self.source.send(Inject(spec, source="dashboard"))
+            self.notify(outcome.detail, severity="information" if outcome.ok else "error")
 
         # Kinds this run can never do (exit, exception without --inject-ready) are shown
         # greyed out with the reason, not offered and then refused.
@@ -117,7 +119,7 @@ class RunCommands(App[int]):
         """Restart the whole local worker group without spending the failure budget."""
 
         def act() -> None:
-            ok = self.source.restart("dashboard")
+            ok = self.source.send(Restart(source="dashboard")).ok
             self.notify(
                 "restarting the worker group" if ok else "cannot restart now",
                 severity="information" if ok else "error",
@@ -136,7 +138,7 @@ class RunCommands(App[int]):
 
     @work(thread=True, exit_on_error=False, group="stacks", exclusive=False)
     def _dump_in_thread(self) -> None:
-        event = self.source.dump_stacks("key", "dashboard")
+        event = self.source.send(DumpStacks("key", source="dashboard")).dump
         if not get_current_worker().is_cancelled:
             self.call_from_thread(self._dumped, event)
 

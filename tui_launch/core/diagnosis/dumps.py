@@ -29,6 +29,7 @@ from tui_launch.core.diagnosis.stacks import (
     verdict,
 )
 from tui_launch.core.diagnosis.stacks.pyspy import MAX_CHILDREN
+from tui_launch.core.model.commands import NO_WORKER, DumpStacks, control_event
 from tui_launch.core.model.diskspace import write_error
 from tui_launch.core.model.events import ControlAction, Event, StacksDumped
 from tui_launch.core.workers.table import RankTable, process_alive
@@ -107,7 +108,8 @@ class Dumper:
             targets = self.targets()
             attempt = self._ranks.attempt
             if not targets:
-                self._post(ControlAction.on_run("dump", source, False, "no running worker"))
+                refused = DumpStacks(reason, source=source)
+                self._post(control_event(refused, False, NO_WORKER))
                 return None
             dump = self._dump(targets, reason, timeout, max_children)
             v = verdict(dump)

@@ -18,9 +18,11 @@ Who may connect:
 
 The protocol is one JSON object per line. A connection starts with a hello naming its mode
 (``control`` or ``read``); a ``read`` connection may ask ``status`` and nothing else: every
-command it sends is refused (and journaled as refused). Commands are the control API of
-:class:`~tui_launch.core.run.handle.RunHandle`: ``signal`` (kill, SIGTERM, SIGSTOP, SIGCONT of a
-rank), ``restart``, ``inject``, ``dump`` and ``stop`` (the whole job). Each is journaled as a
+command it sends is refused (and journaled as refused). A command is data,
+``{"cmd": {"kind": ..., ...}}`` (:mod:`tui_launch.core.model.commands`), executed by
+:meth:`~tui_launch.core.run.handle.RunHandle.execute`: ``signal`` (kill, SIGTERM, SIGSTOP,
+SIGCONT of a rank), ``restart``, ``inject``, ``dump`` and ``stop`` (the whole job); the answer
+is its :class:`~tui_launch.core.model.commands.Outcome`. Each is journaled as a
 :class:`~tui_launch.core.model.events.ControlAction` whose ``source`` names the client:
 ``attach pid <pid> uid <uid>`` (from ``SO_PEERCRED``, not from anything the client says).
 
@@ -44,9 +46,22 @@ import struct
 import tempfile
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from tui_launch.core.model.events import ControlAction, Event, WorkersStarted, to_dict
+from tui_launch.core.model.commands import (
+    Command,
+    DumpStacks,
+    Inject,
+    Outcome,
+    SignalRank,
+    StopRun,
+    command_from_dict,
+    command_to_dict,
+    control_event,
+    refused_event,
+)
+from tui_launch.core.model.events import ControlAction, Event, WorkersStarted
 
 if TYPE_CHECKING:
     from tui_launch.core.run.handle import RunHandle
@@ -289,11 +304,12 @@ class ControlServer:
             _send(conn, self.handle(request, who, control=mode == "control"))
 
     def handle(self, request: dict[str, Any], who: str, control: bool) -> dict[str, Any]:
-        """Answer one request from ``who`` (the journaled source); ``control``: the connection
-        may act (else every command is refused, and journaled as refused)."""
-        cmd = str(request.get("cmd", ""))
+        """Answer one request from ``who`` (the journaled source): ``{"cmd": "status"}``, or
+        ``{"cmd": {...}}``, a command as :func:`command_to_dict` writes it. ``control``: the
+        connection may act (else every command is refused, and journaled as refused)."""
+        raw = request.get("cmd")
         run = self.run
-        if cmd == "status":
+        if raw == "status":
             snap = run.store.snapshot()
             stopped = [r.local_rank for r in snap.ranks if run.is_stopped(r.local_rank)]
             return {
@@ -303,38 +319,33 @@ class ControlServer:
                 "done": run.done,
                 "stopped": stopped,
             }
-        if cmd not in ("signal", "restart", "inject", "dump", "stop"):
-            return {"ok": False, "detail": f"unknown command {cmd!r}"}
+        if not isinstance(raw, dict):
+            return {"ok": False, "detail": f"unknown command {raw!r}"}
+        try:
+            cmd = command_from_dict(raw)
+        except ValueError as e:
+            return {"ok": False, "detail": f"bad command: {e}"}
+        if not cmd.remote:
+            return {"ok": False, "detail": f"unknown command {cmd.kind!r}"}
+        # Who asked is read from SO_PEERCRED, never taken from what the client says.
+        cmd = replace(cmd, source=who)
         if not control:
             detail = "refused: a read-only connection (attach without --control)"
-            run.store.post(ControlAction.on_run(cmd, who, False, detail))
+            run.store.post(refused_event(cmd, detail))
             return {"ok": False, "detail": detail}
-        try:
-            return self._act(cmd, request, who)
-        except (KeyError, TypeError, ValueError) as e:
-            return {"ok": False, "detail": f"bad {cmd} request: {e}"}
-
-    def _act(self, cmd: str, request: dict[str, Any], who: str) -> dict[str, Any]:
-        run = self.run
-        if cmd == "signal":
-            sig = SIGNALS[str(request["signal"])]
-            return {"ok": run.signal_rank(int(request["rank"]), sig, who)}
-        if cmd == "restart":
-            return {"ok": run.restart(who)}
-        if cmd == "inject":
-            # Scheduling posts nothing of its own (each firing is an Injected later): the
-            # request is journaled here, refused or not.
-            spec = str(request["spec"])
-            ok, detail = run.inject(spec, who)
-            run.store.post(ControlAction.on_run("inject", who, ok, f"{spec}: {detail}"))
-            return {"ok": ok, "detail": detail}
-        if cmd == "dump":
-            event = run.dump_stacks("attach", who)
-            return {"ok": event is not None, "event": None if event is None else to_dict(event)}
-        # stop: the whole job, as q in the launcher's own dashboard
-        run.store.post(ControlAction.on_run("stop", who, True, "SIGTERM to the workers"))
-        run.stop(signal.SIGTERM, f"stop from {who}")
-        return {"ok": True}
+        if isinstance(cmd, SignalRank | StopRun) and cmd.sig not in SIGNALS.values():
+            return {"ok": False, "detail": f"bad {cmd.kind} request: signal {cmd.sig}"}
+        if isinstance(cmd, StopRun):  # the whole job, as q in the launcher's own dashboard
+            cmd = replace(cmd, reason=f"stop from {who}")
+        elif isinstance(cmd, DumpStacks):  # the dump's directory and event say "attach"
+            cmd = replace(cmd, reason="attach")
+        outcome = run.execute(cmd)
+        if isinstance(cmd, Inject):
+            # Scheduling journals nothing of its own (each firing is an Injected later): a
+            # request from afar is journaled here, refused or not.
+            detail = f"{cmd.spec}: {outcome.detail}"
+            run.store.post(control_event(cmd, outcome.ok, detail))
+        return outcome.to_dict()
 
 
 def _send(conn: socket.socket, obj: dict[str, Any]) -> None:
@@ -373,7 +384,17 @@ class ControlClient:
         self.mode = mode
         self.timeout = timeout
 
+    def send(self, cmd: Command) -> Outcome:
+        """Have the launcher execute ``cmd``; its outcome (ControlError: no answer, or the
+        connection refused)."""
+        return Outcome.from_dict(self.request({"cmd": command_to_dict(cmd)}))
+
     def call(self, cmd: str, **args: Any) -> dict[str, Any]:
+        """Send a request by name (``status``) and return the answer (ControlError: no
+        answer, or refused)."""
+        return self.request({"cmd": cmd, **args})
+
+    def request(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Send one request and return the answer (ControlError: no answer, or refused)."""
         check_socket(self.path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -388,7 +409,7 @@ class ControlClient:
             hello = json.loads(next(lines))
             if not hello.get("ok"):
                 raise ControlError(str(hello.get("error", "refused")))
-            _send(sock, {"cmd": cmd, **args})
+            _send(sock, obj)
             answer: dict[str, Any] = json.loads(next(lines))
             return answer
         except (OSError, StopIteration, ValueError) as e:

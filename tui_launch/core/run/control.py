@@ -1,9 +1,12 @@
 """The control API: what a front end, an injection or a test can do to a running job.
 
-Signal, kill, stop or continue one rank; ask for a restart of the group; make a Python worker
-exit or raise (through the worker bootstrap's order files); kill the whole node. Every call
-posts one :class:`~tui_launch.core.model.events.ControlAction`, whether it worked or not, so the
-dashboard, the headless lines and the journal all say what was done and by whom.
+Every verb is a command (:mod:`tui_launch.core.model.commands`); :meth:`Control.execute` is
+the one place a live run carries them out: signal, kill, stop or continue one rank; restart
+the group; make a Python worker exit or raise (through the worker bootstrap's order files);
+kill the whole node; schedule an injection; dump the ranks' stacks; stop the job. Every
+command posts one :class:`~tui_launch.core.model.events.ControlAction` (or, for a dump, a
+``StacksDumped``), whether it worked or not, so the dashboard, the headless lines and the
+journal all say what was done and by whom.
 
 Commands never wait for the agent: they signal processes or set a flag that the agent thread
 acts on at its next monitor tick.
@@ -18,10 +21,28 @@ import shutil
 import signal
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tui_launch.core.model.events import ControlAction, Event
+from tui_launch.core.model.commands import (
+    Command,
+    DumpStacks,
+    ExitRank,
+    Inject,
+    KillNode,
+    Outcome,
+    RaiseInRank,
+    RankCommand,
+    Restart,
+    SignalRank,
+    StopRun,
+    allowed,
+    control_event,
+)
+from tui_launch.core.model.events import Event, StacksDumped
 from tui_launch.core.workers.table import RankTable, signal_group
+
+if TYPE_CHECKING:
+    from tui_launch.core.model.store import Snapshot
 
 
 class ShimDir:
@@ -61,7 +82,7 @@ class ShimDir:
 
 
 class Control:
-    """The runner's control API over this node's ranks.
+    """The runner's control API over this node's ranks: :meth:`execute` runs a command.
 
     Args:
         post: the run store's ``post``.
@@ -69,6 +90,10 @@ class Control:
         shim: the bootstrap's order directory.
         request_restart: asks the agent thread for a restart at its next tick; returns None
             if accepted, else why not ("agent is restarting").
+        snapshot: the store's ``snapshot`` (what :func:`allowed` judges a command by).
+        schedule: schedules an ``--inject`` spec: ``(text, source) -> (ok, message)``.
+        dump: dumps every live rank's stacks: ``(reason, source) -> StacksDumped | None``.
+        stop: stops the run: ``(sig, reason)``.
     """
 
     def __init__(
@@ -77,45 +102,70 @@ class Control:
         ranks: RankTable,
         shim: ShimDir,
         request_restart: Callable[[], str | None],
+        snapshot: Callable[[], Snapshot],
+        schedule: Callable[[str, str], tuple[bool, str]],
+        dump: Callable[[str, str], StacksDumped | None],
+        stop: Callable[[int, str], None],
     ) -> None:
         self._post = post
         self._ranks = ranks
         self._shim = shim
         self._request_restart = request_restart
+        self._snapshot = snapshot
+        self._schedule = schedule
+        self._dump = dump
+        self._stop = stop
         # Called just before `node` kills the launcher (the dashboard restores the terminal).
         self.before_exit: list[Callable[[], None]] = []
 
-    def _post_control(
-        self,
-        action: str,
-        *,
-        local_rank: int | None = None,
-        global_rank: int | None = None,
-        pid: int | None = None,
-        signal: str | None = None,
-        source: str,
-        ok: bool,
-        detail: str = "",
-    ) -> None:
-        self._post(
-            ControlAction(
-                action=action,
-                local_rank=local_rank,
-                global_rank=global_rank,
-                pid=pid,
-                signal=signal,
-                source=source,
-                ok=ok,
-                detail=detail,
+    def execute(self, cmd: Command) -> Outcome:
+        """Carry out ``cmd`` if :func:`allowed` lets it act on the run as it stands (else
+        journal the refusal); the outcome says what was done or why not."""
+        reason = allowed(self._snapshot(), cmd)
+        if reason is None:
+            return self.perform(cmd)
+        if isinstance(cmd, RankCommand):
+            rank = self._ranks.info(cmd.local_rank)
+            self._post(
+                control_event(cmd, False, reason, global_rank=rank.global_rank, pid=rank.pid)
             )
-        )
+        else:
+            self._post(control_event(cmd, False, reason))
+        return Outcome(False, reason)
 
-    def signal_rank(self, local_rank: int, sig: int, source: str = "api") -> bool:
-        """Send ``sig`` to one local rank's worker process. Returns whether it was sent."""
-        sig = signal.Signals(sig)
-        action = {signal.SIGSTOP: "stop", signal.SIGCONT: "continue"}.get(sig, "signal")
-        if sig == signal.SIGKILL:
-            action = "kill"
+    def perform(self, cmd: Command) -> Outcome:
+        """Carry out ``cmd`` without asking :func:`allowed` (an injection firing: the
+        injector has checked the rank table itself, which may be ahead of the snapshot).
+        The one dispatch on the command's type."""
+        if isinstance(cmd, SignalRank):
+            return self._signal(cmd)
+        if isinstance(cmd, ExitRank):
+            return self._order(cmd, {"kind": "exit", "code": int(cmd.code)})
+        if isinstance(cmd, RaiseInRank):
+            return self._order(cmd, {"kind": "exception", "message": cmd.message})
+        if isinstance(cmd, Restart):
+            refused = self._request_restart()
+            self._post(control_event(cmd, refused is None, refused or ""))
+            return Outcome(refused is None, refused or "")
+        if isinstance(cmd, Inject):
+            # Scheduling posts nothing of its own: each firing is an Injected event later.
+            return Outcome(*self._schedule(cmd.spec, cmd.source))
+        if isinstance(cmd, DumpStacks):
+            event = self._dump(cmd.reason, cmd.source)  # posts the dump, or why none
+            return Outcome(event is not None, "" if event else "no running worker", event)
+        if isinstance(cmd, StopRun):
+            detail = f"{signal.Signals(cmd.sig).name} to the workers"
+            self._post(control_event(cmd, True, detail))
+            self._stop(cmd.sig, cmd.reason)
+            return Outcome(True, detail)
+        if isinstance(cmd, KillNode):
+            self._kill_node(cmd)
+            return Outcome(True)  # only where os.kill is faked: the launcher is gone
+        raise TypeError(f"not a command: {cmd!r}")
+
+    def _signal(self, cmd: SignalRank) -> Outcome:
+        sig = signal.Signals(cmd.sig)
+        local_rank, source = cmd.local_rank, cmd.source
         rank = self._ranks.info(local_rank)
         pid, grank = rank.pid, rank.global_rank
         ok, detail = False, "no running worker"
@@ -135,53 +185,18 @@ class Control:
                 ok, detail = False, "process already gone"
             except PermissionError as e:
                 ok, detail = False, str(e)
-        self._post_control(
-            action,
-            local_rank=local_rank,
-            global_rank=grank,
-            pid=pid,
-            signal=sig.name,
-            source=source,
-            ok=ok,
-            detail=detail,
-        )
-        return ok
-
-    def kill_rank(self, local_rank: int, source: str = "api") -> bool:
-        """SIGKILL one rank, as the OOM killer would."""
-        return self.signal_rank(local_rank, signal.SIGKILL, source)
-
-    def stop_rank(self, local_rank: int, source: str = "api") -> bool:
-        """SIGSTOP one rank (and its children): it hangs until continued."""
-        return self.signal_rank(local_rank, signal.SIGSTOP, source)
-
-    def continue_rank(self, local_rank: int, source: str = "api") -> bool:
-        """SIGCONT a stopped rank."""
-        return self.signal_rank(local_rank, signal.SIGCONT, source)
+        self._post(control_event(cmd, ok, detail, global_rank=grank, pid=pid))
+        return Outcome(ok, detail)
 
     def is_stopped(self, local_rank: int) -> bool:
         """Whether tuilaunch has stopped this rank and not continued it."""
         return self._ranks.is_stopped(local_rank)
 
-    def restart(self, source: str = "api") -> bool:
-        """Ask for a restart of the whole local worker group (no failure budget spent)."""
-        refused = self._request_restart()
-        self._post_control("restart", source=source, ok=refused is None, detail=refused or "")
-        return refused is None
-
-    def exit_rank(self, local_rank: int, code: int, source: str = "api") -> bool:
-        """Make a Python worker exit with ``code`` (needs the worker bootstrap)."""
-        return self._order(local_rank, {"kind": "exit", "code": int(code)}, source)
-
-    def raise_in_rank(self, local_rank: int, message: str, source: str = "api") -> bool:
-        """Raise an exception with ``message`` in a Python worker's main thread (bootstrap)."""
-        return self._order(local_rank, {"kind": "exception", "message": message}, source)
-
-    def _order(self, local_rank: int, order: dict[str, Any], source: str) -> bool:
+    def _order(self, cmd: RankCommand, order: dict[str, Any]) -> Outcome:
         from tui_launch.core.workers.shim import INJECT_SIGNAL
 
         kind = str(order["kind"])
-        rank = self._ranks.info(local_rank)
+        rank = self._ranks.info(cmd.local_rank)
         pid = rank.pid
         ok, detail = rank.alive, "" if rank.alive else "no running worker"
         directory = self._shim.path
@@ -193,7 +208,7 @@ class Control:
                 with open(path + ".tmp", "w") as fp:
                     json.dump(order, fp)
                 os.replace(path + ".tmp", path)  # the handler never reads half an order
-                self._ranks.mark(pid, f"{kind} injected by tuilaunch ({source})")
+                self._ranks.mark(pid, f"{kind} injected by tuilaunch ({cmd.source})")
                 os.kill(pid, INJECT_SIGNAL)
                 if rank.stopped:
                     signal_group(pid, signal.SIGCONT)  # a stopped process cannot act on it
@@ -201,21 +216,13 @@ class Control:
                 ok, detail = False, "process already gone"
             except OSError as e:
                 ok, detail = False, str(e)
-        self._post_control(
-            kind,
-            local_rank=local_rank,
-            global_rank=rank.global_rank,
-            pid=pid,
-            source=source,
-            ok=ok,
-            detail=detail,
-        )
-        return ok
+        self._post(control_event(cmd, ok, detail, global_rank=rank.global_rank, pid=pid))
+        return Outcome(ok, detail)
 
-    def kill_node(self, source: str = "api") -> None:
-        """This node dies at once, as if the machine had gone: every worker's process group
-        and the launcher itself are SIGKILLed. The reaper makes sure nothing is left."""
-        self._post_control("node", pid=os.getpid(), signal="SIGKILL", source=source, ok=True)
+    def _kill_node(self, cmd: KillNode) -> None:
+        # This node dies at once, as if the machine had gone: every worker's process group
+        # and the launcher itself are SIGKILLed. The reaper makes sure nothing is left.
+        self._post(control_event(cmd, True, pid=os.getpid()))
         for hook in list(self.before_exit):
             with contextlib.suppress(Exception):
                 hook()

@@ -9,10 +9,12 @@ firing on a :class:`~tui_launch.core.periodic.Periodic`.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable
 
+from tui_launch.core.model.commands import ExitRank, KillNode, RaiseInRank, SignalRank
 from tui_launch.core.model.events import Event, Injected
 from tui_launch.core.periodic import Periodic
 from tui_launch.core.run import inject
@@ -109,9 +111,11 @@ class FaultExecutor:
             return False
         source = "inject" if fired.source == "--inject" else f"inject, {fired.source}"
         if spec.kind == "kill":
-            return self._control.signal_rank(local_rank, inject.parse_signal(spec.signal), source)
+            sig = inject.parse_signal(spec.signal)
+            return self._control.perform(SignalRank(local_rank, sig, source=source)).ok
         if spec.kind == "hang":
-            ok = self._control.stop_rank(local_rank, source)
+            stop = SignalRank(local_rank, signal.SIGSTOP, source=source)
+            ok = self._control.perform(stop).ok
             if ok and spec.duration is not None:
                 t = threading.Timer(
                     spec.duration, self._end_hang, (local_rank, pid, fired.attempt, source)
@@ -123,16 +127,16 @@ class FaultExecutor:
             self._start_slow(local_rank, pid, fired.attempt, spec)
             return True
         if spec.kind == "exit":
-            return self._control.exit_rank(local_rank, spec.code, source)
+            return self._control.perform(ExitRank(local_rank, spec.code, source=source)).ok
         if spec.kind == "exception":
-            return self._control.raise_in_rank(local_rank, spec.message, source)
+            return self._control.perform(RaiseInRank(local_rank, spec.message, source=source)).ok
         if spec.kind == "node":
-            self._control.kill_node(source)
+            self._control.perform(KillNode(source=source))
         return False
 
     def _end_hang(self, local_rank: int, pid: int, attempt: int, source: str) -> None:
         if self._ranks.still_hung(local_rank, pid, attempt):
-            self._control.continue_rank(local_rank, source)
+            self._control.perform(SignalRank(local_rank, signal.SIGCONT, source=source))
 
     def _start_slow(self, local_rank: int, pid: int, attempt: int, spec: InjectSpec) -> None:
         # A straggler: stopped duty % of every period. The toggles are not events (two a

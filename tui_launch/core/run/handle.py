@@ -12,8 +12,9 @@ each part carries:
 - the agent's own log lines (torch and c10d records, raw stderr under the dashboard);
 - the run directory, journal path and cluster-view interval, for the summary and headless;
 - exit hooks, run just before a ``node`` injection kills the launcher;
-- the control API (every call is also a ``ControlAction`` event in the store), and stack
-  dumps of the ranks (``dump_stacks``; every dump is a ``StacksDumped`` event).
+- the control API: :meth:`RunHandle.execute` carries out a command
+  (:mod:`tui_launch.core.model.commands`: signal a rank, restart, inject, dump the stacks,
+  stop...); each is also a ``ControlAction`` event in the store, a dump a ``StacksDumped``.
 
 Threads: every method may be called from any thread; sinks and hooks run on the runner's
 threads and must be quick.
@@ -27,12 +28,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from tui_launch.core.logs.sinks import AgentLogCapture
 from tui_launch.core.logs.tail import Accepts, LineSink, PartialSink, RawSink
+from tui_launch.core.model.commands import Command, Outcome
 from tui_launch.core.model.store import RunStore
 
 if TYPE_CHECKING:  # the parts import torch; a front end importing this module need not
     from tui_launch.core.diagnosis.dumps import Dumper
     from tui_launch.core.diagnosis.stacks import StackDump
-    from tui_launch.core.model.events import StacksDumped
     from tui_launch.core.run.control import Control
     from tui_launch.core.run.faults import FaultExecutor
     from tui_launch.core.run.inject import Fired, InjectSpec
@@ -124,33 +125,15 @@ class RunHandle(Protocol):
 
     # ------------------------------------------------------------------ control API
 
-    def signal_rank(self, local_rank: int, sig: int, source: str = "api") -> bool:
-        """Send ``sig`` to one local rank's worker; whether it was sent."""
-        ...
-
-    def kill_rank(self, local_rank: int, source: str = "api") -> bool:
-        """SIGKILL one rank."""
-        ...
-
-    def stop_rank(self, local_rank: int, source: str = "api") -> bool:
-        """SIGSTOP one rank and its children."""
-        ...
-
-    def continue_rank(self, local_rank: int, source: str = "api") -> bool:
-        """SIGCONT a stopped rank."""
+    def execute(self, cmd: Command) -> Outcome:
+        """Carry out a command (signal a rank, restart, inject, dump, stop...) if the run's
+        state allows it; every command is journaled (a ``ControlAction``, or the dump's
+        ``StacksDumped``). A :class:`DumpStacks` blocks up to a few seconds: call it off a
+        UI thread."""
         ...
 
     def is_stopped(self, local_rank: int) -> bool:
         """Whether tuilaunch stopped this rank and has not continued it."""
-        ...
-
-    def restart(self, source: str = "api") -> bool:
-        """Restart the local worker group without spending the failure budget; whether the
-        agent accepted (it must be running the workers, with no stop asked for)."""
-        ...
-
-    def inject(self, text: str, source: str = "dashboard") -> tuple[bool, str]:
-        """Schedule an ``--inject`` spec now: (ok, what was scheduled or why not)."""
         ...
 
     def inject_refusal(self, kind: str) -> str | None:
@@ -158,25 +141,8 @@ class RunHandle(Protocol):
         None when it can."""
         ...
 
-    def exit_rank(self, local_rank: int, code: int, source: str = "api") -> bool:
-        """Make a Python worker exit with ``code`` (needs the worker bootstrap)."""
-        ...
-
-    def raise_in_rank(self, local_rank: int, message: str, source: str = "api") -> bool:
-        """Raise an exception in a Python worker's main thread (needs the worker bootstrap)."""
-        ...
-
-    def kill_node(self, source: str = "api") -> None:
-        """SIGKILL this node's workers and the launcher itself (after the exit hooks)."""
-        ...
-
     def attempt_alive(self, attempt: int) -> bool:
         """Whether ``attempt`` is current and its workers are being monitored."""
-        ...
-
-    def dump_stacks(self, reason: str = "api", source: str = "api") -> StacksDumped | None:
-        """Dump every live local rank's stacks now (blocks up to a few seconds: call it off a
-        UI thread), keep them in the run directory, post ``StacksDumped``; None: no rank runs."""
         ...
 
     def stack_dump(self, path: str) -> StackDump | None:
@@ -247,45 +213,13 @@ class PartsHandle:
 
     # ------------------------------------------------------------------ control API
 
-    def signal_rank(self, local_rank: int, sig: int, source: str = "api") -> bool:
-        """Send ``sig`` to one local rank's worker process. Returns whether it was sent."""
-        return self.control.signal_rank(local_rank, sig, source)
-
-    def kill_rank(self, local_rank: int, source: str = "api") -> bool:
-        """SIGKILL one rank, as the OOM killer would."""
-        return self.control.kill_rank(local_rank, source)
-
-    def stop_rank(self, local_rank: int, source: str = "api") -> bool:
-        """SIGSTOP one rank (and its children): it hangs until continued."""
-        return self.control.stop_rank(local_rank, source)
-
-    def continue_rank(self, local_rank: int, source: str = "api") -> bool:
-        """SIGCONT a stopped rank."""
-        return self.control.continue_rank(local_rank, source)
+    def execute(self, cmd: Command) -> Outcome:
+        """Carry out ``cmd`` if the run's state allows it (see :meth:`Control.execute`)."""
+        return self.control.execute(cmd)
 
     def is_stopped(self, local_rank: int) -> bool:
         """Whether tuilaunch has stopped this rank and not continued it."""
         return self.control.is_stopped(local_rank)
-
-    def restart(self, source: str = "api") -> bool:
-        """Restart the whole local worker group; the failure budget is not spent."""
-        return self.control.restart(source)
-
-    def exit_rank(self, local_rank: int, code: int, source: str = "api") -> bool:
-        """Make a Python worker exit with ``code`` (needs the worker bootstrap)."""
-        return self.control.exit_rank(local_rank, code, source)
-
-    def raise_in_rank(self, local_rank: int, message: str, source: str = "api") -> bool:
-        """Raise an exception with ``message`` in a Python worker's main thread (bootstrap)."""
-        return self.control.raise_in_rank(local_rank, message, source)
-
-    def kill_node(self, source: str = "api") -> None:
-        """SIGKILL this node's workers and the launcher itself (after the exit hooks)."""
-        self.control.kill_node(source)
-
-    def inject(self, text: str, source: str = "dashboard") -> tuple[bool, str]:
-        """Parse ``text`` (an ``--inject`` spec) and schedule it now; (ok, what or why not)."""
-        return self.faults.inject(text, source)
 
     def inject_refusal(self, kind: str) -> str | None:
         """Why this run can never inject ``kind``; None when it can."""
@@ -298,10 +232,6 @@ class PartsHandle:
     def attempt_alive(self, attempt: int) -> bool:
         """Whether ``attempt`` is the current one and still being monitored (not ending)."""
         return self.faults.attempt_alive(attempt)
-
-    def dump_stacks(self, reason: str = "api", source: str = "api") -> StacksDumped | None:
-        """Dump every live local rank's stacks now, keep and announce them (see Dumper)."""
-        return self.dumper.dump_stacks(reason, source)
 
     def stack_dump(self, path: str) -> StackDump | None:
         """The dump kept at ``path``."""

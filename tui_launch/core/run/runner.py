@@ -158,7 +158,17 @@ class Runner(PartsHandle, AgentCallbacks):
             rank_cpu=self._rank_cpu,
         )
         self.dumper = self.diagnosis.dumper  # the handle's dump_stacks and load_dump
-        self.control = Control(store.post, self.ranks, self.shim, self._request_restart)
+        # Late-bound: the fault executor (an Inject's scheduler) needs the control API too.
+        self.control = Control(
+            store.post,
+            self.ranks,
+            self.shim,
+            self._request_restart,
+            snapshot=store.snapshot,
+            schedule=lambda text, source: self.faults.inject(text, source),
+            dump=self.dumper.dump_stacks,
+            stop=self.stop,
+        )
         self.faults = FaultExecutor(
             self.injector, self.ranks, self.control, self.shim, store.post, self._monitored
         )

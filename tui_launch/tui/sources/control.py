@@ -17,7 +17,7 @@ import signal
 import time
 
 from tui_launch.core.journal.timeline import Timeline
-from tui_launch.core.model.events import StacksDumped, from_dict
+from tui_launch.core.model.commands import Command, Outcome, StopRun
 from tui_launch.core.remote.controlsock import ControlClient, ControlError
 from tui_launch.tui.sources.attach import AttachSource
 
@@ -45,38 +45,21 @@ class ControlSource(AttachSource):
         self.error = ""  # the last refusal or lost connection, for the notification
         self.closed = False  # the dashboard is leaving: a waiting thread must not hold it
 
-    def _call(self, cmd: str, **args: object) -> dict[str, object]:
+    def send(self, cmd: Command) -> Outcome:
+        """Have the launcher execute ``cmd`` over the socket (it names the client itself, so
+        ``cmd.source`` is not trusted); a refusal or a lost connection is kept in
+        :attr:`error` for the notification. A dump takes seconds: off the UI thread."""
         try:
-            answer = self.client.call(cmd, **args)
+            outcome = self.client.send(cmd)
         except ControlError as e:
             self.error = str(e)
-            return {"ok": False, "detail": str(e)}
-        self.error = "" if answer.get("ok") else str(answer.get("detail", ""))
-        return answer
-
-    def signal_rank(self, local_rank: int, sig: int, source: str = "attach") -> bool:
-        """Ask the launcher to send ``sig`` to a local rank."""
-        name = signal.Signals(sig).name
-        return bool(self._call("signal", rank=local_rank, signal=name).get("ok"))
-
-    def restart(self, source: str = "attach") -> bool:
-        """Ask the launcher for a restart of the worker group."""
-        return bool(self._call("restart").get("ok"))
-
-    def inject(self, spec: str, source: str = "attach") -> tuple[bool, str]:
-        """Ask the launcher to schedule an injection."""
-        answer = self._call("inject", spec=spec)
-        return bool(answer.get("ok")), str(answer.get("detail", ""))
-
-    def dump_stacks(self, reason: str = "key", source: str = "attach") -> StacksDumped | None:
-        """Ask the launcher to dump every rank's stacks (seconds: off the UI thread)."""
-        event = self._call("dump").get("event")
-        dumped = from_dict(event) if isinstance(event, dict) else None
-        return dumped if isinstance(dumped, StacksDumped) else None
+            return Outcome(False, str(e))
+        self.error = "" if outcome.ok else outcome.detail
+        return outcome
 
     def stop(self, sig: int = signal.SIGTERM, reason: str = "quit") -> None:
         """Ask the launcher to stop the job (SIGTERM to the workers, as its own ``q``)."""
-        self._call("stop")
+        self.send(StopRun(sig, reason, source="attach"))
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait until the journal says the run finished; its exit code (None: timeout).

@@ -1,7 +1,8 @@
 """What the dashboard reads and commands: a live run, or a fixed fake for tests.
 
 The dashboard only knows :class:`Source`: snapshots, kept log lines, the agent's log lines,
-a clock, and the run's control API. :class:`LiveSource` wraps a live run through its
+a clock, and :meth:`Source.send`, which carries a command
+(:mod:`tui_launch.core.model.commands`) to the run. :class:`LiveSource` wraps a live run through its
 :class:`~tui_launch.core.run.handle.RunHandle`; tests and snapshots use a fake with the same
 surface, and attaching to or replaying a run will be further implementations.
 """
@@ -14,7 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from tui_launch.core.logs.sinks import LogBuffer
-from tui_launch.core.model.events import Event, RunFinished, StacksDumped
+from tui_launch.core.model.commands import Command, Outcome
+from tui_launch.core.model.events import Event, RunFinished
 from tui_launch.core.model.store import Snapshot
 from tui_launch.core.run.handle import RunHandle
 
@@ -44,16 +46,9 @@ class Source(Protocol):
         """The agent's recent log lines (torch, c10d, the launcher's stderr), oldest first."""
         ...
 
-    def signal_rank(self, local_rank: int, sig: int, source: str = "dashboard") -> bool:
-        """Send ``sig`` to a local rank (SIGSTOP/SIGCONT to its group); whether it was sent."""
-        ...
-
-    def restart(self, source: str = "dashboard") -> bool:
-        """Restart the worker group without spending the failure budget; whether accepted."""
-        ...
-
-    def inject(self, spec: str, source: str = "dashboard") -> tuple[bool, str]:
-        """Schedule an ``--inject`` spec now: (ok, what was scheduled or why not)."""
+    def send(self, cmd: Command) -> Outcome:
+        """Act on the run (:mod:`tui_launch.core.model.commands`): what was done or why not.
+        A :class:`DumpStacks` takes up to seconds: never send it on the UI thread."""
         ...
 
     def is_stopped(self, local_rank: int) -> bool:
@@ -63,10 +58,6 @@ class Source(Protocol):
     # A source may also define ``inject_refusal(kind) -> str | None``: why its run can never
     # inject ``kind`` (the inject menu greys that kind out with the reason). A source without
     # it (an attach --control, whose launcher answers the injection itself) offers every kind.
-
-    def dump_stacks(self, reason: str = "key", source: str = "dashboard") -> StacksDumped | None:
-        """Dump every live rank's stacks (takes up to seconds: never on the UI thread)."""
-        ...
 
     def stack_dump(self, path: str) -> StackDump | None:
         """The dump a ``StacksDumped`` points to (quick: kept in memory)."""
@@ -117,29 +108,17 @@ class LiveSource:
         """The agent log's most recent lines."""
         return self.runner.agent_lines()
 
-    def signal_rank(self, local_rank: int, sig: int, source: str = "dashboard") -> bool:
-        """Send ``sig`` to a local rank through the run's control API."""
-        return self.runner.signal_rank(local_rank, sig, source)
-
-    def restart(self, source: str = "dashboard") -> bool:
-        """Ask the run for a restart of the worker group."""
-        return self.runner.restart(source)
+    def send(self, cmd: Command) -> Outcome:
+        """Have the run execute ``cmd`` (it judges and journals it)."""
+        return self.runner.execute(cmd)
 
     def is_stopped(self, local_rank: int) -> bool:
         """Whether the run's rank table has this rank stopped by tuilaunch."""
         return self.runner.is_stopped(local_rank)
 
-    def inject(self, spec: str, source: str = "dashboard") -> tuple[bool, str]:
-        """Schedule an injection in the run."""
-        return self.runner.inject(spec, source)
-
     def inject_refusal(self, kind: str) -> str | None:
         """Why the run can never inject ``kind`` (None: it can)."""
         return self.runner.inject_refusal(kind)
-
-    def dump_stacks(self, reason: str = "key", source: str = "dashboard") -> StacksDumped | None:
-        """Dump every live rank's stacks through the run's control API."""
-        return self.runner.dump_stacks(reason, source)
 
     def stack_dump(self, path: str) -> StackDump | None:
         """The run's dump at ``path``."""

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 from tui_launch.core.journal.timeline import LogKey, Timeline, mark_name, progress_at
 from tui_launch.core.logs.sinks import LogBuffer
 from tui_launch.core.logs.tail import LogSource
-from tui_launch.core.model.events import StacksDumped, WorkersStarted
+from tui_launch.core.model.commands import REPLAY_REFUSAL, Command, Outcome
+from tui_launch.core.model.events import WorkersStarted
 from tui_launch.core.model.store import Snapshot
 
 if TYPE_CHECKING:
@@ -257,21 +258,9 @@ class ReplaySource:
         """None: the agent log is a file of the run directory (agent.log)."""
         return []
 
-    def signal_rank(self, local_rank: int, sig: int, source: str = "replay") -> bool:
-        """Refused: a replay acts on nothing."""
-        return False
-
-    def restart(self, source: str = "replay") -> bool:
-        """Refused: a replay acts on nothing."""
-        return False
-
-    def inject(self, spec: str, source: str = "replay") -> tuple[bool, str]:
-        """Refused: a replay acts on nothing."""
-        return False, "a replay acts on nothing"
-
-    def dump_stacks(self, reason: str = "key", source: str = "replay") -> StacksDumped | None:
-        """Refused: a replay acts on nothing."""
-        return None
+    def send(self, cmd: Command) -> Outcome:
+        """Refused, whatever the command: a replay acts on nothing."""
+        return Outcome(False, REPLAY_REFUSAL)
 
     def stack_dump(self, path: str) -> StackDump | None:
         """A dump the run saved (read from its file; None: unreadable)."""
