@@ -37,6 +37,14 @@ from conftest import (
     wait_gone,
 )
 
+from tui_launch.core.model.commands import (
+    Command,
+    DumpStacks,
+    Inject,
+    SignalRank,
+    StopRun,
+    command_to_dict,
+)
 from tui_launch.core.remote import runindex
 from tui_launch.core.remote.controlsock import (
     MAX_PATH,
@@ -68,7 +76,7 @@ try:
     s.sendall(b'{"hello": "tuilaunch-control", "mode": "control"}\\n')
     reply = s.makefile().readline().strip()
     if json.loads(reply).get("ok"):
-        s.sendall(b'{"cmd": "signal", "rank": 0, "signal": "SIGKILL"}\\n')
+        s.sendall(b'{"cmd": {"kind": "signal", "local_rank": 0, "sig": 9}}\\n')
     print(reply)
 except OSError as e:
     print(type(e).__name__)
@@ -84,15 +92,17 @@ def _journal(path: str) -> list[dict]:
     return out
 
 
-def _client(path: str, mode: str, cmd: str, **args: object) -> tuple[int, dict]:
-    """Run one request from a second process; (its pid, the answer)."""
+def _client(path: str, mode: str, cmd: str | Command) -> tuple[int, dict]:
+    """Run one request from a second process (``status``, or a command as data); (its pid,
+    the answer)."""
+    request = {"cmd": cmd if isinstance(cmd, str) else command_to_dict(cmd)}
     code = (
         "import json, os, sys; from tui_launch.core.remote.controlsock import ControlClient; "
         "print(os.getpid()); print(json.dumps(ControlClient(sys.argv[1], sys.argv[2])"
-        ".call(sys.argv[3], **json.loads(sys.argv[4]))))"
+        ".request(json.loads(sys.argv[3]))))"
     )
     out = subprocess.run(
-        [PY, "-c", code, path, mode, cmd, json.dumps(args)],
+        [PY, "-c", code, path, mode, json.dumps(request)],
         env=base_env(),
         capture_output=True,
         text=True,
@@ -180,11 +190,11 @@ def test_control_from_a_second_process(tuilaunch) -> None:
         # Read-only: status yes, commands no (and the refusal is journaled).
         reader, answer = _client(path, "read", "status")
         assert answer["ok"] and answer["phase"] == "running"
-        reader, answer = _client(path, "read", "signal", rank=1, signal="SIGKILL")
+        reader, answer = _client(path, "read", SignalRank(1, signal.SIGKILL))
         assert answer == {"ok": False, "detail": answer["detail"]}
         assert "read-only" in answer["detail"]
         # Control: SIGKILL rank 1 from this second process.
-        killer, answer = _client(path, "control", "signal", rank=1, signal="SIGKILL")
+        killer, answer = _client(path, "control", SignalRank(1, signal.SIGKILL))
         assert answer["ok"] is True
     finally:
         silent.close()
@@ -206,9 +216,9 @@ def test_control_from_a_second_process(tuilaunch) -> None:
     assert refused["source"] == f"attach (read-only) pid {reader} uid {uid}"
 
     # An injection the launcher refuses, and a stack dump: both journaled with the client.
-    injector, answer = _client(path, "control", "inject", spec="bogus:rank=0")
+    injector, answer = _client(path, "control", Inject("bogus:rank=0"))
     assert answer["ok"] is False and answer["detail"]
-    dumper, answer = _client(path, "control", "dump")
+    dumper, answer = _client(path, "control", DumpStacks())
     assert answer["ok"] is True and answer["event"]["kind"] == "stacks_dumped"
     assert answer["event"]["source"] == f"attach pid {dumper} uid {uid}"
     events = _journal(journal)
@@ -219,7 +229,7 @@ def test_control_from_a_second_process(tuilaunch) -> None:
     assert dumped["source"] == f"attach pid {dumper} uid {uid}"
 
     # Stop the whole job from the socket: it ends as a SIGTERM to the launcher would.
-    stopper, answer = _client(path, "control", "stop")
+    stopper, answer = _client(path, "control", StopRun())
     assert answer["ok"]
     assert job.wait(180) == 143
     assert not os.path.exists(path)  # the socket goes with the run

@@ -24,6 +24,8 @@ from conftest import (
     wait_gone,
 )
 
+from tui_launch.core.model import commands
+from tui_launch.core.model.commands import SignalRank
 from tui_launch.core.model.events import RankExited, Restart, WorkersStarted
 from tui_launch.core.model.store import RunStore
 from tui_launch.core.run.args import parse
@@ -139,14 +141,14 @@ def test_stop_continue_restart_and_stop(tmp_path, harness_env):
     assert os.environ[SHARE_STORE_ENV] == "1"
 
     # SIGSTOP one rank: the snapshot shows it stopped, and so does the kernel.
-    assert h.runner.stop_rank(0) is True
+    assert h.runner.execute(SignalRank(0, signal.SIGSTOP)).ok is True
     assert h.store.snapshot().rank(0).state == "stopped"
     assert h.store.snapshot().rank(1).state == "running"
     wait_for(lambda: _proc_state(pid0) == "T", 5, what="rank 0 in state T")
     assert h.runner.is_stopped(0)
 
     # SIGCONT: running again, in the snapshot and in the kernel.
-    assert h.runner.continue_rank(0) is True
+    assert h.runner.execute(SignalRank(0, signal.SIGCONT)).ok is True
     assert h.store.snapshot().rank(0).state == "running"
     wait_for(lambda: _proc_state(pid0) != "T", 5, what="rank 0 continued")
     assert not h.runner.is_stopped(0)
@@ -158,7 +160,7 @@ def test_stop_continue_restart_and_stop(tmp_path, harness_env):
     assert h.events(RankExited) == []
 
     # A manual restart: new processes with the next restart count, no budget spent.
-    assert h.runner.restart() is True
+    assert h.runner.execute(commands.Restart()).ok is True
     snap = h.running_attempt(1)
     restarts = h.events(Restart)
     assert len(restarts) == 1
@@ -192,15 +194,15 @@ def test_kill_rank_spends_budget_and_names_tuilaunch(tmp_path, harness_env):
     pid0, pid1 = snap.rank(0).pid, snap.rank(1).pid
 
     # Nothing to signal on a rank that does not exist.
-    assert h.runner.signal_rank(5, signal.SIGUSR1) is False
+    assert h.runner.execute(SignalRank(5, signal.SIGUSR1)).ok is False
     assert h.store.snapshot().controls[-1].ok is False
 
     # Rank 0 is SIGSTOPped when rank 1 dies: torch's SIGTERM to it must not wait for the
     # 30 s shutdown timeout (the runner continues stopped ranks before torch tears down).
-    assert h.runner.stop_rank(0)
+    assert h.runner.execute(SignalRank(0, signal.SIGSTOP)).ok
     wait_for(lambda: _proc_state(pid0) == "T", 5, what="rank 0 stopped")
     t0 = time.monotonic()
-    assert h.runner.kill_rank(1) is True
+    assert h.runner.execute(SignalRank(1, signal.SIGKILL)).ok is True
     snap = h.running_attempt(1)
     assert time.monotonic() - t0 < 25
     restarts = h.events(Restart)
@@ -227,9 +229,9 @@ def test_kill_rank_spends_budget_and_names_tuilaunch(tmp_path, harness_env):
 
 @needs_shutdown_timeout
 def test_restart_and_stop_while_a_rank_is_stopped_are_prompt(tmp_path, harness_env):
-    """Ranks paused with stop_rank() are continued before torch's own SIGTERM.
+    """Ranks paused with a SIGSTOP command are continued before torch's own SIGTERM.
 
-    Otherwise the SIGTERM stays pending: restart() would wait torch's hard-coded 30 s and
+    Otherwise the SIGTERM stays pending: a restart would wait torch's hard-coded 30 s and
     stop() the whole --shutdown-timeout before SIGKILL (a bug fixed in 66d7f22).
     """
     token, made = harness_env
@@ -238,14 +240,14 @@ def test_restart_and_stop_while_a_rank_is_stopped_are_prompt(tmp_path, harness_e
     h.start()
     snap = h.running_attempt(0)
     pid0 = snap.rank(0).pid
-    assert h.runner.stop_rank(0)
+    assert h.runner.execute(SignalRank(0, signal.SIGSTOP)).ok
     wait_for(lambda: _proc_state(pid0) == "T", 5, what="rank 0 stopped")
-    assert h.runner.restart()
+    assert h.runner.execute(commands.Restart()).ok
     # steady.py dies at once on SIGTERM when it can run: a new attempt in seconds, not 30.
     snap = h.running_attempt(1, timeout=15)
 
     pid0 = snap.rank(0).pid
-    assert h.runner.stop_rank(0)
+    assert h.runner.execute(SignalRank(0, signal.SIGSTOP)).ok
     wait_for(lambda: _proc_state(pid0) == "T", 5, what="rank 0 stopped")
     t0 = time.monotonic()
     h.runner.stop()
@@ -292,7 +294,7 @@ def test_stop_during_a_slow_restart_starts_no_new_workers(tmp_path, harness_env)
 
     first = wait_for(ready_pids, 60, what="stubborn workers ready")
     # The workers ignore SIGTERM: torch's restart waits (30 s) in its own shutdown.
-    assert runner.restart()
+    assert runner.execute(commands.Restart()).ok
     wait_for(lambda: store.snapshot().phase == "restarting", 10, what="restart under way")
     time.sleep(1.0)
     runner.stop()

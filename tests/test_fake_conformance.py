@@ -1,13 +1,15 @@
 """The FakeSource's control API answers as a live run does.
 
-:class:`~tui_launch.testing.fake_source.FakeSource` re-implements the runner's control
-semantics (which signal is which action, what is refused when no worker runs, restart only
-while the workers run) so that the pilot and snapshot tests need no processes. This test keeps
-the two in step: the same control calls go to a :class:`~tui_launch.tui.sources.live.LiveSource`
-over a real :class:`~tui_launch.core.run.runner.Runner` (two real CPU ranks of steady.py) and to a
+:class:`~tui_launch.testing.fake_source.FakeSource` simulates the runner's commands (which
+signal is which action, a hang as a stop) so that the pilot and snapshot tests need no
+processes; what each command may do it asks the same pure rule as the runner,
+:func:`~tui_launch.core.model.commands.allowed`. This test keeps the two in step: the same
+commands go to a :class:`~tui_launch.tui.sources.live.LiveSource` over a real
+:class:`~tui_launch.core.run.runner.Runner` (two real CPU ranks of steady.py) and to a
 FakeSource that is fed the live run's own events (so both see the same ranks in the same
-states), and the :class:`~tui_launch.core.model.events.ControlAction` events they post must agree on
-action, signal, outcome, rank and source. Pids are not compared.
+states); ``allowed`` must judge both alike, and the
+:class:`~tui_launch.core.model.events.ControlAction` events they post must agree on action,
+signal, outcome, rank and source. Pids are not compared.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import TOKEN_VAR, WORKERS, wait_for, wait_gone
 
+from tui_launch.core.model.commands import Command, DumpStacks, Restart, SignalRank, allowed
 from tui_launch.core.model.events import ControlAction, Event
 from tui_launch.core.model.store import RunStore, Snapshot
 from tui_launch.core.run.args import parse
@@ -98,25 +101,32 @@ def test_fake_and_live_sources_post_the_same_control_actions(
     runner.start()
     _running(store, runner, 0)
 
-    def both(call: str, *args: object) -> None:
+    def both(cmd: Command) -> None:
         fake = mirror.sync()
-        got_live = getattr(source, call)(*args, "dashboard")
-        got_fake = getattr(fake, call)(*args, "dashboard")
-        assert got_live == got_fake, (call, args, got_live, got_fake)
+        # One permission rule: judged on the same state, the two sources agree before acting.
+        assert allowed(store.snapshot(), cmd) == allowed(fake.snapshot(), cmd), cmd
+        got_live = source.send(cmd)
+        got_fake = fake.send(cmd)
+        assert (got_live.ok, got_live.detail) == (got_fake.ok, got_fake.detail), (
+            cmd,
+            got_live,
+            got_fake,
+        )
 
-    both("signal_rank", 0, signal.SIGSTOP)
+    both(SignalRank(0, signal.SIGSTOP, source="dashboard"))
     assert source.is_stopped(0) and mirror.fake.is_stopped(0)
-    both("signal_rank", 0, signal.SIGCONT)
+    both(SignalRank(0, signal.SIGCONT, source="dashboard"))
     assert not source.is_stopped(0) and not mirror.fake.is_stopped(0)
-    both("signal_rank", 7, signal.SIGTERM)  # no such rank
-    both("restart")  # while the workers run: accepted, no budget spent
+    both(SignalRank(7, signal.SIGTERM, source="dashboard"))  # no such rank
+    both(Restart(source="dashboard"))  # while the workers run: accepted, no budget spent
     _running(store, runner, 1)
-    both("signal_rank", 0, signal.SIGTERM)
-    both("signal_rank", 1, signal.SIGKILL)
+    both(SignalRank(0, signal.SIGTERM, source="dashboard"))
+    both(SignalRank(1, signal.SIGKILL, source="dashboard"))
     # No budget: the run fails. A rank that has exited is refused, and so is a restart.
     wait_for(lambda: runner.done, 120, what="the run to end")
-    both("signal_rank", 1, signal.SIGTERM)
-    both("restart")
+    both(SignalRank(1, signal.SIGTERM, source="dashboard"))
+    both(Restart(source="dashboard"))
+    both(DumpStacks("key", source="dashboard"))  # no rank runs: refused by both
 
     live_actions = _controls(store.events())
     fake_actions = _controls(mirror.fake.events)
@@ -130,6 +140,7 @@ def test_fake_and_live_sources_post_the_same_control_actions(
         ("kill", "SIGKILL", True),
         ("signal", "SIGTERM", False),
         ("restart", None, False),
+        ("dump", None, False),
     ]
 
 

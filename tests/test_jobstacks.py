@@ -36,6 +36,7 @@ from test_multinode import (
     wait_hosting,
 )
 
+from tui_launch.core.model.commands import DumpStacks
 from tui_launch.core.model.events import JobStacks, StacksDumped
 from tui_launch.core.model.store import RunStore
 from tui_launch.core.run.args import parse
@@ -115,7 +116,7 @@ def test_dump_on_one_node_gives_every_rank_of_the_job(backend, launches, tmp_pat
         what="both nodes in the cluster view",
     )
 
-    local = runner.dump_stacks("api", "api")
+    local = runner.execute(DumpStacks("api", source="api")).dump
     assert isinstance(local, StacksDumped) and len(local.ranks) == 2
 
     def gathered() -> JobStacks | None:

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -36,6 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tui_launch import metrics
 from tui_launch.core.model import events as ev
+from tui_launch.core.model.commands import SignalRank
 from tui_launch.core.model.store import RunStore
 from tui_launch.core.run.args import Options, parse
 from tui_launch.metrics import families as fam
@@ -930,7 +932,7 @@ def real_run(tmp_path_factory):
             runner.start()
             attempt_running(0)
             out["before"] = _get(url)[2]
-            runner.kill_rank(1)
+            runner.execute(SignalRank(1, signal.SIGKILL))
             attempt_running(1)
             out["after"] = _get(url)[2]
             if prom is not None:
