@@ -106,7 +106,7 @@ class FakeSource:
             return self._signal(cmd, reason)
         if isinstance(cmd, Restart):
             self.actions.append(("restart", None, None))
-            self.post(control_event(cmd, reason is None, reason or "", **self._stamp()))
+            self.post(control_event(cmd, reason is None, reason or "", stamp=self._stamp()))
             return Outcome(reason is None, reason or "")
         if isinstance(cmd, Inject):
             return self._inject(cmd)
@@ -114,7 +114,7 @@ class FakeSource:
             return self._dump(cmd, reason)
         if isinstance(cmd, StopRun):
             detail = f"{signal.Signals(cmd.sig).name} to the workers"
-            self.post(control_event(cmd, True, detail, **self._stamp()))
+            self.post(control_event(cmd, True, detail, stamp=self._stamp()))
             self.stop(cmd.sig, cmd.reason)
             return Outcome(True, detail)
         # ExitRank, RaiseInRank, KillNode: only injections give them, and the fake fires none.
@@ -130,7 +130,9 @@ class FakeSource:
         grank, pid = (row.global_rank, row.pid) if row else (None, None)
         stamp = self._stamp()
         self.post(
-            control_event(cmd, reason is None, reason or "", global_rank=grank, pid=pid, **stamp)
+            control_event(
+                cmd, reason is None, reason or "", global_rank=grank, pid=pid, stamp=stamp
+            )
         )
         return Outcome(reason is None, reason or "")
 
@@ -172,7 +174,7 @@ class FakeSource:
         from tui_launch.testing.builders import fake_dump, fake_dumped
 
         if reason is not None:
-            self.post(control_event(cmd, False, reason, **self._stamp()))
+            self.post(control_event(cmd, False, reason, stamp=self._stamp()))
             return Outcome(False, reason)
         self.actions.append(("dump", None, None))
         live = [r for r in self._snap.ranks if r.state in LIVE_STATES]

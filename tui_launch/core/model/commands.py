@@ -238,9 +238,10 @@ def control_event(
     *,
     global_rank: int | None = None,
     pid: int | None = None,
-    **stamp: float,
+    stamp: dict[str, float] | None = None,
 ) -> ControlAction:
-    """The :class:`ControlAction` that says ``cmd`` was carried out (or failed doing so)."""
+    """The :class:`ControlAction` that says ``cmd`` was carried out (or failed doing so);
+    ``stamp``: its ``mono`` and ``wall`` (default: now; a fake's fixed clock)."""
     sig: str | None = None
     if isinstance(cmd, SignalRank):
         sig = cmd.signal_name
@@ -255,7 +256,7 @@ def control_event(
         source=cmd.source,
         ok=ok,
         detail=detail,
-        **stamp,
+        **(stamp or {}),
     )
 
 
