@@ -18,6 +18,7 @@ from test_tui_pilot import drive, row_texts, wait_until
 from textual.pilot import Pilot
 from textual.widgets import Input, OptionList, Static
 
+from tui_launch.core.model.commands import Inject
 from tui_launch.core.model.store import RunStore
 from tui_launch.core.run.args import parse
 from tui_launch.core.run.inject import KINDS
@@ -194,8 +195,8 @@ def test_exit_and_exception_greyed_out_without_the_bootstrap(
     try:
         asyncio.run(main())
         assert source.inject_refusal("kill") is None
-        ok, why = source.inject("exit:rank=0", "test")  # refused as before, for the API
-        assert not ok and "--inject-ready" in why
+        out = source.send(Inject("exit:rank=0", source="test"))  # refused as before, for the API
+        assert not out.ok and "--inject-ready" in out.detail
     finally:
         runner.stop()
         runner.wait(30)
@@ -224,8 +225,8 @@ def test_the_fake_refuses_like_the_runner() -> None:
     drive("healthy", check)  # the fake's runs have the bootstrap unless told otherwise
     src = scenarios.STATES["healthy"]()
     src.inject_ready = False
-    assert src.inject("exception:rank=0", "test")[0] is False
-    assert src.inject("kill:rank=0", "test")[0] is True
+    assert src.send(Inject("exception:rank=0", source="test")).ok is False
+    assert src.send(Inject("kill:rank=0", source="test")).ok is True
 
 
 class TestInjectSnapshots:
