@@ -7,7 +7,7 @@
   :class:`TextfileWriter` (``tuilaunch_<run-id>_<node>.prom`` for node_exporter).
 - :mod:`~tui_launch.core.metrics.node`: the ``node`` label (host name, or ``<host>/<group rank>``
   when agents of the run share a host).
-- :func:`start_exporters` here is the one call the CLI makes. The README's "Metrics" section
+- :func:`start_exporters` here is the one call the CLI makes. docs/metrics.md
   lists the metrics, a scrape config and alert rules.
 
 This ``__init__`` loads neither prometheus_client nor the submodules until they are used
