@@ -403,7 +403,7 @@ def test_a_rich_bar_is_live_in_the_rank_log_only_with_tty_compatible(
 ) -> None:
     """rich draws a Progress live only on a terminal; a rank's stdout is a file under tuilaunch.
     ``TTY_COMPATIBLE=1`` in the launch's environment (rich >= 14 honours it) makes it draw
-    into the file anyway, where the tailer and the progress parser see it (the README's
+    into the file anyway, where the tailer and the progress parser see it (docs/dashboard.md's
     workaround for Lightning's RichProgressBar)."""
     env = {k: v for k, v in base_env().items() if k not in ("FORCE_COLOR", "TTY_INTERACTIVE")}
     env.pop("TTY_COMPATIBLE", None)

@@ -5,7 +5,7 @@ parse the exposition with prometheus_client's own parser. One real 2-rank CPU ru
 steady.py, as tests/test_control.py builds it, with the fake NVML for GPU families) is scraped
 over a real socket before and after a SIGKILL, and, where Debian's ``prometheus`` is installed,
 by a real Prometheus server whose query API must return the series. The scrape config and the
-alert rules of the README's "Metrics" section are checked and unit-tested with ``promtool``.
+alert rules of docs/metrics.md are checked and unit-tested with ``promtool``.
 The command line itself (tuilaunch processes, two agents as two nodes) is in
 tests/test_metrics_cli.py.
 """
@@ -681,11 +681,9 @@ def test_bad_options_are_one_line_exit_2_in_process(capsys, argv, needles):
 
 
 def _yaml_blocks() -> list[str]:
-    """The YAML blocks of the README's "Metrics" section (the scrape config, the rules)."""
-    text = (ROOT / "README.md").read_text()
-    start = text.index("\n## Metrics\n")
-    section = text[start : text.index("\n## ", start + 1)]
-    return re.findall(r"```yaml\n(.*?)```", section, re.DOTALL)
+    """The YAML blocks of docs/metrics.md (the scrape config, the rules)."""
+    text = (ROOT / "docs" / "metrics.md").read_text()
+    return re.findall(r"```yaml\n(.*?)```", text, re.DOTALL)
 
 
 def _rules_file(tmp_path: Path) -> Path:
@@ -744,7 +742,7 @@ def _job_series(
     PROMTOOL is None, reason="promtool not installed (Debian: apt install prometheus)"
 )
 def test_readme_alert_rules_fire_as_written(tmp_path):
-    """``promtool test rules`` on the README's rules, over the series tuilaunch exports.
+    """``promtool test rules`` on docs/metrics.md's rules, over the series tuilaunch exports.
 
     Run ``r1`` (two nodes): rank 0 on n1 prints every minute until minute 5, rank 1 on n2 never
     prints (its files' mtime stays at the start); one failure restart at minute 30, seen by both

@@ -71,3 +71,69 @@ def test_readme_destructive_keys_match_the_action_table():
     assert sentence is not None
     documented = set(re.findall(r"`([^`]+)`", sentence.group(1)))
     assert documented == {key for a in ACTIONS if a.destructive for key in a.keys}
+
+
+# ------------------------------------------------------------ links between the documents
+
+_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+_FENCE = re.compile(r"^(```|~~~)")
+
+
+def _prose(text: str) -> list[str]:
+    """The lines of a Markdown text outside fenced code blocks."""
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if _FENCE.match(line.lstrip()):
+            fenced = not fenced
+            continue
+        if not fenced:
+            lines.append(line)
+    return lines
+
+
+def _anchors(path) -> set[str]:
+    """The #anchors GitHub makes for a Markdown file's headings."""
+    seen: dict[str, int] = {}
+    anchors = set()
+    for line in _prose(path.read_text()):
+        m = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if not m:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
+
+
+def _documents() -> list:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_relative_links_resolve():
+    """Every relative link in README.md and docs/*.md names an existing file, and every
+    #anchor a heading of the file it points to."""
+    broken = []
+    for doc in _documents():
+        for line in _prose(doc.read_text()):
+            for target in _LINK.findall(line):
+                if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+                    continue
+                file, _, anchor = target.partition("#")
+                path = (doc.parent / file).resolve() if file else doc
+                where = f"{doc.relative_to(ROOT)}: {target}"
+                if not path.exists():
+                    broken.append(f"{where} (no such file)")
+                elif anchor and (path.suffix != ".md" or anchor not in _anchors(path)):
+                    broken.append(f"{where} (no such heading)")
+    assert broken == []
+
+
+def test_readme_links_every_docs_page():
+    """The README is the front page: each page of docs/ is reachable from it."""
+    linked = {
+        (ROOT / target.partition("#")[0]).resolve()
+        for line in _prose((ROOT / "README.md").read_text())
+        for target in _LINK.findall(line)
+    }
+    assert [p.name for p in (ROOT / "docs").glob("*.md") if p.resolve() not in linked] == []

@@ -8,7 +8,7 @@
 - :mod:`~tui_launch.metrics.node`: the ``node`` label (host name, or ``<host>/<group rank>``
   when agents of the run share a host).
 - :mod:`~tui_launch.metrics.exporters`: :func:`start_exporters`, the one call the launch makes.
-  The README's "Metrics" section
+  docs/metrics.md
   lists the metrics, a scrape config and alert rules.
 
 This ``__init__`` loads neither prometheus_client nor the submodules until they are used

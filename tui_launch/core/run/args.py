@@ -249,8 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="PORT",
         help="Serve Prometheus metrics (workers, restarts, per-rank and per-GPU telemetry) at "
-        "http://127.0.0.1:PORT/metrics while the run lasts (off by default; see the README's "
-        "Metrics section).",
+        "http://127.0.0.1:PORT/metrics while the run lasts (off by default; see "
+        "docs/metrics.md).",
     )
     ours.add_argument(
         "--metrics-bind",
