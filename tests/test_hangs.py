@@ -199,7 +199,7 @@ def test_bad_hang_options_are_one_line_and_exit_2(capsys) -> None:
     from tui_launch.core.run.args import parse
 
     for argv, message in (
-        (["--hang-timeout", "-1"], "--hang-timeout must be >= 0"),
+        (["--hang-timeout", "-1"], "--hang-timeout must be a finite number of seconds >= 0"),
         (["--on-hang", "explode"], "argument --on-hang: invalid choice: 'explode'"),
     ):
         with pytest.raises(SystemExit) as exc:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from conftest import WORKERS, base_env, read_journal, tuilaunch_cmd
+from rich.console import Console
 
 from tui_launch.core import telemetry as tm
 from tui_launch.core.model.events import (
@@ -712,8 +713,8 @@ def test_no_gpu_never_initialises_nvml(sleepers: list[subprocess.Popen[bytes]]) 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--gpu-interval", "0"], "--gpu-interval must be > 0"),
-        (["--journal-samples", "-1"], "--journal-samples must be >= 0"),
+        (["--gpu-interval", "0"], "--gpu-interval must be a finite number of seconds > 0"),
+        (["--journal-samples", "-1"], "--journal-samples must be a finite number of seconds >= 0"),
     ],
 )
 def test_bad_telemetry_options(
@@ -793,7 +794,10 @@ def test_live_dashboard_shows_telemetry_of_a_real_run(
             seen["rows"] = rows()
             gpus = app.query_one("#gpus", Static)
             seen["title"] = gpus.border_title
-            seen["gpus"] = str(gpus.content)
+            # What the panel shows, as text (its content is a width-aware renderable).
+            shown = Console(width=60, record=True, file=io.StringIO())
+            shown.print(gpus.content)
+            seen["gpus"] = shown.export_text()
             app.save_screenshot("live-telemetry.svg", str(tmp_path))
 
     try:

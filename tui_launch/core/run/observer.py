@@ -255,12 +255,15 @@ class AgentCallbacks:
         if by_agent:
             # Ranks that raised by themselves at about the same moment as the first (an
             # assert every rank hits at the same step) are first seen only once torch began
-            # tearing the group down: their own traceback says they failed, not torch.
+            # tearing the group down: they exited by themselves (a code, not the agent's
+            # signal), and their own traceback says they failed, not torch. A rank whose error
+            # is a peer's death (a collective's connection reset) is the first failure's
+            # consequence, whatever it printed.
             known = self.ranks.view().exits
             own = {
                 lr: code
                 for lr, code in codes.items()
-                if code not in (None, 0) and lr not in known and self._raised(lr)
+                if code is not None and code > 0 and lr not in known and self._raised(lr)
             }
         new, seen = self.ranks.record_exits(own, by_agent=False) if own else ([], {})
         more, seen = self.ranks.record_exits(
@@ -276,9 +279,12 @@ class AgentCallbacks:
     def _raised(self, local_rank: int) -> bool:
         """Whether ``local_rank`` left its own error behind: a ``@record`` error file, or a
         stderr that ends with a traceback."""
-        if errors.read_error_file(self.files.error_files.get(local_rank)):
-            return True
-        return errors.died_raising(errors.tail_lines(self.files.stderr_paths.get(local_rank)))
+        recorded = errors.read_error_file(self.files.error_files.get(local_rank))
+        if recorded:
+            message, trace, _ = recorded
+            return not errors.peer_failure(message, trace)
+        tail = errors.tail_lines(self.files.stderr_paths.get(local_rank))
+        return errors.died_raising(tail) and not errors.peer_failure(*tail)
 
     def on_restart(self, agent_obj: TorchAgent, wg: WorkerGroup) -> None:
         """torch restarts the group: post why, and what is left of the failure budget."""

@@ -52,17 +52,31 @@ _JOIN = (
 )
 
 
-def run_token() -> str:
-    """This launcher's run token, set in its environment so that workers inherit it.
+_TOKEN: list[str] = []
 
-    A token inherited from another launcher (tuilaunch started inside a worker) is replaced:
-    its first part is the pid of the launcher that made it.
+
+def run_token() -> str:
+    """This launcher's run token (made once; its first part is the launcher's pid)."""
+    if not _TOKEN:
+        _TOKEN.append(f"{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    return _TOKEN[0]
+
+
+def export_token() -> str:
+    """Put the run token in this process's environment, so that workers inherit it.
+
+    Only the sweep (the fallback without a cgroup) needs it: under a cgroup the workers'
+    environment stays exactly the one torchrun gives them. A token inherited from another
+    launcher (tuilaunch started inside a worker) is replaced.
     """
-    tok = os.environ.get(TOKEN_VAR, "")
-    if tok.split("-", 1)[0] != str(os.getpid()):
-        tok = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        os.environ[TOKEN_VAR] = tok
+    tok = run_token()
+    os.environ[TOKEN_VAR] = tok
     return tok
+
+
+def sweep_expected() -> bool:
+    """Whether this run will fall back to the token sweep (no cgroup v2 to create one in)."""
+    return os.environ.get(CONTAINMENT_VAR) == "sweep" or _cgroup2_dir()[0] is None
 
 
 def _cgroup2_dir() -> tuple[str | None, str]:
@@ -167,22 +181,31 @@ class Containment:
 
 
 def contain(token: str) -> Containment:
-    """This run's containment: its own cgroup v2 where possible, else subreaper + token sweep."""
+    """This run's containment: its own cgroup v2 where possible, else subreaper + token sweep
+    (the token then goes into the environment the workers inherit)."""
+    cgroup, why = _make_cgroup()
+    if cgroup is None:
+        export_token()
+        return Containment(token, None, why)
+    return Containment(token, cgroup)
+
+
+def _make_cgroup() -> tuple[str | None, str]:
     if os.environ.get(CONTAINMENT_VAR) == "sweep":  # the fallback, on purpose (tests, odd hosts)
-        return Containment(token, None, f"{CONTAINMENT_VAR}=sweep")
+        return None, f"{CONTAINMENT_VAR}=sweep"
     parent, why = _cgroup2_dir()
     if parent is None:
-        return Containment(token, None, why)
+        return None, why
     path = os.path.join(parent, CGROUP_NAME.format(pid=os.getpid(), tag=uuid.uuid4().hex[:8]))
     try:
         os.mkdir(path)
     except OSError as e:
-        return Containment(token, None, f"cannot create a cgroup in {parent}: {e.strerror}")
+        return None, f"cannot create a cgroup in {parent}: {e.strerror}"
     if not os.path.exists(os.path.join(path, "cgroup.kill")):
         with contextlib.suppress(OSError):
             os.rmdir(path)
-        return Containment(token, None, "the kernel has no cgroup.kill (Linux < 5.14)")
-    return Containment(token, path)
+        return None, "the kernel has no cgroup.kill (Linux < 5.14)"
+    return path, ""
 
 
 def _become_subreaper() -> bool:
@@ -436,7 +459,9 @@ __all__ = [
     "Containment",
     "Reaper",
     "contain",
+    "export_token",
     "kill_contained",
     "run_token",
+    "sweep_expected",
     "token_pids",
 ]

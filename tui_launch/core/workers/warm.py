@@ -430,9 +430,11 @@ def prestart(argv: Sequence[str]) -> WarmPool | None:
     if WARM_OPTION not in argv:
         return None
     count = guess_count(argv)
-    # The run's token first: the spare's environment is what /proc shows for the workers it
-    # forks, and the no-orphans sweep (without a cgroup) finds them by it.
-    reaper.run_token()
+    # Without a cgroup, the run's token first: the spare's environment is what /proc shows for
+    # the workers it forks, and the no-orphans sweep finds them by it. (Under a cgroup the
+    # spare joins it before it forks, and the environment stays torchrun's.)
+    if reaper.sweep_expected():
+        reaper.export_token()
     env = dict(os.environ)
     if "OMP_NUM_THREADS" not in env and count > 1:
         env["OMP_NUM_THREADS"] = "1"
