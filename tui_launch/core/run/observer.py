@@ -64,7 +64,9 @@ class Supervisor:
         telemetry: the GPU/process sampler (None: none).
         warm: ``--warm-start``'s spare (None: cold starts).
 
-    Everything below but the parts is the agent thread's alone: it runs every method.
+    Its own state (the pending cause, the failure count, the notes...) is the agent thread's:
+    set up before that thread starts, then read and written only by it (the rendezvous sampler
+    reads the agent, once set, through :meth:`rdzv_handler`).
     """
 
     def __init__(
