@@ -125,6 +125,7 @@ def bench_tick(ticks: int, inferred: bool) -> dict[str, float]:
 def bench_share(seconds: float) -> dict[str, float]:
     """The telemetry thread's share of the launcher's CPU in a real 8-rank launch."""
     from tui_launch.core.run.args import parse
+    from tui_launch.core.run.config import RunConfig
     from tui_launch.core.run.runner import Runner
     from tui_launch.core.run.validate import validate
 
@@ -143,7 +144,7 @@ def bench_share(seconds: float) -> dict[str, float]:
 
     store.subscribe(on_event)
     tel = tm.Telemetry(store.post, interval=1.0)
-    runner = Runner(args, store, echo=False, telemetry=tel)
+    runner = Runner(args, store, RunConfig(echo=False), telemetry=tel)
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.monotonic()
     runner.start()

@@ -93,6 +93,7 @@ def live_demo(timeout: float = 180.0) -> Path:
     """A screenshot of a real 2-rank run of tests/workers/steady.py."""
     from tui_launch.core.model.store import RunStore
     from tui_launch.core.run.args import parse
+    from tui_launch.core.run.config import RunConfig
     from tui_launch.core.run.runner import Runner
     from tui_launch.tui.app import Dashboard
     from tui_launch.tui.sources.live import LiveSource
@@ -108,7 +109,9 @@ def live_demo(timeout: float = 180.0) -> Path:
     # As the command line builds it: CPU and memory per rank; on this GPU-less machine the
     # GPU panel says why it is empty.
     telemetry = Telemetry(store.post, interval=1.0, gpu=True, journal_every=10.0)
-    runner = Runner(args, store, echo=False, mute_agent_console=True, telemetry=telemetry)
+    runner = Runner(
+        args, store, RunConfig(echo=False, mute_agent_console=True), telemetry=telemetry
+    )
     path = OUT / "live-demo.svg"
 
     async def shoot() -> None:

@@ -29,6 +29,7 @@ from tui_launch.core.model.commands import SignalRank
 from tui_launch.core.model.events import RankExited, Restart, WorkersStarted
 from tui_launch.core.model.store import RunStore
 from tui_launch.core.run.args import parse
+from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 
 STEADY = str(WORKERS / "steady.py")
@@ -84,7 +85,9 @@ class Harness:
         )
         self.args = args
         self.store = RunStore()
-        self.runner = Runner(args, self.store, echo=False, journal_path=str(self.journal))
+        self.runner = Runner(
+            args, self.store, RunConfig(echo=False, journal_path=str(self.journal))
+        )
 
     def start(self) -> None:
         self.runner.start()
@@ -282,7 +285,7 @@ def test_stop_during_a_slow_restart_starts_no_new_workers(tmp_path, harness_env)
         ]
     )
     store = RunStore()
-    runner = Runner(args, store, echo=False, journal_path=str(tmp_path / "j.jsonl"))
+    runner = Runner(args, store, RunConfig(echo=False, journal_path=str(tmp_path / "j.jsonl")))
     h = types.SimpleNamespace(runner=runner)
     made.append(h)
     runner.start()

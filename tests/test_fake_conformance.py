@@ -26,6 +26,7 @@ from tui_launch.core.model.commands import Command, DumpStacks, Restart, SignalR
 from tui_launch.core.model.events import ControlAction, Event
 from tui_launch.core.model.store import RunStore, Snapshot
 from tui_launch.core.run.args import parse
+from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 from tui_launch.testing.fake_source import FakeSource
 from tui_launch.tui.sources.live import LiveSource
@@ -69,7 +70,7 @@ def live(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Runn
     argv = ["--standalone", "--nproc-per-node", "2", "--max-restarts", "0"]
     args, _ = parse([*argv, STEADY, "--seconds", "120"])
     store = RunStore()
-    runner = Runner(args, store, echo=False, journal_path=str(tmp_path / "j.jsonl"))
+    runner = Runner(args, store, RunConfig(echo=False, journal_path=str(tmp_path / "j.jsonl")))
     try:
         yield runner, store
     finally:

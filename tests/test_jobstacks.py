@@ -40,6 +40,7 @@ from tui_launch.core.model.commands import DumpStacks
 from tui_launch.core.model.events import JobStacks, StacksDumped
 from tui_launch.core.model.store import RunStore
 from tui_launch.core.run.args import parse
+from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 
 HANG = str(WORKERS / "hang.py")
@@ -106,7 +107,7 @@ def test_dump_on_one_node_gives_every_rank_of_the_job(backend, launches, tmp_pat
         wait_hosting(remote, port)
     targs, _ = parse([*args, "--log-dir", str(tmp_path / "logs"), *job.script()])
     store = RunStore()
-    runner = Runner(targs, store, echo=False, journal_path=str(tmp_path / "local.jsonl"))
+    runner = Runner(targs, store, RunConfig(echo=False, journal_path=str(tmp_path / "local.jsonl")))
     in_process.append(runner)
     runner.start()
     job.wait_world(4, 4)

@@ -872,6 +872,7 @@ def real_run(tmp_path_factory):
     Where Debian's prometheus is installed, a real server scrapes the run every second and is
     queried while attempt 1 runs. Returns what the tests below check.
     """
+    from tui_launch.core.run.config import RunConfig
     from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
     from tui_launch.core.telemetry import Telemetry
 
@@ -905,7 +906,10 @@ def real_run(tmp_path_factory):
         store = RunStore()
         telemetry = Telemetry(store.post, interval=opts.gpu_interval, journal_every=0)
         runner = Runner(
-            args, store, echo=False, journal_path=str(tmp / "j.jsonl"), telemetry=telemetry
+            args,
+            store,
+            RunConfig(echo=False, journal_path=str(tmp / "j.jsonl")),
+            telemetry=telemetry,
         )
         exporters = metrics.start_exporters(opts, store)
         assert exporters.server is not None

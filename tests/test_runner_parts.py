@@ -1,7 +1,8 @@
 """Unit tests for the runner's parts that need no torch process.
 
 Failure collection (a pure function), node-loss detection against a fake rendezvous handler,
-the cluster view against an in-memory store, injection scheduling, and the rank table.
+the cluster view against an in-memory store, injection scheduling, the rank table, and the
+run's shared state and settings.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ import pytest
 from tui_launch.core.job.view import ClusterView, prefix
 from tui_launch.core.model import errors
 from tui_launch.core.model.events import Event, NodeChange
-from tui_launch.core.model.store import RunStore, Snapshot
+from tui_launch.core.model.store import Phase, RunStore, Snapshot
 from tui_launch.core.model.text import cluster_lines
+from tui_launch.core.run.args import parse
+from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.failures import collect_failures, run_outcome
 from tui_launch.core.run.inject import Fired, Injector, InjectSpec, parse_spec
 from tui_launch.core.run.membership import Membership, failed_here
+from tui_launch.core.run.state import RunState
 from tui_launch.core.seam import rendezvous
 from tui_launch.core.workers.table import RanksView, RankTable
 
@@ -440,3 +444,48 @@ def test_rank_table_continue_stopped_lets_go_for_good():
     finally:
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
+
+
+# ----------------------------------------------------------------------------- run state, config
+
+
+def test_run_state_restart_stop_and_finish():
+    """The run's shared state: a restart is taken only while the group runs and no stop was
+    asked for; the first stop's signal stays; the first finisher wins and settles the run."""
+    state = RunState()
+    assert state.request_restart() == "agent is starting" and not state.monitored()
+    state.set_phase(Phase.RUNNING)
+    assert state.monitored() and not state.settled()
+    assert state.request_restart() is None
+    assert state.take_restart() and not state.take_restart()  # taken once
+    assert state.request_stop(signal.SIGTERM, "stop requested")
+    assert not state.request_stop(signal.SIGINT, "again")
+    assert state.stop_signal == signal.SIGTERM and state.stop_reason == "stop requested"
+    assert not state.monitored() and state.request_restart() == "agent is running"
+    assert state.claim_finish("error", 1, "boom")
+    assert not state.claim_finish("stopped", 143, "killed")
+    assert (state.phase, state.exit_code, state.error_message) == ("error", 1, "boom")
+    assert state.settled()
+
+
+def test_run_config_from_options():
+    """The command line's settings reach the run as one RunConfig (no field relayed)."""
+    _, opts = parse(
+        [
+            "--hang-timeout=7",
+            "--on-hang=stop",
+            "--no-dump-on-failure",
+            "--stack-samples=0",
+            "--inject=exit:rank=0",
+            "--inject-seed=3",
+            "--journal=j.jsonl",
+            "train.py",
+        ]
+    )
+    config = RunConfig.from_options(opts, mute_agent_console=True)
+    assert config.hang_timeout == 7 and config.on_hang == "stop"
+    assert not config.dump_on_failure and config.stack_samples == 0
+    assert [s.kind for s in config.inject] == ["exit"] and config.inject_seed == 3
+    assert config.journal_path == "j.jsonl" and config.mute_agent_console
+    assert config.bootstrap  # an exit spec needs the worker bootstrap
+    assert not RunConfig().bootstrap and RunConfig().hang_timeout == 0

@@ -747,6 +747,7 @@ def test_live_dashboard_shows_telemetry_of_a_real_run(
     from textual.widgets import Static
 
     from tui_launch.core.run.args import parse
+    from tui_launch.core.run.config import RunConfig
     from tui_launch.core.run.runner import Runner
     from tui_launch.tui.app import Dashboard
     from tui_launch.tui.sources.live import LiveSource
@@ -760,7 +761,7 @@ def test_live_dashboard_shows_telemetry_of_a_real_run(
     )  # fmt: skip
     store = RunStore()
     tel = tm.Telemetry(store.post, interval=0.3)
-    runner = Runner(args, store, echo=False, mute_agent_console=True, telemetry=tel)
+    runner = Runner(args, store, RunConfig(echo=False, mute_agent_console=True), telemetry=tel)
     runner.start()
     app = Dashboard(LiveSource(runner), refresh_hz=10, confirm=False)
     seen: dict[str, object] = {}

@@ -15,6 +15,7 @@ from conftest import WORKERS, leftovers, wait_for
 
 from tui_launch.core.model.store import RunStore
 from tui_launch.core.run.args import parse
+from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 from tui_launch.headless import Headless
 from tui_launch.tui.app import Dashboard
@@ -42,7 +43,9 @@ def test_ui_exception_keeps_the_job_running_headless(tmp_path, monkeypatch):
         ["--standalone", "--nproc-per-node", "2", str(WORKERS / "steady.py"), "--seconds", "8"]
     )
     store = RunStore()
-    runner = Runner(args, store, journal_path=str(tmp_path / "j.jsonl"), mute_agent_console=True)
+    runner = Runner(
+        args, store, RunConfig(journal_path=str(tmp_path / "j.jsonl"), mute_agent_console=True)
+    )
     fd2_before = os.fstat(2)
     runner.start()
     try:

@@ -26,6 +26,7 @@ from textual._compositor import LayoutUpdate
 
 from tui_launch.core.model.store import RunStore
 from tui_launch.core.run.args import parse
+from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 from tui_launch.testing import scenarios
 from tui_launch.tui.app import Dashboard
@@ -77,7 +78,7 @@ def test_a_workers_escapes_are_shown_inert(tmp_path: Path, monkeypatch: pytest.M
         ]
     )
     store = RunStore()
-    runner = Runner(args, store, echo=False, journal_path=str(tmp_path / "j.jsonl"))
+    runner = Runner(args, store, RunConfig(echo=False, journal_path=str(tmp_path / "j.jsonl")))
     app = Dashboard(LiveSource(runner), refresh_hz=20.0)
 
     async def main() -> None:

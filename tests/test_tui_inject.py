@@ -21,6 +21,7 @@ from textual.widgets import Input, OptionList, Static
 from tui_launch.core.model.commands import Inject
 from tui_launch.core.model.store import RunStore
 from tui_launch.core.run.args import parse
+from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.inject import KINDS
 from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 from tui_launch.testing import scenarios
@@ -143,7 +144,9 @@ def _live_runner(tmp_path: Path, *extra: str) -> tuple[Runner, RunStore]:
     )
     store = RunStore()
     journal = str(tmp_path / f"j{len(extra)}.jsonl")
-    runner = Runner(args, store, echo=False, journal_path=journal, inject_ready=opts.inject_ready)
+    runner = Runner(
+        args, store, RunConfig(echo=False, journal_path=journal, inject_ready=opts.inject_ready)
+    )
     return runner, store
 
 

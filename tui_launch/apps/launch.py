@@ -184,7 +184,7 @@ def _run(
     the command line, for the run index; ``console``: the launcher runs detached; ``pool``:
     --warm-start's spares)."""
     from tui_launch.core.logs.stderr import StderrPipe
-    from tui_launch.core.run.inject import Injector, parse_specs
+    from tui_launch.core.run.config import RunConfig
     from tui_launch.core.run.runner import Runner
     from tui_launch.headless import Headless
     from tui_launch.summary import print_summary
@@ -200,21 +200,8 @@ def _run(
         gpu=not opts.no_gpu,
         journal_every=opts.journal_samples,
     )
-    runner = Runner(
-        args,
-        store,
-        journal_path=opts.journal,
-        mute_agent_console=use_tui,
-        telemetry=telemetry,
-        injector=Injector(parse_specs(opts.inject), seed=opts.inject_seed),
-        inject_ready=opts.inject_ready,
-        hang_timeout=opts.hang_timeout,
-        on_hang=opts.on_hang,
-        dump_on_failure=not opts.no_dump_on_failure,
-        dump_via_faulthandler=opts.dump_via_faulthandler,
-        stack_samples=opts.stack_samples,
-        warm=pool,
-    )
+    config = RunConfig.from_options(opts, mute_agent_console=use_tui)
+    runner = Runner(args, store, config, telemetry=telemetry, warm=pool)
     runner.before_exit(_say_node_dies)
     # The per-user run index (`tuilaunch ls`): this run's entry lives as long as the run.
     from tui_launch.core.remote import runindex

@@ -39,6 +39,7 @@ from tui_launch.core.model.commands import (
     control_event,
 )
 from tui_launch.core.model.events import Event, StacksDumped
+from tui_launch.core.run.state import RunState
 from tui_launch.core.workers.table import RankTable, signal_group
 
 if TYPE_CHECKING:
@@ -88,8 +89,8 @@ class Control:
         post: the run store's ``post``.
         ranks: the rank table.
         shim: the bootstrap's order directory.
-        request_restart: asks the agent thread for a restart at its next tick; returns None
-            if accepted, else why not ("agent is restarting").
+        state: the run's state (a restart is a request the agent thread takes at its next
+            tick, refused unless the group is running).
         snapshot: the store's ``snapshot`` (what :func:`allowed` judges a command by).
         schedule: schedules an ``--inject`` spec: ``(text, source) -> (ok, message)``.
         dump: dumps every live rank's stacks: ``(reason, source) -> StacksDumped | None``.
@@ -101,7 +102,7 @@ class Control:
         post: Callable[[Event], object],
         ranks: RankTable,
         shim: ShimDir,
-        request_restart: Callable[[], str | None],
+        state: RunState,
         snapshot: Callable[[], Snapshot],
         schedule: Callable[[str, str], tuple[bool, str]],
         dump: Callable[[str, str], StacksDumped | None],
@@ -110,7 +111,7 @@ class Control:
         self._post = post
         self._ranks = ranks
         self._shim = shim
-        self._request_restart = request_restart
+        self._state = state
         self._snapshot = snapshot
         self._schedule = schedule
         self._dump = dump
@@ -144,7 +145,7 @@ class Control:
         if isinstance(cmd, RaiseInRank):
             return self._order(cmd, {"kind": "exception", "message": cmd.message})
         if isinstance(cmd, Restart):
-            refused = self._request_restart()
+            refused = self._state.request_restart()
             self._post(control_event(cmd, refused is None, refused or ""))
             return Outcome(refused is None, refused or "")
         if isinstance(cmd, Inject):

@@ -20,6 +20,7 @@ from tui_launch.core.periodic import Periodic
 from tui_launch.core.run import inject
 from tui_launch.core.run.control import Control, ShimDir
 from tui_launch.core.run.inject import Fired, InjectSpec
+from tui_launch.core.run.state import RunState
 from tui_launch.core.workers.table import RankTable
 
 
@@ -32,8 +33,8 @@ class FaultExecutor:
         control: the control API that signals and orders go through.
         shim: the worker bootstrap's order directory (``exit``/``exception`` need it).
         post: the run store's ``post``.
-        monitored: whether the agent is monitoring the current attempt and no stop was asked
-            for (faults of an attempt that is ending are dropped).
+        state: the run's state: whether the agent is monitoring the current attempt and no
+            stop was asked for (faults of an attempt that is ending are dropped).
     """
 
     def __init__(
@@ -43,14 +44,14 @@ class FaultExecutor:
         control: Control,
         shim: ShimDir,
         post: Callable[[Event], object],
-        monitored: Callable[[], bool],
+        state: RunState,
     ) -> None:
         self.injector = injector
         self._ranks = ranks
         self._control = control
         self._shim = shim
         self._post = post
-        self._monitored = monitored
+        self._state = state
         self._lock = threading.Lock()
         self._slow: list[Periodic] = []
         self._closed = False
@@ -83,7 +84,7 @@ class FaultExecutor:
 
     def attempt_alive(self, attempt: int) -> bool:
         """Whether ``attempt`` is the current one and still being monitored (not ending)."""
-        return self._ranks.current(attempt) and self._monitored()
+        return self._ranks.current(attempt) and self._state.monitored()
 
     def inject_fault(self, spec: InjectSpec, local_rank: int, fired: Fired) -> bool:
         """Do one firing of ``spec`` on ``local_rank`` (called by the :class:`Injector`)."""
@@ -147,7 +148,7 @@ class FaultExecutor:
         state = {"stopped": False}
 
         def pause(stop: bool) -> bool:
-            return self._ranks.pause(local_rank, pid, attempt, stop, self._monitored)
+            return self._ranks.pause(local_rank, pid, attempt, stop, self._state.monitored)
 
         def tick() -> float | None:
             if state["stopped"]:  # due to run again, or the loop is ending: let it go

@@ -32,13 +32,7 @@ from tui_launch.core.model.commands import Command, Outcome
 from tui_launch.core.model.store import RunStore
 
 if TYPE_CHECKING:  # the parts import torch; a front end importing this module need not
-    from tui_launch.core.diagnosis.dumps import Dumper
     from tui_launch.core.diagnosis.stacks import StackDump
-    from tui_launch.core.run.control import Control
-    from tui_launch.core.run.faults import FaultExecutor
-    from tui_launch.core.run.inject import Fired, InjectSpec
-    from tui_launch.core.run.membership import Membership
-    from tui_launch.core.run.rundir import RunFiles
 
 
 class RunHandle(Protocol):
@@ -148,91 +142,3 @@ class RunHandle(Protocol):
     def stack_dump(self, path: str) -> StackDump | None:
         """The dump a ``StacksDumped`` points to (None: unreadable)."""
         ...
-
-
-class PartsHandle:
-    """The :class:`RunHandle` surface, forwarded to a run's parts (the runner inherits it).
-
-    The run directory, journal, agent log and log sinks belong to its :class:`RunFiles`; the
-    cluster interval to its :class:`Membership`; the control API to its :class:`Control` and
-    its :class:`FaultExecutor`. Lifecycle (``start``, ``wait``, ``done``, ``stop``) is the
-    runner's own.
-    """
-
-    store: RunStore
-    files: RunFiles
-    control: Control
-    faults: FaultExecutor
-    membership: Membership
-    dumper: Dumper
-
-    # ------------------------------------------------------------------ what the run shows
-
-    @property
-    def agent_log(self) -> AgentLogCapture:
-        """The agent's log capture (torch's and c10d's records, the launcher's stderr)."""
-        return self.files.agent_log
-
-    @property
-    def run_dir(self) -> str | None:
-        """The run's log directory (None until torch made it; always set once done)."""
-        return self.files.run_dir
-
-    @property
-    def journal_path(self) -> str | None:
-        """Where the journal is written."""
-        return self.files.journal.path
-
-    @property
-    def cluster_interval(self) -> float | None:
-        """Seconds between two cluster-view records (None: no cluster view)."""
-        return self.membership.cluster_interval
-
-    def add_log_sink(
-        self, sink: LineSink, lossy: bool = False, accepts: Accepts | None = None
-    ) -> None:
-        """Give ``sink`` every batch of worker lines (``lossy``: a view that may skip)."""
-        self.files.tailer.add_sink(sink, lossy=lossy, accepts=accepts)
-
-    def add_raw_sink(self, sink: RawSink, accepts: Accepts | None = None) -> None:
-        """Give ``sink`` each new byte range of the worker streams it accepts."""
-        self.files.tailer.add_raw_sink(sink, accepts=accepts)
-
-    def add_partial_sink(self, sink: PartialSink) -> None:
-        """Give ``sink`` each worker stream's unterminated text whenever it changes."""
-        self.files.tailer.add_partial_sink(sink)
-
-    def agent_lines(self) -> list[str]:
-        """The agent's most recent log lines, oldest first."""
-        return list(self.files.agent_log.recent)
-
-    def before_exit(self, hook: Callable[[], None], first: bool = False) -> None:
-        """Call ``hook`` just before a ``node`` injection SIGKILLs the launcher."""
-        hooks = self.control.before_exit
-        hooks.insert(0, hook) if first else hooks.append(hook)
-
-    # ------------------------------------------------------------------ control API
-
-    def execute(self, cmd: Command) -> Outcome:
-        """Carry out ``cmd`` if the run's state allows it (see :meth:`Control.execute`)."""
-        return self.control.execute(cmd)
-
-    def is_stopped(self, local_rank: int) -> bool:
-        """Whether tuilaunch has stopped this rank and not continued it."""
-        return self.control.is_stopped(local_rank)
-
-    def inject_refusal(self, kind: str) -> str | None:
-        """Why this run can never inject ``kind``; None when it can."""
-        return self.faults.refusal(kind)
-
-    def inject_fault(self, spec: InjectSpec, local_rank: int, fired: Fired) -> bool:
-        """Do one firing of ``spec`` on ``local_rank`` (the :class:`Injector` calls this)."""
-        return self.faults.inject_fault(spec, local_rank, fired)
-
-    def attempt_alive(self, attempt: int) -> bool:
-        """Whether ``attempt`` is the current one and still being monitored (not ending)."""
-        return self.faults.attempt_alive(attempt)
-
-    def stack_dump(self, path: str) -> StackDump | None:
-        """The dump kept at ``path``."""
-        return self.dumper.load(path)

@@ -1,20 +1,20 @@
-"""What the runner does at each of the agent's transitions, and its one decision point.
+"""What the run does at each of the agent's transitions, and its one decision point.
 
-:class:`AgentCallbacks` is the :class:`~tui_launch.core.seam.agent.AgentObserver` half of the
-:class:`~tui_launch.core.run.runner.Runner` (which inherits it): torch's agent calls these methods
-on the ``tuilaunch-agent`` thread as it creates the agent, rendezvouses, starts, monitors,
-restarts and stops the workers. :meth:`AgentCallbacks.monitor` runs every
-``--monitor-interval`` and is where the runner decides: a stop, a manual restart, a confirmed
+:class:`Supervisor` is the :class:`~tui_launch.core.seam.agent.AgentObserver` that the
+:class:`~tui_launch.core.run.runner.Runner` creates and hands to the seam: torch's agent calls
+its methods on the ``tuilaunch-agent`` thread as it creates the agent, rendezvouses, starts,
+monitors, restarts and stops the workers. :meth:`Supervisor.monitor` runs every
+``--monitor-interval`` and is where the run decides: a stop, a manual restart, a confirmed
 hang, torch's own check, lost nodes, failures, always through torch's own paths
-(``SignalException`` for a stop, ``UNHEALTHY`` for a restart). The parts and state it uses are
-the runner's; their types are declared below.
+(``SignalException`` for a stop, ``UNHEALTHY`` for a restart). It owns the agent thread's
+state (the pending restart cause, the failure count, the notes); the phase and the requests
+it takes are in the run's shared :class:`~tui_launch.core.run.state.RunState`.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +35,7 @@ from tui_launch.core.run.failures import collect_failures, hang_failures, with_p
 from tui_launch.core.run.membership import Membership, elastic, failed_here
 from tui_launch.core.run.rundir import RunFiles
 from tui_launch.core.run.shutdown import Stopper
+from tui_launch.core.run.state import RunState
 from tui_launch.core.run.watchers import Diagnosis
 from tui_launch.core.seam import agent, rendezvous
 from tui_launch.core.seam.agent import RunResult, TorchAgent, WorkerGroup, WorkerSpec
@@ -45,134 +46,184 @@ from tui_launch.core.workers.table import RankTable
 from tui_launch.core.workers.warm import WarmPool
 
 
-class AgentCallbacks:
-    """The agent observer's methods; the :class:`~tui_launch.core.run.runner.Runner` sets up the
-    attributes declared here."""
+class Supervisor:
+    """The agent's observer (:class:`~tui_launch.core.seam.agent.AgentObserver`): what the run
+    does at each of torch's transitions, and the agent thread's own state.
 
-    args: argparse.Namespace
-    store: RunStore
-    host: str
-    files: RunFiles
-    ranks: RankTable
-    membership: Membership
-    injector: inject.Injector
-    telemetry: Telemetry | None
-    reaper: Reaper | None
-    warm: WarmPool | None
-    diagnosis: Diagnosis
-    stopper: Stopper
-    # Guards the phase and the restart flag (the agent thread writes, commands read).
-    _lock: threading.Lock
-    _phase: str
-    _restart_requested: bool
-    # Agent thread only.
-    _agent: TorchAgent
-    _pending_cause: str | None
-    _failure_restarts: int
-    _user_max_restarts: int
-    _rdzv_t0: float
-    _last_group_state: str | None
-    _notes: tuple[str, ...]
-    _connecting: Connecting | None
+    Args:
+        args: torchrun's parsed arguments.
+        store: where events go.
+        host: this node's host name.
+        state: the run's shared state (the phase it moves on, the requests it takes).
+        files: the run's files (logs, error files, the tailer).
+        ranks: the rank table.
+        membership: rounds, lost nodes and the cluster view.
+        injector: the injection schedule (armed per attempt).
+        diagnosis: the watchers (hangs to act on, survivors to dump).
+        stopper: the stop request's way out through torch.
+        telemetry: the GPU/process sampler (None: none).
+        warm: ``--warm-start``'s spare (None: cold starts).
 
-    def _set_phase(self, phase: str) -> None:
-        with self._lock:
-            self._phase = phase
+    Its own state (the pending cause, the failure count, the notes...) is the agent thread's:
+    set up before that thread starts, then read and written only by it (the rendezvous sampler
+    reads the agent, once set, through :meth:`rdzv_handler`).
+    """
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        store: RunStore,
+        host: str,
+        state: RunState,
+        *,
+        files: RunFiles,
+        ranks: RankTable,
+        membership: Membership,
+        injector: inject.Injector,
+        diagnosis: Diagnosis,
+        stopper: Stopper,
+        telemetry: Telemetry | None,
+        warm: WarmPool | None,
+    ) -> None:
+        self._args = args
+        self._store = store
+        self._host = host
+        self._state = state
+        self._files = files
+        self._ranks = ranks
+        self._membership = membership
+        self._injector = injector
+        self._diagnosis = diagnosis
+        self._stopper = stopper
+        self._telemetry = telemetry
+        self._warm = warm
+        self._reaper: Reaper | None = None  # set by begin(): the run's containment
+        self._connecting: Connecting | None = None
+        self._agent: TorchAgent = None
+        self._pending_cause: str | None = None  # why the next restart happens
+        self._failure_restarts = 0
+        self._user_max_restarts = int(getattr(args, "max_restarts", 0))
+        self._rdzv_t0 = 0.0
+        self._last_group_state: str | None = None
+        self._notes: tuple[str, ...] = ()  # said with RunStarted
+
+    def note(self, text: str) -> None:
+        """Add a note for ``RunStarted`` (before the agent exists)."""
+        self._notes += (text,)
+
+    def begin(self, reaper: Reaper | None, connecting: Connecting) -> None:
+        """Before the agent thread starts: the reaper that watches the workers, and what the
+        run connects to (its time is the launch's)."""
+        self._reaper = reaper
+        self._connecting = connecting
+
+    @property
+    def connecting(self) -> Connecting | None:
+        """What the run connected to (an error before the agent existed names it)."""
+        return self._connecting
+
+    def rdzv_handler(self) -> Any:
+        """torch's rendezvous handler, once the agent exists (else None)."""
+        return agent.rdzv_handler(self._agent) if self._agent is not None else None
 
     def wrap_logs_specs(self, logs_specs: Any, spec: WorkerSpec) -> CapturingLogsSpecs:
         """Wrap the user's ``LogsSpecs`` so every rank's output lands in files."""
-        return self.files.wrap_logs_specs(logs_specs, spec)
+        return self._files.wrap_logs_specs(logs_specs, spec)
 
     def check_stop(self) -> None:
-        """On the agent thread: leave through torch's own path once a stop was asked for."""
-        self.stopper.check_stop()
+        """Leave through torch's own path once a stop was asked for."""
+        self._stopper.check_stop()
 
     def on_agent_created(self, agent_obj: TorchAgent) -> None:
         """Post ``RunStarted`` (and the notes); start the telemetry."""
         self._agent = agent_obj
         spec = agent.worker_group(agent_obj).spec
-        started = reports.run_started(spec, self.args, self.host, self._notes)
+        started = reports.run_started(spec, self._args, self._host, self._notes)
         launched = self._connecting.mono if self._connecting is not None else None
-        self.store.post(dataclasses.replace(started, launched_mono=launched))
+        self._store.post(dataclasses.replace(started, launched_mono=launched))
         for note in self._notes:
-            self.store.post(Notice(level="info", message=note))
-        if self.telemetry is not None:
-            self.telemetry.start()  # after RunStarted: the journal begins with it
+            self._store.post(Notice(level="info", message=note))
+        if self._telemetry is not None:
+            self._telemetry.start()  # after RunStarted: the journal begins with it
 
     def on_rendezvous(self, agent_obj: TorchAgent) -> None:
         """A round begins."""
-        self._set_phase(Phase.RENDEZVOUS)
+        self._state.set_phase(Phase.RENDEZVOUS)
         self._rdzv_t0 = time.monotonic()
         handler = agent.rdzv_handler(agent_obj)
-        self.store.post(reports.rendezvous_started(handler, self.args, self.ranks.attempt + 1))
+        self._store.post(reports.rendezvous_started(handler, self._args, self._ranks.attempt + 1))
 
     def on_rendezvous_done(self, agent_obj: TorchAgent, wg: WorkerGroup) -> None:
         """The round is complete: post it, note the members, check ``--inject`` ranks."""
         handler = wg.spec.rdzv_handler
         live = rendezvous.sample(handler)
-        next_attempt = self.ranks.attempt + 1
+        next_attempt = self._ranks.attempt + 1
         duration = time.monotonic() - self._rdzv_t0
-        self.store.post(reports.rendezvous_completed(wg, live, self.args, next_attempt, duration))
-        self.membership.note(int(wg.group_world_size), live, next_attempt)
+        self._store.post(reports.rendezvous_completed(wg, live, self._args, next_attempt, duration))
+        self._membership.note(int(wg.group_world_size), live, next_attempt)
         if wg.workers:
             # Ranks in --inject can only be checked once the world size is known; stop here,
             # before any worker starts (exit status 2, as for any bad input).
-            inject.check_world_size(self.injector.cli_specs, int(wg.workers[0].world_size))
-        self._set_phase(Phase.STARTING)
-        self.membership.start_cluster_view(handler)
+            inject.check_world_size(self._injector.cli_specs, int(wg.workers[0].world_size))
+        self._state.set_phase(Phase.STARTING)
+        self._membership.start_cluster_view(handler)
 
     def on_workers_started(
         self, agent_obj: TorchAgent, wg: WorkerGroup, pids: dict[int, int]
     ) -> None:
         """A new attempt runs: reset the rank table, post the workers, arm the injections."""
         world = int(wg.workers[0].world_size) if wg.workers else 0
-        attempt = self.ranks.begin_attempt(
+        attempt = self._ranks.begin_attempt(
             {lr: int(p) for lr, p in pids.items()},
             {w.local_rank: w.global_rank for w in wg.workers},
             world,
         )
         self._last_group_state = "HEALTHY"
-        if self.reaper is not None:
+        if self._reaper is not None:
             for pid in pids.values():
-                self.reaper.watch(pid)
+                self._reaper.watch(pid)
         agent.hook_close(agent_obj, lambda: self._before_close(agent_obj))
         workers = reports.workers(wg, pids)
-        self.store.post(
-            WorkersStarted(attempt=attempt, workers=workers, log_dir=self.files.attempt_dir)
+        self._store.post(
+            WorkersStarted(attempt=attempt, workers=workers, log_dir=self._files.attempt_dir)
         )
-        if self.telemetry is not None:
-            self.telemetry.set_workers(
+        if self._telemetry is not None:
+            self._telemetry.set_workers(
                 attempt, (RankTarget(w.local_rank, w.global_rank, w.pid) for w in workers)
             )
-        self.diagnosis.attempt_started(attempt, workers)
-        self._set_phase(Phase.RUNNING)
-        self.injector.attempt_started(
+        self._diagnosis.attempt_started(attempt, workers)
+        self._state.set_phase(Phase.RUNNING)
+        self._injector.attempt_started(
             attempt, {w.global_rank: w.local_rank for w in wg.workers}, world
         )
-        if self.warm is not None:  # which ranks were forked warm; a dead spare is replaced
-            self.store.post(Notice(level="info", message=self.warm.attempt_started(attempt, pids)))
+        if self._warm is not None:  # which ranks were forked warm; a dead spare is replaced
+            self._store.post(
+                Notice(level="info", message=self._warm.attempt_started(attempt, pids))
+            )
 
     def _before_close(self, agent_obj: TorchAgent) -> None:
         # Exits seen before torch's first signal are the ranks' own (not collateral).
         seen = self._poll_exits(agent_obj, by_agent=False)
         try:
-            if any(code not in (0, None) for code in seen.values()) and not self.stopper.requested:
+            if (
+                any(code not in (0, None) for code in seen.values())
+                and not self._state.stop_requested
+            ):
                 # torch's poll found a failed rank and is about to terminate the others.
-                self.diagnosis.dump_survivors(self.ranks.attempt)
+                self._diagnosis.dump_survivors(self._ranks.attempt)
         except Exception as e:
-            self.store.post(Notice(level="error", message=f"stack dump: {e}"))
-        self.ranks.continue_stopped()
+            self._store.post(Notice(level="error", message=f"stack dump: {e}"))
+        self._ranks.continue_stopped()
 
     def monitor(
         self, agent_obj: TorchAgent, wg: WorkerGroup, inner: Callable[[WorkerGroup], RunResult]
     ) -> RunResult:
         """One monitor tick, the runner's one decision point: stop, manual restart, torch's
         own check, lost nodes, failures."""
-        self._set_phase(Phase.RUNNING)
-        self.check_stop()
-        with self._lock:
-            manual, self._restart_requested = self._restart_requested, False
-        hang = self.diagnosis.take_hang(self.ranks.attempt)
+        self._state.set_phase(Phase.RUNNING)
+        self._stopper.check_stop()
+        manual = self._state.take_restart()
+        hang = self._diagnosis.take_hang(self._ranks.attempt)
         if hang is not None:
             return self._hang_failure(agent_obj, hang)
         if manual:
@@ -185,14 +236,14 @@ class AgentCallbacks:
 
         seen = self._poll_exits(agent_obj, by_agent=False)
         if any(code != 0 for code in seen.values()):
-            self.ranks.continue_stopped()  # torch is about to SIGTERM the peers
+            self._ranks.continue_stopped()  # torch is about to SIGTERM the peers
         result = inner(wg)
         state = agent.state_name(result)
         handler = wg.spec.rdzv_handler
         if state in ("FAILED", "SUCCEEDED"):
-            self.injector.attempt_ended(self.ranks.attempt)
+            self._injector.attempt_ended(self._ranks.attempt)
         if state == "HEALTHY":
-            lost = self.membership.node_lost(handler)
+            lost = self._membership.node_lost(handler)
             if lost:
                 # torch would wait on these workers until their collectives time out.
                 self._membership_restart(agent_obj, wg, lost)
@@ -201,26 +252,26 @@ class AgentCallbacks:
             self._poll_exits(agent_obj, by_agent=True)
             # Before torch terminates the survivors (torch's poll may have begun already:
             # _before_close dumped them then): where was every other rank?
-            peers = self.diagnosis.dump_survivors(self.ranks.attempt)
+            peers = self._diagnosis.dump_survivors(self._ranks.attempt)
             failures = collect_failures(
                 reported=result.failures,
                 workers=wg.workers,
-                ranks=self.ranks.view(),
-                error_files=self.files.error_files,
-                stderr_paths=self.files.stderr_paths,
-                host=self.host,
+                ranks=self._ranks.view(),
+                error_files=self._files.error_files,
+                stderr_paths=self._files.stderr_paths,
+                host=self._host,
             )
             if peers is not None:
                 failures = with_peers(failures, peers)
-            self.files.tailer.drain()
-            self.store.post(AttemptFailed(attempt=self.ranks.attempt, failures=failures))
+            self._files.tailer.drain()
+            self._store.post(AttemptFailed(attempt=self._ranks.attempt, failures=failures))
             self._pending_cause = "failure"
             # A rank of this node failed by itself: this node is alive and the failure is real.
             # Re-rendezvous at once (no lost-node wait): the other nodes, which only saw their
             # collectives break, see this node on the wait list and restart too.
-            multi = elastic(self.args.nnodes) and self.membership.group_world > 1
+            multi = elastic(self._args.nnodes) and self._membership.group_world > 1
             if multi and not failed_here(failures):
-                lost = self.membership.wait_node_loss(handler, lambda: self.stopper.requested)
+                lost = self._membership.wait_node_loss(handler, lambda: self._state.stop_requested)
                 if lost:
                     self._membership_restart(agent_obj, wg, lost)
         elif state == "SUCCEEDED":
@@ -230,8 +281,8 @@ class AgentCallbacks:
 
     def _hang_failure(self, agent_obj: TorchAgent, hang: HangDetected) -> RunResult:
         """``--on-hang restart|stop``: fail the group as a crash would, the hang its cause."""
-        failures = hang_failures(hang, self.ranks.view(), self.host)
-        self.store.post(AttemptFailed(attempt=hang.attempt, failures=failures))
+        failures = hang_failures(hang, self._ranks.view(), self._host)
+        self._store.post(AttemptFailed(attempt=hang.attempt, failures=failures))
         self._pending_cause = "failure"
         if hang.action == "stop":
             agent.spend_restarts(agent_obj)
@@ -239,14 +290,14 @@ class AgentCallbacks:
         return agent.failed({f.global_rank: (f.local_rank, f.pid) for f in failures})
 
     def _membership_restart(self, agent_obj: TorchAgent, wg: WorkerGroup, lost: list[str]) -> None:
-        self.membership.restart(agent_obj, wg, lost)
+        self._membership.restart(agent_obj, wg, lost)
         self._pending_cause = "membership"
         self._post_group_state("UNHEALTHY")
 
     def _post_group_state(self, state: str) -> None:
         if state != self._last_group_state:
             self._last_group_state = state
-            self.store.post(GroupState(attempt=self.ranks.attempt, state=state))
+            self._store.post(GroupState(attempt=self._ranks.attempt, state=state))
 
     def _poll_exits(self, agent_obj: TorchAgent, by_agent: bool) -> dict[int, int]:
         """Record ranks that have exited since the last poll; return all exits seen so far."""
@@ -259,58 +310,58 @@ class AgentCallbacks:
             # signal), and their own traceback says they failed, not torch. A rank whose error
             # is a peer's death (a collective's connection reset) is the first failure's
             # consequence, whatever it printed.
-            known = self.ranks.view().exits
+            known = self._ranks.view().exits
             own = {
                 lr: code
                 for lr, code in codes.items()
                 if code is not None and code > 0 and lr not in known and self._raised(lr)
             }
-        new, seen = self.ranks.record_exits(own, by_agent=False) if own else ([], {})
-        more, seen = self.ranks.record_exits(
+        new, seen = self._ranks.record_exits(own, by_agent=False) if own else ([], {})
+        more, seen = self._ranks.record_exits(
             {lr: c for lr, c in codes.items() if lr not in own}, by_agent
         )
         new += more
         for x in new:
-            if self.reaper is not None:
-                self.reaper.forget(x.pid)
-            self.store.post(reports.rank_exited(x, self.ranks.attempt))
+            if self._reaper is not None:
+                self._reaper.forget(x.pid)
+            self._store.post(reports.rank_exited(x, self._ranks.attempt))
         return seen
 
     def _raised(self, local_rank: int) -> bool:
         """Whether ``local_rank`` left its own error behind: a ``@record`` error file, or a
         stderr that ends with a traceback."""
-        recorded = errors.read_error_file(self.files.error_files.get(local_rank))
+        recorded = errors.read_error_file(self._files.error_files.get(local_rank))
         if recorded:
             message, trace, _ = recorded
             return not errors.peer_failure(message, trace)
-        tail = errors.tail_lines(self.files.stderr_paths.get(local_rank))
+        tail = errors.tail_lines(self._files.stderr_paths.get(local_rank))
         return errors.died_raising(tail) and not errors.peer_failure(*tail)
 
     def on_restart(self, agent_obj: TorchAgent, wg: WorkerGroup) -> None:
         """torch restarts the group: post why, and what is left of the failure budget."""
-        attempt = self.ranks.attempt
-        self.injector.attempt_ended(attempt)
+        attempt = self._ranks.attempt
+        self._injector.attempt_ended(attempt)
         cause = self._pending_cause or "membership"
         self._pending_cause = None
         if cause == "failure":
             self._failure_restarts += 1
-        self._set_phase(Phase.RESTARTING)
+        self._state.set_phase(Phase.RESTARTING)
         budget_left = max(0, self._user_max_restarts - self._failure_restarts)
-        self.store.post(reports.restart(cause, attempt, budget_left))
+        self._store.post(reports.restart(cause, attempt, budget_left))
 
     def on_shutdown(self) -> None:
         """torch terminates the workers: stopped ranks must run to be able to die."""
-        self.ranks.continue_stopped()
+        self._ranks.continue_stopped()
 
     def on_workers_stopped(self, agent_obj: TorchAgent) -> None:
         """The workers are gone: record the last exits, close the attempt's logs."""
-        attempt = self.ranks.attempt
-        self.injector.attempt_ended(attempt)
+        attempt = self._ranks.attempt
+        self._injector.attempt_ended(attempt)
         self._poll_exits(agent_obj, by_agent=True)
         if attempt >= 0:
-            self.files.tailer.close_attempt(attempt)
+            self._files.tailer.close_attempt(attempt)
 
     def on_exit_barrier(self, done: bool) -> None:
         """The agent waits for the other nodes to finish (or is done waiting)."""
-        self._set_phase(Phase.FINISHING)
-        self.store.post(ExitBarrier(attempt=self.ranks.attempt, done=done))
+        self._state.set_phase(Phase.FINISHING)
+        self._store.post(ExitBarrier(attempt=self._ranks.attempt, done=done))

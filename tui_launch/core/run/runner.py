@@ -3,13 +3,18 @@
 :class:`Runner` calls ``torch.distributed.run.run(args)`` (so ``--standalone``, ``-m``,
 ``--no-python``, ``--run-path``, ``OMP_NUM_THREADS`` and every other flag behave exactly as in
 torchrun) with ``LocalElasticAgent`` swapped for a subclass (:mod:`.agent`, the torch seam)
-that reports every transition to the runner (:mod:`.observer`: the callbacks and ``monitor``,
-the one decision point), which posts it to the :class:`~tui_launch.core.model.store.RunStore`.
-The runner wires the parts and sequences them; each job has its own module:
+that reports every transition to the run's :class:`~.observer.Supervisor` (the callbacks and
+``monitor``, the one decision point), which posts it to the
+:class:`~tui_launch.core.model.store.RunStore`. The runner creates the parts, hands each the
+run's shared :class:`~.state.RunState` and :class:`~.config.RunConfig` where it needs them, and
+sequences the run's start and end; each job has its own module:
 
-- :mod:`.workers`: the rank table (pids, exits, stopped ranks, marks) and its lock;
+- :mod:`.state`: the phase, the stop and restart requests, the outcome, under one lock;
+- :mod:`.config`: tuilaunch's settings for the run, built once from the command line;
+- :mod:`.observer`: the agent's observer and the agent thread's own state;
+- :mod:`tui_launch.core.workers.table`: the rank table (pids, exits, stopped ranks, marks);
 - :mod:`.control`: the control API (signal, kill, stop, continue, restart, orders, node);
-- :mod:`.diagnosis`: stack dumps (``dump_stacks``, before teardown), the hang watch
+- :mod:`.watchers`: stack dumps (``dump_stacks``, before teardown), the hang watch
   (``--on-hang``), progress from the logs and the straggler sampler;
 - :mod:`.faults`: what a fired injection does;
 - :mod:`.membership`: rounds, lost nodes and the cluster view;
@@ -17,13 +22,14 @@ The runner wires the parts and sequences them; each job has its own module:
 - :mod:`.shutdown`: stopping the run, and the watchdog for when torch cannot be reached;
 - :mod:`.rundir`: the run directory and the log wiring;
 - :mod:`.reports`: torch's objects as events;
-- :mod:`.warm`: ``--warm-start``'s spare interpreter (workers forked from it, through the seam);
-- :mod:`.handle`: the surface the front ends use (:class:`~.handle.RunHandle`).
+- :mod:`.handle`: the surface the front ends use (:class:`~.handle.RunHandle`), which the
+  runner implements by forwarding each call to the part that owns it.
 
-Threads: the agent runs on ``tuilaunch-agent``. Commands only set flags or send signals; the
-agent thread acts on flags in ``monitor`` (:mod:`.observer`) (every ``--monitor-interval``), the one
-place where the runner decides, through torch's own paths (``SignalException`` for a stop,
-``UNHEALTHY`` for a restart).
+Threads: the agent runs on ``tuilaunch-agent``, the only thread that acts on torch. Commands
+only set flags (in the :class:`~.state.RunState`) or send signals; the agent thread acts on the
+flags in ``monitor`` (every ``--monitor-interval``), the one place where the run decides,
+through torch's own paths (``SignalException`` for a stop, ``UNHEALTHY`` for a restart). Lock
+order: the rank table's lock before the run state's.
 """
 
 from __future__ import annotations
@@ -37,20 +43,24 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tui_launch.core.model.events import Connecting, LogMark, Notice, RunFinished
-from tui_launch.core.model.store import Phase, RunStore
+from tui_launch.core.diagnosis.stacks import StackDump
+from tui_launch.core.logs.sinks import AgentLogCapture
+from tui_launch.core.logs.tail import Accepts, LineSink, PartialSink, RawSink
+from tui_launch.core.model.commands import Command, Outcome
+from tui_launch.core.model.events import LogMark, Notice, RunFinished
+from tui_launch.core.model.store import RunStore
 from tui_launch.core.run import inject, reports
+from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.control import Control, ShimDir
 from tui_launch.core.run.failures import run_outcome
 from tui_launch.core.run.faults import FaultExecutor
-from tui_launch.core.run.handle import PartsHandle
 from tui_launch.core.run.membership import Membership
-from tui_launch.core.run.observer import AgentCallbacks
+from tui_launch.core.run.observer import Supervisor
 from tui_launch.core.run.rundir import RunFiles
 from tui_launch.core.run.shutdown import Stopper, signal_exit_code
+from tui_launch.core.run.state import RunState
 from tui_launch.core.run.watchers import Diagnosis
 from tui_launch.core.seam import agent, rendezvous
-from tui_launch.core.seam.agent import TorchAgent
 from tui_launch.core.telemetry import Telemetry
 from tui_launch.core.workers import reaper
 from tui_launch.core.workers.reaper import Reaper
@@ -65,28 +75,18 @@ def _nothing() -> None:
     """A step with nothing to do (a part this run does not have)."""
 
 
-class Runner(PartsHandle, AgentCallbacks):
+class Runner:
     """One launch of torch's elastic agent, with a control API (a :class:`.handle.RunHandle`).
+
+    The runner creates the parts, hands each what it needs (the run's shared
+    :class:`~.state.RunState`, its :class:`~.config.RunConfig`, the other parts), sequences
+    the run's start and end, and forwards the handle's surface to the part that owns it.
 
     Args:
         args: torchrun's parsed arguments (``torch.distributed.run.parse_args``).
         store: where events go.
-        echo: whether worker output that torchrun would print goes to the console sinks.
-        journal_path: ``--journal``; default: ``journal.jsonl`` in the run's log directory.
-        mute_agent_console: keep torch's own log lines off stderr (the dashboard shows them).
+        config: tuilaunch's settings for the run (default: those of a plain torchrun run).
         telemetry: the GPU/process sampler to run with the job (None: no telemetry).
-        injector: the ``--inject`` schedule (default: none, but the dashboard may add some).
-        inject_ready: start Python workers through the injection bootstrap even without an
-            ``exit``/``exception`` spec, so that the dashboard can inject those.
-        hang_timeout: ``--hang-timeout``: seconds of silence on every rank before a hang is
-            suspected (0: no detection).
-        on_hang: ``--on-hang``: dump, restart or stop once a hang is confirmed.
-        dump_on_failure: dump the surviving ranks before torch terminates a failed group
-            (``--no-dump-on-failure`` turns it off).
-        dump_via_faulthandler: start Python workers through the bootstrap with faulthandler on
-            a real-time signal, and dump through it instead of py-spy.
-        stack_samples: seconds between two stack samples of every rank, for the straggler
-            inference (0: off).
         warm: ``--warm-start``'s spare (None: every worker starts cold, as in torchrun); the
             runner configures, replaces and closes it.
     """
@@ -95,95 +95,73 @@ class Runner(PartsHandle, AgentCallbacks):
         self,
         args: argparse.Namespace,
         store: RunStore,
+        config: RunConfig | None = None,
         *,
-        echo: bool = True,
-        journal_path: str | None = None,
-        mute_agent_console: bool = False,
         telemetry: Telemetry | None = None,
-        injector: inject.Injector | None = None,
-        inject_ready: bool = False,
-        hang_timeout: float = 0.0,
-        on_hang: str = "dump",
-        dump_on_failure: bool = True,
-        dump_via_faulthandler: bool = False,
-        stack_samples: float = 5.0,
         warm: WarmPool | None = None,
     ) -> None:
+        config = config if config is not None else RunConfig()
         self.args = args
+        self.config = config
         self.warm = warm
         self.store = store
         self.host = socket.gethostname()
         self.telemetry = telemetry
-        self.reaper: Reaper | None = None
-        self.exit_code: int | None = None
-        self.error_message: str | None = None
-        self._mute_agent_console = mute_agent_console
-
-        # Guards the phase and the restart flag (the agent thread writes, commands read).
-        self._lock = threading.Lock()
-        self._phase = Phase.STARTING
-        self._restart_requested = False
+        self.reaper: Reaper | None = None  # start() contains the run
+        self.state = RunState()
         self._thread: threading.Thread | None = None
-        self._done = threading.Event()
-        self._finishing = False
-        self._agent: TorchAgent = None
-        # Agent thread only.
-        self._pending_cause: str | None = None
-        self._failure_restarts = 0
-        self._user_max_restarts = int(getattr(args, "max_restarts", 0))
-        self._rdzv_t0 = 0.0
-        self._last_group_state: str | None = None
-        self._notes: tuple[str, ...] = ()
-        self._connecting: Connecting | None = None
 
         self.ranks = RankTable()
-        self.files = RunFiles(args, journal_path, echo, lambda: self.ranks.attempt + 1)
-        self.files.journal.on_error = self._write_failed
-        self.files.agent_log.on_error = self._write_failed
-        self.injector = injector or inject.Injector()
-        self.shim = ShimDir(
-            inject_ready or dump_via_faulthandler or inject.needs_shim(self.injector.specs),
-            bool(getattr(args, "no_python", False)),
+        self.files = RunFiles(
+            args, config.journal_path, config.echo, lambda: self.ranks.attempt + 1
         )
+        self.files.journal.on_error = self._say
+        self.files.agent_log.on_error = self._say
+        self.injector = inject.Injector(config.inject, seed=config.inject_seed)
+        self.shim = ShimDir(config.bootstrap, bool(getattr(args, "no_python", False)))
         self.diagnosis = Diagnosis(
-            store,
-            self.ranks,
-            self.files,
-            self._monitored,
-            hang_timeout=hang_timeout,
-            on_hang=on_hang,
-            dump_on_failure=dump_on_failure,
-            via_faulthandler=dump_via_faulthandler and self.shim.wanted,
-            stack_samples=stack_samples,
-            rank_cpu=self._rank_cpu,
+            store, self.ranks, self.files, self.state, config, self.shim, self._rank_cpu
         )
         self.dumper = self.diagnosis.dumper  # the handle's dump_stacks and load_dump
+        # The stop watchdog and a second stop end the run themselves: the runner's last steps.
+        self.stopper = Stopper(args, self.ranks, store.post, self.state, self._finish)
         # Late-bound: the fault executor (an Inject's scheduler) needs the control API too.
         self.control = Control(
             store.post,
             self.ranks,
             self.shim,
-            self._request_restart,
+            self.state,
             snapshot=store.snapshot,
             schedule=lambda text, source: self.faults.inject(text, source),
             dump=self.dumper.dump_stacks,
-            stop=self.stop,
+            stop=self.stopper.stop,
         )
         self.faults = FaultExecutor(
-            self.injector, self.ranks, self.control, self.shim, store.post, self._monitored
+            self.injector, self.ranks, self.control, self.shim, store.post, self.state
         )
         self.injector.bind(self.faults)
         self.membership = Membership(
             store.post, store.snapshot, self.host, args, dumper=self.dumper
         )
-        self.stopper = Stopper(
-            args, self.ranks, store.post, self._finish, self._stop_settled, self._stopping
+        self.supervisor = Supervisor(
+            args,
+            store,
+            self.host,
+            self.state,
+            files=self.files,
+            ranks=self.ranks,
+            membership=self.membership,
+            injector=self.injector,
+            diagnosis=self.diagnosis,
+            stopper=self.stopper,
+            telemetry=telemetry,
+            warm=warm,
         )
-        self._sampler = rendezvous.Sampler(store.post, self._handler)
+        self._sampler = rendezvous.Sampler(store.post, self.supervisor.rdzv_handler)
         if self.injector.uses_random:
             seed = self.injector.seed
-            self._notes += (
-                f"inject: rank=random draws use seed {seed} (--inject-seed {seed} repeats them)",
+            self.supervisor.note(
+                f"inject: rank=random draws use seed {seed} (--inject-seed {seed} repeats them)"
             )
 
     # ----------------------------------------------------------------- lifecycle
@@ -191,13 +169,13 @@ class Runner(PartsHandle, AgentCallbacks):
     def start(self) -> None:
         """Start the reaper, the log tailer and the agent thread."""
         self.store.subscribe(self.files.journal.write)
-        self.files.agent_log.install(mute_console=self._mute_agent_console)
+        self.files.agent_log.install(mute_console=self.config.mute_agent_console)
         agent.silence_thread_warning()
         self._fix_restarts()
         # No orphans: the run's cgroup (or subreaper + token sweep), and the reaper for when
         # the launcher dies; which one is in RunStarted's notes.
         contained = reaper.contain(reaper.run_token())
-        self._notes += (contained.describe(),)
+        self.supervisor.note(contained.describe())
         self.reaper = Reaper(contained, lambda m: self.store.post(Notice("warning", m)))
         if self.warm is not None:
             self.warm.set_watch(self.reaper.watch, self.reaper.forget)
@@ -206,8 +184,9 @@ class Runner(PartsHandle, AgentCallbacks):
         self.files.tailer.start()
         # Before torch's rendezvous handler exists: creating it can block a whole connect
         # timeout (a c10d store nobody serves), and the front ends say what it waits for.
-        self._connecting = reports.connecting(self.args)
-        self.store.post(self._connecting)
+        connecting = reports.connecting(self.args)
+        self.supervisor.begin(self.reaper, connecting)
+        self.store.post(connecting)
         self._thread = threading.Thread(target=self._main, name="tuilaunch-agent", daemon=True)
         self._thread.start()
         self._sampler.start()
@@ -219,24 +198,30 @@ class Runner(PartsHandle, AgentCallbacks):
                 return r.cpu
         return None
 
-    def _handler(self) -> Any:
-        return agent.rdzv_handler(self._agent) if self._agent is not None else None
-
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait for the run to end; return its exit code (None on timeout)."""
-        self._done.wait(timeout)
-        return self.exit_code
+        self.state.done.wait(timeout)
+        return self.state.exit_code
 
     @property
     def done(self) -> bool:
         """True once the run has finished and the summary is final."""
-        return self._done.is_set()
+        return self.state.done.is_set()
+
+    @property
+    def exit_code(self) -> int | None:
+        """The run's exit status once done (0, 1, 2 or 128+N), else None."""
+        return self.state.exit_code
+
+    @property
+    def error_message(self) -> str | None:
+        """Why the run ended in an error (None: it did not)."""
+        return self.state.error_message
 
     @property
     def phase(self) -> str:
         """Where the agent thread is, in the snapshot's words (:class:`~.store.Phase`)."""
-        with self._lock:
-            return self._phase
+        return self.state.phase
 
     def _fix_restarts(self) -> None:
         # torch >= 2.5 shares the rendezvous TCPStore with the workers; stale keys and a reused
@@ -244,17 +229,17 @@ class Runner(PartsHandle, AgentCallbacks):
         if SHARE_STORE_ENV in os.environ:
             return
         os.environ[SHARE_STORE_ENV] = "1"
-        self._notes += (
+        self.supervisor.note(
             f"restarts: tuilaunch set {SHARE_STORE_ENV}=1 (a fresh rendezvous store per "
             f"attempt; torch's shared store makes most restarts fail or hang). "
-            f"Opt out with {SHARE_STORE_ENV}=0.",
+            f"Opt out with {SHARE_STORE_ENV}=0."
         )
 
     def _main(self) -> None:
         error: BaseException | None = None
         try:
             with (
-                agent.observed(self),
+                agent.observed(self.supervisor),
                 agent.worker_bootstrap(
                     self.shim.open(), self._warm_configure if self.warm is not None else None
                 ),
@@ -272,38 +257,33 @@ class Runner(PartsHandle, AgentCallbacks):
             self._finish(
                 *run_outcome(
                     error,
-                    self.stopper.stop_signal,
+                    self.state.stop_signal,
                     snap.root_cause,
                     snap.rendezvous_live,
                     self.args.nnodes,
-                    self._connecting,
+                    self.supervisor.connecting,
                 )
             )
 
     def _warm_configure(self, count: int, boot: Any) -> None:
         # In torchrun's config_from_args, before the agent exists: a note for RunStarted.
         assert self.warm is not None
-        self._notes += (self.warm.configure(count, boot),)
+        self.supervisor.note(self.warm.configure(count, boot))
 
     def _hosting_by_address(self, host: str) -> None:
         # Called while torch creates the rendezvous handler, before RunStarted: a note.
-        self._notes += (
+        self.supervisor.note(
             f"rendezvous: this node hosts the c10d store: {host} is an address of one of its "
-            f"interfaces (torch's hostname check said no; --rdzv-conf is_host=0 overrides)",
+            f"interfaces (torch's hostname check said no; --rdzv-conf is_host=0 overrides)"
         )
 
     def _finish(self, outcome: str, code: int, message: str) -> None:
         # Two threads may finish at once (the agent thread and the stop watchdog or a second
         # stop): the first one through here finishes, the other returns at once.
-        with self._lock:
-            if self._finishing:
-                return
-            self._finishing = True
-            self._phase = outcome
-            self.exit_code = code
-            self.error_message = message if outcome == "error" else None
+        if not self.state.claim_finish(outcome, code, message):
+            return
         # Every step runs, whatever the one before raised (a full disk makes the journal's
-        # and the agent log's writes fail): the front ends wait for ``_done``, and a launcher
+        # and the agent log's writes fail): the front ends wait for ``done``, and a launcher
         # that never sets it can only be SIGKILLed.
         steps: list[tuple[str, Callable[[], object]]] = [
             ("log tailer", self.files.tailer.stop),
@@ -327,7 +307,7 @@ class Runner(PartsHandle, AgentCallbacks):
                 except Exception as e:
                     self._say(f"{what}: {type(e).__name__}: {e}")
         finally:
-            self._done.set()
+            self.state.done.set()
             self.store.wake()
 
     def _sweep(self) -> None:
@@ -355,30 +335,76 @@ class Runner(PartsHandle, AgentCallbacks):
             with contextlib.suppress(Exception):
                 os.write(2, f"tuilaunch: {message}\n".encode())
 
-    def _write_failed(self, message: str) -> None:
-        """A writer of the run's files failed (a full disk): one notice, at the first failure."""
-        self._say(message)
-
     def stop(self, sig: int = signal.SIGTERM, reason: str = "stop requested") -> None:
         """Stop the run: workers get ``sig``, then SIGKILL after the shutdown timeout.
 
         A second call escalates: every worker is SIGKILLed at once.
         """
-        self.stopper.stop(sig, reason, done=self._done.is_set())
+        self.stopper.stop(sig, reason)
 
-    def _request_restart(self) -> str | None:
-        with self._lock:
-            if self._phase == Phase.RUNNING and not self.stopper.requested:
-                self._restart_requested = True
-                return None
-            return f"agent is {self._phase}"
+    # ------------------------------------------------------------------ what the run shows
 
-    def _monitored(self) -> bool:
-        with self._lock:
-            return self._phase == Phase.RUNNING and not self.stopper.requested
+    @property
+    def agent_log(self) -> AgentLogCapture:
+        """The agent's log capture (torch's and c10d's records, the launcher's stderr)."""
+        return self.files.agent_log
 
-    def _stop_settled(self) -> bool:
-        return self._done.is_set() or self.phase in (Phase.STOPPING, *Phase.OUTCOMES)
+    @property
+    def run_dir(self) -> str | None:
+        """The run's log directory (None until torch made it; always set once done)."""
+        return self.files.run_dir
 
-    def _stopping(self) -> None:
-        self._set_phase(Phase.STOPPING)
+    @property
+    def journal_path(self) -> str | None:
+        """Where the journal is written."""
+        return self.files.journal.path
+
+    @property
+    def cluster_interval(self) -> float | None:
+        """Seconds between two cluster-view records (None: no cluster view)."""
+        return self.membership.cluster_interval
+
+    def add_log_sink(
+        self, sink: LineSink, lossy: bool = False, accepts: Accepts | None = None
+    ) -> None:
+        """Give ``sink`` every batch of worker lines (``lossy``: a view that may skip)."""
+        self.files.tailer.add_sink(sink, lossy=lossy, accepts=accepts)
+
+    def add_raw_sink(self, sink: RawSink, accepts: Accepts | None = None) -> None:
+        """Give ``sink`` each new byte range of the worker streams it accepts."""
+        self.files.tailer.add_raw_sink(sink, accepts=accepts)
+
+    def add_partial_sink(self, sink: PartialSink) -> None:
+        """Give ``sink`` each worker stream's unterminated text whenever it changes."""
+        self.files.tailer.add_partial_sink(sink)
+
+    def agent_lines(self) -> list[str]:
+        """The agent's most recent log lines, oldest first."""
+        return list(self.files.agent_log.recent)
+
+    def before_exit(self, hook: Callable[[], None], first: bool = False) -> None:
+        """Call ``hook`` just before a ``node`` injection SIGKILLs the launcher."""
+        hooks = self.control.before_exit
+        hooks.insert(0, hook) if first else hooks.append(hook)
+
+    # ------------------------------------------------------------------ control API
+
+    def execute(self, cmd: Command) -> Outcome:
+        """Carry out ``cmd`` if the run's state allows it (see :meth:`Control.execute`)."""
+        return self.control.execute(cmd)
+
+    def is_stopped(self, local_rank: int) -> bool:
+        """Whether tuilaunch has stopped this rank and not continued it."""
+        return self.control.is_stopped(local_rank)
+
+    def inject_refusal(self, kind: str) -> str | None:
+        """Why this run can never inject ``kind``; None when it can."""
+        return self.faults.refusal(kind)
+
+    def attempt_alive(self, attempt: int) -> bool:
+        """Whether ``attempt`` is the current one and still being monitored (not ending)."""
+        return self.faults.attempt_alive(attempt)
+
+    def stack_dump(self, path: str) -> StackDump | None:
+        """The dump kept at ``path``."""
+        return self.dumper.load(path)

@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from tui_launch.core.model.events import Event, Shutdown
+from tui_launch.core.model.store import Phase
 from tui_launch.core.periodic import Periodic
+from tui_launch.core.run.state import RunState
 from tui_launch.core.seam import agent
 from tui_launch.core.workers.table import RankTable
 
@@ -41,15 +42,16 @@ def signal_exit_code(sig: int) -> int:
 
 
 class Stopper:
-    """Owns the stop request of one run.
+    """Carries out the stop request of one run (the request itself is in the run's state).
 
     Args:
         args: torchrun's arguments (monitor interval, shutdown timeout).
         ranks: the rank table (its process groups are killed when torch cannot be reached).
         post: the run store's ``post``.
-        finish: ends the run (``outcome, exit code, message``) when the agent cannot.
-        settled: whether the agent has picked the stop up (or the run is over).
-        stopping: called on the agent thread just before it leaves through torch's path.
+        state: the run's state: the stop request, the phase (``stopping`` once the agent picks
+            the stop up) and whether the run is over.
+        finish: ends the run (``outcome, exit code, message``) when the agent cannot: the
+            runner's last steps, which only the runner knows.
     """
 
     def __init__(
@@ -57,57 +59,38 @@ class Stopper:
         args: argparse.Namespace,
         ranks: RankTable,
         post: Callable[[Event], object],
+        state: RunState,
         finish: Callable[[str, int, str], None],
-        settled: Callable[[], bool],
-        stopping: Callable[[], None],
     ) -> None:
         self._args = args
         self._ranks = ranks
         self._post = post
+        self._state = state
         self._finish = finish
-        self._settled = settled
-        self._stopping = stopping
-        self._lock = threading.Lock()
-        self._signal: signal.Signals | None = None
-        self._reason = ""
         self._watchdog: Periodic | None = None
 
-    @property
-    def stop_signal(self) -> signal.Signals | None:
-        """The signal of the first stop request (None: no stop asked for)."""
-        return self._signal
-
-    @property
-    def requested(self) -> bool:
-        """Whether a stop was asked for."""
-        return self._signal is not None
-
-    def stop(self, sig: int, reason: str, done: bool) -> None:
-        """Ask for a stop (``done``: the run has already finished, nothing to do).
+    def stop(self, sig: int, reason: str) -> None:
+        """Ask for a stop (nothing to do once the run has finished).
 
         The first call lets torch stop the workers (watched); a second kills them all.
         """
         sig = signal.Signals(sig)
-        with self._lock:
-            first = self._signal is None
-            if first:
-                self._signal = sig
-                self._reason = reason
-        if done:
+        first = self._state.request_stop(sig, reason)
+        if self._state.done.is_set():
             return
         if not first:
             self._ranks.kill_all(signal.SIGKILL)
-            self._finish("stopped", signal_exit_code(self._signal or sig), "killed")
+            self._finish("stopped", signal_exit_code(self._state.stop_signal or sig), "killed")
             return
         self._post(Shutdown(reason=reason, signal=sig.name))
         self._start_watchdog(sig)
 
     def check_stop(self) -> None:
         """On the agent thread: leave through torch's own path once a stop was asked for."""
-        sig = self._signal
+        sig = self._state.stop_signal
         if sig is not None:
-            self._stopping()
-            raise agent.stop_exception(sig, self._reason)
+            self._state.set_phase(Phase.STOPPING)
+            raise agent.stop_exception(sig, self._state.stop_reason)
 
     def _start_watchdog(self, sig: signal.Signals) -> None:
         # Give the agent a few monitor ticks to pick the stop up through torch's own path.
@@ -115,7 +98,7 @@ class Stopper:
         deadline = time.monotonic() + max(1.0, 5 * interval)
 
         def tick() -> None:
-            if self._settled():
+            if self._state.settled():
                 loop.stop()
             elif time.monotonic() >= deadline:
                 loop.stop()

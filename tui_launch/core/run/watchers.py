@@ -27,7 +27,10 @@ from tui_launch.core.diagnosis.straggler import StragglerSampler
 from tui_launch.core.model.events import HangDetected, StacksDumped, WorkerInfo
 from tui_launch.core.model.store import RunStore
 from tui_launch.core.progress.watch import ProgressWatch
+from tui_launch.core.run.config import RunConfig
+from tui_launch.core.run.control import ShimDir
 from tui_launch.core.run.rundir import RunFiles
+from tui_launch.core.run.state import RunState
 from tui_launch.core.workers.shim import FAULTHANDLER_ENV, FAULTHANDLER_SIGNAL
 from tui_launch.core.workers.table import RankTable
 
@@ -39,12 +42,11 @@ class Diagnosis:
         store: where their events go (the progress watch also reads the store's events).
         ranks: the rank table (pids to dump and sample).
         files: the run's files (log and stderr paths, the run directory, the tailer).
-        monitored: whether the agent is watching a running group (no hang while it is not).
-        hang_timeout: ``--hang-timeout`` (0: no hang detection).
-        on_hang: ``--on-hang``: dump, restart or stop once a hang is confirmed.
-        dump_on_failure: dump the survivors of a failed group before torch stops them.
-        via_faulthandler: dump through faulthandler in the workers instead of py-spy.
-        stack_samples: seconds between two straggler samples (0: off).
+        state: the run's state: whether the agent is watching a running group (no hang while
+            it is not).
+        config: the run's settings: ``hang_timeout``, ``on_hang``, ``dump_on_failure``,
+            ``dump_via_faulthandler``, ``stack_samples``.
+        shim: the worker bootstrap (faulthandler dumps need workers started through it).
         rank_cpu: a rank's CPU % from the telemetry (evidence for a straggler), or None.
     """
 
@@ -53,18 +55,15 @@ class Diagnosis:
         store: RunStore,
         ranks: RankTable,
         files: RunFiles,
-        monitored: Callable[[], bool],
-        *,
-        hang_timeout: float,
-        on_hang: str,
-        dump_on_failure: bool,
-        via_faulthandler: bool,
-        stack_samples: float,
+        state: RunState,
+        config: RunConfig,
+        shim: ShimDir,
         rank_cpu: Callable[[int], float | None],
     ) -> None:
+        via_faulthandler = config.dump_via_faulthandler and shim.wanted
         self._store = store
         self._files = files
-        self._dump_on_failure = dump_on_failure
+        self._dump_on_failure = config.dump_on_failure
         self._via_faulthandler = via_faulthandler
         self._lock = threading.Lock()
         self._hang: HangDetected | None = None  # a confirmed hang for the agent thread
@@ -79,13 +78,13 @@ class Diagnosis:
             store.post,
             self.dumper,
             lambda: dict(files.log_paths),
-            monitored,
-            timeout=hang_timeout,
-            action=on_hang,
+            state.monitored,
+            timeout=config.hang_timeout,
+            action=config.on_hang,
             on_hang=self._hang_confirmed,
         )
         self.progress = ProgressWatch(store.post)
-        self.stragglers = StragglerSampler(store.post, rank_cpu, interval=stack_samples)
+        self.stragglers = StragglerSampler(store.post, rank_cpu, interval=config.stack_samples)
 
     def start(self) -> None:
         """Wire the watchers to the tailer and the store and start their loops (before the

@@ -1,0 +1,80 @@
+"""What a run is asked to do, beyond torchrun's own arguments: one frozen :class:`RunConfig`.
+
+Built once from tuilaunch's :class:`~tui_launch.core.run.args.Options`
+(:meth:`RunConfig.from_options`) and handed to the
+:class:`~tui_launch.core.run.runner.Runner`, which hands it on to the parts that read it (the
+watchers, the worker bootstrap's directory, the injections), so no option is relayed field by
+field. Tests build one directly; its defaults are those of a plain torchrun run (no hang
+detection, no injection, worker output echoed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tui_launch.core.run import inject
+from tui_launch.core.run.inject import InjectSpec
+
+if TYPE_CHECKING:
+    from tui_launch.core.run.args import Options
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """tuilaunch's settings for one run.
+
+    Attributes:
+        echo: whether worker output that torchrun would print goes to the console sinks.
+        journal_path: ``--journal``; default: ``journal.jsonl`` in the run's log directory.
+        mute_agent_console: keep torch's own log lines off stderr (the dashboard shows them).
+        inject: the ``--inject`` specs (the dashboard may add more while the run goes on).
+        inject_seed: ``--inject-seed`` for ``rank=random`` (None: a fresh one, shown in a note).
+        inject_ready: start Python workers through the injection bootstrap even without an
+            ``exit``/``exception`` spec, so that the dashboard can inject those.
+        hang_timeout: ``--hang-timeout``: seconds of silence on every rank before a hang is
+            suspected (0: no detection).
+        on_hang: ``--on-hang``: dump, restart or stop once a hang is confirmed.
+        dump_on_failure: dump the surviving ranks before torch terminates a failed group
+            (``--no-dump-on-failure`` turns it off).
+        dump_via_faulthandler: start Python workers through the bootstrap with faulthandler on
+            a real-time signal, and dump through it instead of py-spy.
+        stack_samples: seconds between two stack samples of every rank, for the straggler
+            inference (0: off).
+    """
+
+    echo: bool = True
+    journal_path: str | None = None
+    mute_agent_console: bool = False
+    inject: tuple[InjectSpec, ...] = ()
+    inject_seed: int | None = None
+    inject_ready: bool = False
+    hang_timeout: float = 0.0
+    on_hang: str = "dump"
+    dump_on_failure: bool = True
+    dump_via_faulthandler: bool = False
+    stack_samples: float = 5.0
+
+    @classmethod
+    def from_options(cls, opts: Options, *, mute_agent_console: bool = False) -> RunConfig:
+        """The run's settings from the command line (``mute_agent_console``: the dashboard
+        runs, and shows torch's log lines itself). Raises :class:`~.inject.InjectError` for a
+        bad ``--inject`` spec."""
+        return cls(
+            journal_path=opts.journal,
+            mute_agent_console=mute_agent_console,
+            inject=inject.parse_specs(opts.inject),
+            inject_seed=opts.inject_seed,
+            inject_ready=opts.inject_ready,
+            hang_timeout=opts.hang_timeout,
+            on_hang=opts.on_hang,
+            dump_on_failure=not opts.no_dump_on_failure,
+            dump_via_faulthandler=opts.dump_via_faulthandler,
+            stack_samples=opts.stack_samples,
+        )
+
+    @property
+    def bootstrap(self) -> bool:
+        """Whether Python workers start through tuilaunch's bootstrap (``--inject-ready``,
+        ``--dump-via-faulthandler``, or an ``exit``/``exception`` spec)."""
+        return self.inject_ready or self.dump_via_faulthandler or inject.needs_shim(self.inject)
