@@ -1,7 +1,7 @@
 """Warm starts (``--warm-start``): workers forked from a spare interpreter with torch imported.
 
-A restart costs every rank a fresh interpreter that imports torch (about a second of CPU
-each, several on a GPU node with a real model's imports). :class:`WarmPool` keeps one spare
+A restart costs every rank a fresh interpreter that imports torch (and, on a GPU node, a real
+model's imports), which is most of a restart's time (bench/README.md has the figures). :class:`WarmPool` keeps one spare
 interpreter per node (:mod:`.spare`) that has imported torch and the ``--warm-import``
 modules, and forks the workers from it. When torch starts an attempt's workers (the first
 attempt too), the seam (:func:`tui_launch.core.seam.agent.warm_handlers`) asks
