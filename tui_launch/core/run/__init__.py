@@ -1,7 +1,8 @@
 """One run: torch's torchrun path on a thread, observed, steered, and wound down.
 
 - ``runner``: the runner: wiring and sequencing (start, attempts, stop, finish).
-- ``observer``: what happens at each of the agent's transitions; ``monitor``, the one decision point.
+- ``observer``: what happens at each of the agent's transitions; ``monitor``, the one
+  decision point.
 - ``watchers``: the watchers of a run that has not crashed (dumps, hang watch, progress,
   stragglers), wired to the log tailer and the store.
 - ``handle``: the run handle, the one surface the front ends use.
