@@ -1,8 +1,11 @@
 """One run: torch's torchrun path on a thread, observed, steered, and wound down.
 
-- ``runner``: the runner: wiring and sequencing (start, attempts, stop, finish).
-- ``observer``: what happens at each of the agent's transitions; ``monitor``, the one
-  decision point.
+- ``runner``: the runner: creates the parts, sequences the run's start and end, and is the
+  live run handle (each call forwarded to the part that owns it).
+- ``config``: tuilaunch's settings for one run, built once from the command line (frozen).
+- ``state``: the run's shared state under one lock: phase, stop and restart requests, outcome.
+- ``observer``: the agent's observer: what happens at each of the agent's transitions;
+  ``monitor``, the one decision point.
 - ``watchers``: the watchers of a run that has not crashed (dumps, hang watch, progress,
   stragglers), wired to the log tailer and the store.
 - ``handle``: the run handle, the one surface the front ends use.
