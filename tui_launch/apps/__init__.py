@@ -1,1 +1,9 @@
-"""Entry points: one module per subcommand, each with ``main(argv) -> int``."""
+"""The subcommands: one module each, each with ``main(argv) -> int`` (``cli`` only dispatches).
+
+- ``launch``: ``tuilaunch [torchrun options] script ...``: parse, validate, pick a front end
+  (dashboard, ``--no-tui``, ``--detach``), signals, the exporters, the exit status.
+- ``ls``: ``tuilaunch ls``: this user's live and recent runs, from the run index.
+- ``replay``: ``tuilaunch replay RUN_DIR|journal``: the dashboard over a recorded run.
+- ``attach``: ``tuilaunch attach [RUN] [--control]``: the dashboard following a running job,
+  read-only or, with ``--control``, acting on it over its control socket.
+"""

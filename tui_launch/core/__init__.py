@@ -1,5 +1,21 @@
-"""The launcher's core: runner, events, store, journal, logs, errors.
+"""The launcher's core: everything that is not a user interface (no Textual, no rich).
 
-Nothing in this package imports Textual or rich (a test checks it in a subprocess), so the
-headless mode, the journal and other tools can use it without a UI stack.
+A test imports every module of this package in a fresh interpreter and checks that neither
+Textual nor rich was loaded, so the headless mode, the journal and other tools can use it
+without a UI stack. Its packages, lowest first (``pyproject.toml``'s ``layers`` contract):
+
+- ``periodic``: :class:`~tui_launch.core.periodic.Periodic`, the one background loop.
+- ``model``: the pure model: events, the store and its views, commands, errors, text.
+- ``workers``: the worker processes: rank table, bootstrap, warm spare, reaper, environment.
+- ``progress``: progress read from the logs (parsers, trackers, the watcher).
+- ``telemetry``: GPU and process samplers, rank-to-GPU mapping, the fake NVML.
+- ``logs``: the log tailer, its sinks, the console copy, the launcher's own fd 2.
+- ``diagnosis``: stack dumps, verdicts, the hang watch, the straggler sampler.
+- ``seam``: every use of torch's private API, each name listed in ``PRIVATE_NAMES``.
+- ``journal``: the JSONL journal: writer, timeline for replay, an attach's first frame.
+- ``job``: the job across nodes: the cluster view and job-wide dumps.
+- ``run``: one run: the runner, its options, control, faults, failures, the run handle.
+- ``remote``: reaching a run from outside: control socket, run index, detach.
+
+docs/ARCHITECTURE.md explains the layers, the threads and where to add what.
 """

@@ -1,18 +1,21 @@
-"""Prometheus metrics of a run (issue 18): ``--metrics-port`` and ``--metrics-textfile``.
+"""Prometheus metrics of a run: ``--metrics-port`` and ``--metrics-textfile``.
 
-- :mod:`~tui_launch.metrics.families`: every family, built from one store snapshot, on a
-  custom ``prometheus_client`` registry (:class:`RunCollector`), and the hooks for progress and
-  hang detection (:data:`ExtraProvider`).
-- :mod:`~tui_launch.metrics.serve`: :class:`MetricsServer` (``GET /metrics``) and
-  :class:`TextfileWriter` (``tuilaunch_<run-id>_<node>.prom`` for node_exporter).
-- :mod:`~tui_launch.metrics.node`: the ``node`` label (host name, or ``<host>/<group rank>``
-  when agents of the run share a host).
-- :mod:`~tui_launch.metrics.exporters`: :func:`start_exporters`, the one call the launch makes.
-  docs/metrics.md
-  lists the metrics, a scrape config and alert rules.
+Beside the front ends: it reads the store's snapshots as they do, never a runner.
 
-This ``__init__`` loads neither prometheus_client nor the submodules until they are used
-(PEP 562), so that a run without the options pays nothing for them, and nothing listens.
+- ``families``: every family, built from one store snapshot, on a custom
+  ``prometheus_client`` registry (:class:`RunCollector`), and the hooks for progress and hang
+  detection (:data:`ExtraProvider`).
+- ``serve``: :class:`MetricsServer` (``GET /metrics``) and :class:`TextfileWriter`
+  (``tuilaunch_<run-id>_<node>.prom`` for node_exporter).
+- ``node``: the ``node`` label (host name, or ``<host>/<group rank>`` when agents of the run
+  share a host).
+- ``exporters``: :func:`start_exporters`, the one call the launch makes.
+
+docs/metrics.md lists the metrics, a scrape config and alert rules.
+
+The one package ``__init__`` that is more than re-exports: it loads neither prometheus_client
+nor the submodules until a name is used (PEP 562), because every launch imports it and a run
+without the options must pay nothing for them, and listen on nothing.
 """
 
 from __future__ import annotations

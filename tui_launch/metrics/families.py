@@ -1,4 +1,4 @@
-"""The run's metric families, built from one store snapshot (issue 18).
+"""The run's metric families, built from one store snapshot.
 
 A scrape reads the store's :class:`~tui_launch.core.model.store.Snapshot` and walks a few tuples: it
 never calls NVML nor reads ``/proc`` (the telemetry sampler did, within its own budget). Two

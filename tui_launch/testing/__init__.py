@@ -1,1 +1,9 @@
-"""Stand-ins for what cannot exist on every machine (a GPU), shipped for tests and ``--demo``."""
+"""Stand-ins for tests, scripts and bench (and ``--demo``'s fake GPUs), never for the product.
+
+The ``testing`` contract in ``pyproject.toml`` keeps every other package from importing this
+one; the fake NVML the product itself uses lives in :mod:`tui_launch.core.telemetry.fake_nvml`.
+
+- ``builders``: small builders of the events a run is made of.
+- ``fake_source``: ``FakeSource``, a deterministic ``Source`` for pilot and snapshot tests.
+- ``scenarios``: the deterministic runs the dashboard is tested and pictured in.
+"""

@@ -1,1 +1,9 @@
-"""Stacks, dumps, hang watch and stragglers."""
+"""Watching ranks without changing them: stack dumps, verdicts, hangs, stragglers.
+
+- ``stacks``: the stack dumps themselves (py-spy, faulthandler), their model, the verdict,
+  the run directory's copies, and hang detection as a pure state machine.
+- ``dumps``: :class:`~tui_launch.core.diagnosis.dumps.Dumper`: one owner of a dump, from the
+  request to the run directory and the ``StacksDumped`` event.
+- ``hangwatch``: the hang watch (``tuilaunch-hang``): silence, two dumps that match, ``--on-hang``.
+- ``straggler``: the straggler sampler (``tuilaunch-stragglers``): low-rate stack samples.
+"""

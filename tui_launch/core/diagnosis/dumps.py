@@ -1,6 +1,6 @@
 """Stack dumps of this node's ranks: taken, kept in the run directory, told to the store.
 
-The control part that owns a dump from the request to the journal line (issue 14). Whoever asks
+The control part that owns a dump from the request to the journal line. Whoever asks
 (the ``d`` key, the control API, the hang watch, the runner before torch tears a failed group
 down) gets the same thing: every live local rank dumped in parallel (py-spy, or faulthandler
 with ``--dump-via-faulthandler``), the dump saved under ``<run_dir>/stacks/`` as text and JSON,

@@ -1,4 +1,4 @@
-"""The straggler, inferred from outside: low-rate stack samples of every rank (issue 15).
+"""The straggler, inferred from outside: low-rate stack samples of every rank.
 
 In lockstep data parallelism every rank steps at the same rate, so the step counter cannot
 name the rank that holds the others back. What can be observed without a code change is
@@ -14,10 +14,10 @@ A rank that is *stopped* (``SIGSTOP``: the ``slow`` and ``hang`` injections, a p
 debugger) is read from ``/proc/<pid>/stat`` before any py-spy: it waits for nobody, it is
 the one the others wait for. Its stack would say where it was stopped, which is inside a
 collective as often as the others are when steps are short, so a rank slowed by stop/continue
-cycles looked like everyone else (issue 15's ``--inject slow`` case).
+cycles would look like everyone else (``--inject slow``).
 
-Cost: one py-spy process per rank and sample (about 11-18 ms of CPU each, in py-spy, a child
-of the launcher: ``bench/stragglers.py tick``). Once the verdict is settled on a balanced run
+Cost: one py-spy process per rank and sample (its CPU is in py-spy, a child of the launcher;
+``bench/stragglers.py tick`` measures it). Once the verdict is settled on a balanced run
 the sampler backs off (doubling its interval up to ``backoff`` times), and it comes back to
 the full rate as soon as the shares drift apart, a sample looks like a straggler's (one rank
 out of a collective while all the others wait) or a rank is named.

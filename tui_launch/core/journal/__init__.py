@@ -1,1 +1,10 @@
-"""The JSONL journal: the writer, its text, the timeline a replay walks."""
+"""The JSONL journal: how a run is recorded, and read back for replay and attach.
+
+- ``writer``: :class:`~tui_launch.core.journal.writer.Journal`: every journaled event as one
+  JSON line, kept in memory until the run directory exists; a full disk never raises.
+- ``timeline``: a journal as a timeline: the snapshot and the logs' extent at any event,
+  from an index and checkpoints computed in the background.
+- ``text``: the journal's text read without JSON: line prefixes, parsed blocks, log-mark folds.
+- ``recent``: an attach's first frame: the state at the journal's end without its old
+  telemetry records.
+"""

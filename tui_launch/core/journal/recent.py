@@ -1,7 +1,7 @@
 """An attach's first frame: the state at a journal's end without its old telemetry records.
 
-A day-long journal holds ~8,600 telemetry records (one every 10 s) and a few hundred other
-state events; the full reduce parses and folds every one of them (~4 s of CPU). What the
+A long journal is mostly telemetry records (one every ``--journal-samples`` seconds) among a
+few hundred other state events, and the full reduce parses and folds every one of them. What the
 dashboard shows of telemetry is the latest record and the short histories of
 :class:`~tui_launch.core.model.telemetry.TelemetryView` (the last
 :data:`~tui_launch.core.model.telemetry.HISTORY` values per GPU and per rank: the GPU panel's

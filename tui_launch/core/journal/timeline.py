@@ -533,12 +533,12 @@ def progress_at(snap: Snapshot, lines: Callable[[int, str], list[str]]) -> Snaps
     """``snap`` with each rank's step as its log at the cursor shows it.
 
     The journal holds a progress record every 10 s (the watcher's 1 Hz samples are not
-    journaled), and even a sample is posted up to a second after the lines it read: a
-    replayed step lagged the replayed log by up to 10 s, and showed nothing in an attempt's
-    first 10 s. Here each rank's step (and total) is the last training reading among
-    ``lines(local_rank, stream)`` (this attempt's lines up to the cursor, oldest first), in
-    the format the record names; a rank with no record yet in this attempt gets one from its
-    lines. The rest of the record (rates, ETA, goodput) stays the journal's.
+    journaled), and even a sample is posted up to a second after the lines it read: the records
+    alone would put the replayed step up to 10 s behind the replayed log, and show nothing in an
+    attempt's first 10 s. Here each rank's step (and total) is the last training reading among
+    ``lines(local_rank, stream)`` (this attempt's lines up to the cursor, oldest first), in the
+    format the record names; a rank with no record yet in this attempt gets one from its lines.
+    The rest of the record (rates, ETA, goodput) stays the journal's.
     """
     view = snap.progress
     if snap.finished is not None or not snap.ranks:

@@ -1,7 +1,7 @@
 """The launcher's own file descriptor 2: into the agent log, and onto the console in short.
 
 torch's C++ code (the TCPStore client, c10d) writes to fd 2 directly, past Python's logging: a
-rendezvous store that nobody serves costs ~170 lines of stack frames per retry. While a
+rendezvous store that nobody serves costs a screenful of stack frames per retry. While a
 :class:`StderrPipe` is open, fd 2 is a pipe: every line goes to the agent log in full, and the
 console (a callback; none for the dashboard, which owns the terminal) gets torch's lines as
 torchrun shows them (its log records, such as the ``OMP_NUM_THREADS`` banner, and its C++

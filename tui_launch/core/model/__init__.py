@@ -1,1 +1,17 @@
-"""The pure model of a run: events, the store and its views, errors, text."""
+"""The pure model of a run: events in, snapshots out, and what is said about them.
+
+No threads of its own and nothing of torch: the live run, the front ends and a replayed journal
+all build on it, so it sits at the bottom of the core (beside ``workers``).
+
+- ``events``: the frozen event records, by family (``run``, ``telemetry``, ``diagnosis``),
+  and the registry that reads journal lines back.
+- ``store``: :class:`~tui_launch.core.model.store.RunStore` and the pure ``reduce``
+  (snapshot, event) -> snapshot; the ``Snapshot`` and its ``Phase`` words.
+- ``telemetry``: the store's telemetry view: latest sample, short histories, per-rank totals.
+- ``progress``: the store's progress view: latest sample, rate histories, per-attempt facts.
+- ``goodput``: goodput across attempts, as pure functions.
+- ``commands``: commands as data: the command types, ``allowed(snapshot, cmd)``, their JSON.
+- ``errors``: explaining failures: signal names and hints, error files, the stderr tail.
+- ``diskspace``: a full file system, in words.
+- ``text``: plain-text renderings of events and failures (headless output, journal readers).
+"""

@@ -1,13 +1,18 @@
-"""Progress from the logs, with no code change in the training program (issue 15).
+"""Progress from the logs, with no code change in the training program.
 
-* :func:`parse_line` turns one line into a :class:`ProgressReading` (step, total, epoch,
-  claimed rate, loss, stated throughput, format).
-* :class:`ProgressTracker` follows one (rank, stream): format lock-on, training vs eval bars,
-  our own rate from arrival times, ETA, slowdown and stall flags.
-* :class:`JobProgress` holds the trackers of every rank and names the rank that prints.
-* :func:`summarize_goodput` does the per-attempt bookkeeping across restarts.
+- ``reading``: :class:`ProgressReading` (step, total, epoch, claimed rate, loss, stated
+  throughput, format) and the helpers every parser shares.
+- ``formats``: the parsers of the formats real training programs print.
+- ``parse``: :func:`parse_line`: one line to a reading, the formats behind their cheap anchors.
+- ``tracker``: :class:`ProgressTracker`, one (rank, stream): format lock-on, training vs eval
+  bars, our own rate from arrival times, ETA, slowdown and stall flags.
+- ``job``: :class:`JobProgress`: the trackers of every rank, and the rank that prints.
+- ``watch``: the progress watcher (``tuilaunch-progress``): a sink on the log tailer and a
+  listener on the store, posting progress events.
 
-Pure and standard-library only: time is always an argument.
+All but ``watch`` are pure and standard-library only: time is always an argument. Goodput
+(:func:`summarize_goodput`) is re-exported from :mod:`tui_launch.core.model.goodput`, where the
+store's reducer can reach it.
 """
 
 from tui_launch.core.model.goodput import (

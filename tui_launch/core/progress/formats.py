@@ -1,4 +1,4 @@
-"""The parsers of every format real training programs print (research-beyond.md §3).
+"""The parsers of every format real training programs print.
 
 Each ``_parse_*`` takes one ANSI-free line (the latest ``\r``-segment) and returns a
 :class:`~.reading.ProgressReading` or None; :mod:`.parse` runs them behind their cheap anchors.

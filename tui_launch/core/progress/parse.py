@@ -1,6 +1,6 @@
 """Turn one line of a rank's output into a progress reading, with no configuration.
 
-The formats are the ones real training programs print (research-beyond.md §3): tqdm bars (and
+The formats are the ones real training programs print: tqdm bars (and
 the bars of the Hugging Face Trainer, PyTorch Lightning and torchtune, which are tqdm bars with
 their own description), the Trainer's ``{'loss': ...}`` dicts, Lightning's rich bar, torchtitan,
 Megatron-LM, DeepSpeed, nanoGPT, timm, the ImageNet example's ``ProgressMeter``, llm.c, the

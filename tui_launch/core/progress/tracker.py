@@ -66,7 +66,7 @@ class ProgressState:
 class ProgressTracker:
     """Progress of one rank's stream, from its lines and their arrival times.
 
-    Rules (research-beyond.md §3):
+    Rules:
 
     * lock onto a format family after ``lock_after`` consecutive step readings of it; then
       other families' step lines are ignored, but step-less lines (the Trainer's loss dicts,

@@ -1,4 +1,4 @@
-"""The progress watcher: worker log lines in, progress events out (issue 15).
+"""The progress watcher: worker log lines in, progress events out.
 
 :class:`ProgressWatch` is a sink on the log tailer (whole lines, with their arrival time from
 ``time.monotonic()``) and a listener on the store (attempt starts and ends, rank exits). It

@@ -1,1 +1,8 @@
-"""Reaching a run from outside: the control socket, the run index, detach."""
+"""Reaching a run from outside its process.
+
+- ``controlsock``: the control socket (``--control-socket``, ``--detach``, ``D``): commands
+  as data from ``attach --control``, checked by ``SO_PEERCRED``.
+- ``runindex``: the per-user index of runs in ``$XDG_RUNTIME_DIR/tuilaunch/``, read by ``ls``
+  and ``attach``, with the sweep of stale entries.
+- ``detach``: running without a terminal: ``D`` in the dashboard and ``--detach``.
+"""

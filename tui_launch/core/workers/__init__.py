@@ -1,1 +1,12 @@
-"""The worker processes: the rank table, the bootstrap, warm starts, the reaper."""
+"""The worker processes: what tuilaunch knows of them and does to them, below torch's agent.
+
+- ``table``: :class:`~tui_launch.core.workers.table.RankTable`, the one owner of this node's
+  rank state (pids, exits, stopped ranks, marks), with its own lock.
+- ``shim``: the worker bootstrap that lets ``exit``/``exception`` injections and the
+  faulthandler dump reach a Python worker.
+- ``warm``: ``--warm-start``'s pool: the node's spare interpreter and the workers forked from it.
+- ``spare``: the spare interpreter itself (a process of its own).
+- ``env``: the environment each worker really runs with, for the telemetry and the fake NVML.
+- ``reaper``: no orphans: the run's containment (cgroup v2 with ``cgroup.kill``, else a
+  subreaper and a sweep by run token) and the reaper process that sweeps if the launcher dies.
+"""

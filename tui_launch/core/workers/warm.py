@@ -1,13 +1,13 @@
 """Warm starts (``--warm-start``): workers forked from a spare interpreter with torch imported.
 
-A restart costs every rank a fresh interpreter that imports torch (about a second of CPU
-each, several on a GPU node with a real model's imports). :class:`WarmPool` keeps one spare
-interpreter per node (:mod:`.spare`) that has imported torch and the ``--warm-import``
-modules, and forks the workers from it. When torch starts an attempt's workers (the first
-attempt too), the seam (:func:`tui_launch.core.seam.agent.warm_handlers`) asks
+A restart costs every rank a fresh interpreter that imports torch (and, on a GPU node, a real
+model's imports), which is most of a restart's time (bench/README.md has the figures).
+:class:`WarmPool` keeps one spare interpreter per node (:mod:`.spare`) that has imported torch and
+the ``--warm-import`` modules, and forks the workers from it. When torch starts an attempt's workers
+(the first attempt too), the seam (:func:`tui_launch.core.seam.agent.warm_handlers`) asks
 :meth:`WarmPool.hand_off` for each rank: the spare forks, and the child gets the rank's full
-environment, argv, working directory and stdio, and becomes the worker. The imports are paid
-once per node and run, not once per rank and attempt.
+environment, argv, working directory and stdio, and becomes the worker. The imports are paid once
+per node and run, not once per rank and attempt.
 
 torch's handler holds a :class:`ForkedWorker` for it: a ``subprocess.Popen`` whose pid is the
 forked worker and whose ``poll``/``wait`` read the exit status the spare (its parent, the only

@@ -1,15 +1,19 @@
-"""Stacks of every local rank, a verdict on them, and hang detection (issue 14).
+"""Stacks of every local rank, a verdict on them, and hang detection.
 
-- :func:`dump_ranks`: every rank (and its child processes) with py-spy, in parallel, each call
-  under a hard time limit; ``--nonblocking`` for a stopped rank, the kernel wait channel for a
-  rank in ``D``; one line with the fix when ptrace is not permitted.
-- :func:`dump_via_faulthandler`: the same without ptrace, for ranks started through the worker
-  bootstrap with ``TUILAUNCH_FAULTHANDLER_SIGNAL`` set: signal, then cut the dump out of stderr.
-- :func:`verdict`: which ranks wait in a collective and which is the odd one out;
-  :func:`group_stacks`: identical main-thread stacks folded.
-- :func:`save` / :func:`load`: ``<run_dir>/stacks/<timestamp>-<reason>/stacks.{json,txt}``;
-  :func:`dumped_event`: the journal's :class:`~tui_launch.core.model.events.StacksDumped`.
-- :class:`HangDetector` and :func:`confirm`: silence on every rank, then two dumps that match.
+- ``model``: the frozen records of a dump (frames, threads, processes, ranks, the dump).
+- ``pyspy``: :func:`dump_ranks`: every rank (and its child processes) with py-spy, in
+  parallel, each call under a hard time limit; ``--nonblocking`` for a stopped rank, the
+  kernel wait channel for a rank in ``D``; one line with the fix when ptrace is not permitted.
+- ``sigdump``: :func:`dump_via_faulthandler`: the same without ptrace, for ranks started
+  through the worker bootstrap with ``TUILAUNCH_FAULTHANDLER_SIGNAL`` set: signal, then cut
+  the dump out of stderr.
+- ``verdict``: :func:`verdict`: which ranks wait in a collective and which is the odd one
+  out; :func:`group_stacks`: identical main-thread stacks folded.
+- ``save``: :func:`save` / :func:`load`: ``<run_dir>/stacks/<timestamp>-<reason>/``
+  ``stacks.{json,txt}``; :func:`dumped_event`: the journal's
+  :class:`~tui_launch.core.model.events.StacksDumped`.
+- ``hang``: :class:`HangDetector` and :func:`confirm`: silence on every rank, then two dumps
+  that match.
 
 Standard library only (py-spy is a binary from its wheel); nothing here imports a front end.
 """

@@ -44,8 +44,8 @@ Target = tuple[int, int, int]
 
 DEFAULT_TIMEOUT = 5.0
 # Children per rank that are dumped (data-loader workers, compile workers): enough to show the
-# pattern without letting a rank with 64 workers turn one dump into 64 attaches. Each py-spy
-# costs about 0.02 s of CPU, and 8 ranks x 8 children is already 72 of them.
+# pattern without letting a rank with 64 workers turn one dump into 64 attaches. Every py-spy
+# costs CPU, and 8 ranks x 8 children is already 72 of them.
 MAX_CHILDREN = 8
 # How many descendants are counted at most (the rest of a huge tree is not even listed).
 _COUNT_CHILDREN = 1024
