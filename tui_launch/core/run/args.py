@@ -305,7 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-DEMO_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "train_ddp.py")
+# tui_launch/examples/train_ddp.py (this file is tui_launch/core/run/args.py)
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEMO_SCRIPT = os.path.join(_PACKAGE, "examples", "train_ddp.py")
 
 
 # --demo's length: about three minutes on 2 cores (or until q), long enough to try k and r

@@ -97,7 +97,8 @@ def _library_dirs() -> tuple[str, ...]:
     torch_file = getattr(sys.modules.get("torch"), "__file__", None)
     if torch_file:
         dirs.add(os.path.dirname(torch_file))
-    dirs.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tui_launch
+    # tui_launch itself (this file is tui_launch/core/workers/shim.py)
+    dirs.add(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     return tuple(os.path.join(d, "") for d in dirs)
 
 
