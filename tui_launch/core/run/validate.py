@@ -18,7 +18,6 @@ import stat
 import sys
 import tempfile
 
-from tui_launch.core.run.inject import MAX_SECONDS
 
 USAGE_ERROR = 2
 
@@ -37,6 +36,10 @@ class UsageError(Exception):
 def seconds(option: str, value: float, *, zero: bool) -> float:
     """``value`` if it is a finite number of seconds within ``MAX_SECONDS`` (and > 0 unless
     ``zero`` allows 0, which means off); :class:`UsageError` otherwise."""
+    # (Imported here: replay and attach check --refresh-hz with this module and must not load
+    # the injection machinery before their first frame.)
+    from tui_launch.core.run.inject import MAX_SECONDS
+
     low = ">= 0" if zero else "> 0"
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
         raise UsageError(f"{option} must be a finite number of seconds {low}, got {value:g}")
