@@ -18,7 +18,6 @@ import stat
 import sys
 import tempfile
 
-
 USAGE_ERROR = 2
 
 # The dashboard's redraw rate: a terminal shows no more than ~60 frames a second, and at
