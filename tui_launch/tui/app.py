@@ -375,7 +375,7 @@ class Dashboard(App[int]):
         for owner in (self, self.run_commands, self.mode):
             method = getattr(owner, f"action_{name}", None)
             if callable(method):
-                return method  # type: ignore[no-any-return]
+                return method
         return None
 
     async def run_action(

@@ -11,23 +11,50 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from textual.worker import get_current_worker
 
 from tui_launch.core.model.commands import DumpStacks, Inject, Restart, SignalRank
 from tui_launch.tui import actions
+from tui_launch.tui.sources.live import Source
 from tui_launch.tui.widgets.screens import ConfirmScreen, InjectScreen
 
-if TYPE_CHECKING:
-    from tui_launch.tui.app import Dashboard
+
+class Host(Protocol):
+    """What the acting keys need of the dashboard that holds them (the
+    :class:`~tui_launch.tui.app.Dashboard`, which imports this module): its source and
+    options, the selection, the Stacks tab, leaving, and the Textual app's screens, toasts
+    and thread workers."""
+
+    source: Source
+    confirm: bool  # --no-confirm turns it off
+    quitting: bool  # q stopped the job: its end leaves the dashboard
+    detached: bool  # D was pressed: the job goes on without this dashboard
+
+    def selected_rank(self) -> int | None: ...
+
+    def show_stacks_tab(self) -> None: ...
+
+    def leave(self, code: int) -> None: ...
+
+    def notify(self, message: str, **kwargs: Any) -> None: ...
+
+    def push_screen(self, screen: Any, callback: Any = None) -> Any: ...
+
+    def run_worker(
+        self, work: Any, *, group: str = ..., exit_on_error: bool = ..., thread: bool = ...
+    ) -> Any: ...
+
+    def call_from_thread(self, callback: Callable[..., Any], *args: Any) -> Any: ...
 
 
 class RunCommands:
-    """The acting keys of one :class:`~tui_launch.tui.app.Dashboard`: what they send goes
-    through its source, what they show (a toast, a question, the Stacks tab) on its screen."""
+    """The acting keys of one dashboard (its ``action_<name>`` methods run them): what they
+    send goes through its source, what they show (a toast, a question, the Stacks tab) on its
+    screen."""
 
-    def __init__(self, app: Dashboard) -> None:
+    def __init__(self, app: Host) -> None:
         self.app = app
 
     def _confirm_then(self, action: str, question: str, act: Callable[[], object]) -> None:
