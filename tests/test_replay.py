@@ -23,7 +23,8 @@ from tui_launch.core.journal.timeline import Timeline
 from tui_launch.core.journal.writer import read_journal
 from tui_launch.core.model.events import LogMark, WorkersStarted
 from tui_launch.core.model.store import replay
-from tui_launch.tui.modes import AttachDashboard, ReplayDashboard
+from tui_launch.tui.app import Dashboard
+from tui_launch.tui.modes import AttachMode, ReplayMode
 from tui_launch.tui.panels import render
 from tui_launch.tui.sources.attach import AttachSource
 from tui_launch.tui.sources.replay import ReplaySource
@@ -143,12 +144,12 @@ def test_replay_bad_input(tmp_path: Path) -> None:
 def test_replay_keys(recorded: Path) -> None:
     tl = Timeline(str(recorded))
     src = ReplaySource(tl)
-    app = ReplayDashboard(src, refresh_hz=20)
+    app = Dashboard(src, refresh_hz=20, mode=ReplayMode(src))
     asyncio.run(_drive_keys(app, src, tl))
     assert app.return_code == 0
 
 
-async def _drive_keys(app: ReplayDashboard, src: ReplaySource, tl: Timeline) -> None:
+async def _drive_keys(app: Dashboard, src: ReplaySource, tl: Timeline) -> None:
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
         assert src.cursor == len(tl)
@@ -229,12 +230,12 @@ def test_attach_follows_a_running_job_read_only(tmp_path: Path, tuilaunch) -> No
         del os.environ["XDG_RUNTIME_DIR"]
     started = next(e for e in read_journal(path) if isinstance(e, WorkersStarted))
     src = AttachSource(Timeline(path))
-    app = AttachDashboard(src, refresh_hz=10)
+    app = Dashboard(src, refresh_hz=10, mode=AttachMode(src))
     asyncio.run(_drive_attach(app, src, {w.local_rank: w.pid for w in started.workers}, job))
     job.wait()
 
 
-async def _drive_attach(app: AttachDashboard, src: AttachSource, pids: dict, job) -> None:
+async def _drive_attach(app: Dashboard, src: AttachSource, pids: dict, job) -> None:
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
         shown = {r.local_rank: r.pid for r in src.snapshot().ranks}
@@ -267,12 +268,12 @@ def test_a_jump_past_the_precompute_waits_for_it(recorded: Path) -> None:
 
     worker = threading.Thread(target=background, daemon=True)
     src = ReplaySource(tl, cursor=0)
-    app = ReplayDashboard(src, worker, refresh_hz=20)
+    app = Dashboard(src, refresh_hz=20, mode=ReplayMode(src, worker))
     asyncio.run(_drive_pending(app, src, tl, worker, gate))
 
 
 async def _drive_pending(
-    app: ReplayDashboard,
+    app: Dashboard,
     src: ReplaySource,
     tl: Timeline,
     worker: threading.Thread,
@@ -320,16 +321,17 @@ def test_attach_refreshes_as_soon_as_the_journal_grows(recorded: Path, tmp_path:
     growing = tmp_path / "journal.jsonl"
     growing.write_bytes(b"".join(lines[:-1]))
     src = AttachSource(Timeline(str(growing)))
-    app = AttachDashboard(src, refresh_hz=0.5)
+    mode = AttachMode(src)
+    app = Dashboard(src, refresh_hz=0.5, mode=mode)
 
     async def drive() -> None:
         async with app.run_test(size=(160, 45)):
             assert src.cursor == len(lines) - 1
-            app._watch_journal()  # nothing new: no refresh
+            mode.watch_journal()  # nothing new: no refresh
             assert src.cursor == len(lines) - 1
             with growing.open("ab") as fp:
                 fp.write(lines[-1])
-            app._watch_journal()
+            mode.watch_journal()
             assert src.cursor == len(lines) and src.snapshot().finished is not None
 
     asyncio.run(drive())

@@ -26,6 +26,8 @@ from tui_launch.testing import builders, scenarios
 from tui_launch.testing.fake_source import FakeSource
 from tui_launch.tui import actions
 from tui_launch.tui.app import Dashboard
+from tui_launch.tui.commands import RunCommands
+from tui_launch.tui.modes import ReplayMode
 from tui_launch.tui.panels import render
 from tui_launch.tui.widgets.logpane import LOG_LINES_SHOWN
 from tui_launch.tui.widgets.screens import ConfirmScreen, HelpScreen
@@ -790,9 +792,16 @@ def test_the_app_is_built_from_the_action_table() -> None:
     """Bindings (the footer's order), help rows and palette entries all come from the table."""
     bound_all = [a.name for a in actions.ACTIONS if a.name and a.bound_keys]
     assert [b.action for b in Dashboard.BINDINGS] == bound_all  # type: ignore[union-attr]
+    # Every action has its method: the view's on the app, the acting keys' on the
+    # RunCommands the app holds, the replay cursor's on the replay's mode only (a live
+    # dashboard carries none of them).
     for a in actions.ACTIONS:
-        if a.name:
-            assert callable(getattr(Dashboard, f"action_{a.name}", None)), a.name
+        if a.name and a.needs is actions.Needs.REPLAY:
+            assert callable(getattr(ReplayMode, f"action_{a.name}", None)), a.name
+            assert not hasattr(Dashboard, f"action_{a.name}"), a.name
+        elif a.name:
+            owners = (Dashboard, RunCommands)
+            assert any(callable(getattr(o, f"action_{a.name}", None)) for o in owners), a.name
     rows = actions.help_rows()
     assert rows[0] == ("up/down", "select a rank (mouse works too)")
     assert rows[-1] == ("?", "this help")  # the help's own key last

@@ -10,7 +10,8 @@ from typing import Any
 from tui_launch.apps.replay import journal_of, precompute, view_args
 from tui_launch.core.journal.timeline import Timeline
 from tui_launch.core.remote.controlsock import ControlClient, ControlError, find
-from tui_launch.tui.modes import AttachDashboard, ControlDashboard
+from tui_launch.tui.app import Dashboard
+from tui_launch.tui.modes import AttachMode, ControlMode
 from tui_launch.tui.sources.attach import AttachSource
 from tui_launch.tui.sources.control import HELP, USAGE, ControlSource
 
@@ -50,14 +51,14 @@ def _read_only(argv: list[str]) -> int:
     except (ValueError, OSError) as e:
         print(f"tuilaunch attach: error: {e} ({usage})", file=sys.stderr)
         return 2
-    run_attached(AttachDashboard, AttachSource(timeline), refresh_hz=refresh_hz)
+    run_attached(AttachMode, AttachSource(timeline), refresh_hz=refresh_hz)
     return 0
 
 
-def run_attached(dashboard: type[AttachDashboard], source: AttachSource, **kwargs: Any) -> None:
-    """Run an attach's dashboard: its first frame is the end's state without the old
-    telemetry (:class:`AttachSource`); the checkpoints (the exact state, and any cursor move
-    back) are computed by a background thread started once that frame is up."""
+def run_attached(mode: type[AttachMode], source: AttachSource, **kwargs: Any) -> None:
+    """Run the dashboard over ``source`` in ``mode``: its first frame is the end's state
+    without the old telemetry (:class:`AttachSource`); the checkpoints (the exact state, and
+    any cursor move back) are computed by a background thread started once that frame is up."""
     stop = threading.Event()
     worker = threading.Thread(
         target=precompute, args=(source.timeline, stop), name="tuilaunch-attach", daemon=True
@@ -67,7 +68,7 @@ def run_attached(dashboard: type[AttachDashboard], source: AttachSource, **kwarg
         if worker.ident is None:  # once, though a dashboard may call on_ready again
             worker.start()
 
-    app = dashboard(source, worker, on_ready=start, **kwargs)
+    app = Dashboard(source, mode=mode(source, worker), on_ready=start, **kwargs)
     try:
         app.run()
     finally:
@@ -94,7 +95,7 @@ def _control(argv: list[str]) -> int:
         print(f"tuilaunch attach: error: {e} ({USAGE})", file=sys.stderr)
         return 2
     source = ControlSource(timeline, client, pid if isinstance(pid, int) else None)
-    run_attached(ControlDashboard, source, refresh_hz=refresh_hz, confirm=confirm)
+    run_attached(ControlMode, source, refresh_hz=refresh_hz, confirm=confirm)
     return 0
 
 

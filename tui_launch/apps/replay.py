@@ -6,14 +6,11 @@ import gc
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING
 
 from tui_launch.core.journal.timeline import Timeline
 from tui_launch.core.journal.writer import JOURNAL_NAME
-from tui_launch.tui.modes import ReplayDashboard
-
-if TYPE_CHECKING:
-    pass
+from tui_launch.tui.app import Dashboard
+from tui_launch.tui.modes import ReplayMode
 from tui_launch.tui.sources.replay import OPEN_AT_END, ReplaySource
 
 
@@ -92,8 +89,9 @@ def main(argv: list[str]) -> int:
     # (started before, that thread would hold the GIL the first frame needs).
     cursor = len(timeline) if timeline.indexed and len(timeline) <= OPEN_AT_END else 0
     source = ReplaySource(timeline, cursor)
-    app = ReplayDashboard(
-        source, worker, refresh_hz=refresh_hz, confirm=confirm, on_ready=worker.start
+    mode = ReplayMode(source, worker)
+    app = Dashboard(
+        source, refresh_hz=refresh_hz, confirm=confirm, on_ready=worker.start, mode=mode
     )
     try:
         app.run()

@@ -4,8 +4,9 @@
 (:func:`bindings`), the help screen's rows (:func:`help_rows`), the command palette's entries
 (:func:`palette`) and the rule that hides what does not apply (:func:`applies`, used by
 ``check_action``) are all generated from it, and a test checks the README's key table against
-it. Adding a key means adding one :class:`Action` here and its ``action_<name>`` method on the
-app.
+it. Adding a key means adding one :class:`Action` here and its ``action_<name>`` method: on the
+app when it changes the view, on :class:`~tui_launch.tui.commands.RunCommands` when it acts on
+the run, on a :class:`~tui_launch.tui.app.Mode` when only that mode has it (the replay cursor's).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class Needs(Enum):
 
 
 # Needs that act on a live run: never in a replay or a read-only attach, whatever the
-# snapshot at the cursor says (an attach --control may: its source has ``controls``).
+# snapshot at the cursor says (an attach --control may: its mode has ``controls``).
 ACTS_ON_RUN = frozenset({Needs.LIVE_RANK, Needs.RUNNING, Needs.LIVE})
 
 

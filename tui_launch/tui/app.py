@@ -6,21 +6,26 @@ Commands go through the runner's control API. Quitting stops the workers cleanly
 prints the headless summary and exits with the job's exit code.
 
 Every key, footer label, help row and palette entry, and when each applies, comes from the
-action table (:mod:`tui_launch.tui.actions`); the keys that act on the run are in
-:mod:`tui_launch.tui.commands` (a base class of the Dashboard); the Logs tab is a widget of its own
+action table (:mod:`tui_launch.tui.actions`). The keys that act on the run are the methods of a
+:class:`~tui_launch.tui.commands.RunCommands` the Dashboard holds; what a replay or an attach adds
+(the replay bar and cursor keys, following a live journal, the control client's errors) is the
+methods of its :class:`Mode` (:mod:`tui_launch.tui.modes`). The Logs tab is a widget of its own
 (:mod:`tui_launch.tui.widgets.logpane`), and the panels cache what they show (:class:`CachedPanel`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from textual.app import ComposeResult, SystemCommand
+from textual.actions import ActionParseResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.dom import DOMNode
 from textual.message import Message
 from textual.screen import Screen
+from textual.widget import Widget
 
 from tui_launch.core.model.store import Snapshot
 from tui_launch.tui import actions
@@ -49,13 +54,46 @@ class RunEnded(Message):
     """The run has finished (posted from the agent's thread)."""
 
 
-class Dashboard(RunCommands):
+class Mode:
+    """What a dashboard over one kind of source does beyond the view: the live run's mode is
+    this base itself (nothing more); :mod:`tui_launch.tui.modes` has the replay and the
+    attaches. The Dashboard calls these hooks; a mode's ``action_<name>`` methods answer the
+    action table's keys that the app has no method for (the replay cursor's)."""
+
+    replay = False  # the replay keys apply, and the acting ones only with ``controls``
+    controls = False  # an attach --control: the acting keys apply to a replayed live run
+    acts_on_finish = True  # the run's end is acted on (a recorded end is only shown)
+
+    def bind(self, app: Dashboard) -> None:
+        """Called by the Dashboard that holds this mode, before it composes."""
+        self.app = app
+
+    def compose(self) -> Iterator[Widget]:
+        """The widgets right under the header (the replay bar)."""
+        return iter(())
+
+    def on_mount(self) -> None:
+        """Called as the Dashboard mounts, before its first refresh."""
+
+    def tick(self) -> None:
+        """One refresh of the Dashboard (its interval, the run's end)."""
+        self.app.refresh_view()
+
+    def notice(self, message: str, severity: str | None) -> str:
+        """A toast's text (an attach --control says why the socket refused)."""
+        return message
+
+    def leaving(self) -> None:
+        """Called as the Dashboard exits."""
+
+
+class Dashboard(App[int]):
     """tuilaunch's dashboard. ``App.run()`` returns the job's exit code.
 
-    ``on_ready`` is called once, after the first frame is on the screen.
+    ``on_ready`` is called once, after the first frame is on the screen; ``mode`` is what a
+    replay or an attach adds (default: the live run's, nothing).
     """
 
-    # Absolute, so that subclasses defined elsewhere find it too.
     CSS_PATH = Path(__file__).with_name("dashboard.tcss")
     TITLE = "tuilaunch"
 
@@ -72,21 +110,26 @@ class Dashboard(RunCommands):
         confirm: bool = True,
         exit_on_finish: bool = False,
         on_ready: Callable[[], None] | None = None,
+        mode: Mode | None = None,
     ) -> None:
         super().__init__()
         self.source = source
+        self.mode = mode if mode is not None else Mode()
+        self.mode.bind(self)
+        self.run_commands = RunCommands(self)
         self._on_ready = on_ready
         self.refresh_hz = max(0.5, refresh_hz)
         self.confirm = confirm
         self.exit_on_finish = exit_on_finish
         self.clean_exit = False
+        self.quitting = False  # q stopped the job: its end leaves the dashboard
+        self.detached = False  # D was pressed: the job goes on without this dashboard
         self._version = -1
         self._second = -1
         self._workers_key: tuple[object, ...] = ()
         self._keys_state: tuple[object, ...] = ()
         self._agent_key: tuple[int, str | None] = (-1, None)
-        self._quitting = False
-        self._finished_seen = False
+        self._finished_seen = not self.mode.acts_on_finish
         self._gpu_shape: tuple[object, ...] | None = None
 
     # ---------------------------------------------------------------- layout
@@ -104,6 +147,7 @@ class Dashboard(RunCommands):
         self._cluster = CachedPanel(id="cluster")
         self._stacks = CachedPanel(id="stacks")
         yield self._header
+        yield from self.mode.compose()
         with Horizontal(id="top"):
             with Vertical(id="side"):
                 yield self._rdzv
@@ -128,6 +172,7 @@ class Dashboard(RunCommands):
         yield self._footer
 
     def on_mount(self) -> None:
+        self.mode.on_mount()
         self._rdzv.border_title = "Rendezvous"
         self._restarts.border_title = "Restarts"
         self._gpus.border_title = "GPUs"
@@ -157,6 +202,11 @@ class Dashboard(RunCommands):
     # ---------------------------------------------------------------- refresh
 
     def _tick(self) -> None:
+        self.mode.tick()
+
+    def refresh_view(self) -> None:
+        """Redraw what changed since the last refresh (each panel only when what it shows
+        did); the mode's tick calls it."""
         snap = self.source.snapshot()
         now = self.source.now()
         if snap.finished is not None:
@@ -236,8 +286,8 @@ class Dashboard(RunCommands):
             # A run stopped from outside (SIGTERM, ^C, SIGHUP when the terminal went away)
             # ends tuilaunch too: nobody may be left to press q, and a dashboard on a closed
             # terminal would otherwise linger.
-            if self.exit_on_finish or self._quitting or snap.finished.outcome == "stopped":
-                self._leave(snap.finished.exit_code)
+            if self.exit_on_finish or self.quitting or snap.finished.outcome == "stopped":
+                self.leave(snap.finished.exit_code)
 
     def _update_workers(self, snap: Snapshot, now: float) -> None:
         last_line_at = self.source.logs.last_line_at
@@ -299,6 +349,7 @@ class Dashboard(RunCommands):
     def notify(self, message: str, **kwargs: Any) -> None:
         """A toast, made inert and not read as markup: its words may come from a worker or
         a journal (a stack verdict, an injection's message, a refusal)."""
+        message = self.mode.notice(message, kwargs.get("severity"))
         kwargs.setdefault("markup", False)
         if "title" in kwargs:
             kwargs["title"] = inert(kwargs["title"])
@@ -313,10 +364,41 @@ class Dashboard(RunCommands):
             return True
         if spec.needs is actions.Needs.FILTER:
             return bool(self.log_pane.filter_text)
-        replay = getattr(self.source, "replay", False)
-        controls = getattr(self.source, "controls", False)
         snap = self.source.snapshot()
-        return actions.applies(spec.needs, snap, self.selected_rank(), replay, controls)
+        mode = self.mode
+        return actions.applies(spec.needs, snap, self.selected_rank(), mode.replay, mode.controls)
+
+    def action_method(self, name: str) -> Callable[[], object] | None:
+        """The method the action table's ``name`` runs: the app's own (the view's keys), else
+        the run commands' (the keys that act on the run), else the mode's (the replay
+        cursor's); None where none has it (the replay keys on a live run)."""
+        for owner in (self, self.run_commands, self.mode):
+            method = getattr(owner, f"action_{name}", None)
+            if callable(method):
+                return method
+        return None
+
+    async def run_action(
+        self,
+        action: str | ActionParseResult,
+        default_namespace: DOMNode | None = None,
+        namespaces: Mapping[str, DOMNode] | None = None,
+    ) -> bool:
+        """Run an action. Textual looks for the method on the app; the action table's keys
+        that belong to the run commands or the mode are run on those (after check_action)."""
+        if (
+            isinstance(action, str)
+            and action in actions.BY_NAME
+            and default_namespace in (None, self)
+            and not hasattr(self, f"action_{action}")
+        ):
+            method = self.action_method(action)
+            if method is not None:
+                if not self.check_action(action, ()):
+                    return False
+                method()
+                return True
+        return await super().run_action(action, default_namespace, namespaces)
 
     def action_rank_log(self) -> None:
         """Show the selected rank's log."""
@@ -387,42 +469,13 @@ class Dashboard(RunCommands):
         dump = self.source.stack_dump(latest.path) if latest is not None else None
         self._stacks.show(key, stacks_panel, snap, dump, now)
 
-    # The replay keys (Needs.REPLAY) are hidden on a live run; tui/replay.py's
-    # ReplayDashboard gives them their meaning.
-    def action_replay_play(self) -> None:
-        """Replay only: play / pause."""
-
-    def action_replay_faster(self) -> None:
-        """Replay only: faster."""
-
-    def action_replay_slower(self) -> None:
-        """Replay only: slower."""
-
-    def action_replay_step(self) -> None:
-        """Replay only: one event forward."""
-
-    def action_replay_back(self) -> None:
-        """Replay only: one event back."""
-
-    def action_replay_next(self) -> None:
-        """Replay only: the next failure, restart or injection."""
-
-    def action_replay_previous(self) -> None:
-        """Replay only: the previous failure, restart or injection."""
-
-    def action_replay_start(self) -> None:
-        """Replay only: the start."""
-
-    def action_replay_end(self) -> None:
-        """Replay only: the end."""
-
     def action_help(self) -> None:
         """Show every key."""
         # One help screen for the whole run, built on first use: pushing an installed screen
         # skips compose and styling, 15-20 ms of CPU instead of ~50 (what a key costs to
         # answer in a log flood, where this thread gets a fraction of a core).
         if not self.is_screen_installed("help"):
-            rows = actions.help_rows(getattr(self.source, "replay", False))
+            rows = actions.help_rows(self.mode.replay)
             self.install_screen(HelpScreen(rows), "help")
         self.push_screen("help")
 
@@ -434,9 +487,25 @@ class Dashboard(RunCommands):
             if command.title not in TEXTUAL_COMMANDS_LEFT_OUT:
                 yield command
         for action in actions.palette():
-            if self.check_action(action.name, ()):
-                callback = getattr(self, f"action_{action.name}")
+            callback = self.action_method(action.name)
+            if callback is not None and self.check_action(action.name, ()):
                 yield SystemCommand(action.palette, action.palette_help, callback)
+
+    # ---------------------------------------------------------------- leaving
+
+    async def action_quit(self) -> None:
+        """Textual's own quit (ctrl+q, the palette's Quit) must stop the job cleanly too."""
+        self.run_commands.action_quit_job()
+
+    def leave(self, code: int) -> None:
+        """Leave the dashboard cleanly with ``code`` (``App.run()`` returns it)."""
+        self.clean_exit = True
+        self.exit(code)
+
+    def exit(self, *args: Any, **kwargs: Any) -> None:
+        """Exit, once the mode has let go of what would keep the process alive."""
+        self.mode.leaving()
+        super().exit(*args, **kwargs)
 
 
 def _steps_key(snap: Snapshot, second: int) -> tuple[object, ...] | None:

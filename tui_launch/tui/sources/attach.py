@@ -2,11 +2,11 @@
 
 :class:`AttachSource` is a :class:`~tui_launch.tui.sources.replay.ReplaySource` whose cursor follows
 the journal's end; it reads the journal and the rank log files and acts on nothing (``attach
---control``'s :mod:`.attachctl` adds the acting keys). Its first frame is the end's state
-without the telemetry records no panel shows
-(:func:`~tui_launch.core.journal.recent.recent_snapshot`:
-a day-long journal's state costs ~30 ms, not seconds); the exact state follows from the
-checkpoints a background thread computes (:func:`run_attached`), as ``replay`` does.
+--control``'s :class:`~tui_launch.tui.sources.control.ControlSource` adds the acting keys). Its
+first frame is the end's state without the telemetry records no panel shows
+(:func:`~tui_launch.core.journal.recent.recent_snapshot`: a day-long journal's state without
+replaying the whole day); the exact state follows from the checkpoints a background thread
+computes (:func:`tui_launch.apps.attach.run_attached`), as ``replay`` does.
 """
 
 from __future__ import annotations

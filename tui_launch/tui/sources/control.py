@@ -35,9 +35,6 @@ with --control-socket or --detach, or detached with D."""
 class ControlSource(AttachSource):
     """A running job, followed through its journal and steered through its control socket."""
 
-    controls = True  # the acting keys apply (tui.actions.applies)
-    mode_label = "control"
-
     def __init__(self, timeline: Timeline, client: ControlClient, pid: int | None = None) -> None:
         super().__init__(timeline)
         self.client = client

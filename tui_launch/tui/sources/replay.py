@@ -6,8 +6,9 @@ events up
 to the cursor, its clock the cursor's, and its log buffer holds each rank's output up to the
 last log mark before the cursor (read from the rank log files). It acts on nothing: every
 control call is refused, and the keys that act on a run are hidden (``Needs.REPLAY`` /
-``ACTS_ON_RUN`` in :mod:`.actions`). :class:`ReplayDashboard` adds the cursor's line (wall
-clock, event number, play state) under the header and the replay keys.
+``ACTS_ON_RUN`` in :mod:`tui_launch.tui.actions`). The dashboard's
+:class:`~tui_launch.tui.modes.ReplayMode` adds the cursor's line (wall clock, event number, play
+state) under the header and the replay keys.
 """
 
 from __future__ import annotations
@@ -47,8 +48,6 @@ SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 100.0, 1000.0)
 
 class ReplaySource:
     """A recorded run as the dashboard's source; the cursor is an event count."""
-
-    replay = True
 
     def __init__(self, timeline: Timeline, cursor: int | None = None) -> None:
         self.timeline = timeline
