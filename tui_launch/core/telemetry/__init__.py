@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         GPU_OK,
         GPU_PERMISSION,
         GpuSampler,
+        fake_from_env,
         load_nvml,
     )
     from tui_launch.core.telemetry.procs import ProcessSampler, TreeReading
@@ -56,6 +57,7 @@ _WHERE = {
             "GPU_OK",
             "GPU_PERMISSION",
             "GpuSampler",
+            "fake_from_env",
             "load_nvml",
         ),
         "telemetry.nvml",
@@ -97,6 +99,7 @@ __all__ = [
     "Telemetry",
     "TelemetryView",
     "TreeReading",
+    "fake_from_env",
     "fold",
     "load_nvml",
     "map_rank",
