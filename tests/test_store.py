@@ -283,6 +283,46 @@ def test_root_cause_follows_the_latest_attempt():
     assert len(s.failures) == 3
 
 
+def test_every_event_type_reaches_its_family_reducer():
+    """``reduce`` dispatches by type: every registered event kind has a reducer (its own or its
+    sample's, for a journaled twin), but the two that change nothing but the version."""
+    from tui_launch.core.model.reducers import REDUCERS, diagnosis, reducer_for, reduces, run
+
+    unreduced = {cls for cls in ev.EVENT_TYPES.values() if reducer_for(cls) is None}
+    assert unreduced == {ev.Injected, ev.LogMark}
+    assert reducer_for(ev.TelemetryRecord) is reducer_for(ev.TelemetrySample)
+    assert reducer_for(ev.ProgressRecord) is reducer_for(ev.ProgressSample)
+    assert reducer_for(ev.RunStarted).__module__ == run.__name__
+    assert reducer_for(ev.HangDetected).__module__ == diagnosis.__name__
+    with pytest.raises(ValueError, match="two reducers"):
+        reduces(ev.Notice)(lambda s, e: s)
+    assert len(REDUCERS) == len(ev.EVENT_TYPES) - 4  # less Injected, LogMark and the twins
+
+
+def test_event_count_is_the_journaled_events_and_a_log_mark_is_no_change():
+    s = reduce(Snapshot(), _run_started(1))
+    assert (s.version, s.events) == (1, 1)
+    s = reduce(s, ev.StoreRetry(endpoint="h:1", attempt=1, delay=None, timeout=None))
+    assert (s.version, s.events, s.store_retries) == (2, 1, 1)
+    s = reduce(
+        s,
+        ev.Injected(
+            spec="hang",
+            fault="hang",
+            attempt=0,
+            global_rank=0,
+            local_rank=0,
+            pid=1,
+            count=1,
+            times=1,
+            source="cli",
+            ok=True,
+        ),
+    )
+    assert (s.version, s.events) == (3, 2)
+    assert reduce(s, ev.LogMark(offsets=())) is s
+
+
 def test_run_store_threads_listeners_and_waiting():
     store = RunStore()
     seen: list[ev.Event] = []

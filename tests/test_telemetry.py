@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import WORKERS, base_env, read_journal, tuilaunch_cmd
+from conftest import ROOT, WORKERS, base_env, read_journal, tuilaunch_cmd
 from rich.console import Console
 
 from tui_launch.core import telemetry as tm
@@ -362,6 +362,35 @@ def test_init_failures_from_env(
     assert g.state == state and words in g.note
     assert g.sample() == ((), {})
     g.close()
+
+
+def test_the_caller_chooses_the_fake_and_the_env_hook_overrides_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``load_nvml`` opens what its caller says (the demo: ``GpuSampler(fake="2")``); the
+    tests' ``TUILAUNCH_FAKE_NVML`` hook overrides that choice, and nothing else reads it."""
+    monkeypatch.delenv(tm.FAKE_ENV, raising=False)
+    assert tm.load_nvml("2") == (fake, "")
+    assert tm.load_nvml("bogus")[0] is None and "unknown scenario" in tm.load_nvml("bogus")[1]
+    g = tm.GpuSampler(fake="2")
+    g.open()
+    assert g.state == tm.GPU_OK and g.simulated and len(g.gpus) == 2
+    g.close()
+    monkeypatch.setenv(tm.FAKE_ENV, "0")
+    assert tm.fake_from_env("2") == "0" and tm.fake_from_env() == "0"
+    g = tm.GpuSampler(fake="2")
+    g.open()
+    assert g.state == tm.GPU_NO_DEVICES
+    readers = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "tui_launch").rglob("*.py"))
+        if "FAKE_ENV" in path.read_text() or "TUILAUNCH_FAKE_NVML" in path.read_text()
+    ]
+    assert readers == [
+        "tui_launch/core/telemetry/__init__.py",  # the re-export
+        "tui_launch/core/telemetry/fake_nvml.py",  # its docstring and error messages
+        "tui_launch/core/telemetry/nvml.py",  # fake_from_env
+    ]
 
 
 def test_real_nvidia_ml_py_without_a_driver() -> None:

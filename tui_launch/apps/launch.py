@@ -186,19 +186,17 @@ def _run(
     from tui_launch.core.logs.stderr import StderrPipe
     from tui_launch.core.run.config import RunConfig
     from tui_launch.core.run.runner import Runner
+    from tui_launch.core.telemetry import Telemetry
     from tui_launch.headless import Headless
     from tui_launch.summary import print_summary
-
-    if opts.demo:
-        # The demo trains on CPU: its GPUs come from the fake NVML, marked as simulated.
-        os.environ.setdefault("TUILAUNCH_FAKE_NVML", "2")
-    from tui_launch.core.telemetry import Telemetry
 
     telemetry = Telemetry(
         store.post,
         interval=opts.gpu_interval,
         gpu=not opts.no_gpu,
         journal_every=opts.journal_samples,
+        # The demo trains on CPU: its GPUs come from the fake NVML, marked as simulated.
+        fake_nvml="2" if opts.demo else None,
     )
     config = RunConfig.from_options(opts, mute_agent_console=use_tui)
     runner = Runner(args, store, config, telemetry=telemetry, warm=pool)

@@ -4,8 +4,8 @@ Helpers of :mod:`tui_launch.core.journal.timeline`'s
 :class:`~tui_launch.core.journal.timeline.Timeline`: the
 regexes for a journal line's fixed prefix (``{"seq": N, "kind": K, "mono": M, "wall": W``)
 and a log mark's offsets as :mod:`json` writes them, a block of lines parsed at once
-(:class:`Block`), and :func:`fold_marks`, which folds log marks' bytes into the last offset of
-each stream, mostly without parsing them.
+(:class:`Block`), :func:`fold_marks`, which folds log marks' bytes into the last offset of
+each stream, mostly without parsing them, and :func:`mark_name`, a stream's name in a mark.
 """
 
 from __future__ import annotations
@@ -106,3 +106,9 @@ def fold_marks(marks: bytes, count: int, tail: int = 64) -> dict[bytes, bytes] |
 def log_key(raw: bytes) -> LogKey:
     attempt, rank, stream = raw.split(b", ", 2)
     return int(attempt), int(rank), json.loads(stream)
+
+
+def mark_name(key: LogKey) -> bytes:
+    """How a log mark names the stream ``key`` (``b'0, 1, "stdout"'``)."""
+    attempt, rank, stream = key
+    return f"{attempt}, {rank}, {json.dumps(stream)}".encode()

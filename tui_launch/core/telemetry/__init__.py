@@ -33,6 +33,7 @@ from tui_launch.core.telemetry.nvml import (
     GPU_OK,
     GPU_PERMISSION,
     GpuSampler,
+    fake_from_env,
     load_nvml,
 )
 from tui_launch.core.telemetry.procs import ProcessSampler, TreeReading
@@ -55,6 +56,7 @@ __all__ = [
     "Telemetry",
     "TelemetryView",
     "TreeReading",
+    "fake_from_env",
     "fold",
     "load_nvml",
     "map_rank",

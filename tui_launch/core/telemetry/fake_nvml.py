@@ -4,14 +4,16 @@ It has the real module's surface for everything tuilaunch calls: the same functi
 arguments, return values shaped like nvidia-ml-py's (ctypes structures with the same fields, or
 the friendly objects nvidia-ml-py builds for process lists), the ``NVMLError`` hierarchy built the
 same way (``NVMLError(NVML_ERROR_NOT_SUPPORTED)`` is an ``NVMLError_NotSupported``) and the
-constants. What it reports is configured with :func:`configure`, or at run time from the
-``TUILAUNCH_FAKE_NVML`` environment variable (see :func:`configure_from_spec`), which is how the
-real launcher is run against it.
+constants. What it reports is configured with :func:`configure`, or from a scenario string
+(:func:`configure_from_spec`), which is how the launcher opens it: the scenario is the caller's
+choice (``--demo``'s) or the ``TUILAUNCH_FAKE_NVML`` test hook's, decided in
+:func:`tui_launch.core.telemetry.nvml.load_nvml` (this module reads no environment variable
+to choose itself).
 
 Readings are deterministic: they depend on the GPU index and on how many times that GPU's
 utilisation was read (one per sampler tick), never on the clock.
 
-Scenarios (``TUILAUNCH_FAKE_NVML``, comma separated):
+Scenarios (comma separated, as ``TUILAUNCH_FAKE_NVML`` takes them):
 
 - ``N`` — N GPUs (0 gives "no devices"); default 1.
 - ``nolib`` — ``nvmlInit`` raises ``NVMLError_LibraryNotFound``.
@@ -35,7 +37,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import os
 import string
 import sys
 import threading
@@ -328,12 +329,6 @@ def configure_from_spec(spec: str) -> FakeConfig:
         else:
             raise ValueError(f"{ENV}: unknown scenario {raw!r}")
     return configure(n, **kw)
-
-
-def configure_from_env() -> FakeConfig | None:
-    """Configure from ``TUILAUNCH_FAKE_NVML`` if it is set."""
-    spec = os.environ.get(ENV)
-    return configure_from_spec(spec) if spec is not None else None
 
 
 # ----------------------------------------------------------------- helpers

@@ -10,9 +10,19 @@ libnvidia-ml, no driver, no devices, no permission, a field that is not supporte
 asked again), a GPU lost or NVML gone mid-run — each ends up in :attr:`GpuSampler.state` and
 :attr:`GpuSampler.note` (one of the ``GPU_*`` values below) and sampling goes on.
 
-The fake NVML (:mod:`tui_launch.core.telemetry.fake_nvml`) is used instead of ``pynvml`` when
-``TUILAUNCH_FAKE_NVML`` is set; its readings are marked ``simulated``. Importing this module
-does not import ``pynvml``: :func:`load_nvml` does, when a sampler opens.
+Which NVML, the real one or the fake (:mod:`tui_launch.core.telemetry.fake_nvml`, whose
+readings are marked ``simulated``), is decided in one place, :func:`load_nvml`, by its caller:
+
+- ``load_nvml(fake=None)`` is nvidia-ml-py; ``load_nvml(fake="2")`` the fake with that scenario.
+- The caller that builds the sampler says which (``GpuSampler(fake=...)``,
+  ``Telemetry(fake_nvml=...)``): the product's only choice of the fake is ``--demo``, which
+  trains on CPU and shows simulated GPUs on purpose.
+- :func:`fake_from_env` is the hook for tests (and for trying the dashboard without a GPU):
+  ``TUILAUNCH_FAKE_NVML`` set to a scenario overrides the caller's choice. It is the only
+  place that reads the variable, and the sampler consults it when it opens, so a test's
+  launcher in another process is run against the fake without code of its own.
+
+Importing this module does not import ``pynvml``: :func:`load_nvml` does, when a sampler opens.
 """
 
 from __future__ import annotations
@@ -68,13 +78,25 @@ class ProcOnGpu:
     sm: int | None
 
 
-def load_nvml() -> tuple[Any | None, str]:
-    """The NVML module to use (the fake with ``TUILAUNCH_FAKE_NVML``) or None and why not."""
-    if os.environ.get(FAKE_ENV) is not None:
+def fake_from_env(chosen: str | None = None) -> str | None:
+    """The fake NVML's scenario to open: ``TUILAUNCH_FAKE_NVML``'s when it is set (the tests'
+    hook), else ``chosen``, the caller's (None: the real NVML)."""
+    return os.environ.get(FAKE_ENV, chosen)
+
+
+def load_nvml(fake: str | None = None) -> tuple[Any | None, str]:
+    """The NVML module, or None and why not.
+
+    Args:
+        fake: None for nvidia-ml-py (``pynvml``); else the fake NVML configured with this
+            scenario (``"2"``, ``"1,lost=2"``: see
+            :func:`~tui_launch.core.telemetry.fake_nvml.configure_from_spec`).
+    """
+    if fake is not None:
         from tui_launch.core.telemetry import fake_nvml as fake_pynvml
 
         try:
-            fake_pynvml.configure_from_env()
+            fake_pynvml.configure_from_spec(fake)
         except ValueError as e:
             return None, str(e)
         return fake_pynvml, ""
@@ -89,12 +111,18 @@ class GpuSampler:
     """Reads every GPU through NVML. Never raises: problems end up in :attr:`state`/:attr:`note`.
 
     Args:
-        nvml: the ``pynvml`` module (or the fake); default: :func:`load_nvml`.
+        nvml: the ``pynvml`` module (or the fake, configured); default: :func:`load_nvml`'s
+            when the sampler opens.
         slow_every: read temperature and power every this many ticks.
+        fake: without ``nvml``, the fake NVML's scenario to open (the demo's simulated GPUs);
+            None: the real NVML. :func:`fake_from_env` (the tests' hook) overrides it.
     """
 
-    def __init__(self, nvml: Any | None = None, slow_every: int = 5) -> None:
+    def __init__(
+        self, nvml: Any | None = None, slow_every: int = 5, *, fake: str | None = None
+    ) -> None:
         self._nvml = nvml
+        self.fake = fake
         self.slow_every = max(1, slow_every)
         self.state = GPU_ERROR
         self.note = "not started"
@@ -109,7 +137,7 @@ class GpuSampler:
         """``nvmlInit`` once and read what does not change (names, UUIDs, totals, MIG)."""
         nv = self._nvml
         if nv is None:
-            nv, why = load_nvml()
+            nv, why = load_nvml(fake_from_env(self.fake))
             if nv is None:
                 self.state, self.note = GPU_NO_LIBRARY, f"no GPU telemetry: {why}"
                 return
@@ -329,5 +357,6 @@ __all__ = [
     "GpuSampler",
     "ProcOnGpu",
     "describe_error",
+    "fake_from_env",
     "load_nvml",
 ]

@@ -53,7 +53,9 @@ class Telemetry:
         journal_every: every this many seconds a tick is journaled (0: never).
         slow_every: temperature and power every this many ticks.
         nvml: the NVML module (tests pass the fake); default:
-            :func:`~tui_launch.core.telemetry.nvml.load_nvml`.
+            :func:`~tui_launch.core.telemetry.nvml.load_nvml`'s.
+        fake_nvml: without ``nvml``, the fake NVML's scenario (``--demo``'s simulated GPUs);
+            None: the real NVML (see :mod:`tui_launch.core.telemetry.nvml` for the tests' hook).
         launcher_cvd: ``CUDA_VISIBLE_DEVICES`` the workers inherit, used when a worker's own
             environment cannot be read.
     """
@@ -67,13 +69,14 @@ class Telemetry:
         journal_every: float = 10.0,
         slow_every: int = 5,
         nvml: Any | None = None,
+        fake_nvml: str | None = None,
         launcher_cvd: str | None = None,
     ) -> None:
         self.post = post
         self.interval = max(0.05, float(interval))
         self.journal_every = journal_every
         self.gpu_enabled = gpu
-        self.gpu = GpuSampler(nvml, slow_every=slow_every)
+        self.gpu = GpuSampler(nvml, slow_every=slow_every, fake=fake_nvml)
         self.procs: ProcessSampler | None = None
         self.launcher_cvd = (
             launcher_cvd if launcher_cvd is not None else os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -20,7 +20,9 @@ from collections.abc import Callable
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
-from tui_launch.core.journal.timeline import LogKey, Timeline, mark_name, progress_at
+from tui_launch.core.journal.steps import progress_at
+from tui_launch.core.journal.text import LogKey, mark_name
+from tui_launch.core.journal.timeline import Timeline
 from tui_launch.core.logs.sinks import LogBuffer
 from tui_launch.core.logs.tail import LogSource
 from tui_launch.core.model.commands import REPLAY_REFUSAL, Command, Outcome
@@ -80,7 +82,7 @@ class ReplaySource:
 
     def _with_log_steps(self, snap: Snapshot) -> Snapshot:
         """``snap`` with the step the log at the cursor shows (the journal's progress
-        records are 10 s apart: see :func:`~tui_launch.core.journal.timeline.progress_at`)."""
+        records are 10 s apart: see :func:`~tui_launch.core.journal.steps.progress_at`)."""
         return progress_at(snap, self._attempt_lines)
 
     def _attempt_lines(self, local_rank: int, stream: str) -> list[str]:

@@ -1,0 +1,190 @@
+"""The run's state at one version: :class:`Snapshot` and the views it is made of.
+
+Plain frozen data, safe to read from any thread. :func:`~tui_launch.core.model.store.reduce`
+makes the next one from an event; the reducers of each event family
+(:mod:`tui_launch.core.model.reducers`) say how. Importers find these names in
+:mod:`tui_launch.core.model.store` too, beside the store that holds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tui_launch.core.model.events import (
+    ClusterSample,
+    Connecting,
+    ControlAction,
+    Failure,
+    HangCleared,
+    HangDetected,
+    JobStacks,
+    NodeChange,
+    Notice,
+    RendezvousSample,
+    RunFinished,
+    RunStarted,
+    Shutdown,
+    StacksDumped,
+    Straggler,
+)
+from tui_launch.core.model.progress import ProgressView
+from tui_launch.core.model.telemetry import TelemetryView
+
+# Rank states shown to users.
+STARTING, RUNNING, STOPPED, EXITED, FAILED, RESTARTING = (
+    "starting",
+    "running",
+    "stopped",
+    "exited",
+    "failed",
+    "restarting",
+)
+
+
+class Phase:
+    """The run's phase, in the one vocabulary that the snapshot and the runner share.
+
+    Once the run is over the snapshot's phase is its outcome (one of :attr:`OUTCOMES`).
+    """
+
+    STARTING = "starting"  # before the first rendezvous; the runner: spawning workers
+    RENDEZVOUS = "rendezvous"
+    RUNNING = "running"  # the workers run and the agent monitors them
+    RESTARTING = "restarting"
+    FINISHING = "finishing"  # the workers succeeded; the exit barrier
+    STOPPING = "stopping"
+    OUTCOMES = ("succeeded", "failed", "stopped", "error")
+
+
+@dataclass(frozen=True)
+class RankView:
+    """One local worker as the front ends show it."""
+
+    local_rank: int
+    global_rank: int
+    pid: int
+    attempt: int
+    state: str
+    started: float
+    exit_code: int | None = None
+    signal: str | None = None
+    exited: float | None = None
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    """One attempt of the worker group: from its workers' start to why it ended."""
+
+    number: int
+    started: float
+    world_size: int
+    ended: float | None = None
+    end_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class RendezvousView:
+    """What this node knows about the rendezvous."""
+
+    backend: str
+    endpoint: str
+    run_id: str
+    state: str
+    since: float
+    round: int | None = None
+    group_rank: int | None = None
+    group_world_size: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
+    participants: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The whole run at one version. Plain data: safe to read from any thread."""
+
+    version: int = 0
+    run: RunStarted | None = None
+    phase: str = Phase.STARTING
+    attempt: int = 0
+    group_state: str = "INIT"
+    rendezvous: RendezvousView | None = None
+    rendezvous_live: RendezvousSample | None = None
+    ranks: tuple[RankView, ...] = ()
+    attempts: tuple[AttemptView, ...] = ()
+    failures: tuple[Failure, ...] = ()
+    root_cause: Failure | None = None
+    failure_restarts: int = 0
+    manual_restarts: int = 0
+    membership_restarts: int = 0
+    budget_left: int = 0
+    notices: tuple[Notice, ...] = ()
+    controls: tuple[ControlAction, ...] = ()
+    shutdown: Shutdown | None = None
+    finished: RunFinished | None = None
+    started_wall: float | None = None
+    started_mono: float | None = None
+    events: int = 0
+    telemetry: TelemetryView | None = None
+    cluster: ClusterSample | None = None
+    node_changes: tuple[NodeChange, ...] = ()
+    connecting: Connecting | None = None  # while torch's rendezvous handler is being created
+    store_retries: int = 0  # the TCPStore client's retries so far (torch's C++ warnings)
+    launched_mono: float | None = None  # when the launcher began: durations count from here
+    dumps: tuple[StacksDumped, ...] = ()  # every stack dump of the run, oldest first
+    hang: HangDetected | None = None  # the latest confirmed hang of the current attempt
+    hung_ranks: tuple[int, ...] = ()  # global ranks the Workers table marks as hanging
+    hang_cleared: HangCleared | None = None  # the hang's ranks moved again (this attempt)
+    job_stacks: tuple[JobStacks, ...] = ()  # job-wide dumps (every node's ranks), oldest first
+    progress: ProgressView | None = None
+    straggler: Straggler | None = None  # the inferred straggler (global_rank None: none now)
+
+    @property
+    def restarts_used(self) -> int:
+        """All restarts so far, whatever their cause."""
+        return self.failure_restarts + self.manual_restarts + self.membership_restarts
+
+    @property
+    def max_restarts(self) -> int:
+        """The failure budget the user asked for (``--max-restarts``)."""
+        return self.run.max_restarts if self.run else 0
+
+    def rank(self, local_rank: int) -> RankView | None:
+        """The row of ``local_rank`` in the current attempt, if any."""
+        for r in self.ranks:
+            if r.local_rank == local_rank:
+                return r
+        return None
+
+
+def recovered(s: Snapshot, f: Failure | None) -> bool:
+    """Whether failure ``f`` was recovered: the group restarted and a later attempt's workers
+    started (a run stopped after that did not end because of it)."""
+    return f is not None and s.attempt > f.attempt and any(a.number > f.attempt for a in s.attempts)
+
+
+def pick_root_cause(failures: Iterable[Failure]) -> Failure | None:
+    """The first real failure: earliest seen, never a peer the agent terminated itself."""
+    failures = list(failures)
+    real = [f for f in failures if not f.collateral] or failures
+    if not real:
+        return None
+    return min(real, key=lambda f: (f.time, f.global_rank))
+
+
+__all__ = [
+    "EXITED",
+    "FAILED",
+    "RESTARTING",
+    "RUNNING",
+    "STARTING",
+    "STOPPED",
+    "AttemptView",
+    "Phase",
+    "RankView",
+    "RendezvousView",
+    "Snapshot",
+    "pick_root_cause",
+    "recovered",
+]
