@@ -403,6 +403,7 @@ def test_journal_through_own_symlink_is_followed(tuilaunch, tmp_path):
     assert '"kind": "run_finished"' in real.read_text()
 
 
+@pytest.mark.slow
 def test_replay_refresh_hz_absurd(tmp_path):
     """`tuilaunch replay --refresh-hz 1e9` opened a dashboard that never drew, at 100 % CPU,
     deaf to q, ^C and SIGTERM; now it is one line and exit 2 (the journal is a real one)."""

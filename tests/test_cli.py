@@ -179,6 +179,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_help_shows_both_groups():
     p = _run("--help")
     assert p.returncode == 0, p.stderr
@@ -198,6 +199,7 @@ def test_help_shows_both_groups():
     assert "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["console-script", "python-m"])
 def test_version(how):
     if how == "console-script":
@@ -219,6 +221,7 @@ def test_version(how):
     assert "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
 def test_help_lists_the_subcommands():
     """`--help` names ls, attach and replay, each with a line of its own (they are not options,
     so argparse alone never mentioned them)."""
@@ -239,6 +242,7 @@ print("CODE", code, "TORCH", "torch" in sys.modules, "TEXTUAL", "textual" in sys
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [["--version"], ["--no-tui", "--version"], ["--version", "script.py"]],
@@ -296,6 +300,7 @@ def test_pet_nproc_and_script_args_pass_through(tuilaunch, tmp_path):
     assert sorted(w["local_rank"] for w in started[0]["workers"]) == [0, 1]
 
 
+@pytest.mark.slow
 def test_gc_off_while_loading_then_frozen(tmp_path):
     """No collection runs while torch loads; what is loaded is frozen; the GC is back on after.
 
