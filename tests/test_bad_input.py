@@ -414,18 +414,25 @@ def test_replay_refresh_hz_absurd(tmp_path):
     writer = Journal(str(journal))
     writer.write(builders.run_started())
     writer.close()
-    for hz in ("1e9", "0", "-1", "inf", "x"):
-        env = base_env(TUILAUNCH_TEST_TOKEN=uuid.uuid4().hex)
-        launch = Launch(
+    # The five refusals run side by side: each is an interpreter start and nothing else.
+    rates = ("1e9", "0", "-1", "inf", "x")
+    started = {
+        hz: Launch(
             [sys.executable, "-m", "tui_launch", "replay", str(journal), "--refresh-hz", hz],
             ROOT,
-            env,
+            base_env(TUILAUNCH_TEST_TOKEN=uuid.uuid4().hex),
         )
-        try:
-            code = launch.wait(timeout=60)
-        finally:
+        for hz in rates
+    }
+    codes: dict[str, int] = {}
+    try:
+        for hz, launch in started.items():
+            codes[hz] = launch.wait(timeout=60)
+    finally:
+        for launch in started.values():
             launch.kill()
-        assert code == 2, (hz, launch.output)
+    for hz, launch in started.items():
+        assert codes[hz] == 2, (hz, launch.output)
         lines = own_lines(launch.stderr)
         assert len(lines) == 1 and "Traceback" not in launch.output, (hz, launch.stderr)
         assert lines[0].startswith("tuilaunch replay: error: --refresh-hz"), (hz, lines[0])

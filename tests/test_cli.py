@@ -179,9 +179,15 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.fixture(scope="module")
+def help_run() -> subprocess.CompletedProcess[str]:
+    """One ``tuilaunch --help`` for the tests that read it (it imports torch for its options)."""
+    return _run("--help")
+
+
 @pytest.mark.slow
-def test_help_shows_both_groups():
-    p = _run("--help")
+def test_help_shows_both_groups(help_run):
+    p = help_run
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert "usage: tuilaunch" in out
@@ -222,10 +228,10 @@ def test_version(how):
 
 
 @pytest.mark.slow
-def test_help_lists_the_subcommands():
+def test_help_lists_the_subcommands(help_run):
     """`--help` names ls, attach and replay, each with a line of its own (they are not options,
     so argparse alone never mentioned them)."""
-    p = _run("--help")
+    p = help_run
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     for sub in SUBCOMMANDS:
