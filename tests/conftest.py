@@ -269,6 +269,7 @@ SLOW_FIXTURES = frozenset(
         "failed_run",
         "live",
         "unreachable_rdzv",
+        "refusals",
     }
 )
 
