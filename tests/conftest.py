@@ -250,11 +250,40 @@ def journal_path(output: str) -> Path:
     raise AssertionError(f"no journal line in output:\n{output[-3000:]}")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """SVG snapshot tests skip, with the reason, where pytest-textual-snapshot is missing.
+# Fixtures that start a launcher, torchrun, workers or an etcd server (some through a job
+# recorded or left hanging for a whole module): a test that uses one, directly or through
+# another fixture, is in the slow lane. Tests that start such processes by other means (a
+# Runner with workers, a subprocess of `-m tui_launch`, tmux, a fresh interpreter that imports
+# the package) are marked where they are, one by one or with a module's `pytestmark`. A
+# `sleep` standing in for a rank costs milliseconds and stays in the fast lane.
+SLOW_FIXTURES = frozenset(
+    {
+        "launches",
+        "tuilaunch",
+        "torchrun",
+        "etcd_server",
+        "real_run",
+        "recorded",
+        "stepping",
+        "hang_job",
+        "failed_run",
+        "live",
+        "unreachable_rdzv",
+        "refusals",
+    }
+)
 
-    Without the plugin there is no ``snap_compare`` fixture, and those tests would error.
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests that start real processes ``slow``; skip SVG snapshots without the plugin.
+
+    ``-m "not slow"`` is the fast lane for daily work. Without pytest-textual-snapshot there
+    is no ``snap_compare`` fixture, and those tests would error: they skip, with the reason.
     """
+    slow = pytest.mark.slow
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(slow)
     if config.pluginmanager.hasplugin("textual-snapshot"):
         return
     skip = pytest.mark.skip(reason="pytest-textual-snapshot is not installed (no snap_compare)")

@@ -289,6 +289,7 @@ def test_another_uid_is_refused(tuilaunch, tmp_path: Path) -> None:
     assert job.wait(120) == 143
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_detach_prints_how_to_attach_and_the_job_finishes(tmp_path: Path) -> None:
     token = uuid.uuid4().hex
@@ -335,6 +336,7 @@ def test_detach_prints_how_to_attach_and_the_job_finishes(tmp_path: Path) -> Non
 # ------------------------------------------------------------------------------ tmux
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 @pytest.mark.timeout(900)
 def test_detach_with_d_then_attach_control_in_tmux() -> None:
@@ -428,6 +430,7 @@ def test_detach_with_d_then_attach_control_in_tmux() -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_attach_control_bad_input(tmp_path: Path) -> None:
     """No live run, or an unknown argument: one line, exit 2, no traceback."""
     index = tmp_path / "index"

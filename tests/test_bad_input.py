@@ -24,13 +24,16 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from conftest import (
     ROOT,
     WORKERS,
     Launch,
+    _launch,
     base_env,
     leftovers,
     tuilaunch_cmd,
@@ -69,7 +72,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def check_usage_error(launch: Launch, *needles: str) -> str:
     """Exit 2, exactly one ``tuilaunch: error:`` line naming the problem; returns that line."""
-    code = launch.wait(timeout=120)
+    return check_refused(launch, launch.wait(timeout=120), *needles)
+
+
+def check_refused(launch: Launch, code: int, *needles: str) -> str:
+    """What :func:`check_usage_error` checks, of a launch that exited with ``code``."""
     assert code == 2, launch.output
     assert "Traceback" not in launch.output
     assert launch.stdout == ""
@@ -83,46 +90,46 @@ def check_usage_error(launch: Launch, *needles: str) -> str:
     return line
 
 
-@pytest.mark.parametrize(
-    ("argv", "needles"),
-    [
-        pytest.param(
-            ["no_such_script.py"], ["not found", "no_such_script.py"], id="missing-script"
-        ),
-        pytest.param(
-            ["-m", "no_such_pkg.mod"], ["module not found", "no_such_pkg"], id="missing-module"
-        ),
-        pytest.param(
-            ["--no-python", "no-such-program-xyz"],
-            ["not found", "no-such-program-xyz"],
-            id="missing-program",
-        ),
-        pytest.param(["--nnodes", "abc", NOOP], ["--nnodes", "'abc'"], id="nnodes-abc"),
-        pytest.param(["--nnodes", "1:2:3", NOOP], ["--nnodes", "'1:2:3'"], id="nnodes-1:2:3"),
-        pytest.param(["--nnodes", "3:1", NOOP], ["--nnodes", "'3:1'"], id="nnodes-3:1"),
-        pytest.param(["--nnodes", "0", NOOP], ["--nnodes", "'0'"], id="nnodes-0"),
-        pytest.param(["--nproc-per-node", "0", NOOP], ["--nproc-per-node", "0"], id="nproc-0"),
-        pytest.param(
-            ["--nproc_per_node", "garbage", NOOP],
-            ["--nproc-per-node", "'garbage'"],
-            id="nproc-garbage",
-        ),
-        pytest.param(
-            ["-m", "--no-python", "pkg.mod"], ["-m", "--no-python"], id="module-with-no-python"
-        ),
-        pytest.param(
-            ["--bogus-flag", NOOP], ["unrecognized arguments", "--bogus-flag"], id="unknown-option"
-        ),
-        pytest.param(
-            ["--log-dir", "/proc/tuilaunch-test-logs", NOOP],
-            ["--log-dir", "/proc/tuilaunch-test-logs", "not a writable directory"],
-            id="log-dir-in-proc",
-        ),
-    ],
-)
-def test_usage_error(tuilaunch, argv, needles):
-    launch = tuilaunch(*argv, cwd=WORKERS)
-    check_usage_error(launch, *needles)
+# Refusals of the command line: each case is a launcher of its own, which spends its time
+# importing torch before it refuses. The `refusals` fixture starts the cases this session
+# selects a few at a time, side by side; each test asserts on its own case's launch.
+USAGE_ERRORS = [
+    pytest.param(["no_such_script.py"], ["not found", "no_such_script.py"], id="missing-script"),
+    pytest.param(
+        ["-m", "no_such_pkg.mod"], ["module not found", "no_such_pkg"], id="missing-module"
+    ),
+    pytest.param(
+        ["--no-python", "no-such-program-xyz"],
+        ["not found", "no-such-program-xyz"],
+        id="missing-program",
+    ),
+    pytest.param(["--nnodes", "abc", NOOP], ["--nnodes", "'abc'"], id="nnodes-abc"),
+    pytest.param(["--nnodes", "1:2:3", NOOP], ["--nnodes", "'1:2:3'"], id="nnodes-1:2:3"),
+    pytest.param(["--nnodes", "3:1", NOOP], ["--nnodes", "'3:1'"], id="nnodes-3:1"),
+    pytest.param(["--nnodes", "0", NOOP], ["--nnodes", "'0'"], id="nnodes-0"),
+    pytest.param(["--nproc-per-node", "0", NOOP], ["--nproc-per-node", "0"], id="nproc-0"),
+    pytest.param(
+        ["--nproc_per_node", "garbage", NOOP],
+        ["--nproc-per-node", "'garbage'"],
+        id="nproc-garbage",
+    ),
+    pytest.param(
+        ["-m", "--no-python", "pkg.mod"], ["-m", "--no-python"], id="module-with-no-python"
+    ),
+    pytest.param(
+        ["--bogus-flag", NOOP], ["unrecognized arguments", "--bogus-flag"], id="unknown-option"
+    ),
+    pytest.param(
+        ["--log-dir", "/proc/tuilaunch-test-logs", NOOP],
+        ["--log-dir", "/proc/tuilaunch-test-logs", "not a writable directory"],
+        id="log-dir-in-proc",
+    ),
+]
+
+
+@pytest.mark.parametrize(("argv", "needles"), USAGE_ERRORS)
+def test_usage_error(refusals, argv, needles):
+    check_refusal(refusals[("usage", *argv)], *needles)
 
 
 def test_log_dir_under_a_file(tuilaunch, tmp_path):
@@ -285,65 +292,116 @@ def _nothing_created(home: Path) -> None:
     assert made == ["index", "tmp"], made
 
 
-@pytest.mark.parametrize(
-    ("argv", "needles"),
-    [
-        pytest.param(["--refresh-hz", "1e9"], ["--refresh-hz", "60"], id="refresh-hz-1e9"),
-        pytest.param(["--refresh-hz", "0"], ["--refresh-hz", "60"], id="refresh-hz-0"),
-        pytest.param(["--refresh-hz", "nan"], ["--refresh-hz"], id="refresh-hz-nan"),
-        pytest.param(
-            ["--nproc-per-node", BIG], ["--nproc-per-node", "workers per node"], id="nproc-huge"
-        ),
-        pytest.param(["--nnodes", BIG], ["--nnodes", "32-bit"], id="nnodes-huge"),
-        pytest.param(["--nnodes", f"1:{BIG}"], ["--nnodes", "32-bit"], id="nnodes-max-huge"),
-        pytest.param(
-            ["--signals-to-handle", "SIGTERM,SIGBOGUS"],
-            ["--signals-to-handle", "'SIGBOGUS'", "not a signal"],
-            id="signal-bogus",
-        ),
-        pytest.param(
-            ["--signals-to-handle", "SIGKILL"], ["--signals-to-handle", "SIGKILL"], id="signal-kill"
-        ),
-        pytest.param(["--rdzv-id", "../../x"], ["--rdzv-id", "'../../x'", "'/'"], id="rdzv-id-up"),
-        pytest.param(
-            ["--gpu-interval", "inf"], ["--gpu-interval", "finite"], id="gpu-interval-inf"
-        ),
-        pytest.param(
-            ["--gpu-interval", "1e20"], ["--gpu-interval", "a year"], id="gpu-interval-1e20"
-        ),
-        pytest.param(
-            ["--hang-timeout", "nan"], ["--hang-timeout", "finite"], id="hang-timeout-nan"
-        ),
-        pytest.param(
-            ["--stack-samples", "inf"], ["--stack-samples", "finite"], id="stack-samples-inf"
-        ),
-        pytest.param(
-            ["--journal-samples", "1e300"],
-            ["--journal-samples", "a year"],
-            id="journal-samples-huge",
-        ),
-        pytest.param(
-            ["--monitor-interval", "inf"],
-            ["--monitor-interval", "finite"],
-            id="monitor-interval-inf",
-        ),
-        pytest.param(
-            ["--inject", "kill:after=100000000000000000000s"],
-            ["--inject", "after", "at most a year"],
-            id="inject-after-1e20s",
-        ),
-        pytest.param(
-            ["--inject", "hang:for=9999999h"],
-            ["--inject", "for", "at most a year"],
-            id="inject-for-huge",
-        ),
-    ],
-)
-def test_absurd_value(tuilaunch, tmp_path, argv, needles):
-    env, logs, home = _isolated(tmp_path)
-    launch = tuilaunch("--log-dir", str(logs), *argv, NOOP, env=env)
-    check_usage_error(launch, *needles)
-    _nothing_created(home)
+ABSURD_VALUES = [
+    pytest.param(["--refresh-hz", "1e9"], ["--refresh-hz", "60"], id="refresh-hz-1e9"),
+    pytest.param(["--refresh-hz", "0"], ["--refresh-hz", "60"], id="refresh-hz-0"),
+    pytest.param(["--refresh-hz", "nan"], ["--refresh-hz"], id="refresh-hz-nan"),
+    pytest.param(
+        ["--nproc-per-node", BIG], ["--nproc-per-node", "workers per node"], id="nproc-huge"
+    ),
+    pytest.param(["--nnodes", BIG], ["--nnodes", "32-bit"], id="nnodes-huge"),
+    pytest.param(["--nnodes", f"1:{BIG}"], ["--nnodes", "32-bit"], id="nnodes-max-huge"),
+    pytest.param(
+        ["--signals-to-handle", "SIGTERM,SIGBOGUS"],
+        ["--signals-to-handle", "'SIGBOGUS'", "not a signal"],
+        id="signal-bogus",
+    ),
+    pytest.param(
+        ["--signals-to-handle", "SIGKILL"], ["--signals-to-handle", "SIGKILL"], id="signal-kill"
+    ),
+    pytest.param(["--rdzv-id", "../../x"], ["--rdzv-id", "'../../x'", "'/'"], id="rdzv-id-up"),
+    pytest.param(["--gpu-interval", "inf"], ["--gpu-interval", "finite"], id="gpu-interval-inf"),
+    pytest.param(["--gpu-interval", "1e20"], ["--gpu-interval", "a year"], id="gpu-interval-1e20"),
+    pytest.param(["--hang-timeout", "nan"], ["--hang-timeout", "finite"], id="hang-timeout-nan"),
+    pytest.param(["--stack-samples", "inf"], ["--stack-samples", "finite"], id="stack-samples-inf"),
+    pytest.param(
+        ["--journal-samples", "1e300"],
+        ["--journal-samples", "a year"],
+        id="journal-samples-huge",
+    ),
+    pytest.param(
+        ["--monitor-interval", "inf"],
+        ["--monitor-interval", "finite"],
+        id="monitor-interval-inf",
+    ),
+    pytest.param(
+        ["--inject", "kill:after=100000000000000000000s"],
+        ["--inject", "after", "at most a year"],
+        id="inject-after-1e20s",
+    ),
+    pytest.param(
+        ["--inject", "hang:for=9999999h"],
+        ["--inject", "for", "at most a year"],
+        id="inject-for-huge",
+    ),
+]
+
+
+SIDE_BY_SIDE = 4  # refusals running at once: enough to overlap their imports on 2 cores
+
+
+class Refusal(NamedTuple):
+    """One refusal case's launch, finished (``code``) or not in time (``error``)."""
+
+    launch: Launch
+    code: int | None
+    error: str | None
+    home: Path | None  # for an absurd value: the directory that must stay empty
+
+
+@pytest.fixture(scope="module")
+def refusals(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[tuple[str, ...], Refusal]]:
+    """The launches of the refusal cases this session runs, keyed ``(kind, *argv)``."""
+    # (key, command, cwd, env, home): what the `tuilaunch` fixture would have been given
+    cases: list[tuple[tuple[str, ...], list[str], Path | None, dict[str, str] | None, Path | None]]
+    cases = []
+    for item in request.session.items:
+        if getattr(item, "module", None) is not request.module or not hasattr(item, "callspec"):
+            continue
+        argv = item.callspec.params.get("argv")
+        if item.name.startswith("test_usage_error["):
+            cases.append((("usage", *argv), tuilaunch_cmd(*argv), WORKERS, None, None))
+        elif item.name.startswith("test_absurd_value["):
+            own_env, logs, own_home = _isolated(tmp_path_factory.mktemp("absurd"))
+            cmd = tuilaunch_cmd("--log-dir", str(logs), *argv, NOOP)
+            cases.append((("absurd", *argv), cmd, None, own_env, own_home))
+    done: dict[tuple[str, ...], Refusal] = {}
+
+    def finish(key: tuple[str, ...], launch: Launch, home: Path | None) -> None:
+        try:
+            done[key] = Refusal(launch, launch.wait(timeout=120), None, home)
+        except AssertionError as e:  # did not finish in time (and was killed)
+            done[key] = Refusal(launch, None, str(e), home)
+
+    running: list[tuple[tuple[str, ...], Launch, Path | None]] = []
+    try:
+        for key, cmd, cwd, env, home in cases:
+            if len(running) == SIDE_BY_SIDE:
+                finish(*running.pop(0))
+            running.append((key, _launch(cmd, cwd, env), home))
+        while running:
+            finish(*running.pop(0))
+        yield done
+    finally:
+        for _, launch, _ in running:  # left running by an error in this fixture
+            launch.kill()
+
+
+def check_refusal(refusal: Refusal, *needles: str) -> str:
+    """:func:`check_usage_error` of a case that the ``refusals`` fixture ran."""
+    assert refusal.error is None, refusal.error
+    assert refusal.code is not None
+    return check_refused(refusal.launch, refusal.code, *needles)
+
+
+@pytest.mark.parametrize(("argv", "needles"), ABSURD_VALUES)
+def test_absurd_value(refusals, argv, needles):
+    refusal = refusals[("absurd", *argv)]
+    check_refusal(refusal, *needles)
+    assert refusal.home is not None
+    _nothing_created(refusal.home)
 
 
 def test_signals_to_handle_known_names_still_work(tuilaunch, tmp_path):
@@ -403,6 +461,7 @@ def test_journal_through_own_symlink_is_followed(tuilaunch, tmp_path):
     assert '"kind": "run_finished"' in real.read_text()
 
 
+@pytest.mark.slow
 def test_replay_refresh_hz_absurd(tmp_path):
     """`tuilaunch replay --refresh-hz 1e9` opened a dashboard that never drew, at 100 % CPU,
     deaf to q, ^C and SIGTERM; now it is one line and exit 2 (the journal is a real one)."""
@@ -413,18 +472,25 @@ def test_replay_refresh_hz_absurd(tmp_path):
     writer = Journal(str(journal))
     writer.write(builders.run_started())
     writer.close()
-    for hz in ("1e9", "0", "-1", "inf", "x"):
-        env = base_env(TUILAUNCH_TEST_TOKEN=uuid.uuid4().hex)
-        launch = Launch(
+    # The five refusals run side by side: each is an interpreter start and nothing else.
+    rates = ("1e9", "0", "-1", "inf", "x")
+    started = {
+        hz: Launch(
             [sys.executable, "-m", "tui_launch", "replay", str(journal), "--refresh-hz", hz],
             ROOT,
-            env,
+            base_env(TUILAUNCH_TEST_TOKEN=uuid.uuid4().hex),
         )
-        try:
-            code = launch.wait(timeout=60)
-        finally:
+        for hz in rates
+    }
+    codes: dict[str, int] = {}
+    try:
+        for hz, launch in started.items():
+            codes[hz] = launch.wait(timeout=60)
+    finally:
+        for launch in started.values():
             launch.kill()
-        assert code == 2, (hz, launch.output)
+    for hz, launch in started.items():
+        assert codes[hz] == 2, (hz, launch.output)
         lines = own_lines(launch.stderr)
         assert len(lines) == 1 and "Traceback" not in launch.output, (hz, launch.stderr)
         assert lines[0].startswith("tuilaunch replay: error: --refresh-hz"), (hz, lines[0])

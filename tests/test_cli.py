@@ -179,8 +179,15 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_help_shows_both_groups():
-    p = _run("--help")
+@pytest.fixture(scope="module")
+def help_run() -> subprocess.CompletedProcess[str]:
+    """One ``tuilaunch --help`` for the tests that read it (it imports torch for its options)."""
+    return _run("--help")
+
+
+@pytest.mark.slow
+def test_help_shows_both_groups(help_run):
+    p = help_run
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert "usage: tuilaunch" in out
@@ -198,6 +205,7 @@ def test_help_shows_both_groups():
     assert "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["console-script", "python-m"])
 def test_version(how):
     if how == "console-script":
@@ -219,10 +227,11 @@ def test_version(how):
     assert "Traceback" not in p.stderr
 
 
-def test_help_lists_the_subcommands():
+@pytest.mark.slow
+def test_help_lists_the_subcommands(help_run):
     """`--help` names ls, attach and replay, each with a line of its own (they are not options,
     so argparse alone never mentioned them)."""
-    p = _run("--help")
+    p = help_run
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     for sub in SUBCOMMANDS:
@@ -239,6 +248,7 @@ print("CODE", code, "TORCH", "torch" in sys.modules, "TEXTUAL", "textual" in sys
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [["--version"], ["--no-tui", "--version"], ["--version", "script.py"]],
@@ -296,6 +306,7 @@ def test_pet_nproc_and_script_args_pass_through(tuilaunch, tmp_path):
     assert sorted(w["local_rank"] for w in started[0]["workers"]) == [0, 1]
 
 
+@pytest.mark.slow
 def test_gc_off_while_loading_then_frozen(tmp_path):
     """No collection runs while torch loads; what is loaded is frozen; the GC is back on after.
 

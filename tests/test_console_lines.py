@@ -26,6 +26,9 @@ from pathlib import Path
 import pytest
 from conftest import TOKEN_VAR, WORKERS, base_env, torchrun_cmd, tuilaunch_cmd, wait_gone
 
+# Every test runs tuilaunch or torchrun and reads its console.
+pytestmark = pytest.mark.slow
+
 BLOCKS = str(WORKERS / "blocks.py")
 BAR = str(WORKERS / "bar.py")
 NOOP = str(WORKERS / "noop.py")

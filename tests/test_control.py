@@ -32,6 +32,9 @@ from tui_launch.core.run.args import parse
 from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 
+# Every test drives a real Runner with worker processes.
+pytestmark = pytest.mark.slow
+
 STEADY = str(WORKERS / "steady.py")
 
 

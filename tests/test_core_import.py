@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
 from conftest import PY, ROOT, base_env
+
+# Every test imports the package in a fresh interpreter.
+pytestmark = pytest.mark.slow
 
 CHECK = r"""
 import importlib, json, pkgutil, sys

@@ -328,6 +328,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_launcher_prints_no_numpy_warning_of_its_own():
     version = _run("--version")
     assert version.returncode == 0 and "tuilaunch" in version.stdout
@@ -337,6 +338,7 @@ def test_launcher_prints_no_numpy_warning_of_its_own():
     assert bad.stderr.count("\n") == 1, bad.stderr
 
 
+@pytest.mark.slow
 def test_unknown_logs_specs_is_a_usage_error(tmp_path: Path):
     logs = tmp_path / "logs"
     p = _run(

@@ -221,6 +221,7 @@ def _rank_file(output: str, name: str) -> Path:
     return Path(started[0]["log_dir"]) / "0" / name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status_line", [False, True], ids=["stdout-pty", "both-pty"])
 def test_headless_on_a_pty_moves_the_bar_in_place(tmp_path: Path, status_line: bool) -> None:
     """The bar (on stdout) moves in place; with stderr on the terminal too, the live status
@@ -311,6 +312,7 @@ def _run_bytes(*args: str) -> tuple[int, bytes]:
     return proc.returncode, err
 
 
+@pytest.mark.slow
 def test_headless_on_a_pipe_writes_what_torchrun_writes(tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     args = ("--standalone", "--nproc-per-node", "1")

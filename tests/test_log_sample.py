@@ -16,9 +16,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from conftest import PY
 
 from tui_launch.core.logs.tail import LogSource, LogTailer
+
+# A real process writes 40 MB for the tailer to follow.
+pytestmark = pytest.mark.slow
 
 LINES = 400_000  # 100 bytes each: 40 MB, far more than SKIP_OVER per poll
 FLOOD = (

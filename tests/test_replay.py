@@ -125,6 +125,7 @@ def test_a_journal_cut_mid_line_replays_to_its_last_whole_event(
     assert tl.refresh() == len(events)
 
 
+@pytest.mark.slow
 def test_replay_bad_input(tmp_path: Path) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
@@ -295,6 +296,7 @@ async def _drive_pending(
         await pilot.press("q")
 
 
+@pytest.mark.slow
 def test_attach_and_replay_load_only_what_the_first_frame_needs() -> None:
     """The attach path imports no torch and none of the modules that only a dump or the
     inject menu needs; the subcommand leaves the GC on (main() turned it off for the imports:

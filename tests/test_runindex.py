@@ -117,6 +117,7 @@ def _ls(env: dict[str, str], *args: str, user: int | None = None) -> subprocess.
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     os.getuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv"
 )
@@ -137,6 +138,7 @@ def test_another_user_cannot_read_the_index(runtime_dir: Path) -> None:
     assert out.returncode == 0 and "no runs" in out.stdout  # its own (absent) index
 
 
+@pytest.mark.slow
 def test_ls_bad_input(runtime_dir: Path) -> None:
     out = _ls(base_env(XDG_RUNTIME_DIR=str(runtime_dir)), "--bogus")
     assert out.returncode == 2

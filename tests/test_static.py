@@ -39,6 +39,7 @@ def test_ruff_format() -> None:
     assert p.returncode == 0, p.stdout + p.stderr
 
 
+@pytest.mark.slow
 def test_mypy_package_and_tests() -> None:
     _tool("mypy")
     p = _run("mypy")  # files, paths and strictness: [tool.mypy] in pyproject.toml

@@ -458,6 +458,7 @@ def test_gone_rank_gives_empty_readings() -> None:
 # ----------------------------------------------------------------- psutil against a real hog
 
 
+@pytest.mark.slow
 def test_process_figures_of_a_real_worker(tmp_path: Path) -> None:
     """A worker holding 200 MiB (and a child holding 50 MiB) and spinning half a CPU."""
     ready = tmp_path / "ready"
@@ -643,6 +644,7 @@ def _run(args: list[str], env: dict[str, str], timeout: float = 120) -> subproce
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_launcher_with_fake_gpus_matching_pids(tmp_path: Path) -> None:
     """Two real workers (200 MiB each) on two fake GPUs: the summary and journal show them."""
     journal = tmp_path / "j.jsonl"
@@ -678,6 +680,7 @@ def test_launcher_with_fake_gpus_matching_pids(tmp_path: Path) -> None:
     assert live in buf.getvalue()
 
 
+@pytest.mark.slow
 def test_launcher_namespace_mismatch(tmp_path: Path) -> None:
     """NVML pids from another namespace, UUIDs in CUDA_VISIBLE_DEVICES: inferred, marked ~."""
     cvd = f"{fake.gpu_uuid(1)},{fake.gpu_uuid(0)}"
@@ -694,6 +697,7 @@ def test_launcher_namespace_mismatch(tmp_path: Path) -> None:
     assert len(rows) == 2 and all("~" in r for r in rows), rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("no_gpu", [True, False], ids=["no-gpu", "gpu"])
 def test_launcher_no_gpu_opens_no_nvml(tmp_path: Path, no_gpu: bool) -> None:
     """``--no-gpu``: the fake NVML would give 2 GPUs (as the run without it shows), but the
@@ -766,6 +770,7 @@ def _mib(cell: str) -> float:
         return 0.0
 
 
+@pytest.mark.slow
 def test_live_dashboard_shows_telemetry_of_a_real_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 
+import pytest
 from conftest import WORKERS, leftovers, wait_for
 
 from tui_launch.core.model.store import RunStore
@@ -35,6 +36,7 @@ class BrokenDashboard(Dashboard):
                 raise RuntimeError("widget bug")
 
 
+@pytest.mark.slow
 def test_ui_exception_keeps_the_job_running_headless(tmp_path, monkeypatch):
     monkeypatch.delenv(SHARE_STORE_ENV, raising=False)
     token = f"fallback-{os.getpid()}"

@@ -61,6 +61,7 @@ def painted(app: Dashboard) -> str:
     return "\n".join("".join(seg.text for seg in strip) for strip in update.strips)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_workers_escapes_are_shown_inert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     token = uuid.uuid4().hex

@@ -150,6 +150,7 @@ def _live_runner(tmp_path: Path, *extra: str) -> tuple[Runner, RunStore]:
     return runner, store
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_exit_and_exception_greyed_out_without_the_bootstrap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -29,9 +29,12 @@ from conftest import PY, ROOT, TOKEN_VAR, WARM, WORKERS, base_env, leftovers, wa
 
 T = TypeVar("T")
 TMUX = shutil.which("tmux")
-pytestmark = pytest.mark.skipif(
-    TMUX is None, reason="tmux is not installed: the end-to-end dashboard test needs a terminal"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        TMUX is None, reason="tmux is not installed: the end-to-end dashboard test needs a terminal"
+    ),
+    pytest.mark.slow,
+]
 
 WIDTH, HEIGHT = 160, 45
 SIDE = 46  # the left column (#side) is 46 cells wide; the workers table is right of it
