@@ -255,7 +255,9 @@ def journal_path(output: str) -> Path:
 # another fixture, is in the slow lane. Tests that start such processes by other means (a
 # Runner with workers, a subprocess of `-m tui_launch`, tmux, a fresh interpreter that imports
 # the package) are marked where they are, one by one or with a module's `pytestmark`. A
-# `sleep` standing in for a rank costs milliseconds and stays in the fast lane.
+# `sleep` standing in for a rank costs milliseconds and stays in the fast lane; a test that
+# takes more than a couple of seconds in-process (a long pilot session, a race repeated many
+# times) is marked where it is.
 SLOW_FIXTURES = frozenset(
     {
         "launches",

@@ -548,6 +548,7 @@ def _free_port() -> int:
 # ------------------------------------------------------------------------- textfile
 
 
+@pytest.mark.slow
 def test_textfile_is_never_seen_half_written(tmp_path):
     store = RunStore()
     store.post(_run_started())

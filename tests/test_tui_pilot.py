@@ -457,6 +457,7 @@ def test_streams_cycle() -> None:
     drive(src, check)
 
 
+@pytest.mark.slow
 def test_follow_pauses_when_scrolled_up_and_f_resumes() -> None:
     async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         add_lines(src, 0, [f"filler {i}" for i in range(60)])
@@ -821,6 +822,7 @@ def _recording_dashboard(calls: list[str]) -> type[Dashboard]:
     return type("RecordingDashboard", (Dashboard,), methods)
 
 
+@pytest.mark.slow
 def test_every_action_is_reachable_by_its_keys_and_the_palette() -> None:
     calls: list[str] = []
     app = _recording_dashboard(calls)(scenarios.healthy(), refresh_hz=20.0)
@@ -858,6 +860,7 @@ def test_every_action_is_reachable_by_its_keys_and_the_palette() -> None:
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_destructive_actions_ask_first_and_the_others_do_not() -> None:
     async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         main = app.screen
