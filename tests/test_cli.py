@@ -243,7 +243,7 @@ def test_help_lists_the_subcommands(help_run):
 VERSION_PROBE = """
 import sys
 from tui_launch import cli
-code = cli.run_cli({argv!r})
+code = cli.run({argv!r})
 print("CODE", code, "TORCH", "torch" in sys.modules, "TEXTUAL", "textual" in sys.modules)
 """
 

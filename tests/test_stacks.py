@@ -365,7 +365,7 @@ def test_hard_time_limit_kills_pyspy(tmp_path: Path) -> None:
 
 
 def test_shim_registers_faulthandler_only_on_a_free_realtime_signal() -> None:
-    code = "from tui_launch.core import shim; print(shim.install_faulthandler())"
+    code = "from tui_launch.core.workers import shim; print(shim.install_faulthandler())"
 
     def run(value: str | None) -> subprocess.CompletedProcess[str]:
         env = base_env()
