@@ -522,13 +522,19 @@ def _ranks_up(log: Path, count: int, timeout: float = 90) -> None:
     )
 
 
+# A run whose store host died ends as a rendezvous error when its agent notices first, or as
+# a worker failure when its ranks die of the broken collective first (a race): either line
+# must say the store was lost.
+RUN_ENDED = (RUN_ERROR, "[tuilaunch] run failed (exit code 1): ")
+
+
 def _lost_line(launch: Launch) -> str:
     """Exit 1, no traceback, one run-error line that is not the never-connected one."""
     code = launch.wait(timeout=120)
     assert code == 1, launch.output[-4000:]
     # The workers' own tracebacks ("[rank1]: Traceback ...") are theirs; the launcher has none.
     assert not any(ln.startswith("Traceback") for ln in launch.stderr.splitlines())
-    errors = [ln for ln in launch.stderr.splitlines() if ln.startswith(RUN_ERROR)]
+    errors = [ln for ln in launch.stderr.splitlines() if ln.startswith(RUN_ENDED)]
     assert len(errors) == 1, launch.stderr[-4000:]
     line = errors[0]
     assert "nothing answered" not in line and "is_host" not in line, line

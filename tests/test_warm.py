@@ -139,7 +139,7 @@ def test_spare_and_workers_die_with_a_sigkilled_launcher(tmp_path, tuilaunch):
 
     def spare_and_workers() -> list[int]:
         procs = leftovers(launch.token)
-        spares = [p for p in procs if b"core.spare" in _cmdline(p)]
+        spares = [p for p in procs if b"core.workers.spare" in _cmdline(p)]
         workers = [p for p in procs if b"steady.py" in _cmdline(p) and _ppid(p) in spares]
         return [*spares, *workers] if len(spares) == 1 and len(workers) == 2 else []
 
@@ -256,7 +256,7 @@ def test_a_dead_spare_means_a_cold_restart_and_a_new_spare(tmp_path, tuilaunch):
     try:
         first = wait_for(lambda: attempt(0), 120, what="attempt 0's two workers")
         spare = _ppid(first[0])
-        assert spare is not None and b"core.spare" in _cmdline(spare), _cmdline(spare or 0)
+        assert spare is not None and b"core.workers.spare" in _cmdline(spare), _cmdline(spare or 0)
         assert _ppid(first[1]) == spare  # both forked from the one spare
         os.kill(spare, signal.SIGKILL)
         wait_for(lambda: _zombie(spare), 15, what="the spare to be gone")
@@ -275,7 +275,7 @@ def test_a_dead_spare_means_a_cold_restart_and_a_new_spare(tmp_path, tuilaunch):
         def new_spare() -> list[int]:
             return [
                 p for p in leftovers(launch.token)
-                if p != spare and b"core.spare" in _cmdline(p) and _ppid(p) == launch.pid
+                if p != spare and b"core.workers.spare" in _cmdline(p) and _ppid(p) == launch.pid
             ]  # fmt: skip
 
         wait_for(new_spare, 30, what="a new spare for later attempts")

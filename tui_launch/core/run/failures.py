@@ -151,7 +151,12 @@ def run_outcome(
     if error is None:
         return "succeeded", 0, "all ranks exited 0"
     if isinstance(error, ChildFailedError):
-        return "failed", 1, failure_line(root_cause) if root_cause else "workers failed"
+        line = failure_line(root_cause) if root_cause else "workers failed"
+        if root_cause is not None and errors.peer_failure(root_cause.message):
+            gone = rendezvous.store_gone(connecting, live)  # the peer's node hosted the store
+            if gone:
+                line = f"{line}; {gone}"
+        return "failed", 1, line
     if isinstance(error, SignalException):
         return "stopped", signal_exit_code(error.sigval), f"stopped by {error.sigval.name}"
     if isinstance(error, inject.InjectError):  # a rank out of range, found at the rendezvous

@@ -430,6 +430,32 @@ def store_error(
     return None
 
 
+def store_gone(connecting: Connecting | None, live: RendezvousSample | None) -> str | None:
+    """For workers that failed of a peer's loss: "lost the rendezvous store at EP (it answered
+    until at least T)" when the c10d store that answered before now refuses a connection (its
+    host node died with the peer), else None.
+
+    A node hosting the store takes its ranks with it: the other node's ranks often fail of the
+    broken collective before its agent notices the store is gone, and the run then ends as a
+    worker failure. One connect says which of the two stories it is.
+    """
+    if connecting is None or live is None or connecting.backend in _ETCD_BACKENDS:
+        return None
+    host, _, port = connecting.endpoint.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+            return None  # it answers: the store is not what went away
+    except OSError:
+        pass
+    until = time.strftime("%H:%M:%S", time.localtime(live.wall))
+    return (
+        f"lost the rendezvous store at {connecting.endpoint} (it answered until at least "
+        f"{until}): the node hosting it died, was stopped or became unreachable"
+    )
+
+
 def _not_in_complete_round(live: RendezvousSample) -> bool:
     return bool(live.complete and live.participants) and not any(
         p.this_node for p in live.participants
