@@ -128,7 +128,9 @@ def measure(nproc: int, seconds: float, window: float) -> dict[str, object]:
         while time.monotonic() < deadline and proc.poll() is None:
             workers = worker_pids(journal)
             spares = [
-                p for p in token_pids(token) if b"core.workers.spare" in cmdline(p) and p not in workers
+                p
+                for p in token_pids(token)
+                if b"core.workers.spare" in cmdline(p) and p not in workers
             ]
             if workers and spares:
                 break
