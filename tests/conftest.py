@@ -292,3 +292,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "snap_compare" in getattr(item, "fixturenames", ()):
             item.add_marker(skip)
+
+
+def etcd_argv(exe: str, data_dir: Path, client: int, peer: int) -> list[str]:
+    """A one-member etcd with the v2 API on (torch's etcd backends use it), on loopback."""
+    return [
+        exe,
+        "--enable-v2",
+        "--data-dir",
+        str(data_dir),
+        "--listen-client-urls",
+        f"http://127.0.0.1:{client}",
+        "--advertise-client-urls",
+        f"http://127.0.0.1:{client}",
+        "--listen-peer-urls",
+        f"http://127.0.0.1:{peer}",
+        "--initial-advertise-peer-urls",
+        f"http://127.0.0.1:{peer}",
+        "--initial-cluster",
+        f"default=http://127.0.0.1:{peer}",
+    ]

@@ -35,6 +35,7 @@ from conftest import (
     Launch,
     _launch,
     base_env,
+    etcd_argv,
     leftovers,
     tuilaunch_cmd,
     wait_for,
@@ -589,22 +590,7 @@ def etcd_server(tmp_path):
     data = tmp_path / "etcd"
     with open(tmp_path / "etcd.log", "w") as err:
         proc = subprocess.Popen(
-            [
-                exe,
-                "--enable-v2",
-                "--data-dir",
-                str(data),
-                "--listen-client-urls",
-                f"http://127.0.0.1:{client}",
-                "--advertise-client-urls",
-                f"http://127.0.0.1:{client}",
-                "--listen-peer-urls",
-                f"http://127.0.0.1:{peer}",
-                "--initial-advertise-peer-urls",
-                f"http://127.0.0.1:{peer}",
-                "--initial-cluster",
-                f"default=http://127.0.0.1:{peer}",
-            ],
+            etcd_argv(exe, data, client, peer),
             stdout=subprocess.DEVNULL,
             stderr=err,
         )

@@ -28,6 +28,7 @@ from conftest import (
     Launch,
     _launch,
     base_env,
+    etcd_argv,
     journal_path,
     read_journal,
     tuilaunch_cmd,
@@ -207,22 +208,7 @@ def etcd_server(tmp_path_factory) -> Iterator[tuple[str, int]]:
     data = tmp_path_factory.mktemp("etcd")
     client, peer = free_port(), free_port()
     proc = subprocess.Popen(
-        [
-            exe,
-            "--enable-v2",
-            "--data-dir",
-            str(data / "data"),
-            "--listen-client-urls",
-            f"http://127.0.0.1:{client}",
-            "--advertise-client-urls",
-            f"http://127.0.0.1:{client}",
-            "--listen-peer-urls",
-            f"http://127.0.0.1:{peer}",
-            "--initial-advertise-peer-urls",
-            f"http://127.0.0.1:{peer}",
-            "--initial-cluster",
-            f"default=http://127.0.0.1:{peer}",
-        ],
+        etcd_argv(exe, data / "data", client, peer),
         stdout=subprocess.DEVNULL,
         stderr=open(data / "etcd.log", "w"),  # noqa: SIM115 - closed with the process
     )
