@@ -276,22 +276,39 @@ SLOW_FIXTURES = frozenset(
 )
 
 
+# tryfirst: pytest-xdist turns the xdist_group marks into node ids in its own hook, which
+# must see the marks added here.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the tests that start real processes ``slow``; skip SVG snapshots without the plugin.
 
     ``-m "not slow"`` is the fast lane for daily work. Without pytest-textual-snapshot there
     is no ``snap_compare`` fixture, and those tests would error: they skip, with the reason.
+
+    Under pytest-xdist (``--dist loadgroup``) the tests that share a module-scoped fixture (a
+    job recorded once for a whole module) are one group, so that job runs once, on one
+    worker, instead of once on every worker that gets one of its tests.
     """
     slow = pytest.mark.slow
     for item in items:
         if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(slow)
+        module = getattr(item, "module", None)
+        if module is not None and _uses_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(module.__name__))
     if config.pluginmanager.hasplugin("textual-snapshot"):
         return
     skip = pytest.mark.skip(reason="pytest-textual-snapshot is not installed (no snap_compare)")
     for item in items:
         if "snap_compare" in getattr(item, "fixturenames", ()):
             item.add_marker(skip)
+
+
+def _uses_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
 
 
 def etcd_argv(exe: str, data_dir: Path, client: int, peer: int) -> list[str]:

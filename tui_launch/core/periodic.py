@@ -146,8 +146,12 @@ class Periodic:
             import contextlib
             import os
 
+            # Relative to the thread that started the loop, as nice(1) is: a launcher run
+            # under `nice` keeps its background loops below itself, never above.
             with contextlib.suppress(OSError, AttributeError):
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._nice)
+                tid = threading.get_native_id()
+                current = os.getpriority(os.PRIO_PROCESS, tid)
+                os.setpriority(os.PRIO_PROCESS, tid, min(current + self._nice, 19))
         self._run_setup()
         if self._sleep(self._first_delay):
             if self._final_call:
