@@ -117,14 +117,11 @@ def root_cause_lines(f: Failure) -> list[str]:
     return lines
 
 
-def other_failures(report: Report) -> list[str]:
-    """Every other failure, one line each (the recovered ones among them)."""
+def other_failures(report: Report) -> list[Failure]:
+    """Every failure but the root cause (the recovered ones among them), collateral ones
+    (peers the agent terminated) left out."""
     shown = root_cause(report)
-    return [
-        f"attempt {f.attempt}: {failure_headline(f)}"
-        for f in report.snapshot.failures
-        if not f.collateral and f is not shown
-    ]
+    return [f for f in report.snapshot.failures if not f.collateral and f is not shown]
 
 
 def resource_rows(report: Report) -> list[tuple[str, ...]]:

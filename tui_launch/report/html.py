@@ -19,6 +19,7 @@ from importlib import resources
 from typing import Any
 
 from tui_launch.core.journal.report import Report, Table
+from tui_launch.core.model.text import failure_headline
 from tui_launch.report import common
 
 # The colour of each kind of mark, on the timeline and as lines on the plots.
@@ -202,7 +203,7 @@ def _timeline(report: Report) -> str:
     lanes = []
     for a in report.spans:
         a_end = a.end if a.end is not None else end
-        cls = (a.end_reason or "running").split()[0].strip(":,")
+        cls = _span_class(a.end_reason)
         left, right = pos(a.start), pos(a_end)
         tip = f"attempt {a.number}: {common.offset(report, a.start)}, {a_end - a.start:.1f}s"
         tip += f", {a.end_reason or 'running'}"
@@ -259,6 +260,17 @@ def _timeline(report: Report) -> str:
     )
 
 
+def _span_class(reason: str | None) -> str:
+    """The colour class of an attempt's bar, from how it ended."""
+    if reason is None:
+        return "running"
+    for word, cls in (("fail", "failed"), ("hang", "hang"), ("restart", "restarted"),
+                      ("stop", "stopped"), ("succe", "succeeded")):
+        if word in reason:
+            return cls
+    return "other"
+
+
 def _plots(report: Report, plots: list[dict[str, Any]]) -> str:
     if not plots:
         note = "no progress or telemetry records in the journal"
@@ -301,8 +313,6 @@ def _root_cause(report: Report) -> str:
         return '<h2 id="root-cause">Root cause</h2><p class="muted">no failure</p>'
     parts = ['<h2 id="root-cause">Root cause</h2>']
     if rc is not None:
-        from tui_launch.core.model.text import failure_headline
-
         parts.append(f'<div class="card"><p class="k-failure">{_e(failure_headline(rc))}</p>')
         parts.append(f"<pre>{_e(chr(10).join(common.root_cause_lines(rc)))}</pre>")
         if rc.traceback:
@@ -311,8 +321,16 @@ def _root_cause(report: Report) -> str:
     else:
         parts.append('<p class="muted">none ended the run (restarts recovered them)</p>')
     if others:
-        items = "".join(f"<li>{_e(o)}</li>" for o in others)
-        parts.append(f"<h3>other failures</h3><ul>{items}</ul>")
+        parts.append("<h3>other failures</h3>")
+        for f in others:
+            head = f"attempt {f.attempt}: {failure_headline(f)}"
+            evidence = f.traceback or "\n".join(f.stderr_tail)
+            if evidence:
+                parts.append(
+                    f"<details><summary>{_e(head)}</summary><pre>{_e(evidence)}</pre></details>"
+                )
+            else:
+                parts.append(f"<p>{_e(head)}</p>")
     return "".join(parts)
 
 

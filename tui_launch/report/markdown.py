@@ -86,7 +86,10 @@ def render(report: Report) -> str:
     others = common.other_failures(report)
     if others:
         out += ["", "Other failures:", ""]
-        out += [f"- {o}" for o in others]
+        for f in others:
+            out.append(f"- attempt {f.attempt}: {failure_headline(f)}")
+            if f.traceback:
+                out += ["", *("  " + x for x in _fence(f.traceback.rstrip())), ""]
     out += ["", "## Hang", ""]
     h = s.hang
     if h is None:
