@@ -60,6 +60,7 @@ from tui_launch.core.model.text import failure_headline
 
 POINTS = 600  # rows at most per plotted table
 LOG_LINES = 40  # last lines of each rank's stream
+LOG_ATTEMPTS = 4  # attempts whose logs are shown at most
 LOG_TAIL_BYTES = 64 * 1024  # read from the end of a log file for them
 STACKS_BYTES = 64 * 1024  # of a hang's stacks.txt
 TELEMETRY, PROGRESS = TelemetryRecord.kind, ProgressRecord.kind
@@ -429,12 +430,10 @@ def _mark(e: Event) -> Mark | None:
 
 
 def _logs(run_dir: str, s: Snapshot) -> list[RankLog]:
-    """The last lines of each rank's streams: the last attempt's, and the root cause's
-    attempt's when that is another."""
-    attempts = [s.attempt]
-    rc = s.root_cause
-    if rc is not None and rc.attempt != s.attempt:
-        attempts.insert(0, rc.attempt)
+    """The last lines of each rank's streams: of the last attempt, and of the attempts that
+    failed (the last :data:`LOG_ATTEMPTS` of them)."""
+    failed = sorted({f.attempt for f in s.failures if f.attempt != s.attempt})
+    attempts = [*failed[-(LOG_ATTEMPTS - 1) :], s.attempt]
     out = []
     for attempt in attempts:
         base = os.path.join(run_dir, f"attempt_{attempt}")
