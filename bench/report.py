@@ -135,17 +135,18 @@ def write_journal(path: str, marks_per_s: int, seconds: int) -> int:
     return seq
 
 
-def timed(cmd: list[str]) -> tuple[float, float, str]:
-    """Run ``cmd``; its wall seconds, the peak RSS (MB) of the child, and its output."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+def timed(cmd: list[str]) -> tuple[float, float, float, str]:
+    """Run ``cmd``: its wall seconds, CPU seconds, the peak RSS (MB) of the largest child so
+    far (run the largest first), and its output."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
         raise SystemExit(f"{cmd} failed ({out.returncode}): {out.stderr}")
-    # ru_maxrss of the children is the largest child's so far: run the report first.
-    return wall, max(peak, before) / 1024, out.stdout.strip()
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, after.ru_maxrss / 1024, out.stdout.strip()
 
 
 def main() -> None:
@@ -153,6 +154,7 @@ def main() -> None:
     p.add_argument("--marks-per-s", type=int, default=12)
     p.add_argument("--hours", type=float, default=24)
     p.add_argument("--path", default=None, help="the journal (written when missing)")
+    p.add_argument("--repeat", type=int, default=3, help="HTML reports made (each timed)")
     args = p.parse_args()
     path = args.path or os.path.join(
         tempfile.gettempdir(),
@@ -163,20 +165,27 @@ def main() -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         t = time.perf_counter()
         n = write_journal(path, args.marks_per_s, int(args.hours * 3600))
-        print(f"wrote {n:,} events ({os.path.getsize(path) / 1e6:.0f} MB) in "
-              f"{time.perf_counter() - t:.1f}s: {path}")
+        print(
+            f"wrote {n:,} events ({os.path.getsize(path) / 1e6:.0f} MB) in "
+            f"{time.perf_counter() - t:.1f}s: {path}"
+        )
     with open(path, "rb") as fp:
         events = sum(chunk.count(b"\n") for chunk in iter(lambda: fp.read(1 << 24), b""))
     out_dir = tempfile.mkdtemp(prefix="tuilaunch-report-bench-")
     html_out = os.path.join(out_dir, "run.html")
     md_out = os.path.join(out_dir, "run.md")
     py = sys.executable
-    wall, rss, said = timed([py, "-m", "tui_launch", "report", path, "-o", html_out])
     print(f"journal: {events:,} events, {os.path.getsize(path) / 1e6:.0f} MB")
-    print(f"html: {wall:.2f} s, peak RSS {rss:.0f} MB, page {os.path.getsize(html_out) / 1e6:.2f} MB"
-          f" ({said})")
-    wall, _, said = timed([py, "-m", "tui_launch", "report", path, "--format", "md", "-o", md_out])
-    print(f"md: {wall:.2f} s, {os.path.getsize(md_out) / 1e3:.0f} kB ({said})")
+    for _ in range(args.repeat):
+        wall, cpu, rss, said = timed([py, "-m", "tui_launch", "report", path, "-o", html_out])
+        size = os.path.getsize(html_out) / 1e6
+        print(
+            f"html: {wall:.2f} s wall, {cpu:.2f} s CPU, peak RSS {rss:.0f} MB, page {size:.2f} MB"
+        )
+    print(f"  ({said})")
+    md = [py, "-m", "tui_launch", "report", path, "--format", "md", "-o", md_out]
+    wall, cpu, _, said = timed(md)
+    print(f"md: {wall:.2f} s wall, {cpu:.2f} s CPU, {os.path.getsize(md_out) / 1e3:.0f} kB")
     print(f"load average: {os.getloadavg()[0]:.1f}")
 
 

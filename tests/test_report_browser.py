@@ -6,10 +6,10 @@ that ``--hang-timeout`` confirms and ``--on-hang stop`` ends), its script given
 ``--token=abc123secret``. Its report is opened in Chromium (Debian's ``chromium``; the tests
 skip, saying so, when there is none) with every connection sent to a local proxy that keeps
 their request lines (loopback included): the page must make none (Chromium's own update and
-account checks, which flags do not all switch off, are told apart by their exact hosts), its Content-Security-Policy must report no
-violation (a blocked ``file://`` or inline load would), and the DOM must hold the plots (uPlot's
-canvases), the hang verdict and the redacted argument. A page that does load something, checked
-the same way, shows that the counting works.
+account checks, which flags do not all switch off, are told apart by their exact hosts), its
+Content-Security-Policy must report no violation (a blocked ``file://`` or inline load would),
+and the DOM must hold the plots (uPlot's canvases), the hang verdict and the redacted argument.
+A page that does load something, checked the same way, shows that the counting works.
 """
 
 from __future__ import annotations
@@ -184,9 +184,12 @@ def test_report_of_a_real_run_in_chromium(hung_run: Path, tmp_path: Path) -> Non
     assert requests == [], "the report made a network request"
     # No Content-Security-Policy violation recorded by the page (a blocked load would be).
     violations = re.search(r'<ul id="csp-violations"([^>]*)>(.*?)</ul>', dom, re.S)
-    assert violations is not None and violations.group(2) == "", violations.group(0)
+    assert violations is not None, "no #csp-violations list in the DOM"
+    assert violations.group(2) == "", violations.group(0)
     # The plots were drawn: uPlot's containers with their canvases, one per series table.
-    plotted = int(re.search(r'<body[^>]*data-plots="(\d+)"', dom).group(1))  # type: ignore[union-attr]
+    drawn = re.search(r'<body[^>]*data-plots="(\d+)"', dom)
+    assert drawn is not None, "the page's script did not run to its end"
+    plotted = int(drawn.group(1))
     assert plotted >= 5, plotted  # rate, loss, step, CPU, memory (no GPU here)
     assert dom.count('class="uplot') == plotted and dom.count("<canvas") >= plotted
     for pid in ("plot-rate", "plot-loss", "plot-cpu", "plot-rss"):

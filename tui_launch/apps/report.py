@@ -42,7 +42,7 @@ def parse(argv: list[str]) -> tuple[str, str, str]:
                 fmt = value
             else:
                 output = value
-        elif arg.startswith("-") and arg != "-" or target is not None:
+        elif (arg.startswith("-") and arg != "-") or target is not None:
             raise ValueError(f"unexpected argument {arg!r}")
         else:
             target = arg

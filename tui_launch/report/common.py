@@ -10,7 +10,7 @@ from tui_launch.core.model import errors
 from tui_launch.core.model.events import Failure
 from tui_launch.core.model.progress import fmt_duration, goodput_lines
 from tui_launch.core.model.snapshot import recovered
-from tui_launch.core.model.text import failure_details, failure_headline
+from tui_launch.core.model.text import failure_details
 
 
 def when(wall: float | None) -> str:
@@ -53,27 +53,43 @@ def header_rows(report: Report) -> list[tuple[str, str]]:
     if run is not None:
         rv = s.rendezvous
         nodes = rv.group_world_size if rv is not None and rv.group_world_size else None
-        span = f"{run.min_nodes}" if run.min_nodes == run.max_nodes else f"{run.min_nodes}:{run.max_nodes}"
+        span = (
+            f"{run.min_nodes}"
+            if run.min_nodes == run.max_nodes
+            else f"{run.min_nodes}:{run.max_nodes}"
+        )
         rows.append(
-            ("nodes", f"{nodes if nodes is not None else '?'} (asked {span}), "
-             f"{run.nproc_per_node} rank(s) per node, this node {run.host}")
+            (
+                "nodes",
+                f"{nodes if nodes is not None else '?'} (asked {span}), "
+                f"{run.nproc_per_node} rank(s) per node, this node {run.host}",
+            )
         )
         if rv is not None and rv.participants:
             rows.append(("participants", ", ".join(rv.participants)))
         rows.append(("rendezvous", f"{run.backend} at {run.endpoint}, run id {run.run_id}"))
         rows.append(
-            ("restarts", f"{s.failure_restarts}/{run.max_restarts} on failure, "
-             f"{s.manual_restarts} manual, {s.membership_restarts} membership")
+            (
+                "restarts",
+                f"{s.failure_restarts}/{run.max_restarts} on failure, "
+                f"{s.manual_restarts} manual, {s.membership_restarts} membership",
+            )
         )
         rows.append(("torch", run.torch_version))
     rows.append(
-        ("tuilaunch", f"{report.tuilaunch_version or 'unknown (not journaled)'} (run); "
-         f"{report.reader_version} (this report)")
+        (
+            "tuilaunch",
+            f"{report.tuilaunch_version or 'unknown (not journaled)'} (run); "
+            f"{report.reader_version} (this report)",
+        )
     )
     rows.append(("run directory", report.run_dir))
     rows.append(
-        ("journal", f"{report.journal} ({report.events:,} events, {report.state_events:,} "
-         "without log marks)")
+        (
+            "journal",
+            f"{report.journal} ({report.events:,} events, {report.state_events:,} "
+            "without log marks)",
+        )
     )
     return rows
 
@@ -130,7 +146,7 @@ def resource_rows(report: Report) -> list[tuple[str, ...]]:
     from tui_launch.core.model.text import fmt_bytes
 
     tel = report.snapshot.telemetry
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for r in tel.totals if tel is not None else ():
         cpu, util = r.mean_cpu, r.mean_gpu_util
         rows.append(

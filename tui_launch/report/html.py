@@ -15,6 +15,7 @@ import base64
 import hashlib
 import html
 import json
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -140,8 +141,9 @@ def render(report: Report) -> str:
 <ul id="csp-violations" hidden></ul>
 {body}
 <footer>Made by <code>tuilaunch report</code> {_e(report.reader_version)} from
-<code>{_e(report.journal)}</code>, {_e(_generated())}. Self-contained: it makes no request. Plots: uPlot (MIT licence,
-Leon Sorokin); series are means over at most {_points(report)} buckets.</footer>
+<code>{_e(report.journal)}</code>, {_e(_generated())}. Self-contained: it makes no request.
+Plots: uPlot (MIT licence, Leon Sorokin); series are means over at most {_points(report)}
+buckets.</footer>
 </main>
 <script type="application/json" id="report-data">{_json(data)}</script>
 <script>{uplot_js}</script>
@@ -166,7 +168,7 @@ def _kv(rows: list[tuple[str, str]]) -> str:
     return f'<table class="kv">{cells}</table>'
 
 
-def _table(head: tuple[str, ...], rows: list[tuple[str, ...]], numeric: int = 0) -> str:
+def _table(head: tuple[str, ...], rows: Sequence[Sequence[str]], numeric: int = 0) -> str:
     th = "".join(f"<th>{_e(h)}</th>" for h in head)
     body = "".join(
         "<tr>"
@@ -215,8 +217,9 @@ def _timeline(report: Report) -> str:
         )
         lanes.append(
             f'<div class="lane"><div class="label">attempt {a.number}</div><div class="track">'
-            f'<div class="span {_e(cls)}" style="left:{left:.3f}%;width:{max(right - left, 0.2):.3f}%"'
-            f' title="{_e(tip)}"></div>{marks}</div></div>'
+            f'<div class="span {_e(cls)}" '
+            f'style="left:{left:.3f}%;width:{max(right - left, 0.2):.3f}%" '
+            f'title="{_e(tip)}"></div>{marks}</div></div>'
         )
     run_marks = "".join(
         f'<div class="mk" style="left:{pos(m.wall):.3f}%;background:{MARK_COLORS[m.kind]}" '
@@ -231,7 +234,9 @@ def _timeline(report: Report) -> str:
         f'<span style="left:{100 * i / 5:.1f}%">+{width * i / 5:.0f}s</span>' for i in range(6)
     )
     used = sorted({m.kind for m in report.marks if m.kind in MARK_COLORS})
-    legend = "".join(f'<span><i style="background:{MARK_COLORS[k]}"></i>{_e(k)}</span>' for k in used)
+    legend = "".join(
+        f'<span><i style="background:{MARK_COLORS[k]}"></i>{_e(k)}</span>' for k in used
+    )
     listed = report.marks[:MARKS_LISTED]
     rows = "".join(
         f'<tr><td class="num">{_e(common.offset(report, m.wall))}</td>'
@@ -264,8 +269,13 @@ def _span_class(reason: str | None) -> str:
     """The colour class of an attempt's bar, from how it ended."""
     if reason is None:
         return "running"
-    for word, cls in (("fail", "failed"), ("hang", "hang"), ("restart", "restarted"),
-                      ("stop", "stopped"), ("succe", "succeeded")):
+    for word, cls in (
+        ("fail", "failed"),
+        ("hang", "hang"),
+        ("restart", "restarted"),
+        ("stop", "stopped"),
+        ("succe", "succeeded"),
+    ):
         if word in reason:
             return cls
     return "other"
@@ -287,8 +297,7 @@ def _plots(report: Report, plots: list[dict[str, Any]]) -> str:
         '<h2 id="plots">Progress and resources</h2>'
         '<p id="plot-error" class="k-failure" hidden></p>'
         f'<p class="muted">{_e("; ".join(notes))}; vertical lines: the events above.</p>'
-        f'<div class="grid">{holders}</div>'
-        + _resources(report)
+        f'<div class="grid">{holders}</div>' + _resources(report)
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tui_launch.core.journal.report import Report, Table
 from tui_launch.core.model.text import failure_headline
 from tui_launch.report import common
@@ -16,7 +18,7 @@ def _cell(text: object) -> str:
     return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
-def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+def _table(head: tuple[str, ...], rows: Sequence[Sequence[str]]) -> list[str]:
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out.extend("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows)
     return out
@@ -51,7 +53,12 @@ def render(report: Report) -> str:
     out += _table(
         ("at", "what", "attempt", ""),
         [
-            (common.offset(report, m.wall), m.kind, "" if m.attempt is None else str(m.attempt), m.text)
+            (
+                common.offset(report, m.wall),
+                m.kind,
+                "" if m.attempt is None else str(m.attempt),
+                m.text,
+            )
             for m in listed
         ],
     )
@@ -93,8 +100,11 @@ def render(report: Report) -> str:
     out += ["", "## Hang", ""]
     h = s.hang
     if h is None:
-        out.append("no hang detected" if not any(m.kind == "hang" for m in report.marks) else
-                   "a hang was detected and later cleared (see the events)")
+        out.append(
+            "no hang detected"
+            if not any(m.kind == "hang" for m in report.marks)
+            else "a hang was detected and later cleared (see the events)"
+        )
     else:
         out += [
             f"- attempt {h.attempt}: no output for {h.silence:.0f}s",
@@ -108,7 +118,7 @@ def render(report: Report) -> str:
             cut = lines[:STACK_LINES]
             if len(lines) > STACK_LINES:
                 cut.append(f"[... {len(lines) - STACK_LINES} more lines in the file]")
-            out += [""] + _fence("\n".join(cut))
+            out += ["", *_fence("\n".join(cut))]
     out += ["", "## Last lines of each rank's logs", ""]
     if not report.logs:
         out.append("no rank log files in the run directory")

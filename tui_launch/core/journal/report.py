@@ -22,6 +22,7 @@ No front end: the HTML and Markdown renderers (:mod:`tui_launch.report`) read a 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import time
@@ -377,7 +378,7 @@ def _buckets(n: int, points: int) -> list[tuple[int, int]]:
     if n <= points:
         return [(i, i + 1) for i in range(n)]
     edges = [round(i * n / points) for i in range(points + 1)]
-    return [(a, b) for a, b in zip(edges, edges[1:], strict=False) if b > a]
+    return [(a, b) for a, b in itertools.pairwise(edges) if b > a]
 
 
 def _mean(values: Sequence[float | None]) -> float | None:

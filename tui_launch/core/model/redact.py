@@ -46,7 +46,9 @@ def redact_args(args: Sequence[str]) -> tuple[str, ...]:
         m = ASSIGNMENT.match(arg)
         if m is not None:
             name, value = m.groups()
-            out.append(f"{name}={REDACTED}" if secret_name(name) else f"{name}={redact_text(value)}")
+            out.append(
+                f"{name}={REDACTED}" if secret_name(name) else f"{name}={redact_text(value)}"
+            )
             continue
         if arg.startswith("-") and secret_name(arg):
             hide_next = True

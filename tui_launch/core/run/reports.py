@@ -107,9 +107,28 @@ def run_started(
 # threads, the Python path, Hugging Face, Slurm); a secret-named one is listed, its value
 # redacted, whatever its prefix.
 RUN_ENV = (
-    "CUDA_", "NCCL_", "TORCH", "PET_", "OMP_", "MKL_", "GLOO_", "MASTER_", "PYTHON", "HF_",
-    "TRANSFORMERS_", "NVIDIA_", "SLURM_JOB", "SLURM_NTASKS", "WANDB_", "LD_LIBRARY_PATH",
-    "CUBLAS_", "CUDNN_", "PYTORCH_", "KMP_", "FI_", "UCX_",
+    "CUDA_",
+    "NCCL_",
+    "TORCH",
+    "PET_",
+    "OMP_",
+    "MKL_",
+    "GLOO_",
+    "MASTER_",
+    "PYTHON",
+    "HF_",
+    "TRANSFORMERS_",
+    "NVIDIA_",
+    "SLURM_JOB",
+    "SLURM_NTASKS",
+    "WANDB_",
+    "LD_LIBRARY_PATH",
+    "CUBLAS_",
+    "CUDNN_",
+    "PYTORCH_",
+    "KMP_",
+    "FI_",
+    "UCX_",
 )
 RUN_ENV_KEPT = 200  # variables at most, each value cut to RUN_ENV_VALUE characters
 RUN_ENV_VALUE = 500
