@@ -208,7 +208,14 @@ def test_html_is_self_contained(tmp_path: Path) -> None:
     data = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S)
     assert data is not None
     plots = json.loads(data.group(1))["plots"]
-    assert {p["id"] for p in plots} >= {"plot-rate", "plot-loss", "plot-cpu", "plot-rss"}
+    assert {p["id"] for p in plots} >= {
+        "plot-rate",
+        "plot-loss",
+        "plot-cpu",
+        "plot-rss",
+        "plot-gpu-util",  # the fake NVML's GPUs, mapped to the ranks by pid
+        "plot-gpu-mem",
+    }
     assert "abc123secret" not in page and "--token=***" in page
     assert "rank 1 is not in a collective" in page and "uPlot" in page
 
@@ -292,3 +299,25 @@ def test_unwritable_output_is_exit_1(tmp_path: Path) -> None:
 def test_not_a_journal_error_type(tmp_path: Path) -> None:
     with pytest.raises(NotAJournal):
         build(str(tmp_path))
+
+
+def test_a_long_synthetic_journal(tmp_path: Path) -> None:
+    # bench/report.py's generator (a day of 1M events there), for 20 minutes at 12 log marks
+    # a second: every record is read, the plots stay at POINTS, the page small.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_report", Path(__file__).parent.parent / "bench" / "report.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    path = tmp_path / "run" / "journal.jsonl"
+    path.parent.mkdir()
+    events = bench.write_journal(str(path), 12, 1200)
+    report = build(str(path))
+    assert report.events == events > 14_000
+    assert report.telemetry["cpu"].rows == 119 and report.progress["rate"].rows == 119
+    assert len(report.telemetry["cpu"].columns) == 8
+    page = html.render(report)
+    assert len(page.encode()) < 1_000_000

@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import WORKERS, base_env, journal_path
+from conftest import WORKERS, base_env, journal_path, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -206,3 +206,53 @@ def test_report_of_a_real_run_in_chromium(hung_run: Path, tmp_path: Path) -> Non
     shot = tmp_path / "report.png"
     browse(out, tmp_path, f"--screenshot={shot}")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
+
+
+def test_report_of_a_running_run(tuilaunch, tmp_path: Path) -> None:
+    # A run still going: the report is made from what its journal holds so far.
+    logs = tmp_path / "logs"
+    launch = tuilaunch(
+        "--log-dir",
+        str(logs),
+        "--journal-samples",
+        "1",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        STEPPER,
+        "--steps",
+        "100000",
+        "--interval",
+        "0.05",
+    )
+
+    def journal_with_telemetry() -> Path | None:
+        for path in logs.glob("*/journal.jsonl"):
+            if b'"kind": "telemetry"' in path.read_bytes():
+                return path
+        return None
+
+    path = wait_for(journal_with_telemetry, 120, what="a journal with a telemetry record")
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tui_launch",
+            "report",
+            str(path.parent),
+            "--format",
+            "md",
+            "-o",
+            "-",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    assert "| outcome | running (no end recorded" in made.stdout, made.stdout[:2000]
+    assert "| 0 | +" in made.stdout  # attempt 0 in the attempts table
+    assert "local rank 0, stdout" in made.stdout  # its log so far
+    launch.proc.terminate()
+    assert launch.wait(60) != 0
