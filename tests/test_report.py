@@ -220,6 +220,16 @@ def test_html_is_self_contained(tmp_path: Path) -> None:
     assert "rank 1 is not in a collective" in page and "uPlot" in page
 
 
+def test_a_nan_loss_is_a_gap(tmp_path: Path) -> None:
+    # A diverging run prints "loss nan": the page is still made, its data valid JSON.
+    events = [*_run_events(), _progress(1, 61.0, 90, float("nan"))]
+    page = html.render(build(str(_write(tmp_path / "run", events))))
+    data = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S)
+    assert data is not None
+    (loss,) = [p for p in json.loads(data.group(1))["plots"] if p["id"] == "plot-loss"]
+    assert loss["values"][0][-1] is None
+
+
 def test_markdown(tmp_path: Path) -> None:
     report = build(str(_write(tmp_path / "run", _run_events())))
     text = markdown.render(report)

@@ -15,6 +15,7 @@ import base64
 import hashlib
 import html
 import json
+import math
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -78,7 +79,9 @@ def _json(data: object) -> str:
 
 
 def _round(values: tuple[float | None, ...], digits: int) -> list[float | None]:
-    return [None if v is None else round(v, digits) for v in values]
+    # A loss of NaN or inf (a diverging run prints them) is a gap in the plot: JSON has no
+    # such numbers.
+    return [None if v is None or not math.isfinite(v) else round(v, digits) for v in values]
 
 
 def _plot_spec(table: Table, spec: tuple[str, str, str, str, str, int]) -> dict[str, Any]:

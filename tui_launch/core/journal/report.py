@@ -25,7 +25,6 @@ import contextlib
 import itertools
 import json
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -484,16 +483,6 @@ def _hang_stacks(hang: HangDetected | None, run_dir: str) -> tuple[str, str]:
     return "", hang.second_path
 
 
-def at_time(report: Report, wall: float) -> float:
-    """Seconds from the run's start to ``wall``."""
-    return wall - (report.start_wall or wall)
-
-
-def clock(wall: float) -> str:
-    """A wall-clock time as ``HH:MM:SS`` (local time)."""
-    return time.strftime("%H:%M:%S", time.localtime(wall))
-
-
 __all__ = [
     "LOG_LINES",
     "POINTS",
@@ -503,9 +492,7 @@ __all__ = [
     "Report",
     "Span",
     "Table",
-    "at_time",
     "build",
-    "clock",
     "journal_path",
     "tail_lines",
 ]
