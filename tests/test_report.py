@@ -331,3 +331,34 @@ def test_a_long_synthetic_journal(tmp_path: Path) -> None:
     assert len(report.telemetry["cpu"].columns) == 8
     page = html.render(report)
     assert len(page.encode()) < 1_000_000
+
+
+def test_log_tails_are_plain_text(tmp_path: Path) -> None:
+    from tui_launch.core.journal.report import tail_lines
+
+    log = tmp_path / "stdout.log"
+    log.write_bytes(
+        b"\x1b[1;31merror\x1b[0m: bad\n"
+        b"train:  10%|#  | 1/10\rtrain:  20%|## | 2/10\r\n"
+        b"\x1b]0;title\x07plain\n"
+    )
+    size, lines = tail_lines(str(log), 10) or (0, ())
+    assert size == log.stat().st_size
+    assert lines == ("error: bad", "train:  20%|## | 2/10", "plain")
+
+
+def test_many_attempts_share_one_lane(tmp_path: Path) -> None:
+    events: list = [builders.run_started(2, max_restarts=40)]
+    for n in range(30):
+        events += builders.attempt(n, 2, 10.0 * n, 100 + 10 * n)
+    page = html.render(build(str(_write(tmp_path / "run", events))))
+    assert page.count('<div class="lane">') == 2 and "attempts 0-29" in page
+    assert page.count('<div class="span ') == 30
+
+
+def test_run_env_keeps_what_shapes_a_run() -> None:
+    from tui_launch.core.run.reports import run_env
+
+    env = {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0,1", "MY_TOKEN": "s", "PWD": "/", "HOME": "/"}
+    assert run_env(env) == [("CUDA_VISIBLE_DEVICES", "0,1"), ("MY_TOKEN", "s")]
+    assert redact_env(run_env(env))[1] == ("MY_TOKEN", REDACTED)

@@ -38,6 +38,7 @@ MARK_COLORS = {
     "finished": "#37474f",
 }
 MARKS_LISTED = 400  # marks in the table at most (all of them are drawn)
+LANES = 24  # attempts drawn on lanes of their own at most (more share one)
 
 # (metric table, id, title, axis label, unit, digits)
 PROGRESS_PLOTS = (
@@ -206,6 +207,8 @@ def _timeline(report: Report) -> str:
         return max(0.0, min(100.0, 100.0 * (wall - start) / width))
 
     lanes = []
+    # One lane per attempt; a run of many attempts (an elastic job that flapped) on one.
+    one_lane = len(report.spans) > LANES
     for a in report.spans:
         a_end = a.end if a.end is not None else end
         cls = _span_class(a.end_reason)
@@ -216,14 +219,27 @@ def _timeline(report: Report) -> str:
             f'<div class="mk" style="left:{pos(m.wall):.3f}%;background:{MARK_COLORS[m.kind]}" '
             f'title="{_e(common.offset(report, m.wall) + " " + m.text)}"></div>'
             for m in report.marks
-            if m.kind in MARK_COLORS and (m.attempt == a.number)
+            if m.kind in MARK_COLORS and m.attempt == a.number
         )
+        if one_lane:
+            lanes.append(
+                f'<div class="span {_e(cls)}" '
+                f'style="left:{left:.3f}%;width:{max(right - left, 0.2):.3f}%" '
+                f'title="{_e(tip)}"></div>{marks}'
+            )
+            continue
         lanes.append(
             f'<div class="lane"><div class="label">attempt {a.number}</div><div class="track">'
             f'<div class="span {_e(cls)}" '
             f'style="left:{left:.3f}%;width:{max(right - left, 0.2):.3f}%" '
             f'title="{_e(tip)}"></div>{marks}</div></div>'
         )
+    if one_lane:
+        label = f"attempts 0-{report.spans[-1].number}"
+        lanes = [
+            f'<div class="lane"><div class="label">{_e(label)}</div><div class="track">'
+            f"{''.join(lanes)}</div></div>"
+        ]
     run_marks = "".join(
         f'<div class="mk" style="left:{pos(m.wall):.3f}%;background:{MARK_COLORS[m.kind]}" '
         f'title="{_e(common.offset(report, m.wall) + " " + m.text)}"></div>'

@@ -25,6 +25,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -458,10 +459,24 @@ def tail_lines(path: str, count: int) -> tuple[int, tuple[str, ...]] | None:
             data = fp.read()
     except OSError:
         return None
-    lines = data.decode("utf-8", "replace").splitlines()
+    lines = data.decode("utf-8", "replace").split("\n")
     if size > LOG_TAIL_BYTES and lines:
         lines = lines[1:]  # the first is cut
-    return size, tuple(lines[-count:])
+    if lines and not lines[-1]:
+        lines.pop()
+    return size, tuple(_plain(line) for line in lines[-count:])
+
+
+# Terminal control sequences (colours, cursor moves) and what a carriage return overwrote.
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+
+def _plain(line: str) -> str:
+    """A log line as it last looked on a terminal, as plain text: the part after its last
+    carriage return (a progress bar redrawn in place), without control sequences."""
+    line = line.rstrip("\r")
+    line = line[line.rfind("\r") + 1 :]
+    return _CONTROL.sub("", line)
 
 
 def _hang_stacks(hang: HangDetected | None, run_dir: str) -> tuple[str, str]:
