@@ -395,13 +395,18 @@ def _logs(report: Report) -> str:
     if not report.logs:
         return '<h2 id="logs">Logs</h2><p class="muted">no rank log files in the run directory</p>'
     parts = ['<h2 id="logs">Last lines of each rank\'s logs</h2>']
+    # The logs of the ranks that failed are open: their last lines are the evidence.
+    failed = {(f.attempt, f.local_rank) for f in report.snapshot.failures if not f.collateral}
     for log in report.logs:
+        shown = " open" if log.lines and (log.attempt, log.local_rank) in failed else ""
         head = (
             f"attempt {log.attempt}, local rank {log.local_rank}, {log.stream} "
             f"({log.size:,} bytes, last {len(log.lines)} lines: {log.path})"
         )
         text = "\n".join(log.lines) if log.lines else "(empty)"
-        parts.append(f"<details><summary>{_e(head)}</summary><pre>{_e(text)}</pre></details>")
+        parts.append(
+            f"<details{shown}><summary>{_e(head)}</summary><pre>{_e(text)}</pre></details>"
+        )
     return "".join(parts)
 
 
