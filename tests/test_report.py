@@ -362,3 +362,13 @@ def test_run_env_keeps_what_shapes_a_run() -> None:
     env = {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0,1", "MY_TOKEN": "s", "PWD": "/", "HOME": "/"}
     assert run_env(env) == [("CUDA_VISIBLE_DEVICES", "0,1"), ("MY_TOKEN", "s")]
     assert redact_env(run_env(env))[1] == ("MY_TOKEN", REDACTED)
+
+
+def test_a_flood_of_marks_keeps_the_key_ones() -> None:
+    from tui_launch.core.journal.report import Mark
+
+    marks = [Mark(float(i), "slowdown", 0, "slow") for i in range(5000)]
+    marks.insert(4000, Mark(4000.5, "failure", 0, "boom"))
+    kept = html.drawn(marks)
+    assert len(kept) == html.MARKS_DRAWN and any(m.kind == "failure" for m in kept)
+    assert [m.wall for m in kept] == sorted(m.wall for m in kept)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from tui_launch.core.journal.report import Report, Table
+from tui_launch.core.journal.report import Mark, Report, Table
 from tui_launch.core.model.text import failure_headline
 from tui_launch.report import common
 
@@ -39,6 +39,19 @@ MARK_COLORS = {
 }
 MARKS_LISTED = 400  # marks in the table at most (all of them are drawn)
 LANES = 24  # attempts drawn on lanes of their own at most (more share one)
+MARKS_DRAWN = 2000  # marks drawn at most: failures, restarts, injections and hangs first
+KEY_MARKS = frozenset({"failure", "restart", "injection", "hang", "finished"})
+
+
+def drawn(marks: Sequence[Mark]) -> list[Mark]:
+    """The marks drawn on the timeline and the plots: all of them, or, past
+    :data:`MARKS_DRAWN` (a run that flapped for a day), every key one and the first others."""
+    if len(marks) <= MARKS_DRAWN:
+        return list(marks)
+    key = [m for m in marks if m.kind in KEY_MARKS]
+    rest = [m for m in marks if m.kind not in KEY_MARKS][: max(0, MARKS_DRAWN - len(key))]
+    return sorted([*key, *rest], key=lambda m: m.wall)
+
 
 # (metric table, id, title, axis label, unit, digits)
 PROGRESS_PLOTS = (
@@ -109,7 +122,7 @@ def render(report: Report) -> str:
                 plots.append(_plot_spec(table, spec))
     data = {
         "plots": plots,
-        "marks": [{"t": round(m.wall, 2), "kind": m.kind} for m in report.marks],
+        "marks": [{"t": round(m.wall, 2), "kind": m.kind} for m in drawn(report.marks)],
         "markColors": MARK_COLORS,
     }
     uplot_js, glue_js = _asset("uPlot.iife.min.js"), _asset("report.js")
@@ -218,7 +231,7 @@ def _timeline(report: Report) -> str:
         marks = "".join(
             f'<div class="mk" style="left:{pos(m.wall):.3f}%;background:{MARK_COLORS[m.kind]}" '
             f'title="{_e(common.offset(report, m.wall) + " " + m.text)}"></div>'
-            for m in report.marks
+            for m in drawn(report.marks)
             if m.kind in MARK_COLORS and m.attempt == a.number
         )
         if one_lane:
@@ -243,7 +256,7 @@ def _timeline(report: Report) -> str:
     run_marks = "".join(
         f'<div class="mk" style="left:{pos(m.wall):.3f}%;background:{MARK_COLORS[m.kind]}" '
         f'title="{_e(common.offset(report, m.wall) + " " + m.text)}"></div>'
-        for m in report.marks
+        for m in drawn(report.marks)
         if m.kind in MARK_COLORS and m.attempt is None
     )
     lanes.append(
@@ -264,7 +277,7 @@ def _timeline(report: Report) -> str:
         for m in listed
     )
     more = (
-        f"<p class='muted'>{len(report.marks) - MARKS_LISTED} more not listed (all are drawn)</p>"
+        f"<p class='muted'>{len(report.marks) - MARKS_LISTED} more not listed</p>"
         if len(report.marks) > MARKS_LISTED
         else ""
     )
