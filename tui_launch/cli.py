@@ -20,13 +20,13 @@ from typing import NoReturn
 
 # Subcommands, recognised only as the first argument (before torchrun's parser sees argv).
 # A script literally named like one runs as `tuilaunch ./ls`.
-SUBCOMMANDS = ("ls", "replay", "attach")
+SUBCOMMANDS = ("ls", "replay", "attach", "report")
 
 
 def run_subcommand(argv: list[str]) -> int:
     """Run ``tuilaunch ls``, ``replay`` or ``attach`` (``argv[0]`` is the subcommand)."""
     app = importlib.import_module(f"tui_launch.apps.{argv[0]}")
-    if argv[0] != "ls":  # the dashboards stay open for hours
+    if argv[0] not in ("ls", "report"):  # the dashboards stay open for hours
         _collect_from_here()
     code: int = app.main(argv[1:])
     return code

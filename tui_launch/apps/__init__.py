@@ -6,4 +6,6 @@
 - ``replay``: ``tuilaunch replay RUN_DIR|journal``: the dashboard over a recorded run.
 - ``attach``: ``tuilaunch attach [RUN] [--control]``: the dashboard following a running job,
   read-only or, with ``--control``, acting on it over its control socket.
+- ``report``: ``tuilaunch report RUN_DIR|journal``: a run as one self-contained HTML page
+  or Markdown.
 """

@@ -7,4 +7,6 @@
 - ``text``: the journal's text read without JSON: line prefixes, parsed blocks, log-mark folds.
 - ``recent``: an attach's first frame: the state at the journal's end without its old
   telemetry records.
+- ``report``: a journal and its run directory as the model ``tuilaunch report`` renders: the
+  final snapshot, the events on a time axis, the records as plot series, log tails, stacks.
 """

@@ -86,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
             "  tuilaunch attach [RUN_DIR|PID|RUN_ID]  a read-only dashboard on a live run "
             "(--control: act on it)\n"
             "  tuilaunch replay RUN_DIR|JOURNAL       a run's journal in the dashboard, with "
-            "a cursor to move through it"
+            "a cursor to move through it\n"
+            "  tuilaunch report RUN_DIR|JOURNAL       a run as one self-contained HTML page "
+            "(--format md: Markdown)"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
+from tui_launch import __version__
 from tui_launch.core.model import errors
 from tui_launch.core.model.events import (
     Connecting,
@@ -23,6 +25,7 @@ from tui_launch.core.model.events import (
     RunStarted,
     WorkerInfo,
 )
+from tui_launch.core.model.redact import redact_args, redact_env, secret_name
 from tui_launch.core.run.validate import min_max_nodes
 from tui_launch.core.seam import rendezvous
 from tui_launch.core.seam.agent import WorkerGroup, WorkerSpec
@@ -94,7 +97,47 @@ def run_started(
         launcher_pid=os.getpid(),
         torch_version=torch.__version__,
         notes=notes,
+        tuilaunch_version=__version__,
+        command=redact_args(["tuilaunch", *sys.argv[1:]]),
+        env=redact_env(run_env(os.environ)),
     )
+
+
+# The environment variables that shape a run, by prefix (CUDA, NCCL, torch and its launcher,
+# threads, the Python path, Hugging Face, Slurm); a secret-named one is listed, its value
+# redacted, whatever its prefix.
+RUN_ENV = (
+    "CUDA_",
+    "NCCL_",
+    "TORCH",
+    "PET_",
+    "OMP_",
+    "MKL_",
+    "GLOO_",
+    "MASTER_",
+    "PYTHON",
+    "HF_",
+    "TRANSFORMERS_",
+    "NVIDIA_",
+    "SLURM_JOB",
+    "SLURM_NTASKS",
+    "WANDB_",
+    "LD_LIBRARY_PATH",
+    "CUBLAS_",
+    "CUDNN_",
+    "PYTORCH_",
+    "KMP_",
+    "FI_",
+    "UCX_",
+)
+RUN_ENV_KEPT = 200  # variables at most, each value cut to RUN_ENV_VALUE characters
+RUN_ENV_VALUE = 500
+
+
+def run_env(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The variables of ``environ`` a report shows (sorted; not yet redacted)."""
+    names = sorted(n for n in environ if n.startswith(RUN_ENV) or secret_name(n))
+    return [(n, environ[n][:RUN_ENV_VALUE]) for n in names[:RUN_ENV_KEPT]]
 
 
 def rendezvous_started(handler: Any, args: argparse.Namespace, attempt: int) -> RendezvousStarted:

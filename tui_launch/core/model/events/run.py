@@ -133,6 +133,12 @@ class RunStarted(Event):
     # When the launcher began (monotonic): before torch's rendezvous handler, whose creation
     # can block for a whole connect timeout. Durations count from here.
     launched_mono: float | None = None
+    # For a report read elsewhere: tuilaunch's version, the launcher's own command line and
+    # the environment variables that shape a run (``core/run/reports.py``'s ``RUN_ENV``), both
+    # with the values of secret-named ones already replaced (``core/model/redact.py``).
+    tuilaunch_version: str = ""
+    command: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,258 @@
+"""``tuilaunch report`` of a real run, opened in headless Chromium.
+
+A run of ``tests/workers/stepper.py`` on 2 ranks with an exception injected into rank 1 in
+attempt 0 (a failure with a traceback, then a restart) and rank 0 stopped in attempt 1 (a hang
+that ``--hang-timeout`` confirms and ``--on-hang stop`` ends), its script given
+``--token=abc123secret``. Its report is opened in Chromium (Debian's ``chromium``; the tests
+skip, saying so, when there is none) with every connection sent to a local proxy that keeps
+their request lines (loopback included): the page must make none (Chromium's own update and
+account checks, which flags do not all switch off, are told apart by their exact hosts), its
+Content-Security-Policy must report no violation (a blocked ``file://`` or inline load would),
+and the DOM must hold the plots (uPlot's canvases), the hang verdict and the redacted argument.
+A page that does load something, checked the same way, shows that the counting works.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import WORKERS, base_env, journal_path, wait_for
+
+pytestmark = pytest.mark.slow
+
+STEPPER = str(WORKERS / "stepper.py")
+SECRET = "abc123secret"
+
+
+def chromium() -> str:
+    """The Chromium executable, or skip the test with the reason."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("no chromium on PATH (Debian: apt-get install chromium; .ci/run installs it)")
+
+
+# Chromium's own traffic, which flags do not all switch off (its component updater, the
+# network time and account checks): requests for exactly these hosts are not the page's.
+CHROMIUM_OWN = re.compile(
+    rb"^(?:CONNECT (?:update\.googleapis\.com|accounts\.google\.com|clients2\.google\.com):443"
+    rb"|(?:GET|POST) http://(?:update\.googleapis\.com|clients2\.google\.com)/(?:service/update2|time/1)/)"
+)
+
+
+class Proxy:
+    """A TCP listener on loopback that keeps the first line of every request it is sent (and
+    closes the connection)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.requests: list[bytes] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            conn.settimeout(5)
+            try:
+                self.requests.append(conn.recv(4096).split(b"\r\n", 1)[0])
+            except OSError as e:
+                self.requests.append(f"(no request line: {e})".encode())
+            finally:
+                conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+        self.thread.join(5)
+
+    def pages(self) -> list[bytes]:
+        """The requests that are not Chromium's own."""
+        return [r for r in self.requests if not CHROMIUM_OWN.match(r)]
+
+
+def browse(page: Path, tmp: Path, *action: str) -> tuple[str, list[bytes]]:
+    """Open ``page`` in headless Chromium with ``action`` (``--dump-dom``, ``--screenshot=``);
+    its output and the requests it made (Chromium's own left out)."""
+    exe = chromium()
+    proxy = Proxy()
+    profile = tmp / "chromium-profile"
+    cmd = [
+        exe,
+        "--headless",
+        "--disable-gpu",
+        f"--user-data-dir={profile}",
+        # Every request, to loopback too, goes to the counting proxy.
+        f"--proxy-server=http://127.0.0.1:{proxy.port}",
+        "--proxy-bypass-list=<-loopback>",
+        # Chromium's own background traffic off, so that any connection is the page's.
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-extensions",
+        "--disable-default-apps",
+        "--no-first-run",
+        "--no-default-browser-check",
+        "--virtual-time-budget=5000",
+        "--window-size=1300,2400",
+        *action,
+        page.as_uri(),
+    ]
+    if os.geteuid() == 0:
+        cmd.insert(1, "--no-sandbox")  # Chromium refuses to run as root with its sandbox
+    env = base_env(HOME=str(tmp))
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, check=False)
+    finally:
+        proxy.close()
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout, proxy.pages()
+
+
+def test_the_counting_sees_a_page_that_loads(tmp_path: Path) -> None:
+    page = tmp_path / "loads.html"
+    page.write_text(
+        '<!DOCTYPE html><html><body><img src="http://example.invalid/a.png">'
+        '<script src="https://cdn.example.invalid/x.js"></script></body></html>'
+    )
+    _, requests = browse(page, tmp_path, "--dump-dom")
+    assert any(b"example.invalid" in r for r in requests), requests
+
+
+@pytest.fixture
+def hung_run(tuilaunch, tmp_path: Path) -> Path:
+    """A finished run: a failure with a traceback, a restart, a confirmed hang."""
+    launch = tuilaunch(
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--journal-samples",
+        "1",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "1",
+        "--hang-timeout",
+        "3",
+        "--on-hang",
+        "stop",
+        "--inject",
+        "exception:rank=1,after=3s,attempt=0,message=loader died",
+        "--inject",
+        "hang:rank=0,after=3s,attempt=1,for=300s",
+        STEPPER,
+        "--steps",
+        "5000",
+        "--interval",
+        "0.02",
+        f"--token={SECRET}",
+        env=base_env(HF_TOKEN="hf_" + SECRET),
+    )
+    assert launch.wait(180) == 1, launch.output[-4000:]
+    return journal_path(launch.output).parent
+
+
+def test_report_of_a_real_run_in_chromium(hung_run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run.html"
+    made = subprocess.run(
+        [sys.executable, "-m", "tui_launch", "report", str(hung_run), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    page = out.read_text()
+    assert SECRET not in page and "--token=***" in page
+    assert len(page.encode()) < 5_000_000
+
+    dom, requests = browse(out, tmp_path, "--dump-dom")
+    assert requests == [], "the report made a network request"
+    # No Content-Security-Policy violation recorded by the page (a blocked load would be).
+    violations = re.search(r'<ul id="csp-violations"([^>]*)>(.*?)</ul>', dom, re.S)
+    assert violations is not None, "no #csp-violations list in the DOM"
+    assert violations.group(2) == "", violations.group(0)
+    # The plots were drawn: uPlot's containers with their canvases, one per series table.
+    drawn = re.search(r'<body[^>]*data-plots="(\d+)"', dom)
+    assert drawn is not None, "the page's script did not run to its end"
+    plotted = int(drawn.group(1))
+    assert plotted >= 5, plotted  # rate, loss, step, CPU, memory (no GPU here)
+    assert dom.count('class="uplot') == plotted and dom.count("<canvas") >= plotted
+    for pid in ("plot-rate", "plot-loss", "plot-cpu", "plot-rss"):
+        assert re.search(rf'id="{pid}"[^>]*data-plotted="\d+"', dom), pid
+    # The hang's verdict, the failure's traceback, the restart and the injections.
+    assert "hung: no main-thread stack moved" in dom
+    assert "every rank is in the same place" in dom or "not in a collective" in dom
+    assert "InjectedFailure: loader died" in dom and "Traceback" in dom
+    assert "restart (failure): attempt 0 -&gt; 1" in dom
+    assert dom.count('class="k-injection"') == 2
+    assert "| HF_TOKEN |" not in dom and re.search(r"HF_TOKEN</th><td>\*\*\*</td>", dom)
+    assert SECRET not in dom
+
+    shot = tmp_path / "report.png"
+    browse(out, tmp_path, f"--screenshot={shot}")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
+
+
+def test_report_of_a_running_run(tuilaunch, tmp_path: Path) -> None:
+    # A run still going: the report is made from what its journal holds so far.
+    logs = tmp_path / "logs"
+    launch = tuilaunch(
+        "--log-dir",
+        str(logs),
+        "--journal-samples",
+        "1",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        STEPPER,
+        "--steps",
+        "100000",
+        "--interval",
+        "0.05",
+    )
+
+    def journal_with_telemetry() -> Path | None:
+        for path in logs.glob("*/journal.jsonl"):
+            if b'"kind": "telemetry"' in path.read_bytes():
+                return path
+        return None
+
+    path = wait_for(journal_with_telemetry, 120, what="a journal with a telemetry record")
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tui_launch",
+            "report",
+            str(path.parent),
+            "--format",
+            "md",
+            "-o",
+            "-",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    assert "| outcome | running (no end recorded" in made.stdout, made.stdout[:2000]
+    assert "| 0 | +" in made.stdout  # attempt 0 in the attempts table
+    assert "local rank 0, stdout" in made.stdout  # its log so far
+    launch.proc.terminate()
+    assert launch.wait(60) != 0
