@@ -20,13 +20,14 @@ from typing import NoReturn
 
 # Subcommands, recognised only as the first argument (before torchrun's parser sees argv).
 # A script literally named like one runs as `tuilaunch ./ls`.
-SUBCOMMANDS = ("ls", "replay", "attach")
+SUBCOMMANDS: tuple[str, ...] = ("ls", "replay", "attach")
+SUBCOMMANDS += ("status", "ctl", "mcp", "serve")  # the run outside the terminal (issue 27)
 
 
 def run_subcommand(argv: list[str]) -> int:
     """Run ``tuilaunch ls``, ``replay`` or ``attach`` (``argv[0]`` is the subcommand)."""
     app = importlib.import_module(f"tui_launch.apps.{argv[0]}")
-    if argv[0] != "ls":  # the dashboards stay open for hours
+    if argv[0] not in ("ls", "status", "ctl"):  # the dashboards and servers stay up for hours
         _collect_from_here()
     code: int = app.main(argv[1:])
     return code
