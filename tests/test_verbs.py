@@ -114,7 +114,7 @@ def test_status_of_a_journal_validates_against_the_schema(tmp_path: Path) -> Non
     for e in [
         builders.run_started(),
         *builders.attempt(0, 2, 10.0, 4000),
-        builders.failure(1, 0, 11.0),
+        builders.failed_attempt(0, 11.0),
     ]:
         store.post(e)
     store.post(RunFinished("failed", 1, "rank 1 failed"))
@@ -125,6 +125,7 @@ def test_status_of_a_journal_validates_against_the_schema(tmp_path: Path) -> Non
     assert doc["outcome"] == {"outcome": "failed", "exit_code": 1, "message": "rank 1 failed"}
     assert doc["root_cause"]["global_rank"] == 1
     assert [r["pid"] for r in doc["ranks"]] == [r.pid for r in store.snapshot().ranks]
+    assert doc["root_cause"]["traceback"] == builders.TRACEBACK
 
 
 # ------------------------------------------------------------------------------ a real run
