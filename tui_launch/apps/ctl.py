@@ -93,11 +93,36 @@ def parse(argv: list[str]) -> tuple[str, Command]:
     return target, (Restart(source="ctl") if verb == "restart" else DumpStacks(source="ctl"))
 
 
-def main(argv: list[str]) -> int:
-    """``tuilaunch ctl``: send one command to a running job (exit statuses above)."""
+def send(target: str, cmd: Command, client: str = "ctl") -> tuple[int, str]:
+    """Send ``cmd`` to the live run ``target`` names, as ``client`` (``ctl``, ``mcp``): the
+    exit status (above) and one line, what was done or why not."""
     from tui_launch.core.remote.controlsock import ControlClient, ControlError
     from tui_launch.core.remote.status import NoSuchRun, resolve
 
+    try:
+        run = resolve(target, live_only=True)
+    except NoSuchRun as e:
+        return NO_RUN, str(e)
+    entry = run.entry
+    if entry is None or not entry.control:
+        pid = entry.pid if entry else target
+        return UNREACHABLE, (
+            f"run {pid} does not listen for control: start it with --control-socket "
+            "(or --detach, or press D in its dashboard)"
+        )
+    try:
+        outcome = ControlClient(entry.control, "control", client=client).send(cmd)
+    except ControlError as e:
+        return (REFUSED if "refus" in str(e) else UNREACHABLE), str(e)
+    if not outcome.ok:
+        return REFUSED, f"refused: {outcome.detail}"
+    if outcome.dump is not None:
+        return OK, f"{outcome.dump.verdict} (stacks: {outcome.dump.path})"
+    return OK, outcome.detail or f"{cmd.kind}: done"
+
+
+def main(argv: list[str]) -> int:
+    """``tuilaunch ctl``: send one command to a running job (exit statuses above)."""
     if not argv or any(a in ("-h", "--help") for a in argv):
         print(HELP)
         return OK if argv else USAGE
@@ -106,30 +131,11 @@ def main(argv: list[str]) -> int:
     except Usage as e:
         print(f"tuilaunch ctl: error: {e} ({USAGE_LINE})", file=sys.stderr)
         return USAGE
-    try:
-        run = resolve(target, live_only=True)
-    except NoSuchRun as e:
-        print(f"tuilaunch ctl: error: {e}", file=sys.stderr)
-        return NO_RUN
-    entry = run.entry
-    if entry is None or not entry.control:
-        pid = entry.pid if entry else target
-        print(
-            f"tuilaunch ctl: error: run {pid} does not listen for control: start it with "
-            "--control-socket (or --detach, or press D in its dashboard)",
-            file=sys.stderr,
-        )
-        return UNREACHABLE
-    try:
-        outcome = ControlClient(entry.control, "control", client="ctl").send(cmd)
-    except ControlError as e:
-        print(f"tuilaunch ctl: error: {e}", file=sys.stderr)
-        return REFUSED if "refus" in str(e) else UNREACHABLE
-    if not outcome.ok:
-        print(f"tuilaunch ctl: refused: {outcome.detail}", file=sys.stderr)
-        return REFUSED
-    line = outcome.detail or f"{cmd.kind}: done"
-    if outcome.dump is not None:
-        line = f"{outcome.dump.verdict} (stacks: {outcome.dump.path})"
-    print(line)
-    return OK
+    code, line = send(target, cmd)
+    if code == OK:
+        print(line)
+    elif code == REFUSED and line.startswith("refused: "):
+        print(f"tuilaunch ctl: {line}", file=sys.stderr)
+    else:
+        print(f"tuilaunch ctl: error: {line}", file=sys.stderr)
+    return code
