@@ -25,7 +25,7 @@ from conftest import PY, ROOT, WORKERS, base_env, wait_for
 
 from tui_launch import cli
 from tui_launch.apps import ctl
-from tui_launch.core.model.commands import DumpStacks, Inject, Restart, SignalRank
+from tui_launch.core.model.commands import DumpStacks, Inject, Restart, SignalRank, StopRun
 from tui_launch.core.remote import runindex
 
 SCHEMA = ROOT / "docs" / "status.schema.json"
@@ -67,7 +67,7 @@ def _check_schema(doc: dict[str, Any]) -> None:
     [
         (["r"], "a run and a verb are needed"),
         (["r", "explode"], "unknown verb 'explode'"),
-        (["r", "kill"], "kill needs --rank N"),
+        (["r", "stop"], "stop needs --rank N"),
         (["r", "kill", "--rank", "x"], "--rank needs a local rank"),
         (["r", "restart", "--rank", "1"], "restart acts on the whole group"),
         (["r", "inject"], "inject needs one SPEC"),
@@ -86,8 +86,10 @@ def test_ctl_bad_usage_is_one_line_and_exit_2(
 def test_ctl_builds_the_commands_of_the_model() -> None:
     kill = SignalRank(1, int(signal.SIGKILL), source="ctl")
     assert ctl.parse(["7", "kill", "--rank", "1"]) == ("7", kill)
-    assert ctl.parse(["7", "cont", "--rank=0"])[1] == SignalRank(0, int(signal.SIGCONT), source="ctl")
+    cont = SignalRank(0, int(signal.SIGCONT), source="ctl")
+    assert ctl.parse(["7", "cont", "--rank=0"])[1] == cont
     assert ctl.parse(["7", "restart"])[1] == Restart(source="ctl")
+    assert ctl.parse(["7", "term"])[1] == StopRun(int(signal.SIGTERM), source="ctl")
     assert ctl.parse(["7", "dump"])[1] == DumpStacks(source="ctl")
     spec = "exit:rank=1,after=5s"
     assert ctl.parse(["7", "inject", spec])[1] == Inject(spec, source="ctl")
@@ -214,7 +216,8 @@ def test_status_and_ctl_on_a_real_run(tuilaunch) -> None:
     assert doc["ranks"][1]["state"] == "stopped"
     assert _tuilaunch("ctl", str(job.pid), "cont", "--rank", "1").returncode == 0
 
-    job.proc.send_signal(signal.SIGTERM)
+    # The whole job: ctl term (as q in its dashboard), the launcher exits as after SIGTERM.
+    assert _tuilaunch("ctl", str(job.pid), "term").returncode == 0
     assert job.wait(120) == 143
     # Finished: the journal's outcome; ctl has no live run to act on.
     doc = json.loads(_tuilaunch("status", os.path.dirname(journal), "--json").stdout)

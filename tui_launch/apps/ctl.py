@@ -6,7 +6,9 @@ no verb is defined twice), sent over the run's control socket with the same chec
 and uid read by the launcher from ``SO_PEERCRED`` (source ``ctl pid N uid M``):
 
 - ``kill``, ``term``, ``stop``, ``cont`` ``--rank N``: SIGKILL, SIGTERM, SIGSTOP, SIGCONT to
-  local rank N (:class:`~tui_launch.core.model.commands.SignalRank`);
+  local rank N (:class:`~tui_launch.core.model.commands.SignalRank`); ``term`` and ``kill``
+  without ``--rank`` stop the whole job (:class:`~tui_launch.core.model.commands.StopRun`, as
+  ``q`` in its dashboard; the launcher then exits as after that signal);
 - ``restart``: restart the local worker group without spending the failure budget;
 - ``dump``: dump every live rank's stacks (prints the verdict and the dump's directory);
 - ``inject SPEC``: schedule an ``--inject`` spec now (checked here first).
@@ -22,7 +24,14 @@ import signal
 import sys
 
 from tui_launch.apps.status import NO_RUN, OK, REFUSED, UNREACHABLE, USAGE
-from tui_launch.core.model.commands import Command, DumpStacks, Inject, Restart, SignalRank
+from tui_launch.core.model.commands import (
+    Command,
+    DumpStacks,
+    Inject,
+    Restart,
+    SignalRank,
+    StopRun,
+)
 
 RANK_SIGNALS = {
     "kill": signal.SIGKILL,
@@ -30,6 +39,7 @@ RANK_SIGNALS = {
     "stop": signal.SIGSTOP,
     "cont": signal.SIGCONT,
 }
+WHOLE_JOB = ("kill", "term")  # without --rank: stop the whole job with that signal
 VERBS = (*RANK_SIGNALS, "restart", "dump", "inject")
 USAGE_LINE = "usage: tuilaunch ctl RUN kill|term|stop|cont --rank N | restart | dump | inject SPEC"
 HELP = f"""{USAGE_LINE}
@@ -39,6 +49,7 @@ with --control-socket or --detach, or D pressed in its dashboard). RUN: a run id
 pid or a run directory (tuilaunch ls). N is a local rank (status's local_rank).
 
   kill|term|stop|cont --rank N   SIGKILL, SIGTERM, SIGSTOP, SIGCONT to local rank N
+  term|kill                      stop the whole job (as q in its dashboard)
   restart                        restart the worker group (no failure budget spent)
   dump                           dump every rank's stacks; prints the verdict
   inject SPEC                    schedule an --inject spec now (e.g. exit:rank=1,after=5s)
@@ -85,9 +96,11 @@ def parse(argv: list[str]) -> tuple[str, Command]:
     if extra:
         raise Usage(f"unexpected argument {extra[0]!r}")
     if verb in RANK_SIGNALS:
-        if rank is None:
-            raise Usage(f"{verb} needs --rank N")
-        return target, SignalRank(rank, int(RANK_SIGNALS[verb]), source="ctl")
+        if rank is not None:
+            return target, SignalRank(rank, int(RANK_SIGNALS[verb]), source="ctl")
+        if verb in WHOLE_JOB:  # the whole job, as q in its dashboard (kill: no grace)
+            return target, StopRun(int(RANK_SIGNALS[verb]), source="ctl")
+        raise Usage(f"{verb} needs --rank N")
     if rank is not None:
         raise Usage(f"{verb} acts on the whole group: no --rank")
     return target, (Restart(source="ctl") if verb == "restart" else DumpStacks(source="ctl"))

@@ -11,6 +11,7 @@ was printed; :data:`USAGE` bad usage; :data:`NO_RUN` no such run, or its journal
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 # The exit statuses of the verbs for scripts (status, ctl): a script tests these.
@@ -61,5 +62,8 @@ def main(argv: list[str]) -> int:
     except OSError as e:
         print(f"tuilaunch status: error: cannot read the journal: {e}", file=sys.stderr)
         return NO_RUN
-    print(json.dumps(doc, indent=2) if as_json else status.text(doc))
+    try:
+        print(json.dumps(doc, indent=2) if as_json else status.text(doc), flush=True)
+    except BrokenPipeError:  # `status | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return OK
