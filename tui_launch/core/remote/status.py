@@ -86,14 +86,16 @@ def resolve(target: str | None, live_only: bool = False) -> Target:
     if target is not None:
         live = [e for e in live if target in (str(e.pid), e.run_id)]
         ended = [e for e in ended if target in (str(e.pid), e.run_id)]
-    for e in live + ended:  # newest first within each
+    # A live run first (newest first), even one whose journal is not there yet: an ended
+    # run must not stand in for the run that was just started.
+    for e in live or ended:
         if e.journal and os.path.isfile(e.journal):
             return Target(e.journal, e, e in live)
         if live_only:
             return Target(e.journal or "", e, True)
     what = "live run" if live_only else "run"
     if live or ended:
-        first = (live + ended)[0]
+        first = (live or ended)[0]
         raise NoSuchRun(f"run {first.pid} has no journal yet: try again in a moment")
     raise NoSuchRun(f"no {what}{'' if target is None else ' ' + repr(target)} here (tuilaunch ls)")
 
