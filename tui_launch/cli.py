@@ -1,7 +1,7 @@
 """The ``tuilaunch`` command: hand argv to the subcommand's ``main(argv) -> int``, then exit.
 
-``tuilaunch ls|replay|attach ...`` run :mod:`tui_launch.apps.ls`, :mod:`~tui_launch.apps.replay`
-and :mod:`~tui_launch.apps.attach`; anything else is a launch (:mod:`tui_launch.apps.launch`),
+``tuilaunch ls|replay|attach|status|ctl|mcp|serve ...`` run the module of that name in
+:mod:`tui_launch.apps`; anything else is a launch (:mod:`tui_launch.apps.launch`),
 whose argv torch's own parser reads.
 
 Exit status: 0 when every worker succeeded, 1 when workers failed or torch reported an error

@@ -6,4 +6,8 @@
 - ``replay``: ``tuilaunch replay RUN_DIR|journal``: the dashboard over a recorded run.
 - ``attach``: ``tuilaunch attach [RUN] [--control]``: the dashboard following a running job,
   read-only or, with ``--control``, acting on it over its control socket.
+- ``status``: ``tuilaunch status [RUN] [--json]``: a run's state, a versioned JSON document.
+- ``ctl``: ``tuilaunch ctl RUN VERB``: the control socket's commands from a script.
+- ``mcp``: ``tuilaunch mcp [--control]``: an MCP server (stdio) for coding agents.
+- ``serve``: ``tuilaunch serve [RUN]``: the dashboard in a browser (textual-serve, a token).
 """
