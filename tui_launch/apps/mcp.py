@@ -27,6 +27,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from tui_launch.apps.status import OK, USAGE
@@ -58,9 +59,9 @@ def _server_class() -> Any:
     except ImportError:
         pass
     try:
-        from mcp.server.fastmcp import FastMCP
+        from mcp.server import fastmcp  # mcp 1's name for it
 
-        return FastMCP
+        return getattr(fastmcp, "FastMCP", None)
     except ImportError:
         return None
 
@@ -213,7 +214,7 @@ def build(control: bool) -> Any:
         current one)."""
         return tail_log(run, rank, lines, stream, attempt)
 
-    tools = [
+    tools: list[tuple[str, Callable[..., str]]] = [
         ("list_runs", list_runs_tool),
         ("status", status_tool),
         ("why", why_tool),

@@ -117,7 +117,7 @@ def make_server(command: str, title: str, token: str) -> Any:
     except ImportError:
         return None
 
-    class TokenServer(Server):  # type: ignore[misc]
+    class TokenServer(Server):
         """textual-serve behind a token check (a middleware in front of every route)."""
 
         async def _make_app(self) -> web.Application:

@@ -68,8 +68,8 @@ def resolve(target: str | None, live_only: bool = False) -> Target:
     ``journal`` may then be empty). NoSuchRun with a one-line reason."""
     try:
         found = runindex.sweep(runindex.entries())  # stale runs go, whatever is asked
-    except runindex.UnsafeIndexDir as e:
-        raise NoSuchRun(str(e)) from None
+    except runindex.UnsafeIndexDir as unsafe:
+        raise NoSuchRun(str(unsafe)) from None
     live = [e for e in found if runindex.state(e) == runindex.LIVE]
     ended = [] if live_only else [e for e in found if e.ended is not None]
     if target is not None and (os.path.isdir(target) or os.path.isfile(target)):
@@ -135,7 +135,9 @@ def _document(
         state = "lost"
     else:
         state = snap.phase
-    started = snap.started_wall if snap.started_wall is not None else (entry and entry.started)
+    started = snap.started_wall
+    if started is None and entry is not None:
+        started = entry.started
     ended = entry.ended if entry and entry.ended else None
     end = ended if ended is not None else (now if target.live else _last_wall(snap))
     return {
