@@ -124,7 +124,8 @@ def test_mcp_client_on_a_real_run(tuilaunch) -> None:
     assert doc["schema_version"] == 1 and doc["run"]["launcher_pid"] == job.pid
     assert doc["state"] == "running" and {r["local_rank"]: r["pid"] for r in doc["ranks"]} == old
     lines = tail.splitlines()
-    assert 1 <= len(lines) <= 5 and all(line.startswith("tick ") for line in lines)
+    # The last line may still be being written: the whole ones are the worker's ticks.
+    assert 1 <= len(lines) <= 5 and all(line.startswith("tick ") for line in lines[:-1])
     assert json.loads(why)["root_cause"] is None
     assert e5 and "restart" in restart  # not a tool without --control
     assert len(started()) == 1  # nothing restarted

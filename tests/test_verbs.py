@@ -162,9 +162,10 @@ def test_status_and_ctl_on_a_real_run(tuilaunch) -> None:
         out = _tuilaunch("status", str(job.pid), "--json")
         assert out.returncode == 0, out.stderr
         doc = json.loads(out.stdout)
-        return doc if doc["ranks"] and doc["ranks"][0]["step"] else None
+        ranks = doc["ranks"]
+        return doc if ranks and ranks[0]["step"] and ranks[0]["rate"] else None
 
-    doc = wait_for(stepping, 120, what="status showing rank 0's step")
+    doc = wait_for(stepping, 120, what="status showing rank 0's step and rate")
     _check_schema(doc)
     started = next(e for e in _journal(journal) if e["kind"] == "run_started")
     assert doc["live"] is True and doc["state"] == "running" and doc["attempt"] == 0
