@@ -217,6 +217,14 @@ def test_status_and_ctl_on_a_real_run(tuilaunch) -> None:
     assert doc["ranks"][1]["state"] == "stopped"
     assert _tuilaunch("ctl", str(job.pid), "cont", "--rank", "1").returncode == 0
 
+    # A stack dump: its verdict on stdout, and in status.
+    dump = _tuilaunch("ctl", str(job.pid), "dump")
+    assert dump.returncode == 0 and "(stacks: " in dump.stdout, dump
+    doc = json.loads(_tuilaunch("status", str(job.pid), "--json").stdout)
+    dumped = [e for e in _journal(journal) if e["kind"] == "stacks_dumped"][-1]
+    assert doc["verdict"]["source"] == "dump" and doc["verdict"]["text"] == dumped["verdict"]
+    assert doc["verdict"]["stacks"] == dumped["path"] and dumped["verdict"] in dump.stdout
+
     # The whole job: ctl term (as q in its dashboard), the launcher exits as after SIGTERM.
     assert _tuilaunch("ctl", str(job.pid), "term").returncode == 0
     assert job.wait(120) == 143
