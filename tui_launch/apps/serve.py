@@ -99,13 +99,14 @@ def is_loopback(host: str) -> bool:
 
 def view_command(run_dir: str, live: bool, control: bool) -> str:
     """The dashboard command one browser connection runs (a shell line: textual-serve
-    starts it with a shell, so every word is quoted)."""
-    words = [sys.executable, "-m", "tui_launch"]
-    if live:
-        words += ["attach", run_dir, *(["--control"] if control else [])]
-    else:
-        words += ["replay", run_dir]
-    return shlex.join(words)
+    starts it with a shell, so every word is quoted). A live run's page opened once the run
+    has ended gets its replay: ``attach --control`` then finds no live run (exit 2)."""
+    me = [sys.executable, "-m", "tui_launch"]
+    replay = shlex.join([*me, "replay", run_dir])
+    if not live:
+        return replay
+    attach = shlex.join([*me, "attach", run_dir, *(["--control"] if control else [])])
+    return f"{attach} || {{ [ $? -eq 2 ] && {replay}; }}" if control else attach
 
 
 def make_server(command: str, title: str, token: str) -> Any:
