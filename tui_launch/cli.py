@@ -1,7 +1,7 @@
 """The ``tuilaunch`` command: hand argv to the subcommand's ``main(argv) -> int``, then exit.
 
-``tuilaunch ls|replay|attach ...`` run :mod:`tui_launch.apps.ls`, :mod:`~tui_launch.apps.replay`
-and :mod:`~tui_launch.apps.attach`; anything else is a launch (:mod:`tui_launch.apps.launch`),
+``tuilaunch ls|replay|attach|status|ctl|mcp|serve ...`` run the module of that name in
+:mod:`tui_launch.apps`; anything else is a launch (:mod:`tui_launch.apps.launch`),
 whose argv torch's own parser reads.
 
 Exit status: 0 when every worker succeeded, 1 when workers failed or torch reported an error
@@ -20,13 +20,13 @@ from typing import NoReturn
 
 # Subcommands, recognised only as the first argument (before torchrun's parser sees argv).
 # A script literally named like one runs as `tuilaunch ./ls`.
-SUBCOMMANDS = ("ls", "replay", "attach", "report")
+SUBCOMMANDS = ("ls", "replay", "attach", "report", "status", "ctl", "mcp", "serve")
 
 
 def run_subcommand(argv: list[str]) -> int:
-    """Run ``tuilaunch ls``, ``replay`` or ``attach`` (``argv[0]`` is the subcommand)."""
+    """Run one of ``SUBCOMMANDS`` (``argv[0]``) and return its exit code."""
     app = importlib.import_module(f"tui_launch.apps.{argv[0]}")
-    if argv[0] not in ("ls", "report"):  # the dashboards stay open for hours
+    if argv[0] not in ("ls", "report", "status", "ctl"):  # dashboards and servers stay up for hours
         _collect_from_here()
     code: int = app.main(argv[1:])
     return code

@@ -8,4 +8,8 @@
   read-only or, with ``--control``, acting on it over its control socket.
 - ``report``: ``tuilaunch report RUN_DIR|journal``: a run as one self-contained HTML page
   or Markdown.
+- ``status``: ``tuilaunch status [RUN] [--json]``: a run's state, a versioned JSON document.
+- ``ctl``: ``tuilaunch ctl RUN VERB``: the control socket's commands from a script.
+- ``mcp``: ``tuilaunch mcp [--control]``: an MCP server (stdio) for coding agents.
+- ``serve``: ``tuilaunch serve [RUN]``: the dashboard in a browser (textual-serve, a token).
 """

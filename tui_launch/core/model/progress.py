@@ -142,6 +142,21 @@ def goodput(
     return summarize_goodput(facts, now_wall)
 
 
+# What a rank's progress says to a script (``tuilaunch status``, the control socket's status).
+PROGRESS_FIELDS = ("step", "total", "rate", "eta", "loss", "stalled", "slow")
+
+
+def progress_rows(view: ProgressView | None, attempt: int) -> list[dict[str, object]]:
+    """Each rank's latest progress in ``attempt``, JSON-ready (``global_rank`` and
+    :data:`PROGRESS_FIELDS`); empty when the view's latest sample is of another attempt."""
+    if view is None or view.latest.attempt != attempt:
+        return []
+    return [
+        {"global_rank": r.global_rank, **{k: getattr(r, k) for k in PROGRESS_FIELDS}}
+        for r in view.latest.ranks
+    ]
+
+
 def fmt_rate(rate: float | None) -> str:
     """Steps per second in three significant figures or so (``-`` when unknown)."""
     if rate is None:
@@ -233,6 +248,7 @@ def goodput_lines(summary: GoodputSummary) -> list[str]:
 
 __all__ = [
     "HISTORY",
+    "PROGRESS_FIELDS",
     "ProgressView",
     "describe_slowdown",
     "fmt_duration",
@@ -242,5 +258,6 @@ __all__ = [
     "fold_slowdown",
     "goodput",
     "goodput_lines",
+    "progress_rows",
     "straggler_line",
 ]

@@ -24,7 +24,8 @@ command it sends is refused (and journaled as refused). A command is data,
 SIGCONT of a rank), ``restart``, ``inject``, ``dump`` and ``stop`` (the whole job); the answer
 is its :class:`~tui_launch.core.model.commands.Outcome`. Each is journaled as a
 :class:`~tui_launch.core.model.events.ControlAction` whose ``source`` names the client:
-``attach pid <pid> uid <uid>`` (from ``SO_PEERCRED``, not from anything the client says).
+``attach pid <pid> uid <uid>`` (``ctl`` or ``mcp`` in place of ``attach`` when the hello names
+that tool; the pid and uid from ``SO_PEERCRED``, never from anything the client says).
 
 Nothing here can slow the agent: the socket carries commands and their answers only (an
 attached dashboard reads what it shows from the journal, which the launcher writes whether or
@@ -62,12 +63,14 @@ from tui_launch.core.model.commands import (
     refused_event,
 )
 from tui_launch.core.model.events import ControlAction, Event, WorkersStarted
+from tui_launch.core.model.progress import progress_rows
 
 if TYPE_CHECKING:
     from tui_launch.core.run.handle import RunHandle
 
 SOCKET_NAME = "control.sock"
 HELLO = "tuilaunch-control"
+CLIENTS = ("attach", "ctl", "mcp")  # the tools that name themselves in their hello
 MAX_PATH = 107  # sun_path is 108 bytes with its NUL
 MAX_CLIENTS = 16
 MAX_LINE = 1 << 16
@@ -282,11 +285,14 @@ class ControlServer:
 
     def _session(self, conn: socket.socket) -> None:
         pid, uid, _ = peer_cred(conn)
-        who = f"attach pid {pid} uid {uid}"
         lines = _lines(conn)
         # The hello first, even from a peer about to be refused: the refusal is then an
         # answer it reads, not a connection reset under its first write.
         hello = json.loads(next(lines))
+        # Which tool the client is only labels the journal line; who it is (pid, uid) is
+        # read from SO_PEERCRED, never taken from what it says.
+        client = hello.get("client") if hello.get("client") in CLIENTS else "attach"
+        who = f"{client} pid {pid} uid {uid}"
         if not peer_allowed(uid):
             reason = f"refused: uid {uid} is not the run's owner (uid {os.getuid()})"
             self.run.store.post(ControlAction.on_run("connect", who, False, reason))
@@ -297,7 +303,7 @@ class ControlServer:
             _send(conn, {"ok": False, "error": "not a tuilaunch control client"})
             return
         if mode == "read":
-            who = f"attach (read-only) pid {pid} uid {uid}"
+            who = f"{client} (read-only) pid {pid} uid {uid}"
         _send(conn, {"ok": True, "pid": os.getpid(), "run_dir": self.run.run_dir, "mode": mode})
         for line in lines:
             request = json.loads(line)
@@ -318,6 +324,9 @@ class ControlServer:
                 "phase": snap.phase,
                 "done": run.done,
                 "stopped": stopped,
+                # Fresher than the journal's progress records (one every 10 s): status reads it.
+                "attempt": snap.attempt,
+                "progress": progress_rows(snap.progress, snap.attempt),
             }
         if not isinstance(raw, dict):
             return {"ok": False, "detail": f"unknown command {raw!r}"}
@@ -377,12 +386,16 @@ class ControlClient:
         path: the socket (checked with :func:`check_socket` before every connection).
         mode: ``control`` (may act) or ``read`` (status only).
         timeout: seconds to wait for an answer (a stack dump takes seconds).
+        client: the tool asking (one of :data:`CLIENTS`), which the journaled source names.
     """
 
-    def __init__(self, path: str, mode: str = "control", timeout: float = 30.0) -> None:
+    def __init__(
+        self, path: str, mode: str = "control", timeout: float = 30.0, client: str = "attach"
+    ) -> None:
         self.path = path
         self.mode = mode
         self.timeout = timeout
+        self.client = client
 
     def send(self, cmd: Command) -> Outcome:
         """Have the launcher execute ``cmd``; its outcome (ControlError: no answer, or the
@@ -404,7 +417,7 @@ class ControlClient:
             _, uid, _ = peer_cred(sock)
             if not peer_allowed(uid):
                 raise ControlError(f"the process behind {self.path} runs as uid {uid}: refusing")
-            _send(sock, {"hello": HELLO, "mode": self.mode})
+            _send(sock, {"hello": HELLO, "mode": self.mode, "client": self.client})
             lines = _lines(sock)
             hello = json.loads(next(lines))
             if not hello.get("ok"):

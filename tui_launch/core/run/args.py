@@ -88,7 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
             "  tuilaunch replay RUN_DIR|JOURNAL       a run's journal in the dashboard, with "
             "a cursor to move through it\n"
             "  tuilaunch report RUN_DIR|JOURNAL       a run as one self-contained HTML page "
-            "(--format md: Markdown)"
+            "(--format md: Markdown)\n"
+            "  tuilaunch status [RUN] [--json]        a run's state for scripts (versioned "
+            "JSON schema)\n"
+            "  tuilaunch ctl RUN VERB [--rank N]      kill|term|stop|cont|restart|dump|inject "
+            "over the control socket\n"
+            "  tuilaunch mcp [--control]              an MCP server (stdio) for coding agents "
+            "on this user's runs\n"
+            "  tuilaunch serve [RUN] [--control]      the dashboard in a browser, on 127.0.0.1 "
+            "with a token"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
