@@ -13,6 +13,9 @@ every rank saw. Only these values may differ, and each is checked for what it mu
 * ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` and ``TORCHELASTIC_USE_AGENT_STORE``: tuilaunch's one
   deliberate difference (a fresh rendezvous store per attempt): ``1`` and ``False`` under
   tuilaunch with the c10d rendezvous, unless the user set the variable, where both are equal.
+* ``TTY_COMPATIBLE``: the other deliberate difference (rich draws its progress bars on the
+  rank's log file: Lightning's default bar, docs/dashboard.md): ``1`` under tuilaunch, absent
+  under torchrun, unless the user set it, where both are equal.
 
 Every other key must be present in both with an identical value.
 
@@ -36,6 +39,7 @@ from conftest import WORKERS, base_env, wait_gone
 
 SHARE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
+TTY = "TTY_COMPATIBLE"
 TOKEN = "TUILAUNCH_TEST_TOKEN"
 ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
 
@@ -229,6 +233,11 @@ def compare(case: Case, mode: str, tmp_path: Path, theirs, t_launch, ours, o_lau
                 assert o_env[AGENT_STORE] == "False"
             else:
                 assert o_env[AGENT_STORE] == t_env[AGENT_STORE] == "True"
+
+        if TTY in t_env:  # the user's setting wins in both
+            assert o_env[TTY] == t_env[TTY]
+        else:
+            assert o_env.pop(TTY) == "1"
 
         assert set(o_env) - {SHARE} == set(t_env) - {SHARE}, (
             f"{mode}: keys only under tuilaunch: {sorted(set(o_env) - set(t_env))}; "

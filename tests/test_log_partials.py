@@ -399,18 +399,22 @@ def test_a_partial_cut_inside_a_character_drops_the_pieces() -> None:
 RICHBAR = str(WORKERS / "richbar.py")
 
 
-@pytest.mark.parametrize("tty_compatible", [False, True], ids=["plain", "TTY_COMPATIBLE=1"])
-def test_a_rich_bar_is_live_in_the_rank_log_only_with_tty_compatible(
-    tuilaunch, tmp_path: Path, tty_compatible: bool
+@pytest.mark.parametrize(
+    "user_setting", [None, "1", ""], ids=["unset", "TTY_COMPATIBLE=1", "TTY_COMPATIBLE="]
+)
+def test_a_rich_bar_is_live_in_the_rank_log_unless_the_user_opts_out(
+    tuilaunch, tmp_path: Path, user_setting: str | None
 ) -> None:
     """rich draws a Progress live only on a terminal; a rank's stdout is a file under tuilaunch.
-    ``TTY_COMPATIBLE=1`` in the launch's environment (rich >= 14 honours it) makes it draw
-    into the file anyway, where the tailer and the progress parser see it (docs/dashboard.md's
-    workaround for Lightning's RichProgressBar)."""
+    The workers get ``TTY_COMPATIBLE=1`` (rich >= 14 honours it) unless the user set it, so
+    rich draws into the file anyway, where the tailer and the progress parser see it (Lightning's
+    default RichProgressBar; docs/dashboard.md). ``TTY_COMPATIBLE=`` (rich's own detection, as
+    under torchrun) opts out: then nothing before the end."""
     env = {k: v for k, v in base_env().items() if k not in ("FORCE_COLOR", "TTY_INTERACTIVE")}
     env.pop("TTY_COMPATIBLE", None)
-    if tty_compatible:
-        env["TTY_COMPATIBLE"] = "1"
+    if user_setting is not None:
+        env["TTY_COMPATIBLE"] = user_setting
+    live = user_setting != ""
     go = tmp_path / "go"
     logs = tmp_path / "logs"
     launch = tuilaunch(
@@ -420,7 +424,7 @@ def test_a_rich_bar_is_live_in_the_rank_log_only_with_tty_compatible(
     try:
         wait_for(lambda: Path(f"{go}.reached").exists(), 60, what="the bar held at 37/100")
         (log,) = logs.rglob("stdout.log")
-        if tty_compatible:
+        if live:
             wait_for(lambda: "37/100" in log.read_text(), 30, what="the live bar in the log")
             reading = parse_line(last_segment(log.read_text().rsplit("\n", 1)[-1]))
             assert reading is not None and (reading.step, reading.total) == (37, 100)

@@ -131,8 +131,10 @@ def test_lightning_tqdm_tracked() -> None:
     for i, seg in enumerate(segments("lightning_tqdm.txt")):
         tr.feed(seg, i * 0.1)
     st = tr.snapshot(100.0)
-    assert (st.step, st.total, st.epoch) == (32, 32, 1.0)
-    assert st.steps_done == 64  # two epochs of 32, across the bar restart
+    # global steps: two epochs of 32; the tqdm bar's "Epoch 1" states no number of epochs,
+    # so the run's total is unknown (not the epoch's 32)
+    assert (st.step, st.total, st.epoch) == (64, None, 1.0)
+    assert st.steps_done == 64
     assert st.fmt == "lightning" and st.loss == pytest.approx(0.392)
 
 
@@ -307,8 +309,9 @@ def test_lock_on_after_three_and_other_formats_ignored() -> None:
 
 def test_falling_counter_same_total_is_next_epoch() -> None:
     tr = ProgressTracker(min_interval=0)
+    tr.feed("Epoch 0/3", 0.0)
     for i, n in enumerate([0, 50, 100, 0, 30]):
-        tr.feed(bar(n, desc=f"Epoch {0 if i < 3 else 1}"), float(i))
+        tr.feed(bar(n, desc="train"), float(i))
     st = tr.snapshot(5.0)
     assert (st.step, st.total, st.epoch, st.steps_done) == (30, 100, 1.0, 130)
 
@@ -522,3 +525,61 @@ def test_a_batch_of_lines_gives_what_feeding_them_one_by_one_gives() -> None:
         fields = ("step", "total", "epoch", "loss", "steps_done", "finished", "fmt")
         assert [getattr(b, f) for f in fields] == [getattr(a, f) for f in fields], k
     assert b == a
+
+
+# --- the corpus's captures: Lightning's default bar in global steps, the DDP tutorial ----------
+
+
+def test_lightning_rich_bar_counts_global_steps_with_the_runs_total() -> None:
+    # Lightning's rich bar restarts each epoch ("Epoch 5/7 ... 6/16"); the tracker counts the
+    # run's steps: 5 * 16 + 6 of 8 * 16.
+    tr = ProgressTracker(min_interval=0)
+    seen: list[tuple[int | None, int | None]] = []
+    for i, seg in enumerate(segments("corpus_lightning_rich.txt")):
+        tr.feed(seg, i * 0.05)
+        seen.append((tr.step, tr.total))
+    steps = [s for s, _ in seen if s is not None]
+    assert steps == sorted(steps), "a global step never goes back"
+    assert {t for _, t in seen if t is not None} == {128}
+    st = tr.snapshot(100.0)
+    assert (st.step, st.total, st.epoch, st.epoch_total) == (128, 128, 7.0, 8)
+    assert st.steps_done == 128 and st.percent == 100.0
+
+
+def test_lightning_epoch_bar_in_the_middle_of_a_run() -> None:
+    # "step 6/128 in the 7th epoch of 10" is step 774/1280, and the ETA is for the run
+    tr = ProgressTracker(min_interval=0)
+    for k in range(4):
+        tr.feed(f"Epoch 6/9  ━━━━━━━━━━ {3 + k}/128 0:00:01 • 0:00:09 12.00it/s v_num: 0", k)
+    st = tr.snapshot(4.0)
+    assert (st.step, st.total, st.epoch, st.epoch_total) == (774, 1280, 6.0, 10)
+    assert st.rate == pytest.approx(1.0) and st.eta == pytest.approx(1280 - 774)
+
+
+def test_lightning_tqdm_bar_reset_is_not_a_step_back() -> None:
+    # Lightning resets its tqdm bar to 0 before naming the next epoch: "Epoch 0: 0/32" after
+    # "Epoch 0: 32/32" is a redraw, and the next epoch goes on from 32.
+    tr = ProgressTracker(min_interval=0)
+    for t, (epoch, n) in enumerate([(0, 31), (0, 32), (0, 0), (1, 0), (1, 1)]):
+        tr.feed(bar(n, 32, desc=f"Epoch {epoch}"), float(t))
+        if t == 2:
+            assert tr.step == 32
+    st = tr.snapshot(5.0)
+    assert (st.step, st.total, st.steps_done) == (33, None, 33 - 31)
+
+
+def test_ddp_tutorial_epoch_lines() -> None:
+    # printed when an epoch starts: "Epoch 3 | ... | Steps: 32" means 3 * 32 steps are done
+    rs = readings("corpus_ddp_tutorial.txt")
+    assert {r.fmt for r in rs} == {"ddp_tutorial"}
+    assert [(r.step, r.epoch) for r in rs[:3]] == [(0, 0.0), (32, 1.0), (64, 2.0)]
+    assert all(r.total is None and r.loss is None for r in rs)
+    tr = ProgressTracker(min_interval=0)
+    for i, seg in enumerate(segments("corpus_ddp_tutorial.txt")):
+        tr.feed(seg, float(i))
+    st = tr.snapshot(100.0)
+    assert (st.fmt, st.locked, st.step, st.epoch) == ("ddp_tutorial", True, 19 * 32, 19.0)
+    assert st.rate is not None and st.rate > 0
+    # the snapshot line and a line of another program are not the tutorial's
+    assert parse_line("Epoch 10 | Training snapshot saved at /tmp/snapshot.pt") is None
+    assert parse_line("[GPU0] Epoch 1 | Batchsize: 32 | Steps: 32 | lr 0.1") is None

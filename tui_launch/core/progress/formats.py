@@ -367,11 +367,18 @@ def _parse_llmc(s: str) -> ProgressReading | None:
     )
 
 
-# tuilaunch's examples/train_ddp.py, once per epoch on every rank:
+# tuilaunch's examples/train_ddp.py, once per epoch on every rank, when the epoch is done:
 # "[RANK 0] Epoch 0 | Batchsize: 32 | Steps: 20 | loss 21.5604". Epochs there are all the same
 # length, so the step counter is (epoch + 1) * Steps: it keeps rising across epochs and across
 # a restart that resumes from a snapshot, which is what the goodput bookkeeping needs.
-_TUILAUNCH = re.compile(rf"\bEpoch (\d+) \| Batchsize: \d+ \| Steps: (\d+) \| loss ({_NUM}|nan)")
+# The PyTorch DDP tutorial it comes from (multigpu.py, multigpu_torchrun.py) prints the same
+# line without the loss, when the epoch *starts*: "[GPU0] Epoch 152 | Batchsize: 32 | Steps: 32"
+# means 152 epochs of 32 steps are done, so its counter is epoch * Steps. Neither line states
+# the number of epochs (the tutorial takes it as its first argument, a convention of that
+# script only), so there is no total and no ETA.
+_TUILAUNCH = re.compile(
+    rf"\bEpoch (\d+) \| Batchsize: \d+ \| Steps: (\d+)(?: \| loss ({_NUM}|nan))?\s*$"
+)
 
 
 def _parse_tuilaunch(s: str) -> ProgressReading | None:
@@ -379,6 +386,8 @@ def _parse_tuilaunch(s: str) -> ProgressReading | None:
     if m is None:
         return None
     epoch, steps = int(m.group(1)), int(m.group(2))
+    if m.group(3) is None:
+        return ProgressReading(fmt="ddp_tutorial", step=epoch * steps, epoch=float(epoch))
     return ProgressReading(
         fmt="tuilaunch", step=(epoch + 1) * steps, epoch=float(epoch), loss=_num(m.group(3))
     )

@@ -75,6 +75,7 @@ FAMILIES: dict[str, str] = {
     "imagenet": "imagenet",
     "llmc": "llmc",
     "tuilaunch": "tuilaunch",
+    "ddp_tutorial": "tuilaunch",
     "generic": "generic",
     "epoch": "epoch",
 }

@@ -174,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=10.0,
         metavar="SECONDS",
-        help="Write a telemetry sample to the journal every SECONDS (default 10; 0: never).",
+        help="Write a telemetry and a progress sample to the journal every SECONDS (default 10; "
+        "0: never, but each attempt's last progress).",
     )
     ours.add_argument(
         "--stack-samples",

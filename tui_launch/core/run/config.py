@@ -41,6 +41,8 @@ class RunConfig:
             a real-time signal, and dump through it instead of py-spy.
         stack_samples: seconds between two stack samples of every rank, for the straggler
             inference (0: off).
+        journal_samples: ``--journal-samples``: seconds between two progress records in the
+            journal (0: only each attempt's last one); telemetry takes it from the options.
     """
 
     echo: bool = True
@@ -54,6 +56,7 @@ class RunConfig:
     dump_on_failure: bool = True
     dump_via_faulthandler: bool = False
     stack_samples: float = 5.0
+    journal_samples: float = 10.0
 
     @classmethod
     def from_options(cls, opts: Options, *, mute_agent_console: bool = False) -> RunConfig:
@@ -71,6 +74,7 @@ class RunConfig:
             dump_on_failure=not opts.no_dump_on_failure,
             dump_via_faulthandler=opts.dump_via_faulthandler,
             stack_samples=opts.stack_samples,
+            journal_samples=opts.journal_samples,
         )
 
     @property

@@ -18,6 +18,7 @@ from typing import Any
 from tui_launch.core.journal.writer import Journal
 from tui_launch.core.logs.sinks import AgentLogCapture, DuplicateFilter
 from tui_launch.core.logs.tail import STDERR, STDOUT, LogTailer
+from tui_launch.core.progress.workerenv import worker_env_defaults
 from tui_launch.core.seam.logspecs import CapturingLogsSpecs, ReifiedLogs
 
 
@@ -68,6 +69,7 @@ class RunFiles:
             prefix_template=os.getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"),
             echo=self._echo,
             on_reify=self.on_reify,
+            worker_env=worker_env_defaults(os.environ),
         )
 
     def on_reify(self, info: ReifiedLogs) -> None:

@@ -83,7 +83,7 @@ class Diagnosis:
             action=config.on_hang,
             on_hang=self._hang_confirmed,
         )
-        self.progress = ProgressWatch(store.post)
+        self.progress = ProgressWatch(store.post, journal_every=config.journal_samples)
         self.stragglers = StragglerSampler(store.post, rank_cpu, interval=config.stack_samples)
 
     def start(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, Std, to_map
@@ -49,6 +49,8 @@ class CapturingLogsSpecs(LogsSpecs):
         echo: whether this launcher shows worker output on its console at all (False under
             the dashboard, which shows logs itself).
         on_reify: called with each attempt's :class:`ReifiedLogs` (on the agent thread).
+        worker_env: variables added to every worker's environment unless torch set them
+            (:func:`tui_launch.core.progress.workerenv.worker_env_defaults`).
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class CapturingLogsSpecs(LogsSpecs):
         prefix_template: str | None,
         echo: bool,
         on_reify: Callable[[ReifiedLogs], None],
+        worker_env: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
             log_dir=getattr(inner, "_root_log_dir", None),
@@ -70,6 +73,7 @@ class CapturingLogsSpecs(LogsSpecs):
         self._prefix_template = prefix_template
         self._echo = echo
         self._on_reify = on_reify
+        self._worker_env = dict(worker_env or {})
         self._fallback_dir: str | None = None
         self.run_dir: str | None = None
 
@@ -86,6 +90,11 @@ class CapturingLogsSpecs(LogsSpecs):
 
     def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
         """Build the inner destinations, then make sure every stream has a file."""
+        # torch starts each worker with os.environ updated by envs[local_rank]: the one place
+        # to add a variable for the workers only, not for the launcher itself
+        for env in envs.values():
+            for key, value in self._worker_env.items():
+                env.setdefault(key, value)
         dest = self._inner.reify(envs)
         nprocs = len(envs)
         env0 = envs.get(0, {})
