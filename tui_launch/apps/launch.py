@@ -205,7 +205,7 @@ def _run(
     from tui_launch.core.remote import runindex
 
     index = runindex.Registration.register(
-        ["tuilaunch", *given], str(getattr(args, "rdzv_id", "")), opts.journal
+        ["tuilaunch", *given], str(getattr(args, "rdzv_id", "")), opts.journal, opts.slurm_job
     )
     runindex.follow(
         index,

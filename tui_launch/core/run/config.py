@@ -41,6 +41,8 @@ class RunConfig:
             a real-time signal, and dump through it instead of py-spy.
         stack_samples: seconds between two stack samples of every rank, for the straggler
             inference (0: off).
+        slurm_job: the Slurm job the run belongs to (recorded with ``RunStarted``).
+        notes: lines said when the run starts (how the Slurm allocation filled the options).
     """
 
     echo: bool = True
@@ -54,6 +56,8 @@ class RunConfig:
     dump_on_failure: bool = True
     dump_via_faulthandler: bool = False
     stack_samples: float = 5.0
+    slurm_job: str | None = None
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def from_options(cls, opts: Options, *, mute_agent_console: bool = False) -> RunConfig:
@@ -71,6 +75,8 @@ class RunConfig:
             dump_on_failure=not opts.no_dump_on_failure,
             dump_via_faulthandler=opts.dump_via_faulthandler,
             stack_samples=opts.stack_samples,
+            slurm_job=opts.slurm_job,
+            notes=opts.slurm_notes,
         )
 
     @property

@@ -133,6 +133,7 @@ class RunStarted(Event):
     # When the launcher began (monotonic): before torch's rendezvous handler, whose creation
     # can block for a whole connect timeout. Durations count from here.
     launched_mono: float | None = None
+    slurm_job: str | None = None  # SLURM_JOB_ID when the launcher runs in a Slurm job
 
 
 @dataclass(frozen=True)
