@@ -390,7 +390,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
     slurm_plan = None
     if not ours.get("no_slurm") and not ns.tl_demo:
         try:
-            slurm_plan = _slurm_plan(argv, os.environ)
+            slurm_plan = _slurm_plan(argv, os.environ, str(ns.rdzv_backend))
         except SlurmError as e:
             parser.error(str(e))
     if slurm_plan is not None:
@@ -436,7 +436,9 @@ def given_options(argv: list[str] | None) -> set[str]:
     return {k for k, v in vars(ns).items() if v is not _UNSET and not k.startswith(_OURS)}
 
 
-def _slurm_plan(argv: list[str] | None, environ: Mapping[str, str]) -> SlurmPlan | None:
+def _slurm_plan(
+    argv: list[str] | None, environ: Mapping[str, str], backend: str
+) -> SlurmPlan | None:
     # Inside a Slurm job: the options the allocation implies, each one the user gave (flag or
     # PET_* variable) left alone.
     job = slurm.detect(environ)
@@ -445,4 +447,4 @@ def _slurm_plan(argv: list[str] | None, environ: Mapping[str, str]) -> SlurmPlan
     given = given_options(argv)
     given |= slurm.given_from_env(environ, (*slurm.FILLED_DESTS, *slurm.RENDEZVOUS_DESTS))
     given |= slurm.given_from_env(environ, ("rdzv_conf",))
-    return slurm.plan(job, given)
+    return slurm.plan(job, given, backend)

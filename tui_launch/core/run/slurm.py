@@ -18,7 +18,8 @@ the variables Slurm sets for a job step into torchrun's options, and each option
   cannot hold it), and ``is_host`` set on that node only (by its Slurm node name), so that
   torch need not guess from host names which node serves the store. One node: a local store
   on a free port, as ``--standalone``.
-- **run id**: ``SLURM_JOB_ID``; **node rank**: ``SLURM_NODEID`` (used by the static backend).
+- **run id**: ``SLURM_JOB_ID``; **node rank**: ``SLURM_NODEID``, for the static backend only
+  (``--master-addr`` given; c10d numbers the nodes itself).
 - **workers per node**: the GPUs Slurm gave this node (``SLURM_GPUS_ON_NODE``), else torch's
   default of 1: Slurm's task counts describe the launchers, not the workers, and CPUs are not
   workers. ``--nproc-per-node`` sets it.
@@ -240,9 +241,10 @@ def given_from_env(env: Mapping[str, str], dests: Collection[str]) -> set[str]:
     return {d for d in dests if env.get(f"PET_{d.upper()}", "") != ""}
 
 
-def plan(job: SlurmJob, given: Collection[str]) -> SlurmPlan:
+def plan(job: SlurmJob, given: Collection[str], backend: str = "static") -> SlurmPlan:
     """torchrun's options for ``job``, leaving alone every option in ``given`` (torchrun's
-    namespace names the user set, on the command line or as ``PET_*``).
+    namespace names the user set, on the command line or as ``PET_*``); ``backend``: the
+    rendezvous backend the command line asks for (the node rank only matters to ``static``).
 
     Raises :class:`SlurmError` when the step would start several launchers on a node, or when
     one launcher outside a step would wait for nodes that never run one.
@@ -271,13 +273,15 @@ def plan(job: SlurmJob, given: Collection[str]) -> SlurmPlan:
         values["nnodes"] = str(job.nnodes)
     if "rdzv_id" not in given:
         values["rdzv_id"] = job.job_id
-    if "node_rank" not in given:
+    own_rendezvous = bool(given & RENDEZVOUS_DESTS)
+    if "node_rank" not in given and own_rendezvous and backend == "static":
+        # --master-addr with the static backend: each node must say which one it is.
         values["node_rank"] = job.node_id
     if "nproc_per_node" not in given and job.gpus_on_node:
         values["nproc_per_node"] = str(job.gpus_on_node)
     nodes = int(str(values.get("nnodes", job.nnodes)).split(":")[-1])
     store = ""
-    if not given & RENDEZVOUS_DESTS:
+    if not own_rendezvous:
         values["rdzv_backend"] = "c10d"
         if nodes <= 1:
             # One node: a local store on a free port, as --standalone (two jobs sharing a
@@ -300,6 +304,8 @@ def plan(job: SlurmJob, given: Collection[str]) -> SlurmPlan:
         parts.append(store)
     if "rdzv_id" in values:
         parts.append(f"run id {values['rdzv_id']}")
+    if "node_rank" in values:
+        parts.append(f"--node-rank {values['node_rank']}")
     if "nproc_per_node" in values:
         parts.append(f"{values['nproc_per_node']} worker(s) per node (its GPUs)")
     notes = ["; ".join(parts)]
