@@ -95,13 +95,17 @@ class SlurmCluster:
         except OSError:
             return "(no log)"
 
-    def job_state(self, job_id: str) -> str:
-        """A job's state (COMPLETED, FAILED, RUNNING...), from ``scontrol show job``."""
+    def job_field(self, job_id: str, name: str) -> str:
+        """A field of ``scontrol show job`` (JobState, NodeList...), or "" if not said."""
         out = self.run("scontrol", "-o", "show", "job", job_id)
         for word in out.stdout.split():
-            if word.startswith("JobState="):
+            if word.startswith(f"{name}="):
                 return word.split("=", 1)[1]
         return ""
+
+    def job_state(self, job_id: str) -> str:
+        """A job's state (COMPLETED, FAILED, RUNNING...)."""
+        return self.job_field(job_id, "JobState")
 
     def stop(self) -> None:
         """Cancel every job, wait for them to end, stop the daemons (slurmd first)."""
@@ -231,8 +235,7 @@ def _start_once(root: Path, nodes: list[str]) -> SlurmCluster:
             if dead:
                 name = dead[0]
                 raise ClusterUnavailable(
-                    f"{name} exited ({cluster.procs[name].returncode}): "
-                    f"{_last_words(logs, name)}"
+                    f"{name} exited ({cluster.procs[name].returncode}): {_last_words(logs, name)}"
                 )
             states = cluster.states()
             if len(states) == len(nodes) and all(s == "idle" for s in states.values()):
