@@ -62,7 +62,8 @@ def base_env(**extra: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("PET_", "TORCHELASTIC_", "TORCH_DISABLE_SHARE"))
+        # SLURM_*: a suite run inside a Slurm job must not make every launch a Slurm one.
+        if not k.startswith(("PET_", "TORCHELASTIC_", "TORCH_DISABLE_SHARE", "SLURM_", "SLURMD_"))
         and k not in ("OMP_NUM_THREADS", "LOGLEVEL")
     }
     env["PYTHONUNBUFFERED"] = "1"

@@ -37,9 +37,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _which(tool: str) -> str | None:
+    # The daemons live in /usr/sbin, which a user's PATH may lack.
+    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+    return shutil.which(tool, path=path)
+
+
+def _tool(name: str) -> str:
+    return _which(name) or name
+
+
 def missing_tools() -> list[str]:
     """The Slurm and munge programs this machine lacks."""
-    return [t for t in DAEMONS if shutil.which(t) is None]
+    return [t for t in DAEMONS if _which(t) is None]
 
 
 def second_node_name() -> tuple[str | None, str]:
@@ -215,7 +225,7 @@ def _start_once(root: Path, nodes: list[str]) -> SlurmCluster:
         start(
             "munged",
             [
-                "munged",
+                _tool("munged"),
                 "-F",
                 "--force",
                 f"--key-file={key}",
@@ -226,9 +236,10 @@ def _start_once(root: Path, nodes: list[str]) -> SlurmCluster:
             ],
         )
         _wait_munge(cluster, root)
-        start("slurmctld", ["slurmctld", "-D", "-i", "-f", str(cluster.conf)])
+        start("slurmctld", [_tool("slurmctld"), "-D", "-i", "-f", str(cluster.conf)])
         for name in nodes:
-            start(f"slurmd-{name}", ["slurmd", "-D", "-f", str(cluster.conf), "-N", name])
+            argv = [_tool("slurmd"), "-D", "-f", str(cluster.conf), "-N", name]
+            start(f"slurmd-{name}", argv)
         deadline = time.monotonic() + READY_TIMEOUT
         while True:
             dead = [n for n, p in cluster.procs.items() if p.poll() is not None]
@@ -286,7 +297,8 @@ def start_cluster(root: Path) -> SlurmCluster:
     missing = missing_tools()
     if missing:
         raise ClusterUnavailable(
-            f"{', '.join(missing)} not installed (apt-get install slurm-wlm munge)"
+            f"{', '.join(missing)} not installed (apt-get install slurmctld slurmd "
+            "slurm-client munge)"
         )
     if os.geteuid() != 0:
         raise ClusterUnavailable(
