@@ -13,8 +13,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pty
+import re
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,6 +98,46 @@ def env_dumps(out: Path) -> dict[int, dict[str, str]]:
     }
 
 
+def attach_through_srun(job: Job, job_id: str, pid: str) -> str:
+    """``srun --overlap --jobid J --pty tuilaunch attach PID`` on a terminal: wait for the
+    dashboard to show the run, press q, return the screen's text (escapes removed)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        ["srun", "--overlap", f"--jobid={job_id}", "-N1", "--pty", *TUILAUNCH, "attach", pid],
+        env={**job.env, "TERM": "xterm-256color"},
+        cwd=ROOT,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
+    os.close(slave)
+    shown = bytearray()
+
+    def drain() -> None:
+        with contextlib.suppress(OSError):
+            while chunk := os.read(master, 65536):
+                shown.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+
+    def text() -> str:
+        return re.sub(r"\x1b\[[0-9;?<>=$]*[a-zA-Z~]", "", shown.decode("utf-8", "replace"))
+
+    try:
+        wait_for(lambda: f"slurm job {job_id}" in text(), 120, what="the attached dashboard")
+        os.write(master, b"q")
+        assert proc.wait(60) == 0, text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        reader.join(5)
+        os.close(master)
+    return text()
+
+
 def test_hostlist_expands_as_scontrol_does(cluster: SlurmCluster):
     for text in ("node[01-03,07],gpu1", "a[8-11]b[1-2]", "rack1-n[09-11]", "x[1,3-4],y", "n[9-10]"):
         out = cluster.run("scontrol", "show", "hostnames", text)
@@ -141,7 +184,8 @@ def test_several_tasks_per_node_refused(cluster: SlurmCluster, job: Job, tmp_pat
 def test_sbatch_two_nodes(cluster: SlurmCluster, job: Job, tmp_path: Path):
     """The README's batch script on two nodes: one launcher per node, the store on the first
     host of the node list, ranks on both slurmd; ``srun --overlap --jobid`` reaches the running
-    job (``tuilaunch ls`` there shows it with its Slurm job id); the job completes."""
+    job (``tuilaunch ls`` there shows it with its Slurm job id, ``tuilaunch attach`` its
+    dashboard); the job completes."""
     if len(cluster.nodes) < 2:
         pytest.skip(f"one Slurm node only: {cluster.single_reason}")
     ranks_log, stop = tmp_path / "ranks.log", tmp_path / "stop"
@@ -176,6 +220,11 @@ def test_sbatch_two_nodes(cluster: SlurmCluster, job: Job, tmp_path: Path):
         assert "SLURM JOB" in header
         live = [r for r in rows if r.startswith("live") and f" {job_id} " in r]
         assert live, ls.stdout
+        # The dashboard over one node's run, through srun --pty (the README's attach line;
+        # two nodes share this host, so the run is named by its pid), left with q.
+        pid = live[0].split()[4]
+        screen = attach_through_srun(job, job_id, pid)
+        assert f"slurm job {job_id}" in screen and "RUNNING" in screen, screen[-3000:]
     finally:
         stop.touch()
     wait_for(
