@@ -194,9 +194,7 @@ def test_sbatch_two_nodes(cluster: SlurmCluster, job: Job, tmp_path: Path):
     launcher = " ".join(TUILAUNCH)
     script.write_text(
         "#!/bin/bash\n"
-        "#SBATCH --nodes=2\n"
-        "#SBATCH --ntasks-per-node=1\n"
-        "#SBATCH --time=10\n"
+        "#SBATCH --nodes=2 --ntasks-per-node=1 --time=10\n"
         f"#SBATCH --output={tmp_path}/slurm-%j.out\n"
         f"srun {launcher} --log-dir {tmp_path}/logs --monitor-interval 0.2 "
         f"{ELASTIC} {ranks_log} {stop}\n"
