@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from slurm_cluster import ClusterUnavailable, start_cluster  # noqa: E402
+from slurm_cluster import ClusterUnavailable, start_cluster
 
 
 def main() -> int:
