@@ -277,6 +277,18 @@ def test_refusal_is_one_line_and_exit_2(monkeypatch, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "srun started 4 tasks on 2 node(s)" in err
+    assert "--no-slurm: launch without the allocation" in err
+
+
+def test_unreadable_slurm_environment_is_one_line(monkeypatch, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_in(monkeypatch, step_env(nodes="n[1-"), ["t.py"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad Slurm node list 'n[1-'" in err and "--no-slurm" in err
+    # --no-slurm: the broken environment is not read at all.
+    _, opts = parse_in(monkeypatch, step_env(nodes="n[1-"), ["--no-slurm", "t.py"])
+    assert opts.slurm_job is None
 
 
 # ---------------------------------------------------------------- where the job id shows
@@ -300,3 +312,21 @@ def test_ls_shows_the_slurm_job_column_only_when_a_run_has_one():
     assert table[0].split()[:4] == ["STATE", "AGE", "NODE", "SLURM"]
     assert table[1].split()[3] == "4242" and table[2].split()[3] == "-"
     assert Entry.from_json(entry(slurm_job="4242").to_json()).slurm_job == "4242"
+
+
+def test_dashboard_header_and_rendezvous_panel_name_the_job():
+    from rich.console import Console
+
+    from tui_launch.core.model.store import RunStore
+    from tui_launch.tui.panels.render import header, rendezvous_panel
+
+    store = RunStore()
+    store.post(dataclasses.replace(run_started(2, 0), slurm_job="4242"))
+    snap = store.snapshot()
+    assert "slurm job 4242" in header(snap, 0.0).plain
+    console = Console(width=120, record=True)
+    console.print(rendezvous_panel(snap, 0.0))
+    assert "slurm job 4242" in console.export_text()
+    plain = RunStore()
+    plain.post(run_started(2, 0))
+    assert "slurm" not in header(plain.snapshot(), 0.0).plain

@@ -392,7 +392,8 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
         try:
             slurm_plan = _slurm_plan(argv, os.environ, str(ns.rdzv_backend))
         except SlurmError as e:
-            parser.error(str(e))
+            hint = "" if "--no-slurm" in str(e) else " (--no-slurm: launch without the allocation)"
+            parser.error(f"{e}{hint}")
     if slurm_plan is not None:
         ns = slurm_plan.apply(ns)
         ours["slurm_job"] = slurm_plan.job.job_id
