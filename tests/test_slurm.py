@@ -143,9 +143,9 @@ def test_two_nodes_first_host_serves_the_store():
         assert p.values["rdzv_id"] == "4242"
         assert "node_rank" not in p.values  # c10d numbers the nodes itself
         assert "nproc_per_node" not in p.values  # no GPUs: torch's default
-    assert first.values["rdzv_conf"] == "is_host=1"
-    assert second.values["rdzv_conf"] == "is_host=0"
-    assert "c10d store at n1:24242 (the first node)" in first.notes[0]
+    assert first.rdzv_conf == ("is_host=1",) and second.rdzv_conf == ("is_host=0",)
+    assert "c10d store at n1:24242 (the first node: this one)" in first.notes[0]
+    assert "c10d store at n1:24242 (the first node)" in second.notes[0]
     assert "node 1 of 2 (n2)" in second.notes[0]
 
 
@@ -153,7 +153,7 @@ def test_one_node_is_a_local_store_on_a_free_port():
     p = plan_for(step_env(nodes="n1", count=1))
     assert p.values["rdzv_endpoint"] == "localhost:0"
     assert p.values["nnodes"] == "1"
-    assert "rdzv_conf" not in p.values
+    assert p.rdzv_conf == ()
 
 
 def test_gpus_on_the_node_are_the_workers():
@@ -184,10 +184,17 @@ def test_static_rendezvous_gets_the_node_rank():
     assert "rdzv_backend" not in p.values and "rdzv_endpoint" not in p.values
 
 
-def test_own_rdzv_conf_is_kept():
-    p = plan_for(step_env(), given={"rdzv_conf"})
-    assert "rdzv_conf" not in p.values
-    assert p.values["rdzv_endpoint"] == "n1:24242"
+def test_own_rdzv_conf_gets_is_host_unless_it_says_it():
+    assert slurm.merge_rdzv_conf("join_timeout=900", "is_host=1") == "join_timeout=900,is_host=1"
+    assert slurm.merge_rdzv_conf("is_host=0, x=1", "is_host=1") == "is_host=0, x=1"
+    assert slurm.merge_rdzv_conf("", "is_host=1") == "is_host=1"
+
+
+def test_parse_adds_is_host_to_the_user_rdzv_conf(monkeypatch):
+    args, _ = parse_in(monkeypatch, step_env(), ["--rdzv-conf", "join_timeout=900", "t.py"])
+    assert args.rdzv_conf == "join_timeout=900,is_host=1"
+    args, _ = parse_in(monkeypatch, step_env(), ["--rdzv-conf", "is_host=0", "t.py"])
+    assert args.rdzv_conf == "is_host=0"
 
 
 def test_standalone_is_this_node_alone():

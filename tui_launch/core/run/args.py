@@ -447,5 +447,4 @@ def _slurm_plan(
         return None
     given = given_options(argv)
     given |= slurm.given_from_env(environ, (*slurm.FILLED_DESTS, *slurm.RENDEZVOUS_DESTS))
-    given |= slurm.given_from_env(environ, ("rdzv_conf",))
     return slurm.plan(job, given, backend)

@@ -93,15 +93,34 @@ class SlurmPlan:
         job: the job step.
         values: torchrun's namespace fields to set (only those the user did not give).
         notes: one line per decision, said when the run starts.
+        rdzv_conf: ``KEY=VALUE`` items for ``--rdzv-conf``, each added to the user's unless
+            it names that key.
     """
 
     job: SlurmJob
     values: Mapping[str, object]
     notes: tuple[str, ...]
+    rdzv_conf: tuple[str, ...] = ()
 
     def apply(self, args: argparse.Namespace) -> argparse.Namespace:
-        """A copy of ``args`` with the plan's values set."""
-        return argparse.Namespace(**{**vars(args), **self.values})
+        """A copy of ``args`` with the plan's values set (``is_host`` joins the user's
+        ``--rdzv-conf`` unless that names ``is_host`` itself)."""
+        values = dict(self.values)
+        conf = str(getattr(args, "rdzv_conf", "") or "")
+        for item in self.rdzv_conf:
+            conf = merge_rdzv_conf(conf, item)
+        if self.rdzv_conf:
+            values["rdzv_conf"] = conf
+        return argparse.Namespace(**{**vars(args), **values})
+
+
+def merge_rdzv_conf(conf: str, item: str) -> str:
+    """``conf`` (torchrun's ``KEY=VALUE,...``) with ``item`` added unless its key is there."""
+    key = item.split("=", 1)[0]
+    keys = {part.split("=", 1)[0].strip() for part in conf.split(",") if part.strip()}
+    if key in keys:
+        return conf
+    return f"{conf},{item}" if conf.strip() else item
 
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
@@ -251,6 +270,7 @@ def plan(job: SlurmJob, given: Collection[str], backend: str = "static") -> Slur
     """
     given = set(given)
     values: dict[str, object] = {}
+    conf_items: list[str] = []
     where = f"Slurm job {job.job_id}"
     if "standalone" in given:
         return SlurmPlan(
@@ -292,9 +312,13 @@ def plan(job: SlurmJob, given: Collection[str], backend: str = "static") -> Slur
             first = job.hosts[0]
             endpoint = f"{first}:{rendezvous_port(job.job_id)}"
             values["rdzv_endpoint"] = endpoint
-            store = f"c10d store at {endpoint} (the first node)"
-            if "rdzv_conf" not in given and job.node_name is not None:
-                values["rdzv_conf"] = f"is_host={1 if job.node_name == first else 0}"
+            store = f"c10d store at {endpoint} (the first node"
+            if job.node_name is not None:
+                hosting = job.node_name == first
+                store += ": this one" if hosting else ""
+                # Added to the user's --rdzv-conf (timeouts, say) unless it says is_host.
+                conf_items.append(f"is_host={int(hosting)}")
+            store += ")"
     step = f"{job.job_id}.{job.step_id}" if job.in_step else f"{job.job_id} (batch)"
     node = f"node {job.node_id} of {job.nnodes}" + (f" ({job.node_name})" if job.node_name else "")
     parts = [f"slurm: step {step}, {node}"]
@@ -309,8 +333,8 @@ def plan(job: SlurmJob, given: Collection[str], backend: str = "static") -> Slur
     if "nproc_per_node" in values:
         parts.append(f"{values['nproc_per_node']} worker(s) per node (its GPUs)")
     notes = ["; ".join(parts)]
-    kept = sorted(given & {*FILLED_DESTS, *RENDEZVOUS_DESTS, "rdzv_conf"})
+    kept = sorted(given & {*FILLED_DESTS, *RENDEZVOUS_DESTS})
     if kept:
         flags = ", ".join("--" + d.replace("_", "-") for d in kept)
         notes.append(f"slurm: kept your {flags}")
-    return SlurmPlan(job=job, values=values, notes=tuple(notes))
+    return SlurmPlan(job=job, values=values, notes=tuple(notes), rdzv_conf=tuple(conf_items))
