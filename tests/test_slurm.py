@@ -266,6 +266,21 @@ def test_a_flag_after_the_script_is_the_script_own(monkeypatch):
     assert args.nnodes == "2" and args.training_script_args == ["--nnodes", "7"]
 
 
+@pytest.mark.parametrize(
+    ("env", "argv", "alone"),
+    [
+        ({"PET_STANDALONE": "1"}, ["t.py"], True),
+        ({"PET_STANDALONE": "0"}, ["t.py"], False),
+        ({}, ["--standalone", "t.py"], True),
+    ],
+)
+def test_standalone_flag_or_variable(monkeypatch, env, argv, alone):
+    args, opts = parse_in(monkeypatch, {**step_env(), **env}, argv)
+    assert opts.slurm_job == "4242"
+    assert (args.nnodes == "2") is not alone
+    assert ("--standalone" in opts.slurm_notes[0]) is alone
+
+
 def test_no_slurm(monkeypatch):
     args, opts = parse_in(monkeypatch, step_env(), ["--no-slurm", "t.py"])
     assert (args.nnodes, args.rdzv_backend, args.rdzv_id) == ("1:1", "static", "none")

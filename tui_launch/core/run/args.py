@@ -390,7 +390,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
     slurm_plan = None
     if not ours.get("no_slurm") and not ns.tl_demo:
         try:
-            slurm_plan = _slurm_plan(argv, os.environ, str(ns.rdzv_backend))
+            slurm_plan = _slurm_plan(argv, os.environ, ns)
         except SlurmError as e:
             hint = "" if "--no-slurm" in str(e) else " (--no-slurm: launch without the allocation)"
             parser.error(f"{e}{hint}")
@@ -438,7 +438,7 @@ def given_options(argv: list[str] | None) -> set[str]:
 
 
 def _slurm_plan(
-    argv: list[str] | None, environ: Mapping[str, str], backend: str
+    argv: list[str] | None, environ: Mapping[str, str], ns: argparse.Namespace
 ) -> SlurmPlan | None:
     # Inside a Slurm job: the options the allocation implies, each one the user gave (flag or
     # PET_* variable) left alone.
@@ -447,4 +447,8 @@ def _slurm_plan(
         return None
     given = given_options(argv)
     given |= slurm.given_from_env(environ, (*slurm.FILLED_DESTS, *slurm.RENDEZVOUS_DESTS))
-    return slurm.plan(job, given, backend)
+    # --standalone is a switch: PET_STANDALONE=0 is set, not given; what counts is its value.
+    given.discard("standalone")
+    if ns.standalone:
+        given.add("standalone")
+    return slurm.plan(job, given, str(ns.rdzv_backend))
