@@ -261,6 +261,15 @@ def test_pet_variables_win(monkeypatch):
     assert args.rdzv_id == "4242" and opts.slurm_job == "4242"
 
 
+def test_repeatable_options_parse_inside_slurm(monkeypatch):
+    argv = ["--inject", "kill:rank=0", "--inject", "hang:rank=0", "--warm-start"]
+    argv += ["--duplicate-stdout-filters", "x", "--nproc-per-node", "2", "t.py"]
+    args, opts = parse_in(monkeypatch, step_env(), argv)
+    assert opts.inject == ("kill:rank=0", "hang:rank=0")
+    assert args.nproc_per_node == "2" and args.nnodes == "2"
+    assert tl_args.given_options(argv) >= {"nproc_per_node", "duplicate_stdout_filters"}
+
+
 def test_a_flag_after_the_script_is_the_script_own(monkeypatch):
     args, _ = parse_in(monkeypatch, step_env(), ["t.py", "--nnodes", "7"])
     assert args.nnodes == "2" and args.training_script_args == ["--nnodes", "7"]

@@ -431,10 +431,19 @@ def given_options(argv: list[str] | None) -> set[str]:
     """
     parser = build_parser()
     for action in parser._actions:
-        if action.dest not in ("help", "version"):
-            action.default = _UNSET
+        if action.dest in ("help", "version"):
+            continue
+        # Actions that add to their value (append, count) start from None, not a marker.
+        adds = isinstance(
+            action, (argparse._AppendAction, argparse._CountAction, argparse._ExtendAction)
+        )
+        action.default = None if adds else _UNSET
     ns = parser.parse_args(argv)
-    return {k for k, v in vars(ns).items() if v is not _UNSET and not k.startswith(_OURS)}
+    return {
+        k
+        for k, v in vars(ns).items()
+        if v is not _UNSET and v is not None and not k.startswith(_OURS)
+    }
 
 
 def _slurm_plan(
