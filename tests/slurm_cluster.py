@@ -14,9 +14,11 @@ cancels what still runs and stops the daemons.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -141,6 +143,16 @@ class SlurmCluster:
                     proc.wait(5)
 
 
+# Loaded here, not in the forked child: between fork and exec only the call itself runs.
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent() -> None:
+    # In the daemon, before exec: SIGTERM when the test process dies, however it dies (a
+    # killed pytest must not leave a slurmctld behind).
+    _LIBC.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+
 def _user() -> str:
     import pwd
 
@@ -216,6 +228,7 @@ def _start_once(root: Path, nodes: list[str]) -> SlurmCluster:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env=cluster.env(),
+            preexec_fn=_die_with_parent,
         )
         out.close()
 
