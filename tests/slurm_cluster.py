@@ -191,6 +191,8 @@ def _conf_text(root: Path, nodes: list[str], ctld_port: int, node_ports: list[in
         # The node's size as written here, whatever this machine has (a CI runner's count).
         "SlurmdParameters=config_overrides",
         "KillWait=3",
+        # A loaded test machine (2 cores, several suites) answers slowly: no RPC timeouts.
+        "MessageTimeout=60",
         "InactiveLimit=0",
         f"FirstJobId={random.randint(1000, 9_000_000)}",
     ]

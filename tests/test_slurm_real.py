@@ -11,12 +11,15 @@ nodes, whose ranks must span both slurmd. Workers are the real gloo jobs of
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import pty
 import re
 import signal
+import struct
 import subprocess
+import termios
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,6 +105,8 @@ def attach_through_srun(job: Job, job_id: str, pid: str) -> str:
     """``srun --overlap --jobid J --pty tuilaunch attach PID`` on a terminal: wait for the
     dashboard to show the run, press q, return the screen's text (escapes removed)."""
     master, slave = pty.openpty()
+    # A terminal as wide as a real one: the header and the Rendezvous panel both fit.
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
     proc = subprocess.Popen(
         ["srun", "--overlap", f"--jobid={job_id}", "-N1", "--pty", *TUILAUNCH, "attach", pid],
         env={**job.env, "TERM": "xterm-256color"},
