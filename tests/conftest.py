@@ -49,6 +49,9 @@ def _launch_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME")}
     os.environ["XDG_RUNTIME_DIR"] = str(index_home)
     os.environ["XDG_STATE_HOME"] = str(index_home)
+    # A suite run inside a Slurm job: the in-process parses must not take its allocation.
+    for k in [k for k in os.environ if k.startswith(("SLURM_", "SLURMD_"))]:
+        saved[k] = os.environ.pop(k)
     yield
     for k, v in saved.items():
         if v is None:
@@ -62,7 +65,8 @@ def base_env(**extra: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("PET_", "TORCHELASTIC_", "TORCH_DISABLE_SHARE"))
+        # SLURM_*: a suite run inside a Slurm job must not make every launch a Slurm one.
+        if not k.startswith(("PET_", "TORCHELASTIC_", "TORCH_DISABLE_SHARE", "SLURM_", "SLURMD_"))
         and k not in ("OMP_NUM_THREADS", "LOGLEVEL")
     }
     env["PYTHONUNBUFFERED"] = "1"

@@ -148,12 +148,11 @@ def _parse_and_run(argv: list[str] | None, given: list[str], pool: WarmPool | No
             return 0
         console = detach.Console(_spare_dir())
         console.detach(None)
-    use_tui = not opts.no_tui and not opts.detach and _isatty(sys.stdout) and _isatty(sys.stdin)
+    terminal = _isatty(sys.stdout) and _isatty(sys.stdin)
+    use_tui = not opts.no_tui and not opts.detach and terminal and _knows_term()
     if not opts.no_tui and not opts.detach and not use_tui:
-        print(
-            "tuilaunch: stdout or stdin is not a terminal: running headless (as --no-tui)",
-            file=sys.stderr,
-        )
+        why = "stdout or stdin is not a terminal" if not terminal else "TERM is not set"
+        print(f"tuilaunch: {why}: running headless (as --no-tui)", file=sys.stderr)
     store = RunStore()
     from tui_launch import metrics
 
@@ -205,7 +204,7 @@ def _run(
     from tui_launch.core.remote import runindex
 
     index = runindex.Registration.register(
-        ["tuilaunch", *given], str(getattr(args, "rdzv_id", "")), opts.journal
+        ["tuilaunch", *given], str(getattr(args, "rdzv_id", "")), opts.journal, opts.slurm_job
     )
     runindex.follow(
         index,
@@ -325,6 +324,12 @@ def _say_node_dies() -> None:
     line = b"[tuilaunch] inject node: SIGKILL to this node's workers and to tuilaunch itself\n"
     stream = sys.__stderr__ or sys.stderr
     os.write(stream.fileno(), line)
+
+
+def _knows_term() -> bool:
+    # A terminal nobody named (no TERM, or TERM=dumb: a container's log, an editor's shell)
+    # cannot be drawn on: the dashboard's escapes would land in the log as text.
+    return os.environ.get("TERM", "dumb") not in ("", "dumb")
 
 
 def _isatty(stream: object) -> bool:

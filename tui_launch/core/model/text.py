@@ -70,9 +70,10 @@ def describe(e: Event) -> str | None:
     if isinstance(e, RunStarted):
         script = " ".join((e.entrypoint, *e.args))
         nodes = str(e.min_nodes) if e.min_nodes == e.max_nodes else f"{e.min_nodes}:{e.max_nodes}"
+        slurm = f" | slurm job {e.slurm_job}" if e.slurm_job else ""
         return (
             f"launch {script} | {e.nproc_per_node} worker(s) x {nodes} node(s) | "
-            f"{e.backend} {e.endpoint} run {e.run_id} | max restarts {e.max_restarts}"
+            f"{e.backend} {e.endpoint} run {e.run_id} | max restarts {e.max_restarts}{slurm}"
         )
     if isinstance(e, RendezvousStarted):
         return f"rendezvous: joining ({e.backend} {e.endpoint})"

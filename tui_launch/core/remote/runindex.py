@@ -72,6 +72,7 @@ class Entry:
     exit_code: int | None = None
     control: str | None = None  # the control socket, while the run listens on one
     detached: bool = False  # the run has no terminal (--detach, or D in its dashboard)
+    slurm_job: str | None = None  # SLURM_JOB_ID when the run is part of a Slurm job
     path: str = field(default="", compare=False)  # where the entry was read from
     pruned: bool = field(default=False, compare=False)  # stale: removed by this sweep
 
@@ -197,7 +198,13 @@ class Registration:
         self._name = f"live-{entry.pid}-{entry.proc_start or 0}.json"
 
     @classmethod
-    def register(cls, argv: list[str], run_id: str, journal: str | None = None) -> Registration:
+    def register(
+        cls,
+        argv: list[str],
+        run_id: str,
+        journal: str | None = None,
+        slurm_job: str | None = None,
+    ) -> Registration:
         """Register the calling process as a run; never raises (a broken index: no entry)."""
         pid = os.getpid()
         entry = Entry(
@@ -208,6 +215,7 @@ class Registration:
             started=time.time(),
             proc_start=proc_start_time(pid),
             journal=os.path.abspath(journal) if journal else None,
+            slurm_job=slurm_job,
         )
         try:
             directory: Path | None = index_dir()
@@ -411,9 +419,13 @@ def age(seconds: float) -> str:
 
 
 def format_table(found: list[Entry], now: float | None = None, host: str | None = None) -> str:
-    """``tuilaunch ls``'s table: state, age, node, pid, command, run directory."""
+    """``tuilaunch ls``'s table: state, age, node, (the Slurm job, when a run has one,) pid,
+    command, run directory."""
     now = time.time() if now is None else now
-    rows = [("STATE", "AGE", "NODE", "PID", "COMMAND", "RUN DIR")]
+    slurm = any(e.slurm_job for e in found)
+    rows: list[tuple[str, ...]] = [
+        ("STATE", "AGE", "NODE", *(("SLURM JOB",) if slurm else ()), "PID", "COMMAND", "RUN DIR")
+    ]
     for e in found:
         st = state(e, host)
         if st == ENDED:
@@ -429,14 +441,16 @@ def format_table(found: list[Entry], now: float | None = None, host: str | None 
                 st,
                 age(now - e.started),
                 e.host,
+                *((e.slurm_job or "-",) if slurm else ()),
                 str(e.pid),
                 _shorten(" ".join(e.argv), 70),
                 e.run_dir or "(not made yet)",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    last = len(rows[0]) - 1  # the run directory: not padded
+    widths = [max(len(r[i]) for r in rows) for i in range(last)]
     return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]
+        "  ".join(c.ljust(w) for c, w in zip(r[:last], widths, strict=True)) + "  " + r[last]
         for r in rows
     )
 

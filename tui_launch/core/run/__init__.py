@@ -19,4 +19,5 @@
 - ``reports``: torch's objects as events.
 - ``args``: tuilaunch's command line: torchrun's own parser plus tuilaunch's options.
 - ``validate``: checks of the command line that torchrun would only make after starting.
+- ``slurm``: a Slurm allocation read from the environment, as the rendezvous options it implies.
 """

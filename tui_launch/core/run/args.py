@@ -13,11 +13,13 @@ import argparse
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
 from tui_launch import __version__
-from tui_launch.core.run import validate
+from tui_launch.core.run import slurm, validate
+from tui_launch.core.run.slurm import SlurmError, SlurmPlan
 from tui_launch.core.run.validate import (
     USAGE_ERROR,
     UsageError,
@@ -57,6 +59,11 @@ class Options:
     warm_import: tuple[str, ...] = ()
     control_socket: bool = False
     detach: bool = False
+    no_slurm: bool = False
+    # Set by parse() inside a Slurm job (not an option): the job id, and how the allocation
+    # filled in torchrun's options (said when the run starts).
+    slurm_job: str | None = None
+    slurm_notes: tuple[str, ...] = ()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -312,6 +319,14 @@ def build_parser() -> argparse.ArgumentParser:
         "console output in console.log of the run directory, a hang-up does not stop it; "
         "implies --control-socket), print how to attach, and return at once.",
     )
+    ours.add_argument(
+        "--no-slurm",
+        dest=_OURS + "no_slurm",
+        action="store_true",
+        help="Inside a Slurm job, do not take the rendezvous from the allocation (nodes, "
+        "first host, job id, GPUs per node); by default each option you do not give comes "
+        "from it (see docs/slurm-kubernetes.md).",
+    )
     ours.add_argument("--version", action="version", version=f"tuilaunch {__version__}")
     return parser
 
@@ -383,6 +398,17 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
     except UsageError as e:
         parser.error(str(e))
     ours["inject"] = tuple(ours.get("inject") or ())
+    slurm_plan = None
+    if not ours.get("no_slurm") and not ns.tl_demo:
+        try:
+            slurm_plan = _slurm_plan(argv, os.environ, ns)
+        except SlurmError as e:
+            hint = "" if "--no-slurm" in str(e) else " (--no-slurm: launch without the allocation)"
+            parser.error(f"{e}{hint}")
+    if slurm_plan is not None:
+        ns = slurm_plan.apply(ns)
+        ours["slurm_job"] = slurm_plan.job.job_id
+        ours["slurm_notes"] = slurm_plan.notes
     try:
         ours["warm_import"] = warm_modules(ours.get("warm_import"), bool(ours.get("warm_start")))
     except UsageError as e:
@@ -397,3 +423,52 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
         **{k: v for k, v in vars(ns).items() if not k.startswith(_OURS)}
     )
     return torch_args, Options(**ours)
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+_UNSET = _Unset()
+
+
+def given_options(argv: list[str] | None) -> set[str]:
+    """The torchrun options (namespace names) the command line sets explicitly.
+
+    argparse cannot tell a value given from its default, so the line is parsed again by a
+    parser whose every default is a marker: what is not the marker afterwards was given (both
+    spellings and abbreviations count, as argparse accepts them).
+    """
+    parser = build_parser()
+    for action in parser._actions:
+        if action.dest in ("help", "version"):
+            continue
+        # Actions that add to their value (append, count) start from None, not a marker.
+        adds = isinstance(
+            action, (argparse._AppendAction, argparse._CountAction, argparse._ExtendAction)
+        )
+        action.default = None if adds else _UNSET
+    ns = parser.parse_args(argv)
+    return {
+        k
+        for k, v in vars(ns).items()
+        if v is not _UNSET and v is not None and not k.startswith(_OURS)
+    }
+
+
+def _slurm_plan(
+    argv: list[str] | None, environ: Mapping[str, str], ns: argparse.Namespace
+) -> SlurmPlan | None:
+    # Inside a Slurm job: the options the allocation implies, each one the user gave (flag or
+    # PET_* variable) left alone.
+    job = slurm.detect(environ)
+    if job is None:
+        return None
+    given = given_options(argv)
+    given |= slurm.given_from_env(environ, (*slurm.FILLED_DESTS, *slurm.RENDEZVOUS_DESTS))
+    # --standalone is a switch: PET_STANDALONE=0 is set, not given; what counts is its value.
+    given.discard("standalone")
+    if ns.standalone:
+        given.add("standalone")
+    return slurm.plan(job, given, str(ns.rdzv_backend))

@@ -43,6 +43,8 @@ class RunConfig:
             inference (0: off).
         journal_samples: ``--journal-samples``: seconds between two progress records in the
             journal (0: only each attempt's last one); telemetry takes it from the options.
+        slurm_job: the Slurm job the run belongs to (recorded with ``RunStarted``).
+        notes: lines said when the run starts (how the Slurm allocation filled the options).
     """
 
     echo: bool = True
@@ -57,6 +59,8 @@ class RunConfig:
     dump_via_faulthandler: bool = False
     stack_samples: float = 5.0
     journal_samples: float = 10.0
+    slurm_job: str | None = None
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def from_options(cls, opts: Options, *, mute_agent_console: bool = False) -> RunConfig:
@@ -75,6 +79,8 @@ class RunConfig:
             dump_via_faulthandler=opts.dump_via_faulthandler,
             stack_samples=opts.stack_samples,
             journal_samples=opts.journal_samples,
+            slurm_job=opts.slurm_job,
+            notes=opts.slurm_notes,
         )
 
     @property

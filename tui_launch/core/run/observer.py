@@ -84,6 +84,7 @@ class Supervisor:
         stopper: Stopper,
         telemetry: Telemetry | None,
         warm: WarmPool | None,
+        slurm_job: str | None = None,
     ) -> None:
         self._args = args
         self._store = store
@@ -97,6 +98,7 @@ class Supervisor:
         self._stopper = stopper
         self._telemetry = telemetry
         self._warm = warm
+        self._slurm_job = slurm_job
         self._reaper: Reaper | None = None  # set by begin(): the run's containment
         self._connecting: Connecting | None = None
         self._agent: TorchAgent = None
@@ -140,7 +142,9 @@ class Supervisor:
         spec = agent.worker_group(agent_obj).spec
         started = reports.run_started(spec, self._args, self._host, self._notes)
         launched = self._connecting.mono if self._connecting is not None else None
-        self._store.post(dataclasses.replace(started, launched_mono=launched))
+        self._store.post(
+            dataclasses.replace(started, launched_mono=launched, slurm_job=self._slurm_job)
+        )
         for note in self._notes:
             self._store.post(Notice(level="info", message=note))
         if self._telemetry is not None:

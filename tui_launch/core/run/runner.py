@@ -156,7 +156,10 @@ class Runner:
             stopper=self.stopper,
             telemetry=telemetry,
             warm=warm,
+            slurm_job=config.slurm_job,
         )
+        for line in config.notes:
+            self.supervisor.note(line)
         self._sampler = rendezvous.Sampler(store.post, self.supervisor.rdzv_handler)
         if self.injector.uses_random:
             seed = self.injector.seed

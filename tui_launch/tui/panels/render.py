@@ -84,6 +84,8 @@ def header(s: Snapshot, now: float) -> Text:
     t.append("  ")
     t.append(script, style="bold")
     t.append(f"   run {run.run_id}", style="dim")
+    if run.slurm_job:
+        t.append(f"   slurm job {run.slurm_job}", style="dim")
     t.append(f"   {run.backend} {run.endpoint}", style="dim")
     return t
 
@@ -125,6 +127,8 @@ def rendezvous_panel(s: Snapshot, now: float) -> RenderableType:
         return t
     t.add_row("backend", f"{run.backend}  {run.endpoint}")
     t.add_row("run id", run.run_id)
+    if run.slurm_job:
+        t.add_row("slurm job", run.slurm_job)
     nodes = (
         str(run.min_nodes) if run.min_nodes == run.max_nodes else f"{run.min_nodes}:{run.max_nodes}"
     )

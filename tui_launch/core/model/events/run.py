@@ -139,6 +139,7 @@ class RunStarted(Event):
     tuilaunch_version: str = ""
     command: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    slurm_job: str | None = None  # SLURM_JOB_ID when the launcher runs in a Slurm job
 
 
 @dataclass(frozen=True)
