@@ -44,10 +44,11 @@ def _signals(names: str) -> list[signal.Signals]:
 
 def install_signal_handlers(runner: RunHandle, names: str) -> dict[signal.Signals, object]:
     """Route torchrun's handled signals (``--signals-to-handle``) to ``runner.stop``."""
+    from tui_launch.core.run.shutdown import received
 
     def handler(signum: int, frame: object) -> None:
         sig = signal.Signals(signum)
-        runner.stop(sig, reason=f"tuilaunch received {sig.name}")
+        runner.stop(sig, reason=received(sig))
 
     previous: dict[signal.Signals, object] = {}
     for sig in _signals(names):

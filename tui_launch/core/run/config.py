@@ -10,10 +10,13 @@ detection, no injection, worker output echoed).
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tui_launch.core.model.policy import PolicyConfig
 from tui_launch.core.run import inject
+from tui_launch.core.run.args import preempt_signals
 from tui_launch.core.run.inject import InjectSpec
 
 if TYPE_CHECKING:
@@ -41,6 +44,10 @@ class RunConfig:
             a real-time signal, and dump through it instead of py-spy.
         stack_samples: seconds between two stack samples of every rank, for the straggler
             inference (0: off).
+        policy: ``--restart-policy`` and ``--restart-storm`` (:mod:`~.core.model.policy`).
+        exit_codes: ``--exit-codes``: ``tuilaunch`` (the table of
+            :mod:`~tui_launch.core.model.exitcodes`) or ``torchrun``.
+        preempt_signals: ``--preempt-signals``: a stop by one of these is a preemption.
     """
 
     echo: bool = True
@@ -54,6 +61,9 @@ class RunConfig:
     dump_on_failure: bool = True
     dump_via_faulthandler: bool = False
     stack_samples: float = 5.0
+    policy: PolicyConfig = PolicyConfig()
+    exit_codes: str = "tuilaunch"
+    preempt_signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGUSR1)
 
     @classmethod
     def from_options(cls, opts: Options, *, mute_agent_console: bool = False) -> RunConfig:
@@ -71,6 +81,9 @@ class RunConfig:
             dump_on_failure=not opts.no_dump_on_failure,
             dump_via_faulthandler=opts.dump_via_faulthandler,
             stack_samples=opts.stack_samples,
+            policy=PolicyConfig(opts.restart_policy, *opts.restart_storm),
+            exit_codes=opts.exit_codes,
+            preempt_signals=preempt_signals(opts.preempt_signals),
         )
 
     @property

@@ -26,6 +26,7 @@ PHASE_STYLE = {
     "succeeded": ("succeeded", "bold green"),
     "failed": ("failed", "bold red"),
     "stopped": ("stopped", "bold yellow"),
+    "preempted": ("preempted", "bold yellow"),
     "error": ("error", "bold red"),
 }
 
@@ -61,6 +62,10 @@ def header(s: Snapshot, now: float) -> Text:
     """State, elapsed time and exit code first (a narrow terminal cuts the end), then the
     error of a run that failed before its workers, or the job: command, run id, endpoint."""
     label, style = phase_label(s)
+    if s.preempted is not None and s.finished is None:
+        # The scheduler is taking the node back: how long the workers have left to save.
+        left = max(0.0, s.preempted.mono + s.preempted.grace - now)
+        label, style = f"preempted, {left:.0f}s grace left", "bold yellow"
     run = s.run
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append(f" {label.upper()} ", style=f"reverse {style}")
