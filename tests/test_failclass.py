@@ -23,10 +23,14 @@ TB = 'Traceback (most recent call last):\n  File "/x/train.py", line 3, in <modu
     [
         ({"traceback": TB + "ModuleNotFoundError: No module named 'foo'"}, "startup"),
         ({"traceback": TB + "SyntaxError: invalid syntax"}, "startup"),
-        ({"stderr_tail": ("python: can't open file '/x/tarin.py': [Errno 2] No such file",)},
-         "startup"),
-        ({"exit_code": 2, "stderr_tail": ("usage: t.py", "t.py: error: unrecognized x")},
-         "startup"),
+        (
+            {"stderr_tail": ("python: can't open file '/x/tarin.py': [Errno 2] No such file",)},
+            "startup",
+        ),
+        (
+            {"exit_code": 2, "stderr_tail": ("usage: t.py", "t.py: error: unrecognized x")},
+            "startup",
+        ),
         ({"traceback": TB + "ImportError: cannot import name 'x'", "step": 40}, "exception"),
         ({"traceback": TB + "ValueError: bad batch", "step": 3}, "exception"),
         ({"traceback": TB + "torch.OutOfMemoryError: CUDA out of memory. Tried"}, "oom"),

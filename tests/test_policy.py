@@ -81,9 +81,7 @@ def test_same_exception_at_the_same_step_stops_after_the_second_attempt(tuilaunc
     root = _root(events)
     assert root["failure_class"] == "exception" and root["global_rank"] == 1
     assert root["failure_detail"].startswith("ValueError"), root
-    assert "ValueError: bad batch" in root["message"] or "bad batch" in "".join(
-        root["stderr_tail"]
-    )
+    assert "ValueError: bad batch" in root["message"] or "bad batch" in "".join(root["stderr_tail"])
 
 
 def test_same_exception_under_the_torchrun_policy_spends_every_restart(tuilaunch, tmp_path):

@@ -48,9 +48,7 @@ def print_summary(
         "failed": "bold red",
         "stopped": "bold yellow",
         "preempted": "bold yellow",
-    }.get(
-        outcome, "bold red"
-    )
+    }.get(outcome, "bold red")
     title = Text.assemble(
         ("tuilaunch summary: ", "bold"),
         (outcome.upper(), style),

@@ -47,7 +47,7 @@ def main() -> None:
         hog = []
         while True:
             hog.append(bytearray(32 << 20))
-            hog[-1][:: 4096] = b"x" * len(hog[-1][:: 4096])
+            hog[-1][::4096] = b"x" * len(hog[-1][::4096])
     for step in range(start, a.steps):
         if got:
             time.sleep(a.save_seconds)

@@ -46,8 +46,9 @@ class AttemptRecord:
     """What the policy keeps of one failed attempt.
 
     ``cls``, ``signature`` and ``fail_step`` (the step its rank was at) are the root cause's;
-    ``step`` the furthest step the attempt reached (None: none seen); ``deliberate``: tuilaunch itself caused it (an injection, a
-    control); ``all_returned``: every rank's ``main`` returned (or it exited 0).
+    ``step`` the furthest step the attempt reached (None: none seen); ``deliberate``: tuilaunch
+    itself caused it (an injection, a control); ``all_returned``: every rank's ``main``
+    returned (or it exited 0).
     """
 
     attempt: int

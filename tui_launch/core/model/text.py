@@ -126,8 +126,7 @@ def describe(e: Event) -> str | None:
         sig = f" ({e.signal})" if e.signal else ""
         return f"shutting down: {e.reason}{sig}"
     if isinstance(e, RunFinished):
-        means = f", {e.meaning}" if e.meaning and e.meaning != e.outcome else ""
-        return f"run {e.outcome} (exit code {e.exit_code}{means}): {e.message}"
+        return f"run {e.outcome} (exit code {e.exit_code}): {e.message}"
     if isinstance(e, PolicyDecision):
         saved = f"; saved {e.saved} restart(s) of --max-restarts" if e.saved else ""
         what = failclass.describe(e.failure_class, "")

@@ -38,9 +38,11 @@ def _signal(name: str) -> signal.Signals | None:
     """``SIGUSR1``, ``USR1`` or ``10`` as a signal that can be handled (never KILL, STOP)."""
     upper = name.upper()
     try:
-        sig = signal.Signals(int(name)) if name.isdigit() else signal.Signals[
-            upper if upper.startswith("SIG") else "SIG" + upper
-        ]
+        sig = (
+            signal.Signals(int(name))
+            if name.isdigit()
+            else signal.Signals[upper if upper.startswith("SIG") else "SIG" + upper]
+        )
     except (KeyError, ValueError):
         return None
     return None if sig in (signal.SIGKILL, signal.SIGSTOP) else sig

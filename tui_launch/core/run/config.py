@@ -11,7 +11,7 @@ detection, no injection, worker output echoed).
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tui_launch.core.model.policy import PolicyConfig
@@ -61,7 +61,7 @@ class RunConfig:
     dump_on_failure: bool = True
     dump_via_faulthandler: bool = False
     stack_samples: float = 5.0
-    policy: PolicyConfig = PolicyConfig()
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
     exit_codes: str = "tuilaunch"
     preempt_signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGUSR1)
 

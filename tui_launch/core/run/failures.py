@@ -141,9 +141,7 @@ def classified(
             main_returned=returned(f.pid),
             oom_kill=oom,
         )
-        out.append(
-            dataclasses.replace(f, failure_class=c.cls, failure_detail=c.detail, step=step)
-        )
+        out.append(dataclasses.replace(f, failure_class=c.cls, failure_detail=c.detail, step=step))
     return tuple(out)
 
 
@@ -210,6 +208,27 @@ def run_outcome(
             or errors.one_line_error(error)
         ),
     )
+
+
+def error_class(
+    error: BaseException | None,
+    live: RendezvousSample | None,
+    nnodes: str,
+    connecting: Connecting | None = None,
+) -> str:
+    """The failure class of an error torch raised outside the workers ("" when none fits):
+    too few nodes within the join timeout is a node lost; a store never reached or lost is
+    a backend error. A spare of another run (the same ``--rdzv-id``) is neither: a mistake."""
+    if error is None or not isinstance(error, Exception):
+        return ""
+    if rendezvous_error(error, nnodes, live):
+        return failclass.NODE_LOST
+    lost = rendezvous.store_error(error, connecting, live)
+    if lost:
+        return "" if "already complete" in lost else failclass.BACKEND
+    if connect_error(error, connecting):
+        return failclass.BACKEND
+    return ""
 
 
 def failure_line(f: Failure) -> str:

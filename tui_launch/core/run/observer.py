@@ -24,20 +24,19 @@ from typing import Any
 from tui_launch.core.model import errors, failclass
 from tui_launch.core.model.events import (
     AttemptFailed,
-    Failure,
-    PolicyDecision,
     Connecting,
     ExitBarrier,
+    Failure,
     GroupState,
     HangDetected,
     Notice,
+    PolicyDecision,
     WorkersSaved,
     WorkersStarted,
 )
-from tui_launch.core.model.store import Phase, RunStore
-from tui_launch.core.run import inject, reports
 from tui_launch.core.model.policy import AttemptRecord, RestartPolicy
-from tui_launch.core.model.store import pick_root_cause
+from tui_launch.core.model.store import Phase, RunStore, pick_root_cause
+from tui_launch.core.run import inject, reports
 from tui_launch.core.run.failures import classified, collect_failures, hang_failures, with_peers
 from tui_launch.core.run.membership import Membership, elastic, failed_here
 from tui_launch.core.run.rundir import RunFiles
@@ -329,7 +328,7 @@ class Supervisor:
             steps[f.global_rank] = r.step if r is not None else None
 
         def returned(pid: int) -> bool:
-            return bool(marks) and os.path.exists(shim.returned_path(marks, pid))
+            return marks is not None and os.path.exists(shim.returned_path(marks, pid))
 
         return classified(failures, steps, returned, self._oom.since_start)
 

@@ -46,15 +46,15 @@ from typing import Any
 from tui_launch.core.diagnosis.stacks import StackDump
 from tui_launch.core.logs.sinks import AgentLogCapture
 from tui_launch.core.logs.tail import Accepts, LineSink, PartialSink, RawSink
+from tui_launch.core.model import exitcodes, failclass
 from tui_launch.core.model.commands import Command, Outcome
 from tui_launch.core.model.events import LogMark, Notice, RunFinished
-from tui_launch.core.model import exitcodes, failclass
 from tui_launch.core.model.policy import RestartPolicy
 from tui_launch.core.model.store import RunStore
 from tui_launch.core.run import inject, reports
 from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.control import Control, ShimDir
-from tui_launch.core.run.failures import run_outcome
+from tui_launch.core.run.failures import error_class, run_outcome
 from tui_launch.core.run.faults import FaultExecutor
 from tui_launch.core.run.membership import Membership
 from tui_launch.core.run.observer import Supervisor
@@ -111,6 +111,7 @@ class Runner:
         self.telemetry = telemetry
         self.reaper: Reaper | None = None  # start() contains the run
         self.state = RunState()
+        self._error_class = ""  # the class of an error torch raised outside the workers
         self._thread: threading.Thread | None = None
 
         self.ranks = RankTable()
@@ -260,6 +261,10 @@ class Runner:
             error = e
         finally:
             snap = self.store.snapshot()
+            with contextlib.suppress(Exception):
+                self._error_class = error_class(
+                    error, snap.rendezvous_live, self.args.nnodes, self.supervisor.connecting
+                )
             self._finish(
                 *run_outcome(
                     error,
@@ -301,12 +306,9 @@ class Runner:
             root = self.store.snapshot().root_cause
             cls = root.failure_class if root is not None else ""
         elif outcome == "error" and code != 2:
-            # torch raised before or between attempts: a rendezvous that never completed, a
-            # store that could not be reached or was lost: the infrastructure's.
-            if message.startswith(("rendezvous timed out", "could not reach")):
-                cls = failclass.NODE_LOST
-            elif "store" in message.lower() or "rendezvous" in message.lower():
-                cls = failclass.BACKEND
+            # torch raised before or between attempts (a rendezvous that never completed, a
+            # store that could not be reached or was lost): the class _main found.
+            cls = self._error_class
         elif outcome == "error":
             outcome = "usage"
         final = exitcodes.exit_code(outcome, cls, code, self.config.exit_codes)

@@ -219,9 +219,8 @@ def returned_path(directory: str, pid: int) -> str:
 def _mark_returned(directory: str) -> None:
     if directory == NO_ORDERS:
         return
-    with contextlib.suppress(OSError):
-        with open(returned_path(directory, os.getpid()), "w"):
-            pass
+    with contextlib.suppress(OSError), open(returned_path(directory, os.getpid()), "w"):
+        pass
 
 
 def run_path_entry(directory: str, training_script: str, *training_script_args: str) -> None:
