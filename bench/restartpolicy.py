@@ -75,7 +75,7 @@ def launch(launcher: str, script: Path, work: Path, restarts: int) -> dict[str, 
         cmd += ["--journal", str(journal)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     t0 = time.monotonic()
-    proc = subprocess.run(cmd + [str(script)], env=env, capture_output=True, timeout=600)
+    proc = subprocess.run([*cmd, str(script)], env=env, capture_output=True, timeout=600)
     wall = time.monotonic() - t0
     return {
         "wall": wall,
