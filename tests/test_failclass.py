@@ -145,3 +145,56 @@ def test_parse_storm():
 def test_exit_code_table(outcome, cls, torchrun, ours):
     assert exitcodes.exit_code(outcome, cls, torchrun, "tuilaunch") == ours
     assert exitcodes.exit_code(outcome, cls, torchrun, "torchrun") == torchrun
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--restart-storm", "1,5"], "N must be >= 2"),
+        (["--restart-storm", "x"], "--restart-storm"),
+        (["--preempt-signals", "SIGKILL"], "not a signal that can be handled: SIGKILL"),
+        (["--restart-policy", "maybe"], "invalid choice"),
+        (["--exit-codes", "posix"], "invalid choice"),
+    ],
+)
+def test_bad_policy_options_are_one_line_usage_errors(capsys, argv, words):
+    from tui_launch.core.run.args import parse
+
+    with pytest.raises(SystemExit) as e:
+        parse([*argv, "train.py"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+def test_policy_options_reach_the_run_configuration():
+    from tui_launch.core.run.args import parse
+    from tui_launch.core.run.config import RunConfig
+
+    _, opts = parse(
+        ["--restart-storm", "4,2.5", "--exit-codes", "torchrun", "--preempt-signals", "USR2",
+         "--restart-policy", "torchrun", "train.py"]
+    )  # fmt: skip
+    config = RunConfig.from_options(opts)
+    assert (config.policy.mode, config.policy.storm_failures) == ("torchrun", 4)
+    assert config.policy.storm_minutes == 2.5 and config.exit_codes == "torchrun"
+    assert config.preempt_signals == (signal.SIGUSR2,)
+    default = RunConfig.from_options(parse(["train.py"])[1])
+    assert default.preempt_signals == (signal.SIGTERM, signal.SIGUSR1)
+    assert default.policy.mode == "smart" and default.exit_codes == "tuilaunch"
+
+
+def test_header_shows_preempted_with_the_grace_left():
+    from rich.text import Text
+
+    from tui_launch.core.model.events import Preempted
+    from tui_launch.core.model.store import RunStore
+    from tui_launch.tui.panels.render import header
+
+    store = RunStore()
+    e = Preempted(signal="SIGUSR1", grace=30.0, deadline=0.0, mono=100.0, wall=0.0)
+    snap = store.post(e)
+    text = header(snap, now=108.2)
+    assert isinstance(text, Text)
+    assert text.plain.startswith(" PREEMPTED  22s grace left"), text.plain
+    assert "PREEMPTED  0s grace left" in header(snap, now=200.0).plain
