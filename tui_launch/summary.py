@@ -145,7 +145,7 @@ def print_summary(
             soft_wrap=True,
         )
     rc = s.root_cause
-    if outcome == "stopped" and recovered(s, rc):
+    if outcome in ("stopped", "preempted") and recovered(s, rc):
         # A failure a restart recovered did not end this run (it was stopped later): it is
         # listed with the other recovered failures below, never as the root cause.
         rc = None

@@ -293,6 +293,7 @@ _NODE_STYLE = {
     "restarting": "yellow",
     "rendezvous": "yellow",
     "stopped": "yellow",
+    "preempted": "yellow",
     "succeeded": "green",
 }
 
