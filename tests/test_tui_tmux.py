@@ -303,7 +303,7 @@ def test_a_store_nobody_serves_at_80x24() -> None:
         tmux.keys("q")
         poll(tmux, "the launcher to exit", 60, lambda s: tmux.pane("#{pane_dead}") == "1")
         final = tmux.screen()
-        assert "launcher exit status 1" in final, final
+        assert "launcher exit status 75" in final, final
         assert not wait_gone(token, 30)
     finally:
         tmux.close()
