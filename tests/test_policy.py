@@ -233,10 +233,10 @@ def _memory_cgroup(tmp_name: str) -> tuple[Path | None, str]:
             limit = "memory.limit_in_bytes"
             break
     else:
-        rel = next((ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")), None)
-        if rel is None:
+        unified = next((ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")), None)
+        if unified is None:
             return None, "no memory cgroup (v1 or v2) for this process"
-        base = Path("/sys/fs/cgroup") / rel.lstrip("/")
+        base = Path("/sys/fs/cgroup") / unified.lstrip("/")
         limit = "memory.max"
         try:
             if "memory" not in (base / "cgroup.subtree_control").read_text().split():
