@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -251,6 +252,12 @@ def _memory_cgroup(tmp_name: str) -> tuple[Path | None, str]:
         if cg.exists():
             cg.rmdir()
         return None, f"cannot create a memory-limited cgroup under {base}: {e}"
+    # A process must be able to join it (cgroup v2 refuses one below a cgroup with processes).
+    joined = subprocess.run(["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs"', str(cg)], check=False)
+    if joined.returncode != 0:
+        wait_for(lambda: not (cg / "cgroup.procs").read_text().strip(), 10, what="cgroup empty")
+        cg.rmdir()
+        return None, f"a process cannot join a new cgroup under {base}"
     return cg, ""
 
 
