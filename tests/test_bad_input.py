@@ -43,7 +43,10 @@ from conftest import (
 )
 
 NOOP = str(WORKERS / "noop.py")
-RUN_ERROR = "[tuilaunch] run error (exit code 1): "
+RUN_ERROR = "[tuilaunch] run error (exit code {}): "
+# The exit-code table (docs/restart-policy.md): a store never reached or lost, a node lost,
+# is an infrastructure failure (75); another mistake a retry will not fix is 1.
+INFRA = 75
 _TORCH_DIR = importlib.util.find_spec("torch").submodule_search_locations[0]  # type: ignore[index, union-attr]
 _WARNING = re.compile(r":\d+: \w*Warning: ")
 
@@ -145,15 +148,16 @@ def test_log_dir_under_a_file(tuilaunch, tmp_path):
 # --------------------------------------------------------------------------- runtime errors
 
 
-def check_run_error(launch: Launch) -> str:
-    """Exit 1, no traceback, exactly one tuilaunch error line; returns it."""
+def check_run_error(launch: Launch, expected: int = 1) -> str:
+    """Exit ``expected``, no traceback, exactly one tuilaunch error line; returns it."""
     code = launch.wait(timeout=120)
-    assert code == 1, launch.output
+    assert code == expected, launch.output
     assert "Traceback" not in launch.output
     assert "tuilaunch: error" not in launch.output  # not a usage error
-    errors = [ln for ln in launch.stderr.splitlines() if ln.startswith(RUN_ERROR)]
+    prefix = RUN_ERROR.format(expected)
+    errors = [ln for ln in launch.stderr.splitlines() if ln.startswith(prefix)]
     assert len(errors) == 1, launch.stderr
-    assert "tuilaunch summary: ERROR  exit code 1" in launch.stderr
+    assert f"tuilaunch summary: ERROR  exit code {expected}" in launch.stderr
     # No worker was ever started.
     assert "started rank" not in launch.stderr
     assert wait_gone(launch.token, 10) == []
@@ -200,7 +204,7 @@ def unreachable_rdzv():
 
 def test_unreachable_rdzv_endpoint(unreachable_rdzv):
     launch, _endpoint, elapsed = unreachable_rdzv
-    line = check_run_error(launch)
+    line = check_run_error(launch, INFRA)
     assert re.search(r"connect", line, re.IGNORECASE), line
     assert "rendezvous" in line.lower() or "store" in line.lower(), line
     # It gave up after its own timeout (2 s per try), not the 60 s default (two tries of 60 s each).
@@ -210,7 +214,7 @@ def test_unreachable_rdzv_endpoint(unreachable_rdzv):
 
 def test_unreachable_rdzv_endpoint_is_named(unreachable_rdzv):
     launch, endpoint, _elapsed = unreachable_rdzv
-    line = check_run_error(launch)
+    line = check_run_error(launch, INFRA)
     host, port = endpoint.split(":")
     assert host in line and port in line, line
 
@@ -526,16 +530,15 @@ def _ranks_up(log: Path, count: int, timeout: float = 90) -> None:
 # A run whose store host died ends as a rendezvous error when its agent notices first, or as
 # a worker failure when its ranks die of the broken collective first (a race): either line
 # must say the store was lost.
-RUN_ENDED = (RUN_ERROR, "[tuilaunch] run failed (exit code 1): ")
-
-
-def _lost_line(launch: Launch) -> str:
-    """Exit 1, no traceback, one run-error line that is not the never-connected one."""
+def _lost_line(launch: Launch, expected: int = INFRA) -> str:
+    """Exit ``expected``, no traceback, one run-error line that is not the never-connected
+    one."""
     code = launch.wait(timeout=120)
-    assert code == 1, launch.output[-4000:]
+    assert code == expected, launch.output[-4000:]
+    ended = (RUN_ERROR.format(expected), f"[tuilaunch] run failed (exit code {expected}): ")
     # The workers' own tracebacks ("[rank1]: Traceback ...") are theirs; the launcher has none.
     assert not any(ln.startswith("Traceback") for ln in launch.stderr.splitlines())
-    errors = [ln for ln in launch.stderr.splitlines() if ln.startswith(RUN_ENDED)]
+    errors = [ln for ln in launch.stderr.splitlines() if ln.startswith(ended)]
     assert len(errors) == 1, launch.stderr[-4000:]
     line = errors[0]
     assert "nothing answered" not in line and "is_host" not in line, line
@@ -635,7 +638,7 @@ def test_etcd_server_never_there_is_not_a_store_host(tuilaunch, tmp_path):
     launch = tuilaunch(
         *_rdzv_args("etcd-v2", endpoint, "no-etcd", "1"), ELASTIC, str(tmp_path / "l"), "x"
     )
-    line = check_run_error(launch)
+    line = check_run_error(launch, INFRA)
     assert f"could not reach the etcd server at {endpoint}: nothing answered" in line, line
     assert "is_host" not in line, line
 
@@ -671,7 +674,7 @@ def test_second_launch_with_the_same_run_id(tuilaunch, tmp_path):
     wait_for(lambda: _spares(endpoint, "twice") >= 1, 60, what="the second launch as a spare")
     stop.touch()
     assert first.wait(120) == 0, first.output[-3000:]
-    line = _lost_line(second)
+    line = _lost_line(second, 1)  # a mistake (the same --rdzv-id), not the infrastructure
     assert f"the rendezvous at {endpoint} (c10d) was already complete with 1 of 1" in line, line
     assert "same --rdzv-id" in line, line
     assert len(log.read_text().splitlines()) == 1  # the second launch never started a rank

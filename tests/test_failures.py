@@ -120,7 +120,9 @@ def test_signal_deaths_named_with_hint(tuilaunch, tmp_path, mode, sig):
     launch, code, journal = _run_crash(
         tuilaunch, tmp_path, "--rank", "1", "--mode", mode, "--after", "0.2"
     )
-    assert code == 1, launch.output
+    # A native crash is the program's (1); a SIGKILL from an unknown sender may be the
+    # infrastructure's (75): the exit-code table of docs/restart-policy.md.
+    assert code == (75 if sig == signal.SIGKILL else 1), launch.output
     block = _root_cause_block(launch.stderr)
     assert f"exit       : {sig.name} (-{int(sig)})" in block, block
     hint = errors.hint_for(-int(sig))

@@ -305,7 +305,7 @@ def test_headless_store_nobody_serves(tuilaunch, tmp_path):
         "--rdzv-conf", "is_host=0,read_timeout=3", "--nnodes", "2", "--nproc-per-node", "1",
         "--log-dir", str(tmp_path / "logs"), str(EXAMPLES / "train_ddp.py"),
     )  # fmt: skip
-    assert launch.wait(90) == 1, launch.output
+    assert launch.wait(90) == 75, launch.output  # a store never reached: infrastructure
     err = launch.stderr
     assert "frame #" not in err and "Exception raised from" not in err, err
     retries = [ln for ln in err.splitlines() if "did not answer within 3s" in ln]

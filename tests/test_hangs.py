@@ -19,6 +19,7 @@ from conftest import WORKERS, journal_path, read_journal
 
 from tui_launch.core.diagnosis.dumps import Dumper
 from tui_launch.core.model.events import ControlAction, StacksDumped
+from tui_launch.core.model.exitcodes import INFRASTRUCTURE  # a hang, a kill from outside
 from tui_launch.core.workers.table import RankTable
 
 HANG = str(WORKERS / "hang.py")
@@ -41,7 +42,7 @@ def test_hang_found_confirmed_and_stopped(tuilaunch, tmp_path):
         *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop", "--log-dir", str(tmp_path)),
         *("--standalone", "--nproc-per-node", "2", HANG, "--seconds", "90"),
     )
-    assert launch.wait(120) == 1, launch.output
+    assert launch.wait(120) == INFRASTRUCTURE, launch.output
     events = _journal(launch)
     (hang,) = _kind(events, "hang")
     # Found within the timeout plus the confirmation window (counted from the last output).
@@ -62,7 +63,7 @@ def test_hang_found_confirmed_and_stopped(tuilaunch, tmp_path):
     (failed,) = _kind(events, "attempt_failed")
     (cause,) = failed["failures"]
     assert cause["hung"] and cause["global_rank"] == 1 and cause["stacks"] == hang["second_path"]
-    assert "run failed (exit code 1): rank 1 (local 1, pid" in launch.stderr
+    assert "run failed (exit code 75): rank 1 (local 1, pid" in launch.stderr
     assert "hung: rank 1 is not in a collective" in launch.stderr
     assert "exit       : none: hung" in launch.stderr
     # Headless printed each distinct stack once per dump, with the verdict.
@@ -92,7 +93,7 @@ def test_stopped_rank_gets_a_stack(tuilaunch, tmp_path):
         *("--inject", "hang:rank=1,after=3s", "--standalone", "--nproc-per-node", "2"),
         *(STEADY, "--seconds", "60"),
     )
-    assert launch.wait(120) == 1, launch.output
+    assert launch.wait(120) == INFRASTRUCTURE, launch.output
     (hang,) = _kind(_journal(launch), "hang")
     data = json.loads((Path(hang["second_path"]) / "stacks.json").read_text())
     ranks = {r["global_rank"]: r for r in data["dump"]["ranks"]}
@@ -123,7 +124,7 @@ def test_killed_rank_dumps_its_peer_first(tuilaunch, tmp_path):
         *("--log-dir", str(tmp_path), "--inject", "kill:rank=1,after=2s"),
         *("--standalone", "--nproc-per-node", "2", TICKER, "--ticks", "600"),
     )
-    assert launch.wait(120) == 1, launch.output
+    assert launch.wait(120) == INFRASTRUCTURE, launch.output
     events = _journal(launch)
     (dump,) = _kind(events, "stacks_dumped")
     assert dump["reason"] == "before-kill" and dump["ranks"] == [0]
@@ -143,7 +144,7 @@ def test_no_dump_on_failure_turns_it_off(tuilaunch, tmp_path):
         "--no-dump-on-failure",
         *("--standalone", "--nproc-per-node", "2", TICKER, "--ticks", "600"),
     )
-    assert launch.wait(120) == 1, launch.output
+    assert launch.wait(120) == INFRASTRUCTURE, launch.output
     events = _journal(launch)
     assert not _kind(events, "stacks_dumped")
     assert not _kind(events, "attempt_failed")[0]["failures"][0]["stacks"]
@@ -155,7 +156,7 @@ def test_dump_via_faulthandler(tuilaunch, tmp_path):
         *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
         *(HANG, "--seconds", "90"),
     )
-    assert launch.wait(120) == 1, launch.output
+    assert launch.wait(120) == INFRASTRUCTURE, launch.output
     events = _journal(launch)
     (hang,) = _kind(events, "hang")
     assert "rank 1 is not in a collective" in hang["verdict"] and "load_batch" in hang["verdict"]

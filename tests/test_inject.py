@@ -125,7 +125,8 @@ def test_kill_four_times_exhausts_the_budget(tuilaunch, tmp_path):
         "kill:rank=1,after=2s,times=4",
         *trainer_args(tmp_path, 4),
     )
-    assert launch.wait(180) == 1, launch.output[-4000:]
+    # A kill from outside the program: an infrastructure failure in the exit-code table.
+    assert launch.wait(180) == 75, launch.output[-4000:]
     root = launch.stderr.split("root cause", 1)[1]
     assert re.search(r"rank\s+: 1 \(local rank 1\)", root), root
     assert "SIGKILL (-9)" in root and "sent by tuilaunch (inject)" in root, root

@@ -170,7 +170,7 @@ def test_hang_suspected_on_one_node_dumps_every_node(launches, tmp_path):
     )
     wait_hosting(watching, port)
     other = _node(launches, [*base, "--hang-timeout", "0", *script], other_journal)
-    assert watching.wait(150) == 1, watching.output[-4000:]
+    assert watching.wait(150) == 75, watching.output[-4000:]  # a hang: infrastructure
     # The last suspicion (a slow start can make an earlier one, before the ranks printed).
     *_, e = [x for x in _kind(watching_journal, "job_stacks") if x["reason"] == "hang-suspected"]
     assert sorted(r["global_rank"] for r in e["ranks"]) == [0, 1, 2, 3], e

@@ -61,6 +61,10 @@ def test_rank_killed_ten_times_recovers_ten_times(tuilaunch, tmp_path):
         "2",
         "--max-restarts",
         str(KILLS),
+        # Each attempt is killed as soon as it steps, never gaining a step: a restart storm
+        # the smart policy would stop; this test is about torch's restart path.
+        "--restart-storm",
+        "0",
         "--journal",
         str(journal),
         STEADY,

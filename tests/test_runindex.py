@@ -190,7 +190,7 @@ def test_ls_shows_live_ended_and_stale_runs(runtime_dir: Path, tuilaunch) -> Non
     live.wait()
     assert [runindex.state(e) for e in runindex.entries() if e.pid == live.pid] == ["ended"]
     record = json.loads(next((runtime_dir / "tuilaunch").glob(f"ended-*-{live.pid}-*")).read_text())
-    assert record["outcome"] == "stopped"
+    assert record["outcome"] == "preempted"  # SIGTERM: a preemption
 
 
 def test_sweep_removes_only_sockets_of_stale_runs_that_nobody_answers(tmp_path: Path) -> None:

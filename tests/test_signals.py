@@ -96,8 +96,10 @@ def test_signal_while_running_stops_everything(tuilaunch, tmp_path, sig):
     assert shutdown and shutdown[0]["signal"] == sig.name, [e["kind"] for e in events]
     fin = events[-1]
     assert fin["kind"] == "run_finished"
-    assert fin["outcome"] == "stopped" and fin["exit_code"] == 128 + int(sig)
-    assert "tuilaunch summary: STOPPED" in launch.stderr
+    # SIGTERM is a preemption (--preempt-signals): the same exit code, 143, in the table.
+    outcome = "preempted" if sig == signal.SIGTERM else "stopped"
+    assert fin["outcome"] == outcome and fin["exit_code"] == 128 + int(sig)
+    assert f"tuilaunch summary: {outcome.upper()}" in launch.stderr
 
 
 @pytest.mark.parametrize("sig", STOP_SIGNALS, ids=lambda s: s.name)
@@ -134,7 +136,7 @@ def test_signal_during_rendezvous_exits_promptly(tuilaunch, tmp_path, sig):
     assert wait_gone(launch.token, 5) == []
     events = read_journal(journal)
     assert events[-1]["kind"] == "run_finished", [e["kind"] for e in events]
-    assert events[-1]["outcome"] == "stopped"
+    assert events[-1]["outcome"] == ("preempted" if sig == signal.SIGTERM else "stopped")
     assert "workers_started" not in [e["kind"] for e in events]
 
 
@@ -266,7 +268,7 @@ def test_signal_during_exit_barrier_exits_promptly(tuilaunch, tmp_path):
     assert elapsed < 6, f"took {elapsed:.1f}s to leave the exit barrier"
     assert wait_gone(a.token, 5) == []
     events = read_journal(journal_a)
-    assert events[-1]["kind"] == "run_finished" and events[-1]["outcome"] == "stopped"
+    assert events[-1]["kind"] == "run_finished" and events[-1]["outcome"] == "preempted"
     # Node B is still there (the fixture stops it); its worker was never touched by A.
     assert b.proc.poll() is None
 

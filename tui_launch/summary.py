@@ -11,7 +11,7 @@ import io
 import time
 from typing import Any, TextIO
 
-from tui_launch.core.model import errors
+from tui_launch.core.model import errors, failclass
 from tui_launch.core.model.events import Event, Failure, Injected
 from tui_launch.core.model.store import Snapshot, recovered
 from tui_launch.core.model.text import failure_details, failure_headline
@@ -43,9 +43,12 @@ def print_summary(
     fin = s.finished
     outcome = fin.outcome if fin else s.phase
     code = fin.exit_code if fin else None
-    style = {"succeeded": "bold green", "failed": "bold red", "stopped": "bold yellow"}.get(
-        outcome, "bold red"
-    )
+    style = {
+        "succeeded": "bold green",
+        "failed": "bold red",
+        "stopped": "bold yellow",
+        "preempted": "bold yellow",
+    }.get(outcome, "bold red")
     title = Text.assemble(
         ("tuilaunch summary: ", "bold"),
         (outcome.upper(), style),
@@ -55,6 +58,23 @@ def print_summary(
     console.print(title)
     if fin and fin.outcome == "error":
         console.print(Text(f"error: {fin.message}", style="red"), soft_wrap=True)
+    if fin and fin.meaning and fin.exit_code != 0:
+        what = f"; {failclass.describe(fin.failure_class, '')}" if fin.failure_class else ""
+        console.print(f"exit code {fin.exit_code}: {fin.meaning}{what}")
+    if fin and fin.failure_class == failclass.TEARDOWN:
+        console.print(Text(fin.message, style="yellow"), soft_wrap=True)
+    for d in s.decisions:
+        saved = f"; saved {d.saved} restart(s)" if d.saved else ""
+        console.print(
+            f"restart policy: {d.action} after attempt {d.attempt} "
+            f"({failclass.describe(d.failure_class, '')}): {d.reason}{saved}",
+            soft_wrap=True,
+        )
+    if s.preempted is not None:
+        sv = s.saved
+        took = f"; workers took {sv.seconds:.1f}s to save" if sv is not None else ""
+        late = " (not all in time: SIGKILLed)" if sv is not None and not sv.in_time else ""
+        console.print(f"preempted by {s.preempted.signal}{took}{late}")
     injected = injection_lines(runner.store.events()) if runner is not None else []
     # The launcher's own trouble (a full disk under the journal): said whatever the outcome.
     for n in s.notices:
@@ -68,6 +88,7 @@ def print_summary(
         or injected
         or s.dumps
         or s.hang is not None
+        or s.decisions
     )
     if not (eventful or verbose):
         ranks = len(s.ranks)
@@ -124,7 +145,7 @@ def print_summary(
             soft_wrap=True,
         )
     rc = s.root_cause
-    if outcome == "stopped" and recovered(s, rc):
+    if outcome in ("stopped", "preempted") and recovered(s, rc):
         # A failure a restart recovered did not end this run (it was stopped later): it is
         # listed with the other recovered failures below, never as the root cause.
         rc = None

@@ -4,8 +4,9 @@ The metrics exporters (``--metrics-port``, ``--metrics-textfile``) wrap the run:
 validation and before the runner, so a port taken meanwhile is still a usage error with nothing
 started; closed after the run, so the textfile's last write says the run finished.
 
-Exit status: 0 when every worker succeeded, 1 when workers failed or torch reported an error
-(as torchrun), 2 for bad input, 128 + N when the launcher itself was stopped by signal N.
+Exit status: the table of :mod:`tui_launch.core.model.exitcodes` (0 success, 1 a program
+failure, 2 bad input, 75 an infrastructure failure, 143 preempted, 128 + N stopped by another
+signal N), or torchrun's with ``--exit-codes torchrun``.
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ def _signals(names: str) -> list[signal.Signals]:
 
 def install_signal_handlers(runner: RunHandle, names: str) -> dict[signal.Signals, object]:
     """Route torchrun's handled signals (``--signals-to-handle``) to ``runner.stop``."""
+    from tui_launch.core.run.shutdown import received
 
     def handler(signum: int, frame: object) -> None:
         sig = signal.Signals(signum)
-        runner.stop(sig, reason=f"tuilaunch received {sig.name}")
+        runner.stop(sig, reason=received(sig))
 
     previous: dict[signal.Signals, object] = {}
     for sig in _signals(names):
@@ -229,7 +231,10 @@ def _run(
         ready()  # --detach's first process may return: `tuilaunch attach PID` finds the run
     # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.
     handled = getattr(args, "signals_to_handle", None) or DEFAULT_SIGNALS
-    previous = install_signal_handlers(runner, handled)
+    # The preemption signals too (--preempt-signals: SIGTERM and Slurm's SIGUSR1 warning),
+    # which would otherwise kill the launcher and leave its workers behind.
+    extra = [s.name for s in config.preempt_signals if s not in _signals(handled)]
+    previous = install_signal_handlers(runner, ",".join([handled, *extra]))
     if console is not None:
         ignore_hangup()  # detached from the start: a hang-up stops nothing
     if use_tui:

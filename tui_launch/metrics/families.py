@@ -245,6 +245,43 @@ def build_families(
     f.add_metric([node], float(snap.budget_left))
     fams.append(f)
 
+    c = CounterMetricFamily(
+        "tuilaunch_failures_total",
+        "Rank failures by class (startup, exception, oom, signal, backend, hang, teardown...); "
+        "peers the agent terminated are not counted.",
+        labels=["node", "class"],
+    )
+    by_class: dict[str, int] = {}
+    for fl in snap.failures:
+        if not fl.collateral:
+            key = fl.failure_class or "unknown"
+            by_class[key] = by_class.get(key, 0) + 1
+    for cls, n in sorted(by_class.items()):
+        c.add_metric([node, cls], float(n))
+    fams.append(c)
+
+    c = CounterMetricFamily(
+        "tuilaunch_policy_decisions_total",
+        "The restart policy's decisions after failed attempts, by action and rule.",
+        labels=["node", "action", "rule"],
+    )
+    decided: dict[tuple[str, str], int] = {}
+    for d in snap.decisions:
+        decided[(d.action, d.rule)] = decided.get((d.action, d.rule), 0) + 1
+    for (action, rule), n in sorted(decided.items()):
+        c.add_metric([node, action, rule], float(n))
+    fams.append(c)
+    f = _gauge(
+        "tuilaunch_restarts_saved",
+        "Restarts of --max-restarts the policy did not spend (it stopped a doomed loop).",
+        ["node"],
+    )
+    f.add_metric([node], float(sum(d.saved for d in snap.decisions)))
+    fams.append(f)
+    f = _gauge("tuilaunch_preempted", "1 once the launcher was told it is preempted.", ["node"])
+    f.add_metric([node], 1.0 if snap.preempted is not None else 0.0)
+    fams.append(f)
+
     f = _gauge("tuilaunch_rank_up", "1 while the rank's process is alive.", _RANK)
     for r in snap.ranks:
         f.add_metric([node, str(r.global_rank), str(r.local_rank)], float(r.state in _UP_STATES))

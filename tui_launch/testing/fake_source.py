@@ -195,7 +195,12 @@ class FakeSource:
         self.exit_code = 128 + int(sig)
         self.post(
             RunFinished(
-                outcome="stopped", exit_code=self.exit_code, message=reason, **self._stamp()
+                outcome="stopped",
+                exit_code=self.exit_code,
+                message=reason,
+                failure_class="",
+                meaning="stopped",
+                **self._stamp(),
             )
         )
 

@@ -286,7 +286,15 @@ class Dashboard(App[int]):
             # A run stopped from outside (SIGTERM, ^C, SIGHUP when the terminal went away)
             # ends tuilaunch too: nobody may be left to press q, and a dashboard on a closed
             # terminal would otherwise linger.
-            if self.exit_on_finish or self.quitting or snap.finished.outcome == "stopped":
+            if (
+                self.exit_on_finish
+                or self.quitting
+                or snap.finished.outcome
+                in (
+                    "stopped",
+                    "preempted",
+                )
+            ):
                 self.leave(snap.finished.exit_code)
 
     def _update_workers(self, snap: Snapshot, now: float) -> None:

@@ -21,12 +21,15 @@ from tui_launch.core.model.events import (
     JobStacks,
     NodeChange,
     Notice,
+    PolicyDecision,
+    Preempted,
     RendezvousSample,
     RunFinished,
     RunStarted,
     Shutdown,
     StacksDumped,
     Straggler,
+    WorkersSaved,
 )
 from tui_launch.core.model.progress import ProgressView
 from tui_launch.core.model.telemetry import TelemetryView
@@ -54,7 +57,7 @@ class Phase:
     RESTARTING = "restarting"
     FINISHING = "finishing"  # the workers succeeded; the exit barrier
     STOPPING = "stopping"
-    OUTCOMES = ("succeeded", "failed", "stopped", "error")
+    OUTCOMES = ("succeeded", "failed", "stopped", "preempted", "error")
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,9 @@ class Snapshot:
     job_stacks: tuple[JobStacks, ...] = ()  # job-wide dumps (every node's ranks), oldest first
     progress: ProgressView | None = None
     straggler: Straggler | None = None  # the inferred straggler (global_rank None: none now)
+    decisions: tuple[PolicyDecision, ...] = ()  # the restart policy's, oldest first
+    preempted: Preempted | None = None  # the launcher was told it is being preempted
+    saved: WorkersSaved | None = None  # how long the workers took to go after it
 
     @property
     def restarts_used(self) -> int:

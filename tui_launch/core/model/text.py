@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tui_launch.core.model import errors
+from tui_launch.core.model import errors, failclass
 from tui_launch.core.model.events import (
     AttemptFailed,
     ControlAction,
@@ -22,6 +22,8 @@ from tui_launch.core.model.events import (
     NodeChange,
     NodeStatus,
     Notice,
+    PolicyDecision,
+    Preempted,
     RankExited,
     RendezvousCompleted,
     RendezvousStarted,
@@ -32,6 +34,7 @@ from tui_launch.core.model.events import (
     Slowdown,
     StacksDumped,
     Straggler,
+    WorkersSaved,
     WorkersStarted,
 )
 from tui_launch.core.model.progress import describe_slowdown, straggler_line
@@ -125,6 +128,18 @@ def describe(e: Event) -> str | None:
         return f"shutting down: {e.reason}{sig}"
     if isinstance(e, RunFinished):
         return f"run {e.outcome} (exit code {e.exit_code}): {e.message}"
+    if isinstance(e, PolicyDecision):
+        saved = f"; saved {e.saved} restart(s) of --max-restarts" if e.saved else ""
+        what = failclass.describe(e.failure_class, "")
+        return f"restart policy: {e.action} after attempt {e.attempt} ({what}): {e.reason}{saved}"
+    if isinstance(e, Preempted):
+        return (
+            f"PREEMPTED ({e.signal}): the workers got {e.signal} and have {e.grace:g}s "
+            f"(--shutdown-timeout) to save before SIGKILL"
+        )
+    if isinstance(e, WorkersSaved):
+        ok = "all exited in time" if e.in_time else "not all in time: SIGKILLed"
+        return f"preempted: the workers took {e.seconds:.1f}s to save and exit ({ok})"
     if isinstance(e, Injected):
         return describe_injection(e)
     if isinstance(e, StacksDumped):
@@ -193,6 +208,8 @@ def failure_details(f: Failure) -> list[str]:
         lines.append(f"hint       : {f.hint}")
     if f.caused_by:
         lines.append(f"cause      : {f.caused_by}")
+    if f.failure_class:
+        lines.append(f"class      : {failclass.describe(f.failure_class, f.failure_detail)}")
     lines.append(f"attempt    : {f.attempt}")
     if f.message:
         lines.append(f"error      : {f.message.splitlines()[0]}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from tui_launch import __version__
+from tui_launch.core.model.policy import parse_storm
 from tui_launch.core.run import slurm, validate
 from tui_launch.core.run.slurm import SlurmError, SlurmPlan
 from tui_launch.core.run.validate import (
@@ -28,6 +30,29 @@ from tui_launch.core.run.validate import (
 )
 
 _OURS = "tl_"
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def _signal(name: str) -> signal.Signals | None:
+    """``SIGUSR1``, ``USR1`` or ``10`` as a signal that can be handled (never KILL, STOP)."""
+    upper = name.upper()
+    try:
+        sig = (
+            signal.Signals(int(name))
+            if name.isdigit()
+            else signal.Signals[upper if upper.startswith("SIG") else "SIG" + upper]
+        )
+    except (KeyError, ValueError):
+        return None
+    return None if sig in (signal.SIGKILL, signal.SIGSTOP) else sig
+
+
+def preempt_signals(text: str) -> tuple[signal.Signals, ...]:
+    """``--preempt-signals`` as signals (checked by :func:`parse`)."""
+    return tuple(s for s in (_signal(n) for n in _names(text)) if s is not None)
 
 
 @dataclass(frozen=True)
@@ -64,6 +89,10 @@ class Options:
     # filled in torchrun's options (said when the run starts).
     slurm_job: str | None = None
     slurm_notes: tuple[str, ...] = ()
+    restart_policy: str = "smart"
+    restart_storm: tuple[int, float] = (3, 10.0)
+    exit_codes: str = "tuilaunch"
+    preempt_signals: str = "SIGTERM,SIGUSR1"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -327,6 +356,42 @@ def build_parser() -> argparse.ArgumentParser:
         "first host, job id, GPUs per node); by default each option you do not give comes "
         "from it (see docs/slurm-kubernetes.md).",
     )
+    ours.add_argument(
+        "--restart-policy",
+        dest=_OURS + "restart_policy",
+        choices=("smart", "torchrun"),
+        default="smart",
+        help="smart (default): no restart for a startup error, for the same failure at the "
+        "same step twice, for a restart storm (--restart-storm), or for a crash after every "
+        "rank's main returned; torchrun: restart every failure until --max-restarts is spent. "
+        "See docs/restart-policy.md.",
+    )
+    ours.add_argument(
+        "--restart-storm",
+        dest=_OURS + "restart_storm",
+        default="3,10",
+        metavar="N,MINUTES",
+        help="With --restart-policy smart: stop after N failures within MINUTES minutes with "
+        "no training step gained (default 3,10; 0: off).",
+    )
+    ours.add_argument(
+        "--exit-codes",
+        dest=_OURS + "exit_codes",
+        choices=("tuilaunch", "torchrun"),
+        default="tuilaunch",
+        help="tuilaunch (default): 0 success, 1 a program failure a retry will not fix, 2 bad "
+        "usage, 75 an infrastructure failure a retry may fix, 143 preempted, 128+N another "
+        "signal; torchrun: torchrun's (1 for every failure). See docs/restart-policy.md.",
+    )
+    ours.add_argument(
+        "--preempt-signals",
+        dest=_OURS + "preempt_signals",
+        default="SIGTERM,SIGUSR1",
+        metavar="SIG,...",
+        help="Signals to the launcher that mean preemption (default SIGTERM,SIGUSR1: Slurm's "
+        "--signal=B:USR1@60): forwarded to the workers, shown as PREEMPTED with the grace "
+        "left (--shutdown-timeout), exit status 143. Empty: none.",
+    )
     ours.add_argument("--version", action="version", version=f"tuilaunch {__version__}")
     return parser
 
@@ -409,6 +474,13 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
         ns = slurm_plan.apply(ns)
         ours["slurm_job"] = slurm_plan.job.job_id
         ours["slurm_notes"] = slurm_plan.notes
+    try:
+        ours["restart_storm"] = parse_storm(str(ours.get("restart_storm") or "3,10"))
+    except ValueError as e:
+        parser.error(f"--restart-storm: {e}" if "--restart-storm" not in str(e) else str(e))
+    bad = [n for n in _names(ours.get("preempt_signals") or "") if _signal(n) is None]
+    if bad:
+        parser.error(f"--preempt-signals: not a signal that can be handled: {', '.join(bad)}")
     try:
         ours["warm_import"] = warm_modules(ours.get("warm_import"), bool(ours.get("warm_start")))
     except UsageError as e:

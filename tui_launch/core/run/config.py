@@ -10,10 +10,13 @@ detection, no injection, worker output echoed).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import signal
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tui_launch.core.model.policy import PolicyConfig
 from tui_launch.core.run import inject
+from tui_launch.core.run.args import preempt_signals
 from tui_launch.core.run.inject import InjectSpec
 
 if TYPE_CHECKING:
@@ -45,6 +48,10 @@ class RunConfig:
             journal (0: only each attempt's last one); telemetry takes it from the options.
         slurm_job: the Slurm job the run belongs to (recorded with ``RunStarted``).
         notes: lines said when the run starts (how the Slurm allocation filled the options).
+        policy: ``--restart-policy`` and ``--restart-storm`` (:mod:`~.core.model.policy`).
+        exit_codes: ``--exit-codes``: ``tuilaunch`` (the table of
+            :mod:`~tui_launch.core.model.exitcodes`) or ``torchrun``.
+        preempt_signals: ``--preempt-signals``: a stop by one of these is a preemption.
     """
 
     echo: bool = True
@@ -61,6 +68,9 @@ class RunConfig:
     journal_samples: float = 10.0
     slurm_job: str | None = None
     notes: tuple[str, ...] = ()
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    exit_codes: str = "tuilaunch"
+    preempt_signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGUSR1)
 
     @classmethod
     def from_options(cls, opts: Options, *, mute_agent_console: bool = False) -> RunConfig:
@@ -81,6 +91,9 @@ class RunConfig:
             journal_samples=opts.journal_samples,
             slurm_job=opts.slurm_job,
             notes=opts.slurm_notes,
+            policy=PolicyConfig(opts.restart_policy, *opts.restart_storm),
+            exit_codes=opts.exit_codes,
+            preempt_signals=preempt_signals(opts.preempt_signals),
         )
 
     @property

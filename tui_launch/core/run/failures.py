@@ -14,9 +14,9 @@ import dataclasses
 import re
 import signal
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
-from tui_launch.core.model import diskspace, errors
+from tui_launch.core.model import diskspace, errors, failclass
 from tui_launch.core.model.events import (
     Connecting,
     Failure,
@@ -110,6 +110,41 @@ def collect_failures(
     return tuple(out)
 
 
+def classified(
+    failures: tuple[Failure, ...],
+    steps: Mapping[int, int | None],
+    returned: Callable[[int], bool],
+    oom_kill: Callable[[int], str | None],
+) -> tuple[Failure, ...]:
+    """The failures, each with its class (:mod:`~tui_launch.core.model.failclass`) and step.
+
+    Args:
+        failures: the attempt's failures.
+        steps: the training step each global rank was last seen at.
+        returned: whether the worker with this pid had its ``main`` return (the bootstrap's
+            marker).
+        oom_kill: where an OOM kill of this pid shows (None: nowhere), asked for SIGKILLs only.
+    """
+    out = []
+    for f in failures:
+        step = steps.get(f.global_rank)
+        oom = oom_kill(f.pid) if f.exit_code == -signal.SIGKILL and not f.caused_by else None
+        c = failclass.classify(
+            exit_code=f.exit_code,
+            message=f.message,
+            traceback=f.traceback,
+            stderr_tail=f.stderr_tail,
+            caused_by=f.caused_by,
+            collateral=f.collateral,
+            hung=f.hung,
+            step=step,
+            main_returned=returned(f.pid),
+            oom_kill=oom,
+        )
+        out.append(dataclasses.replace(f, failure_class=c.cls, failure_detail=c.detail, step=step))
+    return tuple(out)
+
+
 def _disk_full(stderr_path: str | None, code: int) -> str | None:
     """A rank that died with no word of why, its logs on a full file system: say that.
 
@@ -175,6 +210,27 @@ def run_outcome(
     )
 
 
+def error_class(
+    error: BaseException | None,
+    live: RendezvousSample | None,
+    nnodes: str,
+    connecting: Connecting | None = None,
+) -> str:
+    """The failure class of an error torch raised outside the workers ("" when none fits):
+    too few nodes within the join timeout is a node lost; a store never reached or lost is
+    a backend error. A spare of another run (the same ``--rdzv-id``) is neither: a mistake."""
+    if error is None or not isinstance(error, Exception):
+        return ""
+    if rendezvous_error(error, nnodes, live):
+        return failclass.NODE_LOST
+    lost = rendezvous.store_error(error, connecting, live)
+    if lost:
+        return "" if "already complete" in lost else failclass.BACKEND
+    if connect_error(error, connecting):
+        return failclass.BACKEND
+    return ""
+
+
 def failure_line(f: Failure) -> str:
     """The run's one-line outcome when ``f`` is its root cause."""
     if f.hung:
@@ -182,6 +238,8 @@ def failure_line(f: Failure) -> str:
     what = errors.describe_exit(f.exit_code)
     if f.message.startswith(NO_SPACE):
         what += f" ({f.message})"
+    if f.failure_class:
+        what += f"; {failclass.describe(f.failure_class, f.failure_detail)}"
     return f"rank {f.global_rank} (local {f.local_rank}, pid {f.pid}) failed: {what}"
 
 
@@ -254,6 +312,8 @@ def hang_failure(
         stacks=hang.second_path,
         hung=True,
         caused_by=f"no output for {hang.silence:.0f} s; --on-hang {hang.action}",
+        failure_class=failclass.HANG,
+        failure_detail=hang.verdict[:200],
     )
 
 

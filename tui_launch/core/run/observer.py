@@ -14,24 +14,30 @@ it takes are in the run's shared :class:`~tui_launch.core.run.state.RunState`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from tui_launch.core.model import errors
+from tui_launch.core.model import errors, failclass
 from tui_launch.core.model.events import (
     AttemptFailed,
     Connecting,
     ExitBarrier,
+    Failure,
     GroupState,
     HangDetected,
     Notice,
+    PolicyDecision,
+    WorkersSaved,
     WorkersStarted,
 )
-from tui_launch.core.model.store import Phase, RunStore
+from tui_launch.core.model.policy import AttemptRecord, RestartPolicy
+from tui_launch.core.model.store import Phase, RunStore, pick_root_cause
 from tui_launch.core.run import inject, reports
-from tui_launch.core.run.failures import collect_failures, hang_failures, with_peers
+from tui_launch.core.run.failures import classified, collect_failures, hang_failures, with_peers
 from tui_launch.core.run.membership import Membership, elastic, failed_here
 from tui_launch.core.run.rundir import RunFiles
 from tui_launch.core.run.shutdown import Stopper
@@ -41,6 +47,8 @@ from tui_launch.core.seam import agent, rendezvous
 from tui_launch.core.seam.agent import RunResult, TorchAgent, WorkerGroup, WorkerSpec
 from tui_launch.core.seam.logspecs import CapturingLogsSpecs
 from tui_launch.core.telemetry import RankTarget, Telemetry
+from tui_launch.core.workers import shim
+from tui_launch.core.workers.oom import OomWatch
 from tui_launch.core.workers.reaper import Reaper
 from tui_launch.core.workers.table import RankTable
 from tui_launch.core.workers.warm import WarmPool
@@ -63,6 +71,9 @@ class Supervisor:
         stopper: the stop request's way out through torch.
         telemetry: the GPU/process sampler (None: none).
         warm: ``--warm-start``'s spare (None: cold starts).
+        policy: the restart policy (default: the smart one).
+        marks: the worker bootstrap's directory, where a worker whose main returned leaves
+            its marker (None: no bootstrap, no markers).
 
     Its own state (the pending cause, the failure count, the notes...) is the agent thread's:
     set up before that thread starts, then read and written only by it (the rendezvous sampler
@@ -85,6 +96,8 @@ class Supervisor:
         telemetry: Telemetry | None,
         warm: WarmPool | None,
         slurm_job: str | None = None,
+        policy: RestartPolicy | None = None,
+        marks: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._args = args
         self._store = store
@@ -99,6 +112,11 @@ class Supervisor:
         self._telemetry = telemetry
         self._warm = warm
         self._slurm_job = slurm_job
+        self._policy = policy or RestartPolicy()
+        self._marks = marks  # the bootstrap's directory: its main-returned markers
+        self._oom = OomWatch()
+        # Set when the policy ends the run because every rank's main returned: the outcome.
+        self.completed_in_teardown: str | None = None
         self._reaper: Reaper | None = None  # set by begin(): the run's containment
         self._connecting: Connecting | None = None
         self._agent: TorchAgent = None
@@ -118,6 +136,8 @@ class Supervisor:
         run connects to (its time is the launch's)."""
         self._reaper = reaper
         self._connecting = connecting
+        cgroup = reaper.cgroup if reaper is not None else None
+        self._oom = OomWatch(cgroup)
 
     @property
     def connecting(self) -> Connecting | None:
@@ -183,6 +203,7 @@ class Supervisor:
             world,
         )
         self._last_group_state = "HEALTHY"
+        self._oom.attempt_started()
         if self._reaper is not None:
             for pid in pids.values():
                 self._reaper.watch(pid)
@@ -268,8 +289,10 @@ class Supervisor:
             if peers is not None:
                 failures = with_peers(failures, peers)
             self._files.tailer.drain()
+            failures = self._classify(failures)
             self._store.post(AttemptFailed(attempt=self._ranks.attempt, failures=failures))
             self._pending_cause = "failure"
+            self._decide(agent_obj, failures, self._ranks.view().exits)
             # A rank of this node failed by itself: this node is alive and the failure is real.
             # Re-rendezvous at once (no lost-node wait): the other nodes, which only saw their
             # collectives break, see this node on the wait list and restart too.
@@ -290,8 +313,90 @@ class Supervisor:
         self._pending_cause = "failure"
         if hang.action == "stop":
             agent.spend_restarts(agent_obj)
+        else:
+            self._decide(agent_obj, failures, {})
         self._post_group_state("FAILED")
         return agent.failed({f.global_rank: (f.local_rank, f.pid) for f in failures})
+
+    def _classify(self, failures: tuple[Failure, ...]) -> tuple[Failure, ...]:
+        """Each failure's class, with the step its rank was at and the bootstrap's markers."""
+        marks = self._marks()
+        # A fresh progress sample: the lines just drained, not the last 1 Hz tick's.
+        with contextlib.suppress(Exception):
+            self._diagnosis.progress.tick()
+        progress = self._store.snapshot().progress
+        attempt = self._ranks.attempt
+        steps: dict[int, int | None] = {}
+        for f in failures:
+            r = progress.rank(f.global_rank, attempt) if progress is not None else None
+            steps[f.global_rank] = r.step if r is not None else None
+
+        def returned(pid: int) -> bool:
+            return marks is not None and os.path.exists(shim.returned_path(marks, pid))
+
+        return classified(failures, steps, returned, self._oom.since_start)
+
+    def _attempt_step(self, attempt: int) -> int | None:
+        progress = self._store.snapshot().progress
+        if progress is None:
+            return None
+        sample = progress.latest if progress.latest.attempt == attempt else None
+        sample = sample or progress.attempt(attempt)
+        return sample.steps_reached if sample is not None else None
+
+    def _decide(
+        self, agent_obj: TorchAgent, failures: tuple[Failure, ...], exits: Mapping[int, int]
+    ) -> None:
+        """The restart policy's decision for this attempt: a line in the log, an event, and
+        torch's budget spent when it says stop (torch then stops the workers its own way)."""
+        root = pick_root_cause(failures)
+        if root is None:
+            return
+        attempt = self._ranks.attempt
+        real = [f for f in failures if not f.collateral]
+        # Every rank of this node finished its work: it exited 0, or it failed after its main
+        # returned (a rank the agent killed before its main returned has not).
+        failed = {f.local_rank for f in failures}
+        all_returned = (
+            bool(real)
+            and all(f.failure_class == failclass.TEARDOWN for f in failures)
+            and all(lr in failed or code == 0 for lr, code in exits.items())
+            and set(self._ranks.view().pids) <= set(exits) | failed
+        )
+        cls = root.failure_class
+        if all_returned:
+            cls = failclass.TEARDOWN
+        rec = AttemptRecord(
+            attempt=attempt,
+            time=time.time(),
+            cls=cls,
+            signature=failclass.signature(root.message, root.traceback, root.stderr_tail),
+            step=self._attempt_step(attempt),
+            deliberate=bool(root.caused_by) and not root.hung,
+            all_returned=all_returned,
+            fail_step=root.step,
+        )
+        left = agent.remaining_restarts(self._agent if self._agent is not None else agent_obj)
+        decision = self._policy.decide(rec, left)
+        saved = left if decision.action == "stop" else 0
+        if decision.action == "stop":
+            agent.spend_restarts(agent_obj)
+            if decision.rule == "teardown":
+                who = ", ".join(str(f.global_rank) for f in real)
+                what = errors.describe_exit(real[0].exit_code) if real else ""
+                self.completed_in_teardown = (
+                    f"completed; rank {who} crashed in teardown ({what}) after its main returned"
+                )
+        self._store.post(
+            PolicyDecision(
+                attempt=attempt,
+                action=decision.action,
+                rule=decision.rule,
+                reason=decision.reason,
+                failure_class=cls,
+                saved=saved,
+            )
+        )
 
     def _membership_restart(self, agent_obj: TorchAgent, wg: WorkerGroup, lost: list[str]) -> None:
         self._membership.restart(agent_obj, wg, lost)
@@ -364,6 +469,20 @@ class Supervisor:
         self._poll_exits(agent_obj, by_agent=True)
         if attempt >= 0:
             self._files.tailer.close_attempt(attempt)
+
+    def note_saved(self) -> None:
+        """After a preemption: how long this node's workers took to exit (to save and go),
+        and whether every one made it before SIGKILL (a ``WorkersSaved``)."""
+        pre = self._store.snapshot().preempted
+        view = self._ranks.view()
+        if pre is None or not view.pids:
+            return
+        last = max(view.exit_times.values(), default=time.time())
+        codes = tuple(view.exits.get(lr, 0) for lr in sorted(view.pids))
+        in_time = all(lr in view.exits for lr in view.pids) and -9 not in codes
+        self._store.post(
+            WorkersSaved(seconds=max(0.0, last - pre.wall), in_time=in_time, exit_codes=codes)
+        )
 
     def on_exit_barrier(self, done: bool) -> None:
         """The agent waits for the other nodes to finish (or is done waiting)."""

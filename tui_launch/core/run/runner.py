@@ -46,13 +46,15 @@ from typing import Any
 from tui_launch.core.diagnosis.stacks import StackDump
 from tui_launch.core.logs.sinks import AgentLogCapture
 from tui_launch.core.logs.tail import Accepts, LineSink, PartialSink, RawSink
+from tui_launch.core.model import exitcodes, failclass
 from tui_launch.core.model.commands import Command, Outcome
 from tui_launch.core.model.events import LogMark, Notice, RunFinished
+from tui_launch.core.model.policy import RestartPolicy
 from tui_launch.core.model.store import RunStore
 from tui_launch.core.run import inject, reports
 from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.control import Control, ShimDir
-from tui_launch.core.run.failures import run_outcome
+from tui_launch.core.run.failures import error_class, run_outcome
 from tui_launch.core.run.faults import FaultExecutor
 from tui_launch.core.run.membership import Membership
 from tui_launch.core.run.observer import Supervisor
@@ -109,6 +111,7 @@ class Runner:
         self.telemetry = telemetry
         self.reaper: Reaper | None = None  # start() contains the run
         self.state = RunState()
+        self._error_class = ""  # the class of an error torch raised outside the workers
         self._thread: threading.Thread | None = None
 
         self.ranks = RankTable()
@@ -124,7 +127,9 @@ class Runner:
         )
         self.dumper = self.diagnosis.dumper  # the handle's dump_stacks and load_dump
         # The stop watchdog and a second stop end the run themselves: the runner's last steps.
-        self.stopper = Stopper(args, self.ranks, store.post, self.state, self._finish)
+        self.stopper = Stopper(
+            args, self.ranks, store.post, self.state, self._finish, config.preempt_signals
+        )
         # Late-bound: the fault executor (an Inject's scheduler) needs the control API too.
         self.control = Control(
             store.post,
@@ -157,6 +162,8 @@ class Runner:
             telemetry=telemetry,
             warm=warm,
             slurm_job=config.slurm_job,
+            policy=RestartPolicy(config.policy),
+            marks=lambda: self.shim.path,
         )
         for line in config.notes:
             self.supervisor.note(line)
@@ -257,6 +264,10 @@ class Runner:
             error = e
         finally:
             snap = self.store.snapshot()
+            with contextlib.suppress(Exception):
+                self._error_class = error_class(
+                    error, snap.rendezvous_live, self.args.nnodes, self.supervisor.connecting
+                )
             self._finish(
                 *run_outcome(
                     error,
@@ -280,9 +291,37 @@ class Runner:
             f"interfaces (torch's hostname check said no; --rdzv-conf is_host=0 overrides)"
         )
 
+    def _judge(self, outcome: str, code: int, message: str) -> tuple[str, int, str, str]:
+        """The run's end in the exit-code table: (outcome, exit code, message, class).
+
+        ``code`` is torchrun's; ``--exit-codes torchrun`` keeps it. A stop by a preemption
+        signal is ``preempted``; workers that all finished their work before one crashed in
+        teardown make the run ``succeeded``, saying so.
+        """
+        cls = ""
+        if outcome == "failed" and self.supervisor.completed_in_teardown:
+            outcome, message = "succeeded", self.supervisor.completed_in_teardown
+            cls = failclass.TEARDOWN
+        elif outcome == "stopped" and self.stopper.preempted:
+            outcome, cls = "preempted", failclass.PREEMPTED
+            message = f"preempted: {message}"
+        elif outcome == "failed":
+            root = self.store.snapshot().root_cause
+            cls = root.failure_class if root is not None else ""
+        elif outcome == "error" and code != 2:
+            # torch raised before or between attempts (a rendezvous that never completed, a
+            # store that could not be reached or was lost): the class _main found.
+            cls = self._error_class
+        elif outcome == "error":
+            outcome = "usage"
+        final = exitcodes.exit_code(outcome, cls, code, self.config.exit_codes)
+        return ("error" if outcome == "usage" else outcome), final, message, cls
+
     def _finish(self, outcome: str, code: int, message: str) -> None:
         # Two threads may finish at once (the agent thread and the stop watchdog or a second
         # stop): the first one through here finishes, the other returns at once.
+        torchrun_outcome = outcome
+        outcome, code, message, cls = self._judge(outcome, code, message)
         if not self.state.claim_finish(outcome, code, message):
             return
         # Every step runs, whatever the one before raised (a full disk makes the journal's
@@ -295,7 +334,13 @@ class Runner:
             ("injections", self.faults.close),
             ("warm start", self.warm.close if self.warm is not None else _nothing),
             ("orphans", self._sweep),  # after the spare: nothing it forked is left
-            ("finish", lambda: self.store.post(self._finished(outcome, code, message))),
+            ("saved", self.supervisor.note_saved),
+            (
+                "finish",
+                lambda: self.store.post(
+                    self._finished(outcome, code, message, cls, torchrun_outcome)
+                ),
+            ),
             ("sampler", self._sampler.stop),
             ("cluster", self.membership.stop),  # one last record: the outcome, for the others
             ("run directory", self.files.ensure_run_dir),
@@ -322,12 +367,21 @@ class Runner:
                 Notice("info", f"no orphans: killed {left} process(es) left by the workers")
             )
 
-    def _finished(self, outcome: str, code: int, message: str) -> RunFinished:
+    def _finished(
+        self, outcome: str, code: int, message: str, cls: str, torchrun_outcome: str
+    ) -> RunFinished:
         # The run's last event; a writer that lost events to a full disk says so on its line.
         lost = [w for w in (self.files.journal.error, self.files.agent_log.error) if w]
         if lost and outcome != "succeeded" and "no space left" not in message:
             message = f"{message}; {lost[0]}"
-        return RunFinished(outcome=outcome, exit_code=code, message=message)
+        kind = "usage" if outcome == "error" and torchrun_outcome == "error" and code == 2 else ""
+        return RunFinished(
+            outcome=outcome,
+            exit_code=code,
+            message=message,
+            failure_class=cls,
+            meaning=kind or exitcodes.meaning(outcome, cls),
+        )
 
     def _say(self, message: str) -> None:
         # The launcher's own trouble: a notice (the store never raises), and on stderr when

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tui_launch.core.model.events import Event, Shutdown
+from tui_launch.core.model.events import Event, Preempted, Shutdown
 from tui_launch.core.model.store import Phase
 from tui_launch.core.periodic import Periodic
 from tui_launch.core.run.state import RunState
@@ -36,6 +36,15 @@ def shutdown_timeout(args: argparse.Namespace) -> float:
         return 30.0
 
 
+RECEIVED = "tuilaunch received "
+
+
+def received(sig: signal.Signals) -> str:
+    """The reason of a stop asked for by a signal to the launcher (the only stop that can
+    be a preemption: a quit key or a control client is not)."""
+    return f"{RECEIVED}{sig.name}"
+
+
 def signal_exit_code(sig: int) -> int:
     """The conventional exit status of a process ended by ``sig`` (128 + number)."""
     return 128 + int(sig)
@@ -52,6 +61,8 @@ class Stopper:
             the stop up) and whether the run is over.
         finish: ends the run (``outcome, exit code, message``) when the agent cannot: the
             runner's last steps, which only the runner knows.
+        preempt: the signals that mean preemption (``--preempt-signals``): a stop by one of
+            them is announced as a :class:`Preempted` with the grace the workers have.
     """
 
     def __init__(
@@ -61,7 +72,10 @@ class Stopper:
         post: Callable[[Event], object],
         state: RunState,
         finish: Callable[[str, int, str], None],
+        preempt: tuple[signal.Signals, ...] = (),
     ) -> None:
+        self._preempt = preempt
+        self.preempted = False  # a preemption signal to the launcher asked for the stop
         self._args = args
         self._ranks = ranks
         self._post = post
@@ -83,6 +97,10 @@ class Stopper:
             self._finish("stopped", signal_exit_code(self._state.stop_signal or sig), "killed")
             return
         self._post(Shutdown(reason=reason, signal=sig.name))
+        if sig in self._preempt and reason.startswith(RECEIVED):
+            self.preempted = True
+            grace = shutdown_timeout(self._args)
+            self._post(Preempted(signal=sig.name, grace=grace, deadline=time.time() + grace))
         self._start_watchdog(sig)
 
     def check_stop(self) -> None:

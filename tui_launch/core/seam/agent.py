@@ -479,3 +479,8 @@ def silence_thread_warning() -> None:
             return THREAD_WARNING not in str(record.msg)
 
     logging.getLogger(_MP).addFilter(_Drop())
+
+
+def remaining_restarts(agent: TorchAgent) -> int:
+    """The restarts torch has left to spend (``--max-restarts`` minus those spent)."""
+    return int(getattr(agent, "_remaining_restarts", 0))

@@ -325,6 +325,11 @@ class Reaper:
         self._proc: subprocess.Popen[bytes] | None = self._spawn()
         threading.Thread(target=self._guard, name="tuilaunch-reaper", daemon=True).start()
 
+    @property
+    def cgroup(self) -> str | None:
+        """The run's cgroup directory (None: no cgroup, the token sweep)."""
+        return self._containment.cgroup if self._containment is not None else None
+
     def _spawn(self) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
             # The argument after the code names it in ps (and for tests): tuilaunch-reaper.

@@ -203,6 +203,26 @@ def install_faulthandler() -> int | None:
     return signum
 
 
+# ----------------------------------------------------------------- main returned (issue 26)
+# When the program's main returns (no exception), the bootstrap leaves an empty marker file,
+# ``DIR/returned.<pid>``: a rank that dies after it (a gloo/NCCL race in the interpreter's
+# teardown, an atexit handler) finished its work, and the launcher's restart policy does not
+# redo it. Nothing is written with no order directory (``-``).
+RETURNED_PREFIX = "returned."
+
+
+def returned_path(directory: str, pid: int) -> str:
+    """The marker a worker with ``pid`` leaves in ``directory`` once its main returned."""
+    return os.path.join(directory, f"{RETURNED_PREFIX}{pid}")
+
+
+def _mark_returned(directory: str) -> None:
+    if directory == NO_ORDERS:
+        return
+    with contextlib.suppress(OSError), open(returned_path(directory, os.getpid()), "w"):
+        pass
+
+
 def run_path_entry(directory: str, training_script: str, *training_script_args: str) -> None:
     """``--run-path`` workers: install the handlers, then torch's own ``run_script_path``."""
     from torch.distributed.run import run_script_path
@@ -210,17 +230,28 @@ def run_path_entry(directory: str, training_script: str, *training_script_args: 
     install_faulthandler()
     install(directory)
     run_script_path(training_script, *training_script_args)
+    _mark_returned(directory)
 
 
 def main(argv: list[str]) -> None:
     """``DIR script ARGS...``, ``DIR -m module ARGS...`` or ``DIR --run-path script ARGS...``:
     run it as ``python`` (or torchrun's ``--run-path``) would. ``DIR`` ``-``: no orders."""
-    import runpy
-
     directory, rest = argv[0], argv[1:]
     install_faulthandler()
     if directory != NO_ORDERS:
         install(directory)
+    try:
+        _run(rest)
+    except SystemExit as e:  # sys.exit(0) at the end of main is a return too
+        if e.code in (0, None):
+            _mark_returned(directory)
+        raise
+    _mark_returned(directory)
+
+
+def _run(rest: list[str]) -> None:
+    import runpy
+
     if rest and rest[0] == "--run-path":
         # As torchrun's --run-path worker: run_script_path under @record (torch's spawned
         # function is wrapped in record, so an uncaught error always writes the error file).

@@ -26,6 +26,7 @@ PHASE_STYLE = {
     "succeeded": ("succeeded", "bold green"),
     "failed": ("failed", "bold red"),
     "stopped": ("stopped", "bold yellow"),
+    "preempted": ("preempted", "bold yellow"),
     "error": ("error", "bold red"),
 }
 
@@ -61,9 +62,16 @@ def header(s: Snapshot, now: float) -> Text:
     """State, elapsed time and exit code first (a narrow terminal cuts the end), then the
     error of a run that failed before its workers, or the job: command, run id, endpoint."""
     label, style = phase_label(s)
+    preempted = s.preempted if s.finished is None else None
+    if preempted is not None:
+        label, style = "preempted", "bold yellow"
     run = s.run
     t = Text(no_wrap=True, overflow="ellipsis")
     t.append(f" {label.upper()} ", style=f"reverse {style}")
+    if preempted is not None:
+        # The scheduler is taking the node back: how long the workers have left to save.
+        left = max(0.0, preempted.mono + preempted.grace - now)
+        t.append(f" {left:.0f}s grace left", style=style)
     start = s.launched_mono if s.launched_mono is not None else s.started_mono
     elapsed = (s.finished.mono if s.finished else now) - (start if start is not None else now)
     t.append(f"  {clock(elapsed)}")
@@ -289,6 +297,7 @@ _NODE_STYLE = {
     "restarting": "yellow",
     "rendezvous": "yellow",
     "stopped": "yellow",
+    "preempted": "yellow",
     "succeeded": "green",
 }
 

@@ -43,6 +43,8 @@ from tui_launch.core.model.events.run import (
     NodeStatus,
     Notice,
     Participant,
+    PolicyDecision,
+    Preempted,
     RankExited,
     RendezvousCompleted,
     RendezvousSample,
@@ -53,6 +55,7 @@ from tui_launch.core.model.events.run import (
     Shutdown,
     StoreRetry,
     WorkerInfo,
+    WorkersSaved,
     WorkersStarted,
 )
 from tui_launch.core.model.events.telemetry import (
@@ -86,6 +89,8 @@ __all__ = [
     "NodeStatus",
     "Notice",
     "Participant",
+    "PolicyDecision",
+    "Preempted",
     "ProgressRecord",
     "ProgressSample",
     "RankExited",
@@ -107,6 +112,7 @@ __all__ = [
     "TelemetrySample",
     "TelemetryTotals",
     "WorkerInfo",
+    "WorkersSaved",
     "WorkersStarted",
     "from_dict",
     "register",

@@ -48,6 +48,12 @@ class Failure:
     stacks: str = ""
     peers: tuple[str, ...] = ()
     hung: bool = False  # the rank did not exit: a confirmed hang (--on-hang restart/stop)
+    # Its class (core/model/failclass.py: startup, exception, oom, signal, backend, hang,
+    # teardown, ...), a short detail (the exception's type, the OOM's source, the sender) and
+    # the training step the rank was last seen at (None: none seen).
+    failure_class: str = ""
+    failure_detail: str = ""
+    step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -230,6 +236,47 @@ class Restart(Event):
 
 
 @dataclass(frozen=True)
+class PolicyDecision(Event):
+    """The restart policy decided after a failed attempt (``core/model/policy.py``).
+
+    ``action`` is ``restart`` or ``stop``; ``rule`` names the rule that decided (``startup``,
+    ``same-failure``, ``storm``, ``teardown``, ``budget``, ``torchrun``...); ``saved`` is the
+    number of restarts of ``--max-restarts`` it did not spend (0 for a restart).
+    """
+
+    kind: ClassVar[str] = "policy_decision"
+    attempt: int
+    action: str
+    rule: str
+    reason: str
+    failure_class: str
+    saved: int = 0
+
+
+@dataclass(frozen=True)
+class Preempted(Event):
+    """The launcher was told it is being preempted (SIGTERM, or the scheduler's warning
+    signal): the workers got ``signal`` and have ``grace`` seconds (``--shutdown-timeout``)
+    before SIGKILL. ``deadline`` is that moment, on the wall clock."""
+
+    kind: ClassVar[str] = "preempted"
+    signal: str
+    grace: float
+    deadline: float
+
+
+@dataclass(frozen=True)
+class WorkersSaved(Event):
+    """After a preemption signal: how long this node's workers took to exit (to save and go),
+    and whether they all made it before SIGKILL."""
+
+    kind: ClassVar[str] = "workers_saved"
+    seconds: float
+    in_time: bool
+    exit_codes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class ControlAction(Event):
     """Someone acted on the run through the control API (a key, a signal, an injection)."""
 
@@ -296,6 +343,11 @@ class RunFinished(Event):
     outcome: str
     exit_code: int
     message: str
+    # The class of the failure that ended it ("" on success), and what the exit code means
+    # in the exit-code table (docs/restart-policy.md): success, program, infrastructure,
+    # preempted, usage, stopped.
+    failure_class: str = ""
+    meaning: str = ""
 
 
 @dataclass(frozen=True)
@@ -377,6 +429,9 @@ class LogMark(Event):
 
 
 register(
+    PolicyDecision,
+    Preempted,
+    WorkersSaved,
     RunStarted,
     RendezvousStarted,
     RendezvousCompleted,

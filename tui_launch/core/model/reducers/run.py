@@ -13,6 +13,8 @@ from tui_launch.core.model.events import (
     GroupState,
     NodeChange,
     Notice,
+    PolicyDecision,
+    Preempted,
     RankExited,
     RendezvousCompleted,
     RendezvousSample,
@@ -22,6 +24,7 @@ from tui_launch.core.model.events import (
     RunStarted,
     Shutdown,
     StoreRetry,
+    WorkersSaved,
     WorkersStarted,
 )
 from tui_launch.core.model.reducers.base import reduces
@@ -237,3 +240,18 @@ def _run_finished(s: Snapshot, e: RunFinished) -> Snapshot:
     if closed is not None and closed.state == "waiting":
         closed = replace(closed, state="closed")
     return replace(s, finished=e, phase=e.outcome, attempts=attempts, rendezvous=closed)
+
+
+@reduces(PolicyDecision)
+def _policy(s: Snapshot, e: PolicyDecision) -> Snapshot:
+    return replace(s, decisions=(*s.decisions, e))
+
+
+@reduces(Preempted)
+def _preempted(s: Snapshot, e: Preempted) -> Snapshot:
+    return replace(s, preempted=e)
+
+
+@reduces(WorkersSaved)
+def _saved(s: Snapshot, e: WorkersSaved) -> Snapshot:
+    return replace(s, saved=e)

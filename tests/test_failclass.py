@@ -1,0 +1,200 @@
+"""Failure classes, the restart policy's rules and the exit-code table, as pure functions."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from tui_launch.core.model import exitcodes, failclass
+from tui_launch.core.model.policy import AttemptRecord, PolicyConfig, RestartPolicy, parse_storm
+
+
+def classify(**kw):
+    base = {"exit_code": 1, "message": "", "traceback": None, "stderr_tail": ()}
+    return failclass.classify(**{**base, **kw})
+
+
+TB = 'Traceback (most recent call last):\n  File "/x/train.py", line 3, in <module>\n'
+
+
+@pytest.mark.parametrize(
+    ("kw", "cls"),
+    [
+        ({"traceback": TB + "ModuleNotFoundError: No module named 'foo'"}, "startup"),
+        ({"traceback": TB + "SyntaxError: invalid syntax"}, "startup"),
+        (
+            {"stderr_tail": ("python: can't open file '/x/tarin.py': [Errno 2] No such file",)},
+            "startup",
+        ),
+        (
+            {"exit_code": 2, "stderr_tail": ("usage: t.py", "t.py: error: unrecognized x")},
+            "startup",
+        ),
+        ({"traceback": TB + "ImportError: cannot import name 'x'", "step": 40}, "exception"),
+        ({"traceback": TB + "ValueError: bad batch", "step": 3}, "exception"),
+        ({"traceback": TB + "torch.OutOfMemoryError: CUDA out of memory. Tried"}, "oom"),
+        ({"exit_code": -9, "oom_kill": "the run's cgroup (memory.events oom_kill +1)"}, "oom"),
+        ({"exit_code": -9, "oom_kill": "the kernel log: Killed process 42"}, "oom-outside"),
+        ({"exit_code": -9}, "signal"),
+        ({"exit_code": -15, "caused_by": "sent by tuilaunch (inject)"}, "signal"),
+        ({"exit_code": -11}, "crash"),
+        ({"traceback": TB + "torch.distributed.DistBackendError: NCCL error in: x"}, "backend"),
+        ({"stderr_tail": ("RuntimeError: Connection reset by peer",)}, "backend"),
+        ({"exit_code": -6, "main_returned": True}, "teardown"),
+        ({"exit_code": -15, "collateral": True}, "collateral"),
+        ({"hung": True, "exit_code": 0}, "hang"),
+    ],
+)
+def test_classify(kw, cls):
+    assert classify(**kw).cls == cls
+
+
+def test_exception_detail_names_type_and_step():
+    c = classify(traceback=TB + "ValueError: bad batch", step=7)
+    assert c.detail == "ValueError at step 7"
+
+
+def rec(attempt, cls="exception", sig="ValueError: x @ f", step=None, t=0.0, **kw):
+    return AttemptRecord(attempt=attempt, time=t, cls=cls, signature=sig, step=step, **kw)
+
+
+def test_startup_error_stops_at_once():
+    d = RestartPolicy().decide(rec(0, cls="startup"), 3)
+    assert (d.action, d.rule) == ("stop", "startup")
+
+
+def test_same_failure_at_same_step_stops_the_second_time():
+    p = RestartPolicy()
+    assert p.decide(rec(0, step=5, fail_step=3), 3).action == "restart"
+    d = p.decide(rec(1, step=5, fail_step=3), 2)
+    assert (d.action, d.rule) == ("stop", "same-failure")
+
+
+def test_same_failure_after_progress_restarts():
+    p = RestartPolicy()
+    p.decide(rec(0, fail_step=3), 3)
+    assert p.decide(rec(1, fail_step=9), 2).action == "restart"
+
+
+def test_storm_needs_steps_and_no_gain():
+    p = RestartPolicy(PolicyConfig(storm_failures=3, storm_minutes=10))
+    assert p.decide(rec(0, cls="signal", sig="a", step=4, t=0), 9).action == "restart"
+    assert p.decide(rec(1, cls="signal", sig="b", step=4, t=60), 8).action == "restart"
+    d = p.decide(rec(2, cls="signal", sig="c", step=3, t=120), 7)
+    assert (d.action, d.rule) == ("stop", "storm")
+    # Steps gained: no storm.
+    q = RestartPolicy()
+    for i, step in enumerate((4, 8, 12)):
+        assert q.decide(rec(i, cls="signal", sig=str(i), step=step, t=i), 9).action == "restart"
+    # No progress lines: no evidence, no storm.
+    r = RestartPolicy()
+    for i in range(5):
+        assert r.decide(rec(i, cls="signal", sig=str(i), t=i), 9).action == "restart"
+    # Outside the window: no storm.
+    w = RestartPolicy(PolicyConfig(storm_minutes=1))
+    for i in range(4):
+        d = w.decide(rec(i, cls="signal", sig=str(i), step=4, t=i * 120.0), 9)
+        assert d.action == "restart"
+
+
+def test_deliberate_failures_do_not_count():
+    p = RestartPolicy()
+    p.decide(rec(0, fail_step=3), 3)
+    assert p.decide(rec(1, fail_step=3, deliberate=True), 2).action == "restart"
+
+
+def test_teardown_on_every_rank_is_not_restarted():
+    d = RestartPolicy().decide(rec(0, cls="teardown", all_returned=True), 3)
+    assert (d.action, d.rule) == ("stop", "teardown")
+
+
+def test_torchrun_policy_restarts_until_the_budget_is_spent():
+    p = RestartPolicy(PolicyConfig(mode="torchrun"))
+    assert p.decide(rec(0, cls="startup"), 1).action == "restart"
+    assert p.decide(rec(1, cls="startup"), 0).rule == "budget"
+
+
+def test_parse_storm():
+    assert parse_storm("3,10") == (3, 10.0)
+    assert parse_storm("5") == (5, 10.0)
+    assert parse_storm("0")[0] == 0
+    for bad in ("1,10", "3,0", "x"):
+        with pytest.raises(ValueError):
+            parse_storm(bad)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "cls", "torchrun", "ours"),
+    [
+        ("succeeded", "", 0, 0),
+        ("succeeded", "teardown", 1, 0),
+        ("failed", "startup", 1, 1),
+        ("failed", "exception", 1, 1),
+        ("failed", "oom", 1, 1),
+        ("failed", "oom-outside", 1, 75),
+        ("failed", "signal", 1, 75),
+        ("failed", "backend", 1, 75),
+        ("failed", "hang", 1, 75),
+        ("error", "node-lost", 1, 75),
+        ("preempted", "preempted", 128 + signal.SIGUSR1, 143),
+        ("stopped", "", 130, 130),
+        ("usage", "", 2, 2),
+    ],
+)
+def test_exit_code_table(outcome, cls, torchrun, ours):
+    assert exitcodes.exit_code(outcome, cls, torchrun, "tuilaunch") == ours
+    assert exitcodes.exit_code(outcome, cls, torchrun, "torchrun") == torchrun
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--restart-storm", "1,5"], "N must be >= 2"),
+        (["--restart-storm", "x"], "--restart-storm"),
+        (["--preempt-signals", "SIGKILL"], "not a signal that can be handled: SIGKILL"),
+        (["--restart-policy", "maybe"], "invalid choice"),
+        (["--exit-codes", "posix"], "invalid choice"),
+    ],
+)
+def test_bad_policy_options_are_one_line_usage_errors(capsys, argv, words):
+    from tui_launch.core.run.args import parse
+
+    with pytest.raises(SystemExit) as e:
+        parse([*argv, "train.py"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+def test_policy_options_reach_the_run_configuration():
+    from tui_launch.core.run.args import parse
+    from tui_launch.core.run.config import RunConfig
+
+    _, opts = parse(
+        ["--restart-storm", "4,2.5", "--exit-codes", "torchrun", "--preempt-signals", "USR2",
+         "--restart-policy", "torchrun", "train.py"]
+    )  # fmt: skip
+    config = RunConfig.from_options(opts)
+    assert (config.policy.mode, config.policy.storm_failures) == ("torchrun", 4)
+    assert config.policy.storm_minutes == 2.5 and config.exit_codes == "torchrun"
+    assert config.preempt_signals == (signal.SIGUSR2,)
+    default = RunConfig.from_options(parse(["train.py"])[1])
+    assert default.preempt_signals == (signal.SIGTERM, signal.SIGUSR1)
+    assert default.policy.mode == "smart" and default.exit_codes == "tuilaunch"
+
+
+def test_header_shows_preempted_with_the_grace_left():
+    from rich.text import Text
+
+    from tui_launch.core.model.events import Preempted
+    from tui_launch.core.model.store import RunStore
+    from tui_launch.tui.panels.render import header
+
+    store = RunStore()
+    e = Preempted(signal="SIGUSR1", grace=30.0, deadline=0.0, mono=100.0, wall=0.0)
+    snap = store.post(e)
+    text = header(snap, now=108.2)
+    assert isinstance(text, Text)
+    assert text.plain.startswith(" PREEMPTED  22s grace left"), text.plain
+    assert "PREEMPTED  0s grace left" in header(snap, now=200.0).plain

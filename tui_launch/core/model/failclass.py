@@ -1,0 +1,191 @@
+"""Failure classes: what kind of failure a rank's end was, from the evidence alone.
+
+:func:`classify` is pure: it reads one :class:`~tui_launch.core.model.events.Failure` (its exit
+code, message, traceback and stderr tail, who sent its signal, whether it hung) plus what the
+run knows beside it (the step the rank had reached, whether its ``main`` had returned, whether
+the kernel's OOM killer was seen) and returns a class and a short detail. The restart policy
+(:mod:`tui_launch.core.model.policy`) decides from the class; the exit code a scheduler sees
+(:mod:`tui_launch.core.model.exitcodes`) comes from it; the summary, the journal and the
+metrics name it. See ``docs/restart-policy.md`` for the table.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+
+from tui_launch.core.model import errors
+
+# The classes, in the words the journal, the summary and the metrics use.
+STARTUP = "startup"  # before the first step: ImportError, SyntaxError, a missing file
+EXCEPTION = "exception"  # an exception (or an exit code) in the program
+CRASH = "crash"  # the program died of its own native fault (SIGSEGV, SIGABRT, ...)
+OOM = "oom"  # out of memory: the kernel's OOM killer, or CUDA's allocator
+SIGNAL = "signal"  # a signal from outside the program (the sender named when known)
+BACKEND = "backend"  # NCCL, gloo, the store: a collective or the store broke
+HANG = "hang"  # a confirmed hang (--on-hang restart|stop)
+NODE_LOST = "node-lost"  # another node went away
+PREEMPTED = "preempted"  # SIGTERM (or the scheduler's warning signal) to the launcher
+TEARDOWN = "teardown"  # main returned, then the process died on its way out
+COLLATERAL = "collateral"  # a peer the agent terminated because another rank failed
+# The detail of an OOM kill the job's own cgroup did not count: the node ran out, not the job.
+OOM_OUTSIDE = "oom-outside"
+
+CLASSES: tuple[str, ...] = (
+    STARTUP,
+    EXCEPTION,
+    CRASH,
+    OOM,
+    SIGNAL,
+    BACKEND,
+    HANG,
+    NODE_LOST,
+    PREEMPTED,
+    TEARDOWN,
+    COLLATERAL,
+    OOM_OUTSIDE,
+)
+
+# What a retry cannot fix (the program's own failures) and what it may (the infrastructure's).
+PROGRAM = frozenset({STARTUP, EXCEPTION, CRASH})
+INFRASTRUCTURE = frozenset({SIGNAL, BACKEND, HANG, NODE_LOST})
+
+_STARTUP_TYPES = re.compile(
+    r"^(?:[\w.]*\.)?(ImportError|ModuleNotFoundError|SyntaxError|IndentationError|TabError"
+    r"|FileNotFoundError)\b"
+)
+# What python itself prints for a script or a module it cannot find (no traceback).
+_NO_SCRIPT = re.compile(r"can't open file|^\S*python\S*: No module named ", re.M)
+_ARGPARSE = re.compile(r"(^|\s)error: ")
+_CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", re.I)
+_HOST_OOM = re.compile(r"^(?:[\w.]*\.)?MemoryError\b")
+_BACKEND = re.compile(
+    r"\bNCCL\b|ProcessGroupNCCL|ProcessGroupGloo|\bgloo\b|DistBackendError|DistStoreError"
+    r"|DistNetworkError|TCPStore|c10d",
+    re.I,
+)
+_EXC_TYPE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Warning))\b")
+_OWN_SIGNALS = {
+    signal.SIGSEGV,
+    signal.SIGABRT,
+    signal.SIGBUS,
+    signal.SIGFPE,
+    signal.SIGILL,
+    signal.SIGTRAP,
+}
+
+
+@dataclass(frozen=True)
+class Classified:
+    """A failure's class, a short detail (the exception type, the OOM's source, the sender)."""
+
+    cls: str
+    detail: str = ""
+
+
+def exception_type(line: str) -> str:
+    """The exception's name at the start of ``line`` (``ValueError: x`` -> ``ValueError``)."""
+    m = _EXC_TYPE.match(line.strip())
+    return m.group(1).rsplit(".", 1)[-1] if m else ""
+
+
+def _last_line(message: str, traceback: str | None, tail: tuple[str, ...]) -> str:
+    if traceback:
+        last = errors.last_error_line(traceback.splitlines())
+        if last:
+            return last
+    return errors.last_error_line(tail) or message
+
+
+def classify(
+    *,
+    exit_code: int,
+    message: str,
+    traceback: str | None,
+    stderr_tail: tuple[str, ...],
+    caused_by: str | None = None,
+    collateral: bool = False,
+    hung: bool = False,
+    step: int | None = None,
+    main_returned: bool = False,
+    oom_kill: str | None = None,
+) -> Classified:
+    """The class of one rank's failure.
+
+    Args:
+        exit_code: the rank's exit code (negative: the signal it died of).
+        message, traceback, stderr_tail: the evidence (``@record`` file, else stderr).
+        caused_by: who sent the rank's signal, when tuilaunch knows (its own injections and
+            controls).
+        collateral: the agent terminated the rank after another one failed.
+        hung: a confirmed hang, not an exit.
+        step: the last training step the rank was seen at (None: none seen, or no progress
+            lines).
+        main_returned: the worker bootstrap saw the program's ``main`` return.
+        oom_kill: where the kernel's OOM killer was seen for this attempt ("the run's cgroup
+            (memory.events)", "the kernel log"), None when it was not.
+    """
+    if hung:
+        return Classified(HANG)
+    if main_returned:
+        what = errors.describe_exit(exit_code)
+        return Classified(TEARDOWN, f"after main returned: {what}")
+    if collateral:
+        return Classified(COLLATERAL)
+    last = _last_line(message, traceback, stderr_tail)
+    text = "\n".join([message, traceback or "", *stderr_tail])
+    etype = exception_type(last)
+    sig = -exit_code if exit_code < 0 else None
+    if _CUDA_OOM.search(text):
+        return Classified(OOM, "CUDA out of memory")
+    if sig == signal.SIGKILL and oom_kill:
+        # Counted by the run's own cgroup: the job outgrew its limit (a retry will not fix
+        # it); seen only in the kernel log: the node ran out, outside the job.
+        cls = OOM if "cgroup" in oom_kill else OOM_OUTSIDE
+        return Classified(cls, f"killed by the kernel's OOM killer ({oom_kill})")
+    if _HOST_OOM.match(last):
+        return Classified(OOM, "MemoryError (host memory)")
+    if sig is not None and caused_by:
+        return Classified(SIGNAL, f"{errors.signal_name(exit_code)} {caused_by}")
+    if sig is not None and sig not in _OWN_SIGNALS:
+        return Classified(SIGNAL, f"{errors.signal_name(exit_code)} from outside (sender unknown)")
+    if errors.peer_failure(message, traceback, *stderr_tail) or _BACKEND.search(last):
+        return Classified(BACKEND, last[:200])
+    if step is None and (_STARTUP_TYPES.match(last) or _NO_SCRIPT.search(text)):
+        return Classified(STARTUP, last[:200])
+    if step is None and exit_code == 2 and _ARGPARSE.search(last):
+        return Classified(STARTUP, f"bad arguments: {last[:200]}")
+    if sig is not None:
+        return Classified(CRASH, errors.signal_name(exit_code) or "")
+    where = f" at step {step}" if step is not None else ""
+    return Classified(EXCEPTION, f"{etype or errors.describe_exit(exit_code)}{where}")
+
+
+def signature(message: str, traceback: str | None, stderr_tail: tuple[str, ...]) -> str:
+    """What makes two failures "the same exception": its last line and where it was raised
+    (the innermost frame), without pids, addresses or times that differ between attempts."""
+    last = _last_line(message, traceback, stderr_tail)
+    lines = (traceback.splitlines() if traceback else []) + list(stderr_tail)
+    frames = [ln.strip() for ln in lines if ln.strip().startswith('File "')]
+    where = frames[-1] if frames else ""
+    return re.sub(r"0x[0-9a-f]+|\b\d{3,}\b", "#", f"{last} @ {where}")
+
+
+def describe(cls: str, detail: str) -> str:
+    """A failure class in words, for the summary and the log line."""
+    words = {
+        STARTUP: "startup error",
+        EXCEPTION: "exception in the program",
+        CRASH: "native crash",
+        OOM: "out of memory",
+        OOM_OUTSIDE: "out of memory on the node (outside the job)",
+        SIGNAL: "signal from outside",
+        BACKEND: "backend error",
+        HANG: "hang",
+        NODE_LOST: "node lost",
+        PREEMPTED: "preempted",
+        TEARDOWN: "crash after the program finished",
+        COLLATERAL: "terminated by the agent",
+    }.get(cls, cls)
+    return f"{words} ({detail})" if detail else words
