@@ -41,6 +41,8 @@ class RunConfig:
             a real-time signal, and dump through it instead of py-spy.
         stack_samples: seconds between two stack samples of every rank, for the straggler
             inference (0: off).
+        flight_recorder: ``--flight-recorder``: arm torch's Flight Recorder in the workers and
+            collect it (and every thread's stack) through the bootstrap's responder.
     """
 
     echo: bool = True
@@ -54,6 +56,7 @@ class RunConfig:
     dump_on_failure: bool = True
     dump_via_faulthandler: bool = False
     stack_samples: float = 5.0
+    flight_recorder: bool = False
 
     @classmethod
     def from_options(cls, opts: Options, *, mute_agent_console: bool = False) -> RunConfig:
@@ -71,10 +74,16 @@ class RunConfig:
             dump_on_failure=not opts.no_dump_on_failure,
             dump_via_faulthandler=opts.dump_via_faulthandler,
             stack_samples=opts.stack_samples,
+            flight_recorder=opts.flight_recorder,
         )
 
     @property
     def bootstrap(self) -> bool:
         """Whether Python workers start through tuilaunch's bootstrap (``--inject-ready``,
-        ``--dump-via-faulthandler``, or an ``exit``/``exception`` spec)."""
-        return self.inject_ready or self.dump_via_faulthandler or inject.needs_shim(self.inject)
+        ``--dump-via-faulthandler``, ``--flight-recorder``, or an ``exit``/``exception`` spec)."""
+        return (
+            self.inject_ready
+            or self.dump_via_faulthandler
+            or self.flight_recorder
+            or inject.needs_shim(self.inject)
+        )

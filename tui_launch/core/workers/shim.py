@@ -26,6 +26,10 @@ Stack dumps without ptrace (``--dump-via-faulthandler``): when ``TUILAUNCH_FAULT
 ``faulthandler`` on it, for every thread and without chaining. That signal then makes the rank
 print every thread's stack to its stderr and carry on, even while the main thread holds the GIL
 in native code; :mod:`tui_launch.core.diagnosis.stacks` cuts the dump out of the rank's stderr log.
+
+The responder (``--flight-recorder``): when ``TUILAUNCH_RESPONDER_DIR`` names a directory, the
+bootstrap starts :func:`tui_launch.core.seam.flightrec.serve` before the program, a daemon thread
+that answers on ``<dir>/<RANK>.sock`` with the rank's Flight Recorder and every thread's stack.
 """
 
 from __future__ import annotations
@@ -203,11 +207,31 @@ def install_faulthandler() -> int | None:
     return signum
 
 
+RESPONDER_ENV = "TUILAUNCH_RESPONDER_DIR"
+
+
+def start_responder() -> None:
+    """Start the Flight Recorder responder when the launcher asked for one.
+
+    Imported by name: the responder reads torch's private Flight Recorder dump, which only the
+    seam may name, and the seam sits above this package in the launcher's layers; in the
+    worker process the bootstrap is the entry point and nothing else of tuilaunch runs.
+    """
+    directory = os.environ.get(RESPONDER_ENV, "")
+    if not directory:
+        return
+    import importlib
+
+    responder = importlib.import_module("tui_launch.core.seam.flightrec")
+    responder.serve(directory, os.environ.get("RANK", str(os.getpid())))
+
+
 def run_path_entry(directory: str, training_script: str, *training_script_args: str) -> None:
     """``--run-path`` workers: install the handlers, then torch's own ``run_script_path``."""
     from torch.distributed.run import run_script_path
 
     install_faulthandler()
+    start_responder()
     install(directory)
     run_script_path(training_script, *training_script_args)
 
@@ -219,6 +243,7 @@ def main(argv: list[str]) -> None:
 
     directory, rest = argv[0], argv[1:]
     install_faulthandler()
+    start_responder()
     if directory != NO_ORDERS:
         install(directory)
     if rest and rest[0] == "--run-path":
