@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from tui_launch.core.model.events import (
     ClusterSample,
+    CollectiveSample,
+    CollectiveVerdictFound,
     Connecting,
     ControlAction,
     Failure,
@@ -139,6 +141,10 @@ class Snapshot:
     job_stacks: tuple[JobStacks, ...] = ()  # job-wide dumps (every node's ranks), oldest first
     progress: ProgressView | None = None
     straggler: Straggler | None = None  # the inferred straggler (global_rank None: none now)
+    # Each rank's newest collective (--flight-recorder polls), and the latest collective-level
+    # verdict of a dump.
+    collectives: CollectiveSample | None = None
+    collective_verdict: CollectiveVerdictFound | None = None
 
     @property
     def restarts_used(self) -> int:

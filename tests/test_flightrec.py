@@ -1,0 +1,209 @@
+"""The Flight Recorder, armed and collected through the bootstrap's responder (issue 25).
+
+The pure part (torch's record to a :class:`RankRecord`, the collective-level verdict) on
+records shaped as torch 2.13 dumps them; the real part on real gloo workers through the real
+``tuilaunch --flight-recorder``: a rank that never issued the collective, ranks that disagree,
+the records saved beside the stacks, ``TORCH_FR_BUFFER_SIZE=0`` turning it off, and the
+responder answering while the main thread waits in C++.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import PY, journal_path, read_journal, wait_for
+
+from tui_launch.core.diagnosis.records import gather, parse_record
+from tui_launch.core.diagnosis.stacks.collective import collective_verdict, size_text
+from tui_launch.core.seam import flightrec
+
+PROGRAMS = Path(__file__).parent / "programs"
+DDP_LOOP = str(PROGRAMS / "ddp_loop.py")
+MISMATCH = str(PROGRAMS / "mismatch.py")
+TIMEOUT = 4.0
+
+
+def _entry(seq: int, op: str, numel: int, out: int | None = None) -> dict:
+    return {
+        "collective_seq_id": seq,
+        "profiling_name": f"gloo:{op}",
+        "pg_id": 0,
+        "is_p2p": False,
+        "input_sizes": [[numel]],
+        "input_dtypes": ["Float"],
+        "output_sizes": [[out or numel]],
+        "output_dtypes": ["Float"],
+        "state": "scheduled",
+    }
+
+
+def _fr(*entries: dict) -> dict:
+    last = max(e["collective_seq_id"] for e in entries)
+    status = {"0": {"last_enqueued_collective": str(last), "last_completed_collective": "-1"}}
+    return {"entries": list(entries), "pg_status": status, "version": "2.10"}
+
+
+def test_record_parsed_with_sizes_and_sequence():
+    rec = parse_record(
+        3, _fr(_entry(1, "all_reduce", 1024), _entry(2, "all_gather", 256, 1024)), None
+    )
+    assert rec.last is not None and rec.last.seq == 2 and rec.last.op == "all_gather"
+    assert rec.last.in_bytes == 1024 and rec.last.out_bytes == 4096
+    assert rec.last_enqueued == 2
+    assert parse_record(0, None, "no process group yet").error == "no process group yet"
+
+
+def test_verdict_names_the_rank_that_never_issued_it():
+    recs = [
+        parse_record(0, _fr(_entry(40, "all_reduce", 10), _entry(41, "all_reduce", 10)), None),
+        parse_record(1, _fr(_entry(40, "all_reduce", 10)), None),
+        parse_record(2, _fr(_entry(41, "all_reduce", 10)), None),
+    ]
+    v = collective_verdict(recs, {1: "train.py:17 in wandered_off"}, {0, 2})
+    assert v is not None and v.odd == (1,) and v.kind == "behind"
+    assert v.text == (
+        "rank 1 never issued all_reduce #41 (it is in train.py:17 in wandered_off); "
+        "ranks 0, 2 wait for it"
+    )
+
+
+def test_verdict_says_where_ranks_disagree():
+    mb = 256 * 1024
+    recs = [parse_record(r, _fr(_entry(57, "all_reduce", mb)), None) for r in (0, 1, 3)]
+    recs.append(parse_record(2, _fr(_entry(57, "all_gather", mb, 4 * mb)), None))
+    v = collective_verdict(recs, {}, {0, 1, 2, 3})
+    assert v is not None and v.odd == (2,) and v.kind == "mismatch"
+    assert (
+        v.text
+        == "ranks disagree at #57: rank 2 called all_gather of 4 MB, the others all_reduce of 1 MB"
+    )
+
+
+def test_every_rank_at_one_collective_names_none():
+    recs = [parse_record(r, _fr(_entry(9, "all_reduce", 10)), None) for r in range(8)]
+    v = collective_verdict(recs, {}, set(range(8)))
+    assert v is not None and v.odd == () and v.kind == "same"
+    assert v.text == (
+        "all 8 ranks wait in all_reduce #9: not a rank out of step; "
+        "suspect the network, a GPU or NCCL"
+    )
+    assert collective_verdict(recs[:1], {}, ()) is None
+    assert size_text(3 << 20) == "3 MB"
+
+
+def test_user_setting_wins_and_zero_turns_it_off(tmp_path):
+    env = {"TORCH_FR_BUFFER_SIZE": "50"}
+    assert flightrec.arm(env, str(tmp_path), str(tmp_path))
+    assert env["TORCH_FR_BUFFER_SIZE"] == "50" and env[flightrec.SOCKET_ENV] == str(tmp_path)
+    assert env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"].startswith(str(tmp_path))
+    off = {"TORCH_FR_BUFFER_SIZE": "0"}
+    assert not flightrec.arm(off, str(tmp_path), str(tmp_path))
+    assert off == {"TORCH_FR_BUFFER_SIZE": "0"}
+    fresh: dict[str, str] = {}
+    assert flightrec.arm(fresh, str(tmp_path), None)
+    assert fresh["TORCH_FR_BUFFER_SIZE"] == flightrec.DEFAULT_BUFFER
+
+
+@pytest.mark.slow
+def test_responder_answers_while_the_main_thread_waits_in_cpp(tmp_path):
+    # Two plain processes through the bootstrap: rank 1 wanders off, rank 0 blocks in DDP's
+    # backward (the GIL released in C++), and still its responder answers.
+    env = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "WORLD_SIZE": "2",
+        flightrec.SOCKET_ENV: str(tmp_path),
+    }
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        env["MASTER_PORT"] = str(s.getsockname()[1])
+    procs = [
+        subprocess.Popen(
+            [PY, "-u", "-m", "tui_launch.core.workers.shim", "-", DDP_LOOP, "--wander-rank", "1",
+             "--seconds", "60", "--print-every", "1"],
+            env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        for r in range(2)
+    ]  # fmt: skip
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            wait_for(lambda p=p: "step 4" in p.stdout.readline(), 60, 0.0, "step 4")
+
+        def behind() -> bool:
+            ans = gather(str(tmp_path), [0, 1], "dump", 2.0)
+            a0, a1 = ans[0].record.last, ans[1].record.last
+            return bool(a0 and a1 and a0.seq > a1.seq)
+
+        wait_for(behind, 30, 0.5, "rank 0 ahead of rank 1 in the records")
+        ans = gather(str(tmp_path), [0, 1], "dump", 2.0)
+        main0 = next(t for t in ans[0].threads or () if t.main)
+        assert any(f.function == "_engine_run_backward" for f in main0.frames)
+        main1 = next(t for t in ans[1].threads or () if t.main)
+        assert main1.frames[0].function == "wandered_off"
+        assert oct(os.stat(tmp_path / "0.sock").st_mode & 0o777) == "0o600"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)
+
+
+def _hang(launch) -> dict:
+    events = read_journal(journal_path(launch.output))
+    (hang,) = [e for e in events if e["kind"] == "hang"]
+    assert hang["silence"] <= TIMEOUT + 30, hang
+    return hang
+
+
+def test_ddp_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
+    launch = tuilaunch(
+        *("--flight-recorder", "--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
+        *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
+        *(DDP_LOOP, "--wander-rank", "1", "--seconds", "100"),
+    )
+    assert launch.wait(150) == 1, launch.output[-3000:]
+    hang = _hang(launch)
+    assert hang["odd_ranks"] == [1], hang["verdict"]
+    assert hang["verdict"].startswith("rank 1 never issued all_reduce #"), hang["verdict"]
+    assert "wandered_off" in hang["verdict"] and "rank 0 waits for it" in hang["verdict"]
+    saved = Path(hang["second_path"])
+    data = json.loads((saved / "stacks.json").read_text())
+    assert sorted(r["global_rank"] for r in data["dump"]["records"]) == [0, 1]
+    fr0 = json.loads((saved / "flightrec" / "rank0.json").read_text())
+    assert any(e["profiling_name"] == "gloo:all_reduce" for e in fr0["entries"])
+    assert "hung: rank 1 never issued all_reduce" in launch.stderr
+
+
+def test_mismatch_named_by_op_and_size(tuilaunch, tmp_path):
+    launch = tuilaunch(
+        *("--flight-recorder", "--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
+        *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "3"),
+        *(MISMATCH, "--odd", "2", "--seconds", "100"),
+    )
+    assert launch.wait(150) == 1, launch.output[-3000:]
+    hang = _hang(launch)
+    assert hang["odd_ranks"] == [2], hang["verdict"]
+    assert hang["verdict"].startswith("ranks disagree at #"), hang["verdict"]
+    assert "rank 2 called all_gather of 3 MB" in hang["verdict"]
+    assert "all_reduce of 1 MB" in hang["verdict"]
+
+
+def test_recorder_off_falls_back_to_stacks(tuilaunch, tmp_path):
+    launch = tuilaunch(
+        *("--flight-recorder", "--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
+        *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
+        *(DDP_LOOP, "--wander-rank", "1", "--seconds", "100"),
+        env={**os.environ, "TORCH_FR_BUFFER_SIZE": "0"},
+    )
+    assert launch.wait(150) == 1, launch.output[-3000:]
+    hang = _hang(launch)
+    assert hang["odd_ranks"] == [1]
+    assert hang["verdict"].startswith("rank 1 is not in a collective"), hang["verdict"]
+    assert not (Path(hang["second_path"]) / "flightrec").exists()
