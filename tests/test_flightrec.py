@@ -126,24 +126,23 @@ def test_responder_answers_while_the_main_thread_waits_in_cpp(tmp_path):
     procs = [
         subprocess.Popen(
             [PY, "-u", "-m", "tui_launch.core.workers.shim", "-", DDP_LOOP, "--wander-rank", "1",
-             "--seconds", "60", "--print-every", "1"],
+             "--seconds", "180"],
             env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         for r in range(2)
     ]  # fmt: skip
     try:
-        for p in procs:
-            assert p.stdout is not None
-            wait_for(lambda p=p: "step 4" in p.stdout.readline(), 60, 0.0, "step 4")
 
         def behind() -> bool:
             ans = gather(str(tmp_path), [0, 1], "dump", 2.0)
             a0, a1 = ans[0].record.last, ans[1].record.last
             return bool(a0 and a1 and a0.seq > a1.seq)
 
-        wait_for(behind, 30, 0.5, "rank 0 ahead of rank 1 in the records")
+        # Importing torch on a loaded machine can take most of a minute.
+        wait_for(behind, 150, 0.5, "rank 0 ahead of rank 1 in the records")
         ans = gather(str(tmp_path), [0, 1], "dump", 2.0)
+        assert ans[0].record.last_completed < ans[0].record.last_enqueued  # still waiting
         main0 = next(t for t in ans[0].threads or () if t.main)
         assert any(f.function == "_engine_run_backward" for f in main0.frames)
         main1 = next(t for t in ans[1].threads or () if t.main)
@@ -207,3 +206,27 @@ def test_recorder_off_falls_back_to_stacks(tuilaunch, tmp_path):
     assert hang["odd_ranks"] == [1]
     assert hang["verdict"].startswith("rank 1 is not in a collective"), hang["verdict"]
     assert not (Path(hang["second_path"]) / "flightrec").exists()
+
+
+def test_killed_rank_leaves_a_survivor_dump_with_frames(tuilaunch, tmp_path):
+    # gloo raises in rank 0 within milliseconds of rank 1's death: the dump taken when the
+    # exit is seen finds it outside Python or gone, and the live poll's last answer stands in.
+    launch = tuilaunch(
+        *("--flight-recorder", "--log-dir", str(tmp_path)),
+        *("--inject", "kill:rank=1,after=40s", "--standalone", "--nproc-per-node", "2"),
+        *(DDP_LOOP, "--seconds", "150"),
+    )
+    assert launch.wait(200) == 1, launch.output[-3000:]
+    assert "rank 1 step 3" in launch.output, launch.output[-3000:]
+    events = read_journal(journal_path(launch.output))
+    dumps = [e for e in events if e["kind"] == "stacks_dumped" and e["reason"] == "before-kill"]
+    assert len(dumps) == 1, [e["kind"] for e in events]
+    data = json.loads((Path(dumps[0]["path"]) / "stacks.json").read_text())
+    (rank0,) = [r for r in data["dump"]["ranks"] if r["global_rank"] == 0]
+    main = next(t for t in rank0["process"]["threads"] if t["main"])
+    assert main["frames"], rank0
+    (failed,) = [e for e in events if e["kind"] == "attempt_failed"]
+    cause = next(f for f in failed["failures"] if not f["collateral"])
+    assert cause["global_rank"] == 1 and cause["peers"], cause
+    assert cause["peers"][0].startswith("rank 0: ") and "no Python frame" not in cause["peers"][0]
+    assert "ddp_loop.py" in cause["peers"][0] or "backward" in cause["peers"][0], cause["peers"]

@@ -73,7 +73,7 @@ def test_async_wait_in_own_code_is_a_wait(tuilaunch, tmp_path):
     hang = _hang(launch)
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert "wandered_off" in hang["verdict"], hang["verdict"]
-    assert "rank 0 waits in wait (async_sync.py" in hang["verdict"], hang["verdict"]
+    assert "rank 0 waits in work.wait() at async_sync.py:" in hang["verdict"], hang["verdict"]
     assert "in sync_point" in hang["verdict"]
     assert _cause(launch)["global_rank"] == 1
 

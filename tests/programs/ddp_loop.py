@@ -41,7 +41,7 @@ def training_step(
     opt.zero_grad()
     loss.backward()
     opt.step()
-    return float(loss)
+    return float(loss.item())
 
 
 def _watchdog(seconds: float) -> None:

@@ -31,6 +31,8 @@ from dataclasses import dataclass, replace
 from tui_launch.core.diagnosis.collectives import rank_collective
 from tui_launch.core.diagnosis.records import Answer, gather, responder_stack
 from tui_launch.core.diagnosis.stacks import (
+    ProcessStack,
+    RankStack,
     StackDump,
     Target,
     dump_ranks,
@@ -188,13 +190,15 @@ class Dumper:
         dump = self._dump(targets, reason, timeout, children)
         asker.join(2.5)
         got = dict(answers)
+        ages: dict[int, float] = {}
         recent = self.recent() if self.recent is not None else {}
         now = time.monotonic()
         for g, (at, old) in recent.items():
             a = got.get(g)
             if (a is None or a.raw is None) and now - at <= _RECENT:
                 got[g] = old  # the survivor as the last poll saw it
-        return with_records(dump, got), got
+                ages[g] = now - at
+        return with_records(dump, got, ages), got
 
     def peek(self, reason: str = "peek", timeout: float = 2.0) -> StackDump | None:
         """A quick dump of the live ranks that is neither kept nor announced (the hang watch
@@ -214,7 +218,47 @@ class Dumper:
         if self.targets():
             taken = self.take("before-kill", "before-kill", timeout=0.8, max_children=0)
         event = taken.event if taken is not None else None
+        if event is None:
+            # Every survivor already left (gloo raises in them within milliseconds of their
+            # peer's death): what the live poll last saw of them is the evidence there is.
+            event = self._from_recent(attempt)
         self._survivors = (attempt, event)
+        return event
+
+    def _from_recent(self, attempt: int) -> StacksDumped | None:
+        """A before-teardown dump made of the live poll's last answers of the ranks other than
+        the first to exit (None without them)."""
+        recent = self.recent() if self.recent is not None else {}
+        view = self._ranks.view()
+        if not recent or view.attempt != attempt:
+            return None
+        first = min(view.exit_times, key=lambda lr: view.exit_times[lr], default=None)
+        now = time.monotonic()
+        ranks = []
+        answers: dict[int, Answer] = {}
+        ages: dict[int, float] = {}
+        for local, pid in sorted(view.pids.items()):
+            g = view.global_ranks.get(local, local)
+            got = recent.get(g)
+            if local == first or got is None or now - got[0] > _RECENT:
+                continue
+            answers[g], ages[g] = got[1], now - got[0]
+            ranks.append(RankStack(local, g, ProcessStack(pid=pid, state="", method="none")))
+        if not ranks:
+            return None
+        with self._lock:
+            dump = StackDump("before-kill", time.time(), 0.0, tuple(ranks), method="responder")
+            dump = with_records(dump, answers, ages)
+            v = verdict(dump)
+            try:
+                saved = save(dump, self._run_dir(), v)
+                _save_records(saved.directory, answers)
+            except OSError:
+                return None
+            event = replace(dumped_event(dump, saved, attempt, v), source="before-kill")
+            self._kept[saved.directory] = dump
+            self._post(event)
+            self.last = Taken(dump, event)
         return event
 
     def dump_stacks(self, reason: str = "api", source: str = "api") -> StacksDumped | None:
@@ -233,14 +277,21 @@ class Dumper:
             return None
 
 
-def with_records(dump: StackDump, answers: dict[int, Answer]) -> StackDump:
+def with_records(
+    dump: StackDump, answers: dict[int, Answer], ages: dict[int, float] | None = None
+) -> StackDump:
     """``dump`` with the ranks' records, and the responder's stacks for a rank py-spy could not
-    read (its error kept when the responder did not answer either)."""
+    read or found outside Python (its error kept when the responder did not answer either);
+    ``ages``: seconds since an answer taken from the live poll rather than now."""
+    ages = ages or {}
     ranks = []
     for r in dump.ranks:
         a = answers.get(r.global_rank)
-        if a is not None and a.threads and not r.process.threads:
+        main = r.process.main_thread
+        if a is not None and a.threads and (main is None or not main.frames):
             proc = responder_stack(r.pid, a.threads, r.process.state)
+            if r.global_rank in ages:
+                proc = replace(proc, method=f"responder, {ages[r.global_rank]:.1f} s earlier")
             r = replace(r, process=proc)
         ranks.append(r)
     records = tuple(answers[g].record for g in sorted(answers))

@@ -45,7 +45,7 @@ _BACKWARD_FUNCTION = re.compile(r"^_engine_run_backward$|^run_backward$")
 # The program's own line that waits for an asynchronous collective or the GPU: ``Work.wait``,
 # ``torch.cuda.synchronize`` and ``Event.synchronize`` are native, so no Python frame of
 # torch's shows them and only the line itself says what the thread waits in.
-_WAIT_LINE = re.compile(r"\.wait\s*\(|\bsynchronize\s*\(|\bbarrier\s*\(")
+_CALL = re.compile(r"[\w.\[\]]*(?:\.wait|\bsynchronize|\bbarrier)\s*\([^()]*\)")
 # What a stopped process's state letter looks like (/proc/<pid>/stat: T stopped, t traced).
 _STOPPED = ("T", "t")
 BACKWARD = "backward (DDP's gradient all-reduce)"
@@ -135,11 +135,11 @@ def wait_of(thread: ThreadStack) -> str | None:
         if _BACKWARD_FILE.search(frame.file) and _BACKWARD_FUNCTION.search(_bare(frame.function)):
             return BACKWARD
     top = frames[0]
-    if not _is_library(top) and _WAIT_LINE.search(_source_line(top)):
-        text = _source_line(top)
-        return (
-            "synchronize" if "synchronize" in text else "barrier" if "barrier(" in text else "wait"
-        )
+    if not _is_library(top):
+        m = _CALL.search(_source_line(top))
+        if m is not None:
+            # Named by the call and where it is: "work.wait() at train.py:27 in sync_point".
+            return f"{m.group(0)} at {top.where}"
     return None
 
 
@@ -172,7 +172,12 @@ def place_of(rank: RankStack) -> RankPlace:
         # Another thread in a collective: DDP's reducer, a thread the program started.
         others = (t for t in proc.threads if t is not main)
         coll = next((c for c in (collective_of(t.frames) for t in others) if c), None)
-    where = f"{coll} ({user.where})" if coll else top.where
+    if coll is None:
+        where = top.where
+    elif " at " in coll:  # the program's own wait line already says where it is
+        where = coll
+    else:
+        where = f"{coll} ({user.where})"
     return RankPlace(rank.global_rank, rank.local_rank, proc.pid, top, coll, where)
 
 

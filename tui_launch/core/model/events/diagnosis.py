@@ -159,7 +159,9 @@ class JobRank:
     """Where one rank of the job was at a job-wide dump: ``node`` that ran it, ``place`` in
     words (as in :class:`StacksDumped`'s places), the collective it waits in (None: none),
     ``known`` False when no stack was taken, ``frames`` its innermost main-thread frames
-    (``file:line in function``, innermost first, a few at most)."""
+    (``file:line in function``, innermost first, a few at most); with ``--flight-recorder``
+    its newest collective from its Flight Recorder (``coll_op`` number ``coll_seq`` of
+    ``coll_bytes`` bytes; ``coll_seq`` -1: no record)."""
 
     node: str
     global_rank: int
@@ -169,6 +171,9 @@ class JobRank:
     collective: str | None = None
     known: bool = True
     frames: tuple[str, ...] = ()
+    coll_op: str = ""
+    coll_seq: int = -1
+    coll_bytes: int = 0
 
 
 @dataclass(frozen=True)
