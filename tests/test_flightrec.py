@@ -178,6 +178,11 @@ def test_ddp_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
     fr0 = json.loads((saved / "flightrec" / "rank0.json").read_text())
     assert any(e["profiling_name"] == "gloo:all_reduce" for e in fr0["entries"])
     assert "hung: rank 1 never issued all_reduce" in launch.stderr
+    events = read_journal(journal_path(launch.output))
+    found = [e for e in events if e["kind"] == "collective_verdict"]
+    assert found and found[-1]["verdict_kind"] == "behind" and found[-1]["odd_ranks"] == [1]
+    seqs = {r["global_rank"]: r["seq"] for r in found[-1]["ranks"]}
+    assert seqs[0] == seqs[1] + 1, seqs
 
 
 def test_mismatch_named_by_op_and_size(tuilaunch, tmp_path):

@@ -67,7 +67,7 @@ class CollectivePoller:
         self._since: dict[int, tuple[tuple[int, str, int], float]] = {}
         self._latest: dict[int, tuple[float, Answer]] = {}
         self._seen_attempt = -1
-        self._loop = Periodic("tuilaunch-collectives", interval, self.poll, first_delay=interval)
+        self._loop = Periodic("tuilaunch-collectives", interval, self._tick, first_delay=interval)
 
     @property
     def cpu_seconds(self) -> float:
@@ -86,6 +86,9 @@ class CollectivePoller:
         """Each rank's latest answer with its monotonic time (this attempt's)."""
         with self._lock:
             return dict(self._latest)
+
+    def _tick(self) -> None:
+        self.poll()  # the loop keeps its grid (a value returned would be the next delay)
 
     def poll(self) -> CollectiveSample | None:
         """One poll: ask every live rank, post and return the sample (None: nothing asked)."""

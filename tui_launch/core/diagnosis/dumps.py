@@ -56,6 +56,7 @@ from tui_launch.core.model.events import (
 from tui_launch.core.workers.table import RankTable, process_alive
 
 DEFAULT_TIMEOUT = 5.0
+BEFORE_KILL = "before-kill"
 # How old a polled answer may be to stand in for a rank that no longer answers (seconds).
 _RECENT = 10.0
 # Dumps kept in memory for the views (the files keep all of them).
@@ -183,7 +184,9 @@ class Dumper:
         answers: dict[int, Answer] = {}
 
         def ask() -> None:
-            answers.update(gather(directory, [g for _, g, _ in targets], "dump", 1.0))
+            # Never longer than the stacks: a rank that does not answer is stopped or leaving.
+            wait = min(1.0, timeout / 2)
+            answers.update(gather(directory, [g for _, g, _ in targets], "dump", wait))
 
         asker = threading.Thread(target=ask, name="tuilaunch-records", daemon=True)
         asker.start()
@@ -193,12 +196,13 @@ class Dumper:
         ages: dict[int, float] = {}
         recent = self.recent() if self.recent is not None else {}
         now = time.monotonic()
+        leaving = reason == BEFORE_KILL
         for g, (at, old) in recent.items():
             a = got.get(g)
             if (a is None or a.raw is None) and now - at <= _RECENT:
                 got[g] = old  # the survivor as the last poll saw it
                 ages[g] = now - at
-        return with_records(dump, got, ages), got
+        return with_records(dump, got, ages, prefer_recent=leaving), got
 
     def peek(self, reason: str = "peek", timeout: float = 2.0) -> StackDump | None:
         """A quick dump of the live ranks that is neither kept nor announced (the hang watch
@@ -278,17 +282,24 @@ class Dumper:
 
 
 def with_records(
-    dump: StackDump, answers: dict[int, Answer], ages: dict[int, float] | None = None
+    dump: StackDump,
+    answers: dict[int, Answer],
+    ages: dict[int, float] | None = None,
+    *,
+    prefer_recent: bool = False,
 ) -> StackDump:
     """``dump`` with the ranks' records, and the responder's stacks for a rank py-spy could not
     read or found outside Python (its error kept when the responder did not answer either);
-    ``ages``: seconds since an answer taken from the live poll rather than now."""
+    ``ages``: seconds since an answer taken from the live poll rather than now.
+    ``prefer_recent`` (before a teardown): a rank that no longer answers is leaving (gloo raised
+    in it, its interpreter is exiting), so the live poll's answer replaces its stack too."""
     ages = ages or {}
     ranks = []
     for r in dump.ranks:
         a = answers.get(r.global_rank)
         main = r.process.main_thread
-        if a is not None and a.threads and (main is None or not main.frames):
+        empty = main is None or not main.frames
+        if a is not None and a.threads and (empty or (prefer_recent and r.global_rank in ages)):
             proc = responder_stack(r.pid, a.threads, r.process.state)
             if r.global_rank in ages:
                 proc = replace(proc, method=f"responder, {ages[r.global_rank]:.1f} s earlier")
