@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -133,14 +134,25 @@ def bench_start(repeat: int) -> None:
         env = {**os.environ, "TUILAUNCH_RESPONDER_DIR": d, "RANK": "0"}
         a: list[float] = []
         b: list[float] = []
+        ca: list[float] = []
+        cb: list[float] = []
         for i in range(repeat):
             for which in (0, 1) if i % 2 == 0 else (1, 0):
+                r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t0 = time.perf_counter()
                 subprocess.run(plain if which == 0 else boot, check=True, env=env)
                 (a if which == 0 else b).append(time.perf_counter() - t0)
+                r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+                (ca if which == 0 else cb).append(cpu)
         pa, pb = statistics.median(a), statistics.median(b)
-        print(f"start: plain {pa * 1000:.1f} ms, bootstrap + responder {pb * 1000:.1f} ms")
-        print(f"start: the bootstrap adds {(pb - pa) * 1000:.1f} ms")
+        qa, qb = statistics.median(ca), statistics.median(cb)
+        print(f"start: plain {pa * 1000:.1f} ms, bootstrap + responder {pb * 1000:.1f} ms wall")
+        print(f"start: the bootstrap adds {(pb - pa) * 1000:.1f} ms wall")
+        print(
+            f"start: CPU plain {qa * 1000:.1f} ms, bootstrap {qb * 1000:.1f} ms "
+            f"(+{(qb - qa) * 1000:.1f} ms)"
+        )
 
 
 def main() -> None:

@@ -40,7 +40,6 @@ import json
 import os
 import signal
 import sys
-import sysconfig
 import threading
 from collections.abc import Callable
 from types import FrameType
@@ -96,6 +95,8 @@ def _on_signal(signum: int, frame: Any) -> None:
 
 def _library_dirs() -> tuple[str, ...]:
     """Directories whose code is not the program's: the standard library, torch, tuilaunch."""
+    import sysconfig  # only when an exception is injected: not on every worker's start
+
     paths = sysconfig.get_paths()
     dirs = {paths[k] for k in ("stdlib", "platstdlib") if k in paths}
     torch_file = getattr(sys.modules.get("torch"), "__file__", None)
