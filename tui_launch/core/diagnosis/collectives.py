@@ -97,7 +97,7 @@ class CollectivePoller:
         if not directory or not targets:
             return None
         attempt = self._attempt()
-        answers = gather(directory, [g for _, g, _ in targets], "dump", 0.5)
+        answers = gather(directory, [g for _, g, _ in targets], "poll", 0.5)
         now = time.monotonic()
         ranks = []
         with self._lock:

@@ -81,9 +81,22 @@ def fr_trace() -> tuple[dict[str, Any] | None, str | None]:
     try:
         if not dist.is_initialized():
             return None, "no process group yet"
-        from torch._C._distributed_c10d import _dump_fr_trace_json
+        from torch._C import _distributed_c10d as c10d
+        from torch._C._distributed_c10d import (  # type: ignore[attr-defined]
+            _dump_fr_trace_json,
+        )
 
-        return json.loads(_dump_fr_trace_json(True, True)), None
+        # Every entry, completed ones too: the newest sequence number is what the verdict reads.
+        data = json.loads(_dump_fr_trace_json(True, False))
+        # CUDA builds keep NCCL's collectives in a recorder of their own (absent from CPU
+        # wheels, so not in PRIVATE_NAMES: looked up, and merged when there).
+        nccl = getattr(c10d, "_dump_nccl_trace_json", None)
+        if nccl is not None:
+            more = json.loads(nccl(True, False))
+            data.setdefault("entries", []).extend(more.get("entries", ()))
+            for pg, status in more.get("pg_status", {}).items():
+                data.setdefault("pg_status", {}).setdefault(pg, status)
+        return data, None
     except ImportError:
         return None, "this torch has no Flight Recorder dump"
     except Exception as e:
@@ -117,13 +130,20 @@ def thread_stacks() -> list[dict[str, Any]]:
     return out
 
 
+# Entries a ``poll`` answer carries (the newest): the live view needs the last few, and a full
+# ring is about a megabyte of JSON.
+POLL_ENTRIES = 64
+
+
 def answer(what: str) -> dict[str, Any]:
-    """The answer to one request: ``dump`` (records and stacks) or ``poll`` (records only)."""
+    """The answer to one request, the rank's records and every thread's stack: ``dump`` with
+    every entry of the ring, ``poll`` with the newest :data:`POLL_ENTRIES`."""
     t0 = time.perf_counter()
     fr, why = fr_trace()
+    if fr is not None and what != "dump":
+        fr["entries"] = fr.get("entries", [])[-POLL_ENTRIES:]
     out: dict[str, Any] = {"pid": os.getpid(), "fr": fr, "fr_error": why}
-    if what == "dump":
-        out["threads"] = thread_stacks()
+    out["threads"] = thread_stacks()
     out["duration"] = time.perf_counter() - t0
     return out
 
