@@ -235,3 +235,43 @@ def test_killed_rank_leaves_a_survivor_dump_with_frames(tuilaunch, tmp_path):
     assert cause["global_rank"] == 1 and cause["peers"], cause
     assert cause["peers"][0].startswith("rank 0: ") and "no Python frame" not in cause["peers"][0]
     assert "ddp_loop.py" in cause["peers"][0] or "backward" in cause["peers"][0], cause["peers"]
+
+
+POLL_PROBE = """
+import json, os, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+from tui_launch.core.seam import flightrec
+t = torch.ones(4)
+out = []
+for _ in range(3):
+    dist.all_reduce(t)
+    out.append(flightrec.answer("poll")["fr"])
+out.append(flightrec.answer("poll")["fr"])  # no collective since: the entries are read
+out.append(flightrec.answer("dump")["fr"])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_poll_reads_the_ring_only_once_a_rank_stops_moving(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run(
+        [PY, "-c", POLL_PROBE % port],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TORCH_FR_BUFFER_SIZE": "100"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    polls = json.loads(done.stdout.strip().splitlines()[-1])
+    seqs = [int(p["pg_status"]["0"]["last_enqueued_collective"]) for p in polls]
+    assert seqs[1] == seqs[0] + 1 and seqs[2] == seqs[1] + 1 and seqs[3] == seqs[2]
+    assert [bool(p.get("entries")) for p in polls[:3]] == [False, False, False]
+    assert polls[3]["entries"][-1]["collective_seq_id"] == seqs[3]
+    rec = parse_record(0, polls[1], None)
+    assert rec.last is None and rec.last_enqueued == seqs[1] and rec.error is None
+    assert len(polls[4]["entries"]) == seqs[3]

@@ -34,7 +34,10 @@ VERDICT_AFTER = 10.0
 def rank_collective(record: RankRecord, waiting: float = 0.0) -> RankCollective:
     """A record's newest collective as the event's record."""
     last = record.last
-    if last is None:
+    if last is None or last.seq < record.last_enqueued:
+        # A poll of a rank that moves on carries only the sequence number (no entry, no op).
+        if record.last_enqueued >= 0:
+            return RankCollective(record.global_rank, seq=record.last_enqueued, waiting=waiting)
         return RankCollective(record.global_rank, error=record.error or "no collective yet")
     size = max(last.in_bytes, last.out_bytes)
     return RankCollective(record.global_rank, last.op, last.seq, last.pg, size, waiting)
@@ -64,7 +67,7 @@ class CollectivePoller:
         self._attempt = attempt
         self._directory = directory
         self._lock = threading.Lock()
-        self._since: dict[int, tuple[tuple[int, str, int], float]] = {}
+        self._since: dict[int, tuple[int, float]] = {}  # rank -> (sequence number, since)
         self._latest: dict[int, tuple[float, Answer]] = {}
         self._seen_attempt = -1
         self._loop = Periodic("tuilaunch-collectives", interval, self._tick, first_delay=interval)
@@ -107,16 +110,15 @@ class CollectivePoller:
                 self._seen_attempt = attempt
             for g in sorted(answers):
                 a = answers[g]
-                last = a.record.last
                 if a.raw is not None:
                     self._latest[g] = (now, a)
-                if last is None:
+                seq = a.record.last_enqueued
+                if seq < 0:
                     ranks.append(rank_collective(a.record))
                     continue
-                key = (last.seq, last.pg, len(a.record.collectives))
                 seen = self._since.get(g)
-                if seen is None or seen[0][:2] != key[:2]:
-                    self._since[g] = (key, now)
+                if seen is None or seen[0] != seq:
+                    self._since[g] = (seq, now)
                     seen = self._since[g]
                 ranks.append(rank_collective(a.record, now - seen[1]))
         text = ""

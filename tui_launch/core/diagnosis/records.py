@@ -91,7 +91,7 @@ def parse_record(global_rank: int, fr: dict[str, Any] | None, error: str | None)
         except (TypeError, ValueError):
             return -1
 
-    if not colls:
+    if not colls and num("last_enqueued_collective") < 0:
         return RankRecord(global_rank, error="no collective recorded")
     return RankRecord(
         global_rank,

@@ -73,30 +73,36 @@ def arm(env: MutableMapping[str, str], fr_dir: str, socket_dir: str | None) -> b
     return True
 
 
-def fr_trace() -> tuple[dict[str, Any] | None, str | None]:
-    """This process's Flight Recorder as data, or None and why not."""
+def _dump_json(collectives: bool) -> dict[str, Any]:
+    from torch._C import _distributed_c10d as c10d
+    from torch._C._distributed_c10d import (  # type: ignore[attr-defined]
+        _dump_fr_trace_json,
+    )
+
+    # Every entry, completed ones too: the newest sequence number is what the verdict reads.
+    data: dict[str, Any] = json.loads(_dump_fr_trace_json(collectives, False))
+    # CUDA builds keep NCCL's collectives in a recorder of their own (absent from CPU wheels,
+    # so not in PRIVATE_NAMES: looked up, and merged when there).
+    nccl = getattr(c10d, "_dump_nccl_trace_json", None)
+    if nccl is not None:
+        more = json.loads(nccl(collectives, False))
+        data.setdefault("entries", []).extend(more.get("entries", ()))
+        for pg, status in more.get("pg_status", {}).items():
+            data.setdefault("pg_status", {}).setdefault(pg, status)
+    return data
+
+
+def fr_trace(full: bool = True) -> tuple[dict[str, Any] | None, str | None]:
+    """This process's Flight Recorder as data, or None and why not. ``full`` False: only each
+    process group's status (last sequence numbers enqueued and completed), which costs
+    microseconds where the whole ring costs tens of milliseconds."""
     dist = sys.modules.get("torch.distributed")
     if dist is None:
         return None, "torch.distributed is not imported"
     try:
         if not dist.is_initialized():
             return None, "no process group yet"
-        from torch._C import _distributed_c10d as c10d
-        from torch._C._distributed_c10d import (  # type: ignore[attr-defined]
-            _dump_fr_trace_json,
-        )
-
-        # Every entry, completed ones too: the newest sequence number is what the verdict reads.
-        data = json.loads(_dump_fr_trace_json(True, False))
-        # CUDA builds keep NCCL's collectives in a recorder of their own (absent from CPU
-        # wheels, so not in PRIVATE_NAMES: looked up, and merged when there).
-        nccl = getattr(c10d, "_dump_nccl_trace_json", None)
-        if nccl is not None:
-            more = json.loads(nccl(True, False))
-            data.setdefault("entries", []).extend(more.get("entries", ()))
-            for pg, status in more.get("pg_status", {}).items():
-                data.setdefault("pg_status", {}).setdefault(pg, status)
-        return data, None
+        return _dump_json(full), None
     except ImportError:
         return None, "this torch has no Flight Recorder dump"
     except Exception as e:
@@ -133,15 +139,37 @@ def thread_stacks() -> list[dict[str, Any]]:
 # Entries a ``poll`` answer carries (the newest): the live view needs the last few, and a full
 # ring is about a megabyte of JSON.
 POLL_ENTRIES = 64
+# The poll's memory: the default group's last enqueued sequence number at the previous poll,
+# and the newest entries read for it (None: not read).
+_polled: dict[str, Any] = {"seq": None, "entries": None}
+
+
+def _seq(fr: dict[str, Any]) -> str | None:
+    return fr.get("pg_status", {}).get("0", {}).get("last_enqueued_collective")
 
 
 def answer(what: str) -> dict[str, Any]:
-    """The answer to one request, the rank's records and every thread's stack: ``dump`` with
-    every entry of the ring, ``poll`` with the newest :data:`POLL_ENTRIES`."""
+    """The answer to one request, the rank's records and every thread's stack.
+
+    ``dump``: every entry of the ring. ``poll`` (the live view, every couple of seconds): only
+    the groups' status while the rank moves on, so a poll costs microseconds; once the default
+    group's sequence number has not moved since the previous poll (the rank waits, or is
+    elsewhere), the newest :data:`POLL_ENTRIES` entries are read, once for that number.
+    """
     t0 = time.perf_counter()
-    fr, why = fr_trace()
-    if fr is not None and what != "dump":
-        fr["entries"] = fr.get("entries", [])[-POLL_ENTRIES:]
+    if what == "dump":
+        fr, why = fr_trace(full=True)
+    else:
+        fr, why = fr_trace(full=False)
+        if fr is not None:
+            seq = _seq(fr)
+            if seq != _polled["seq"]:
+                _polled["seq"], _polled["entries"] = seq, None
+            elif _polled["entries"] is None:
+                full, _ = fr_trace(full=True)
+                _polled["entries"] = (full or {}).get("entries", [])[-POLL_ENTRIES:]
+            if _polled["entries"] is not None:
+                fr["entries"] = _polled["entries"]
     out: dict[str, Any] = {"pid": os.getpid(), "fr": fr, "fr_error": why}
     out["threads"] = thread_stacks()
     out["duration"] = time.perf_counter() - t0

@@ -283,7 +283,7 @@ def collective_cell(global_rank: int, sample: CollectiveSample | None) -> Text:
         if rc.global_rank == global_rank:
             if rc.seq < 0:
                 return Text("-", style="dim")
-            text = f"{rc.op} #{rc.seq}"
+            text = f"{rc.op} #{rc.seq}" if rc.op else f"#{rc.seq}"
             if rc.waiting >= 1:
                 text += f" {ago(rc.waiting)}"
             return Text(text, style="yellow" if rc.waiting >= _LONG_WAIT else "")

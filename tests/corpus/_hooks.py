@@ -1,0 +1,50 @@
+"""The misbehaviour hooks every corpus program calls once per training step.
+
+Environment (read once, at import):
+
+* ``CORPUS_HANG_RANK=r CORPUS_HANG_STEP=k``: rank ``r`` enters :func:`wandered_off` at step
+  ``k`` and sleeps there forever, while the other ranks go on into the step's collective.
+* ``CORPUS_RAISE_RANK=r CORPUS_RAISE_STEP=k``: rank ``r`` raises ``RuntimeError`` at step ``k``.
+
+A step is the program's global optimizer step, counted from 0 (across epochs). ``RANK`` is the
+global rank torchrun (or tuilaunch) set; without it the program is rank 0.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+def _target(prefix: str) -> tuple[int, int] | None:
+    rank = os.environ.get(f"{prefix}_RANK")
+    step = os.environ.get(f"{prefix}_STEP")
+    if rank is None or step is None:
+        return None
+    return int(rank), int(step)
+
+
+_HANG = _target("CORPUS_HANG")
+_RAISE = _target("CORPUS_RAISE")
+RANK = int(os.environ.get("RANK", "0"))
+
+
+def wandered_off() -> None:
+    """Where a hung rank is: outside any collective, in the program's own code, forever."""
+    while True:
+        time.sleep(3600)
+
+
+def misbehave(step: int) -> None:
+    """Hang or raise on this rank at ``step`` when the environment asks for it."""
+    if _HANG is not None and (RANK, step) == _HANG:
+        print(f"[corpus] rank {RANK} wanders off at step {step}", flush=True)
+        wandered_off()
+    if _RAISE is not None and (RANK, step) == _RAISE:
+        raise RuntimeError(f"corpus: rank {RANK} raises at step {step} (CORPUS_RAISE_RANK/STEP)")
+
+
+def env_int(name: str, default: int) -> int:
+    """An integer sizing knob from the environment (``CORPUS_STEPS``, ``CORPUS_EPOCHS``)."""
+    value = os.environ.get(name)
+    return int(value) if value else default
