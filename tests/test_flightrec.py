@@ -165,9 +165,9 @@ def test_ddp_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
     launch = tuilaunch(
         *("--flight-recorder", "--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
         *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
-        *(DDP_LOOP, "--wander-rank", "1", "--seconds", "100"),
+        *(DDP_LOOP, "--wander-rank", "1", "--seconds", "200"),
     )
-    assert launch.wait(150) == 1, launch.output[-3000:]
+    assert launch.wait(260) == 1, launch.output[-3000:]
     hang = _hang(launch)
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert hang["verdict"].startswith("rank 1 never issued all_reduce #"), hang["verdict"]
@@ -189,9 +189,9 @@ def test_mismatch_named_by_op_and_size(tuilaunch, tmp_path):
     launch = tuilaunch(
         *("--flight-recorder", "--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
         *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "3"),
-        *(MISMATCH, "--odd", "2", "--seconds", "100"),
+        *(MISMATCH, "--odd", "2", "--seconds", "200"),
     )
-    assert launch.wait(150) == 1, launch.output[-3000:]
+    assert launch.wait(260) == 1, launch.output[-3000:]
     hang = _hang(launch)
     assert hang["odd_ranks"] == [2], hang["verdict"]
     assert hang["verdict"].startswith("ranks disagree at #"), hang["verdict"]
@@ -203,10 +203,10 @@ def test_recorder_off_falls_back_to_stacks(tuilaunch, tmp_path):
     launch = tuilaunch(
         *("--flight-recorder", "--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
         *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
-        *(DDP_LOOP, "--wander-rank", "1", "--seconds", "100"),
+        *(DDP_LOOP, "--wander-rank", "1", "--seconds", "200"),
         env={**os.environ, "TORCH_FR_BUFFER_SIZE": "0"},
     )
-    assert launch.wait(150) == 1, launch.output[-3000:]
+    assert launch.wait(260) == 1, launch.output[-3000:]
     hang = _hang(launch)
     assert hang["odd_ranks"] == [1]
     assert hang["verdict"].startswith("rank 1 is not in a collective"), hang["verdict"]

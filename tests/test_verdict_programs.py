@@ -41,12 +41,12 @@ def _hung_run(tuilaunch, tmp_path, nproc: int, *program: str):
         *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop", "--log-dir", str(tmp_path)),
         *("--standalone", "--nproc-per-node", str(nproc), *program),
     )
-    assert launch.wait(150) == 1, launch.output[-3000:]
+    assert launch.wait(260) == 1, launch.output[-3000:]
     return launch
 
 
 def test_ddp_loop_rank_in_its_own_code_is_named(tuilaunch, tmp_path):
-    launch = _hung_run(tuilaunch, tmp_path, 2, DDP_LOOP, "--wander-rank", "1", "--seconds", "100")
+    launch = _hung_run(tuilaunch, tmp_path, 2, DDP_LOOP, "--wander-rank", "1", "--seconds", "200")
     hang = _hang(launch)
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert "wandered_off" in hang["verdict"] and "rank 0 waits in backward" in hang["verdict"]
@@ -69,7 +69,7 @@ def test_ddp_loop_stopped_rank_is_named(tuilaunch, tmp_path):
 
 
 def test_async_wait_in_own_code_is_a_wait(tuilaunch, tmp_path):
-    launch = _hung_run(tuilaunch, tmp_path, 2, ASYNC, "--wander-rank", "1", "--seconds", "100")
+    launch = _hung_run(tuilaunch, tmp_path, 2, ASYNC, "--wander-rank", "1", "--seconds", "200")
     hang = _hang(launch)
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert "wandered_off" in hang["verdict"], hang["verdict"]
@@ -79,7 +79,7 @@ def test_async_wait_in_own_code_is_a_wait(tuilaunch, tmp_path):
 
 
 def test_mismatched_collectives_name_the_odd_rank(tuilaunch, tmp_path):
-    launch = _hung_run(tuilaunch, tmp_path, 3, MISMATCH, "--odd", "2", "--seconds", "100")
+    launch = _hung_run(tuilaunch, tmp_path, 3, MISMATCH, "--odd", "2", "--seconds", "200")
     hang = _hang(launch)
     assert hang["odd_ranks"] == [2], hang["verdict"]
     assert "all_gather" in hang["verdict"] and "all_reduce" in hang["verdict"]
@@ -90,9 +90,9 @@ def test_healthy_ddp_loop_gets_no_verdict(tuilaunch, tmp_path):
     launch = tuilaunch(
         *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop", "--log-dir", str(tmp_path)),
         *("--standalone", "--nproc-per-node", "2", DDP_LOOP, "--steps", "60"),
-        *("--seconds", "100"),
+        *("--seconds", "200"),
     )
-    assert launch.wait(150) == 0, launch.output[-3000:]
+    assert launch.wait(260) == 0, launch.output[-3000:]
     events = read_journal(journal_path(launch.output))
     assert not [e for e in events if e["kind"] == "hang"]
     assert "rank 1 step 59" in launch.stdout
