@@ -275,3 +275,23 @@ def test_poll_reads_the_ring_only_once_a_rank_stops_moving(tmp_path):
     rec = parse_record(0, polls[1], None)
     assert rec.last is None and rec.last_enqueued == seqs[1] and rec.error is None
     assert len(polls[4]["entries"]) == seqs[3]
+
+
+def test_the_group_where_ranks_part_is_judged():
+    # Sequence numbers count per process group: the default group agrees, group 1 does not.
+    def fr(rank_seq: int) -> dict:
+        data = _fr(_entry(9, "all_reduce", 10))
+        sub = _entry(rank_seq, "broadcast", 10)
+        sub["pg_id"] = 1
+        data["entries"].append(sub)
+        return data
+
+    recs = [parse_record(0, fr(5), None), parse_record(1, fr(4), None)]
+    v = collective_verdict(recs, {1: "x.py:3 in f"}, {0})
+    assert v is not None and v.odd == (1,)
+    assert v.text == (
+        "rank 1 never issued broadcast of process group 1 #5 (it is in x.py:3 in f); "
+        "rank 0 waits for it"
+    )
+    many = _fr(*(_entry(s, "all_reduce", 10) for s in range(1, 30)))
+    assert len(parse_record(0, many, None).collectives) == 8

@@ -83,6 +83,11 @@ def parse_record(global_rank: int, fr: dict[str, Any] | None, error: str | None)
             )
         )
     colls.sort(key=lambda c: (c.pg, c.seq))
+    # The newest entries of each process group (sequence numbers count per group).
+    groups: dict[str, list[Collective]] = {}
+    for c in colls:
+        groups.setdefault(c.pg, []).append(c)
+    colls = [c for pg in sorted(groups) for c in groups[pg][-KEPT:]]
     status = fr.get("pg_status", {}).get("0", {})
 
     def num(key: str) -> int:
@@ -95,7 +100,7 @@ def parse_record(global_rank: int, fr: dict[str, Any] | None, error: str | None)
         return RankRecord(global_rank, error="no collective recorded")
     return RankRecord(
         global_rank,
-        collectives=tuple(colls[-KEPT:]),
+        collectives=tuple(colls),
         last_enqueued=num("last_enqueued_collective"),
         last_completed=num("last_completed_collective"),
     )

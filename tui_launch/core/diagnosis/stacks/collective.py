@@ -41,8 +41,9 @@ def _size(c: Collective) -> int:
 @dataclass(frozen=True)
 class CollectiveVerdict:
     """The collective-level verdict: ``text`` in one line, the ranks it names (``odd``), and
-    ``kind``: ``behind`` (a rank never issued it), ``mismatch`` (ranks disagree), ``same``
-    (every rank at one collective: no culprit)."""
+    ``kind``: ``behind`` (a rank never issued it), ``mismatch`` (ranks disagree), ``left`` (every
+    record at one collective, but some ranks' stacks are elsewhere: they completed it and went
+    on), ``same`` (every rank at one collective: no culprit)."""
 
     text: str
     odd: tuple[int, ...]
@@ -52,19 +53,35 @@ class CollectiveVerdict:
 def collective_verdict(
     records: Iterable[RankRecord], places: dict[int, str], waiting: Iterable[int] | None = None
 ) -> CollectiveVerdict | None:
-    """Judge the ranks by their newest collective; ``places`` says where each rank's stack is
-    (``wandered_off (train.py:17)``), ``waiting`` the ranks whose stack waits (None: not known).
-    None when no two ranks have a record to compare."""
+    """Judge the ranks by their newest collective of each process group (sequence numbers
+    count per group): the first group where a rank is behind or the ranks disagree, else the
+    default group's verdict. ``places`` says where each rank's stack is (``wandered_off
+    (train.py:17)``), ``waiting`` the ranks whose stack waits (None: not known). None when no
+    two ranks have a record to compare."""
     recs = list(records)
-    have = [r for r in recs if r.last is not None]
-    if len(have) < 2:
+    pgs = sorted({c.pg for r in recs for c in r.collectives}, key=lambda pg: (pg != "0", pg))
+    found = [v for pg in pgs if (v := _judge_group(recs, pg, places, waiting)) is not None]
+    for kinds in (("behind", "mismatch"), ("left",)):
+        for v in found:
+            if v.kind in kinds:
+                return v
+    return found[0] if found else None
+
+
+def _judge_group(
+    recs: list[RankRecord], pg: str, places: dict[int, str], waiting: Iterable[int] | None
+) -> CollectiveVerdict | None:
+    """One process group's verdict (see :func:`collective_verdict`)."""
+    last = {r.global_rank: c for r in recs if (c := r.last_in(pg)) is not None}
+    if len(last) < 2:
         return None
-    last = {r.global_rank: r.last for r in have if r.last is not None}
     top = max(c.seq for c in last.values())
     behind = sorted(r for r, c in last.items() if c.seq < top)
     ahead = sorted(r for r, c in last.items() if c.seq == top)
     op = Counter(last[r].op for r in ahead).most_common(1)[0][0]
-    missing = sorted(r.global_rank for r in recs if r.last is None)
+    if pg != "0":
+        op += f" of process group {pg}"
+    missing = sorted(r.global_rank for r in recs if r.global_rank not in last)
     tail = f"; no record for {_ranks(missing)}" if missing else ""
     if behind:
         wheres = [(r, places.get(r)) for r in behind]
@@ -101,7 +118,7 @@ def collective_verdict(
         wait = "waits" if len(rest) == 1 else "wait"
         text = f"{_ranks(idle)} left {op} #{top} and did not come back ({where}); "
         text += f"{_ranks(rest)} {wait} in it" + tail
-        return CollectiveVerdict(text, tuple(idle), "behind")
+        return CollectiveVerdict(text, tuple(idle), "left")
     n = len(ahead)
     every = f"all {n} ranks wait" if n > 2 else "both ranks wait"
     text = (

@@ -128,6 +128,11 @@ class RankRecord:
         pool = default or list(self.collectives)
         return max(pool, key=lambda c: c.seq) if pool else None
 
+    def last_in(self, pg: str) -> Collective | None:
+        """The newest collective of process group ``pg``, or None."""
+        pool = [c for c in self.collectives if c.pg == pg]
+        return max(pool, key=lambda c: c.seq) if pool else None
+
 
 @dataclass(frozen=True)
 class StackDump:

@@ -267,7 +267,8 @@ class CollectiveVerdictFound(Event):
     """A dump with the ranks' Flight Recorder records judged them at the collective level
     (``--flight-recorder``): ``verdict`` in one line, ``verdict_kind`` ``behind`` (a rank never
     issued the collective the others wait in), ``mismatch`` (ranks disagree on it) or ``same``
-    (every rank at one collective: no culprit), ``odd_ranks`` the ranks it names, ``ranks``
+    (every rank at one collective: no culprit) or ``left`` (the stacks show some ranks went
+    on past it), ``odd_ranks`` the ranks it names, ``ranks``
     each rank's newest collective, ``path`` the dump's directory."""
 
     kind: ClassVar[str] = "collective_verdict"
