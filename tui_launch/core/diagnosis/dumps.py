@@ -185,7 +185,7 @@ class Dumper:
 
         def ask() -> None:
             # Never longer than the stacks: a rank that does not answer is stopped or leaving.
-            wait = min(1.0, timeout / 2)
+            wait = min(2.5, timeout / 2)
             answers.update(gather(directory, [g for _, g, _ in targets], "dump", wait))
 
         asker = threading.Thread(target=ask, name="tuilaunch-records", daemon=True)

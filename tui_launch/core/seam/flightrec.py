@@ -176,11 +176,38 @@ def answer(what: str) -> dict[str, Any]:
     return out
 
 
+def raw_dump_answer() -> bytes | None:
+    """A ``dump`` answer with torch's JSON spliced in as it is, never parsed here: a full ring
+    is about a megabyte, and parsing and writing it again would double the rank's cost. None
+    where this does not apply (no process group, a CUDA build whose NCCL recorder must be
+    merged): :func:`answer` then does it the slow way."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is None or not dist.is_initialized():
+            return None
+        from torch._C import _distributed_c10d as c10d
+        from torch._C._distributed_c10d import (  # type: ignore[attr-defined]
+            _dump_fr_trace_json,
+        )
+
+        if getattr(c10d, "_dump_nccl_trace_json", None) is not None:
+            return None
+        t0 = time.perf_counter()
+        raw = _dump_fr_trace_json(True, False)
+    except Exception:
+        return None
+    rest = {"pid": os.getpid(), "fr_error": None, "threads": thread_stacks()}
+    rest["duration"] = time.perf_counter() - t0
+    return b'{"fr":' + bytes(raw) + b"," + json.dumps(rest).encode()[1:]
+
+
 def _serve_one(conn: socket.socket) -> None:
     with conn:
         conn.settimeout(5.0)
         what = conn.recv(64).decode("ascii", "replace").strip() or "dump"
-        data = json.dumps(answer(what)).encode()
+        data = raw_dump_answer() if what == "dump" else None
+        if data is None:
+            data = json.dumps(answer(what)).encode()
         conn.sendall(data[:MAX_ANSWER])
 
 
