@@ -196,7 +196,7 @@ def raw_dump_answer() -> bytes | None:
         raw = _dump_fr_trace_json(True, False)
     except Exception:
         return None
-    rest = {"pid": os.getpid(), "fr_error": None, "threads": thread_stacks()}
+    rest: dict[str, Any] = {"pid": os.getpid(), "fr_error": None, "threads": thread_stacks()}
     rest["duration"] = time.perf_counter() - t0
     return b'{"fr":' + bytes(raw) + b"," + json.dumps(rest).encode()[1:]
 
