@@ -417,3 +417,35 @@ def test_bootstrap_keeps_argv_path_main_and_env(tuilaunch, tmp_path):
         "path0": str(WORKERS),
         "spec": "ticker",
     }
+
+
+def test_flight_recorder_bootstrap_differs_only_as_documented(tuilaunch, tmp_path):
+    # --flight-recorder starts workers through the bootstrap with the responder: argv,
+    # sys.path[0], __name__ and __spec__ are as without it; the environment differs by exactly
+    # the variables docs/differences.md lists (and so the bootstrap is not the default).
+    plain_data, plain_env = _dump(tuilaunch, tmp_path, "plain", [], [TICKER], None)
+    fr_data, fr_env = _dump(tuilaunch, tmp_path, "fr", ["--flight-recorder"], [TICKER], None)
+    assert fr_data == plain_data
+    added = set(fr_env) - set(plain_env)
+    assert added == {
+        "TORCH_FR_BUFFER_SIZE",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+        "TORCH_FR_DUMP_TEMP_FILE",
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+        "TUILAUNCH_RESPONDER_DIR",
+    }, added
+    assert {k: v for k, v in fr_env.items() if k not in added} == plain_env
+    # The rank's exit status and death by signal are the program's, as without it.
+    for mode, code in (("exit", 3), ("segv", -11)):
+        seen = []
+        for extra in ([], ["--flight-recorder"]):
+            launch = tuilaunch(
+                *("--log-dir", str(tmp_path / f"{mode}{len(seen)}"), "--standalone"),
+                *("--nproc-per-node", "1", *extra, str(WORKERS / "crash.py")),
+                *("--rank", "0", "--mode", mode, "--after", "0"),
+            )
+            assert launch.wait(120) == 1, launch.output[-2000:]
+            events = read_journal(journal_path(launch.output))
+            seen.append([e["exit_code"] for e in events if e["kind"] == "rank_exited"])
+        assert seen == [[code], [code]], (mode, seen)

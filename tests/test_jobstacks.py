@@ -301,3 +301,49 @@ def test_a_request_that_never_came_does_not_block_later_ones(tmp_path, monkeypat
     got = jobstacks.decode_answer(raw)
     assert got is not None and got[0].error == "no running worker" and got[1] == ()
     assert kv.get_many([pfx + "d/a/1/b:2"]) == [None]  # the hole is skipped, not answered
+
+
+def test_job_wide_collective_verdict_names_the_rank_on_the_other_node(launches, tmp_path):
+    """--flight-recorder on both nodes: rank 3 (the other node's) never issues the all-reduce
+    the others wait in, and the watching node's job-wide verdict says so from the records."""
+    port, run_id = free_port(), f"jf{uuid.uuid4().hex[:6]}"
+    base = [*c10d_args(port, run_id, "2"), *TWO, "--flight-recorder"]
+    script = [str(Path(__file__).parent / "programs" / "ddp_loop.py"), "--wander-rank", "3"]
+    script += ["--seconds", "150"]
+    watching_journal, other_journal = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    watching = _node(
+        launches, [*base, "--hang-timeout", "4", "--on-hang", "stop", *script], watching_journal
+    )
+    wait_hosting(watching, port)
+    other = _node(launches, [*base, "--hang-timeout", "0", *script], other_journal)
+    assert watching.wait(200) == 1, watching.output[-4000:]
+    *_, e = [x for x in _kind(watching_journal, "job_stacks") if x["reason"] == "hang-suspected"]
+    assert sorted(r["global_rank"] for r in e["ranks"]) == [0, 1, 2, 3], e
+    assert e["verdict"].startswith("rank 3 never issued all_reduce #"), e["verdict"]
+    assert "wandered_off" in e["verdict"] and e["odd_ranks"] == [3]
+    assert {r["global_rank"]: r["coll_seq"] >= 0 for r in e["ranks"]} == dict.fromkeys(
+        range(4), True
+    )
+    if other.proc.poll() is None:
+        os.kill(other.pid, signal.SIGTERM)
+    other.wait(60)
+
+
+def test_job_verdict_from_the_records_of_every_node() -> None:
+    from dataclasses import replace
+
+    from tui_launch.core.job.jobstacks import job_event
+
+    answers = _answers()
+    with_records = {}
+    for node, (info, ranks) in answers.items():
+        seqs = {0: 41, 1: 40, 2: 41, 3: 41}
+        with_records[node] = (
+            info,
+            tuple(replace(r, coll_op="all_reduce", coll_seq=seqs[r.global_rank]) for r in ranks),
+        )
+    e = job_event(1, "d", "key", "a", with_records)
+    assert e.odd_ranks == (1,)
+    assert e.verdict.startswith("rank 1 never issued all_reduce #41 (it is in data.py:41"), (
+        e.verdict
+    )

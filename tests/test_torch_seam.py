@@ -12,14 +12,19 @@ import importlib.util
 
 import pytest
 
-from tui_launch.core.seam import agent, logspecs, rendezvous
+from tui_launch.core.seam import agent, flightrec, logspecs, rendezvous
 from tui_launch.core.seam.names import SEAM_MODULES, TorchName
 
-NAMES = (*agent.PRIVATE_NAMES, *rendezvous.PRIVATE_NAMES, *logspecs.PRIVATE_NAMES)
+NAMES = (
+    *agent.PRIVATE_NAMES,
+    *rendezvous.PRIVATE_NAMES,
+    *logspecs.PRIVATE_NAMES,
+    *flightrec.PRIVATE_NAMES,
+)
 
 
 def test_every_seam_module_is_checked() -> None:
-    assert tuple(m.__name__ for m in (agent, rendezvous, logspecs)) == SEAM_MODULES
+    assert tuple(m.__name__ for m in (agent, rendezvous, logspecs, flightrec)) == SEAM_MODULES
 
 
 def _source(module: str) -> str:
@@ -56,6 +61,7 @@ def test_the_list_covers_every_seam_module() -> None:
         *agent.PRIVATE_NAMES,
         *rendezvous.PRIVATE_NAMES,
         *logspecs.PRIVATE_NAMES,
+        *flightrec.PRIVATE_NAMES,
     }
     names = {n.name for n in NAMES}
     # The hooks the observing agent overrides, and the attributes it reads and writes.

@@ -402,6 +402,8 @@ PROGRESS_STEP = "tuilaunch_progress_step"
 PROGRESS_STEPS_PER_SECOND = "tuilaunch_progress_steps_per_second"
 PROGRESS_LAST_STEP = "tuilaunch_last_step_timestamp_seconds"
 HANG_SUSPECTED = "tuilaunch_hang_suspected"
+COLLECTIVE_SEQ = "tuilaunch_rank_collective_seq"
+COLLECTIVE_WAIT = "tuilaunch_rank_collective_wait_seconds"
 
 
 @dataclass(frozen=True)
@@ -453,6 +455,24 @@ def hang_families(node: str, ranks: Iterable[tuple[int, int, bool]]) -> list[Met
     for rank, lr, suspected in ranks:
         f.add_metric([node, str(rank), str(lr)], float(suspected))
     return [f]
+
+
+def collective_families(node: str, snap: Snapshot) -> list[Metric]:
+    """``--flight-recorder``: each rank's newest collective sequence number and the seconds it
+    has been at it (from the latest poll); none without a poll."""
+    seq = _gauge(COLLECTIVE_SEQ, "The rank's newest collective sequence number.", _RANK)
+    wait = _gauge(COLLECTIVE_WAIT, "Seconds the rank has been at that collective.", _RANK)
+    sample = snap.collectives
+    if sample is None:
+        return []
+    local = {r.global_rank: r.local_rank for r in snap.ranks}
+    for rc in sample.ranks:
+        if rc.seq < 0:
+            continue
+        labels = [node, str(rc.global_rank), str(local.get(rc.global_rank, ""))]
+        seq.add_metric(labels, float(rc.seq))
+        wait.add_metric(labels, rc.waiting)
+    return [seq, wait]
 
 
 # --------------------------------------------------------------------------- collector
@@ -513,6 +533,7 @@ class RunCollector(Collector):
             node,
             ((r.global_rank, r.local_rank, r.global_rank in snap.hung_ranks) for r in snap.ranks),
         )
+        yield from collective_families(node, snap)
         for provider in self.extra:
             try:
                 fams = list(provider(snap))
@@ -528,6 +549,8 @@ class RunCollector(Collector):
 
 
 __all__ = [
+    "COLLECTIVE_SEQ",
+    "COLLECTIVE_WAIT",
     "HANG_SUSPECTED",
     "PROGRESS_LAST_STEP",
     "PROGRESS_STEP",

@@ -300,7 +300,8 @@ class Dashboard(App[int]):
     def _update_workers(self, snap: Snapshot, now: float) -> None:
         last_line_at = self.source.logs.last_line_at
         progress = snap.progress
-        columns = render_ranks.worker_columns(progress is not None)
+        coll = snap.collectives if snap.collectives is not None and snap.collectives.ranks else None
+        columns = render_ranks.worker_columns(progress is not None, coll is not None)
         if columns != self._table.column_labels:
             self._table.set_columns(columns, render_ranks.WORKER_KEEP)
         self._table.set_rows(
@@ -315,6 +316,7 @@ class Dashboard(App[int]):
                         progress,
                         straggler_of(snap),
                         hung=r.global_rank in snap.hung_ranks,
+                        collectives=coll,
                     ),
                 )
                 for r in snap.ranks

@@ -7,6 +7,13 @@ with ``--dump-via-faulthandler``), the dump saved under ``<run_dir>/stacks/`` as
 and one :class:`~tui_launch.core.model.events.StacksDumped` posted, which points to those files and
 carries the verdict and where each rank is.
 
+With the Flight Recorder collected (``--flight-recorder``: ``responders`` gives the directory of
+the ranks' responder sockets), every dump also asks each rank's responder, in parallel with the
+stacks, for its records: they go into the dump (``StackDump.records``, so the verdict is the
+collective one), each rank's raw record into ``flightrec/rank<N>.json`` beside the stacks (the
+input torch's analyser ``torchfrtrace`` reads), and a rank py-spy could not read gets the
+responder's stacks instead.
+
 One dump at a time: a second request while one runs waits for it (dumps are short, bounded by
 their time limit). The caller's thread does the work: the dashboard calls from a worker thread,
 never from its UI thread.
@@ -14,11 +21,18 @@ never from its UI thread.
 
 from __future__ import annotations
 
+import json
+import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from tui_launch.core.diagnosis.collectives import rank_collective
+from tui_launch.core.diagnosis.records import Answer, gather, responder_stack
 from tui_launch.core.diagnosis.stacks import (
+    ProcessStack,
+    RankStack,
     StackDump,
     Target,
     dump_ranks,
@@ -28,13 +42,23 @@ from tui_launch.core.diagnosis.stacks import (
     save,
     verdict,
 )
+from tui_launch.core.diagnosis.stacks.collective import collective_verdict
 from tui_launch.core.diagnosis.stacks.pyspy import MAX_CHILDREN
+from tui_launch.core.diagnosis.stacks.verdict import place_of
 from tui_launch.core.model.commands import NO_WORKER, DumpStacks, control_event
 from tui_launch.core.model.diskspace import write_error
-from tui_launch.core.model.events import ControlAction, Event, StacksDumped
+from tui_launch.core.model.events import (
+    CollectiveVerdictFound,
+    ControlAction,
+    Event,
+    StacksDumped,
+)
 from tui_launch.core.workers.table import RankTable, process_alive
 
 DEFAULT_TIMEOUT = 5.0
+BEFORE_KILL = "before-kill"
+# How old a polled answer may be to stand in for a rank that no longer answers (seconds).
+_RECENT = 10.0
 # Dumps kept in memory for the views (the files keep all of them).
 _KEPT = 32
 
@@ -58,6 +82,11 @@ class Dumper:
         via_faulthandler: ``--dump-via-faulthandler``: signal the ranks and read their stderr
             instead of attaching py-spy.
         pyspy: the py-spy binary (empty: find it; None: there is none).
+        responders: returns the directory of the ranks' responder sockets (None: the Flight
+            Recorder is not collected).
+        recent: each rank's latest answer from the live poll, with its monotonic time: a
+            survivor that left Python before the dump (gloo raises in it within milliseconds
+            of its peer's death) is shown as it was then.
     """
 
     def __init__(
@@ -69,6 +98,8 @@ class Dumper:
         *,
         via_faulthandler: bool = False,
         pyspy: str | None = "",
+        responders: Callable[[], str | None] | None = None,
+        recent: Callable[[], dict[int, tuple[float, Answer]]] | None = None,
     ) -> None:
         self._post = post
         self._ranks = ranks
@@ -76,6 +107,8 @@ class Dumper:
         self._stderr_logs = stderr_logs
         self.via_faulthandler = via_faulthandler
         self.pyspy = pyspy
+        self._responders = responders
+        self.recent = recent
         self._lock = threading.Lock()
         # Told of every dump taken, after it was posted, on the taker's thread (the hang
         # watch: did the ranks move again; the job-wide dumps: tell the other nodes).
@@ -111,10 +144,11 @@ class Dumper:
                 refused = DumpStacks(reason, source=source)
                 self._post(control_event(refused, False, NO_WORKER))
                 return None
-            dump = self._dump(targets, reason, timeout, max_children)
+            dump, answers = self._dump_with_records(targets, reason, timeout, max_children)
             v = verdict(dump)
             try:
                 saved = save(dump, self._run_dir(), v)
+                _save_records(saved.directory, answers)
             except OSError as e:  # a full disk: say where, never raise into torch's teardown
                 where = e.filename if isinstance(e.filename, str) else self._run_dir()
                 self._post(ControlAction.on_run("dump", source, False, write_error(e, where)))
@@ -124,6 +158,9 @@ class Dumper:
             while len(self._kept) > _KEPT:
                 self._kept.pop(next(iter(self._kept)))
             self._post(event)
+            found = _collective_event(dump, attempt, saved.directory)
+            if found is not None:
+                self._post(found)
             taken = Taken(dump, event)
             self.last = taken
         for listener in list(self.listeners):
@@ -136,6 +173,36 @@ class Dumper:
                 targets, self._stderr_logs(), reason, timeout=min(timeout, 2.0)
             )
         return dump_ranks(targets, reason, timeout, max_children=children, pyspy=self.pyspy)
+
+    def _dump_with_records(
+        self, targets: list[Target], reason: str, timeout: float, children: int
+    ) -> tuple[StackDump, dict[int, Answer]]:
+        """The stacks and, when collected, every rank's records, asked at the same time."""
+        directory = self._responders() if self._responders is not None else None
+        if not directory:
+            return self._dump(targets, reason, timeout, children), {}
+        answers: dict[int, Answer] = {}
+
+        def ask() -> None:
+            # Never longer than the stacks: a rank that does not answer is stopped or leaving.
+            wait = min(2.5, timeout / 2)
+            answers.update(gather(directory, [g for _, g, _ in targets], "dump", wait))
+
+        asker = threading.Thread(target=ask, name="tuilaunch-records", daemon=True)
+        asker.start()
+        dump = self._dump(targets, reason, timeout, children)
+        asker.join(2.5)
+        got = dict(answers)
+        ages: dict[int, float] = {}
+        recent = self.recent() if self.recent is not None else {}
+        now = time.monotonic()
+        leaving = reason == BEFORE_KILL
+        for g, (at, old) in recent.items():
+            a = got.get(g)
+            if (a is None or a.raw is None) and now - at <= _RECENT:
+                got[g] = old  # the survivor as the last poll saw it
+                ages[g] = now - at
+        return with_records(dump, got, ages, prefer_recent=leaving), got
 
     def peek(self, reason: str = "peek", timeout: float = 2.0) -> StackDump | None:
         """A quick dump of the live ranks that is neither kept nor announced (the hang watch
@@ -155,7 +222,47 @@ class Dumper:
         if self.targets():
             taken = self.take("before-kill", "before-kill", timeout=0.8, max_children=0)
         event = taken.event if taken is not None else None
+        if event is None:
+            # Every survivor already left (gloo raises in them within milliseconds of their
+            # peer's death): what the live poll last saw of them is the evidence there is.
+            event = self._from_recent(attempt)
         self._survivors = (attempt, event)
+        return event
+
+    def _from_recent(self, attempt: int) -> StacksDumped | None:
+        """A before-teardown dump made of the live poll's last answers of the ranks other than
+        the first to exit (None without them)."""
+        recent = self.recent() if self.recent is not None else {}
+        view = self._ranks.view()
+        if not recent or view.attempt != attempt:
+            return None
+        first = min(view.exit_times, key=lambda lr: view.exit_times[lr], default=None)
+        now = time.monotonic()
+        ranks = []
+        answers: dict[int, Answer] = {}
+        ages: dict[int, float] = {}
+        for local, pid in sorted(view.pids.items()):
+            g = view.global_ranks.get(local, local)
+            got = recent.get(g)
+            if local == first or got is None or now - got[0] > _RECENT:
+                continue
+            answers[g], ages[g] = got[1], now - got[0]
+            ranks.append(RankStack(local, g, ProcessStack(pid=pid, state="", method="none")))
+        if not ranks:
+            return None
+        with self._lock:
+            dump = StackDump("before-kill", time.time(), 0.0, tuple(ranks), method="responder")
+            dump = with_records(dump, answers, ages)
+            v = verdict(dump)
+            try:
+                saved = save(dump, self._run_dir(), v)
+                _save_records(saved.directory, answers)
+            except OSError:
+                return None
+            event = replace(dumped_event(dump, saved, attempt, v), source="before-kill")
+            self._kept[saved.directory] = dump
+            self._post(event)
+            self.last = Taken(dump, event)
         return event
 
     def dump_stacks(self, reason: str = "api", source: str = "api") -> StacksDumped | None:
@@ -172,3 +279,57 @@ class Dumper:
             return load(path)
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+
+def with_records(
+    dump: StackDump,
+    answers: dict[int, Answer],
+    ages: dict[int, float] | None = None,
+    *,
+    prefer_recent: bool = False,
+) -> StackDump:
+    """``dump`` with the ranks' records, and the responder's stacks for a rank py-spy could not
+    read or found outside Python (its error kept when the responder did not answer either);
+    ``ages``: seconds since an answer taken from the live poll rather than now.
+    ``prefer_recent`` (before a teardown): a rank that no longer answers is leaving (gloo raised
+    in it, its interpreter is exiting), so the live poll's answer replaces its stack too."""
+    ages = ages or {}
+    ranks = []
+    for r in dump.ranks:
+        a = answers.get(r.global_rank)
+        main = r.process.main_thread
+        empty = main is None or not main.frames
+        if a is not None and a.threads and (empty or (prefer_recent and r.global_rank in ages)):
+            proc = responder_stack(r.pid, a.threads, r.process.state)
+            if r.global_rank in ages:
+                proc = replace(proc, method=f"responder, {ages[r.global_rank]:.1f} s earlier")
+            r = replace(r, process=proc)
+        ranks.append(r)
+    records = tuple(answers[g].record for g in sorted(answers))
+    return replace(dump, ranks=tuple(ranks), records=records)
+
+
+def _collective_event(dump: StackDump, attempt: int, path: str) -> CollectiveVerdictFound | None:
+    """The collective-level verdict of a dump with records, as the journal's event."""
+    if not dump.records:
+        return None
+    places = [place_of(r) for r in dump.ranks]
+    where = {p.global_rank: p.place for p in places if p.known and not p.collective}
+    waiting = {p.global_rank for p in places if p.collective}
+    cv = collective_verdict(dump.records, where, waiting)
+    if cv is None:
+        return None
+    ranks = tuple(rank_collective(r) for r in dump.records)
+    return CollectiveVerdictFound(attempt, cv.text, cv.kind, cv.odd, ranks, path)
+
+
+def _save_records(directory: str, answers: dict[int, Answer]) -> None:
+    """Each rank's raw answer (its Flight Recorder as torch dumped it) under ``flightrec/``."""
+    raw = {g: a.raw for g, a in answers.items() if a.raw is not None}
+    if not raw:
+        return
+    folder = os.path.join(directory, "flightrec")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    for g, data in raw.items():
+        with open(os.path.join(folder, f"rank{g}.json"), "w") as fp:
+            json.dump(data.get("fr") or {"error": data.get("fr_error")}, fp)

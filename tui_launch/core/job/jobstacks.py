@@ -36,6 +36,8 @@ from pathlib import Path
 
 from tui_launch.core.diagnosis.dumps import Dumper, Taken
 from tui_launch.core.diagnosis.stacks import RankPlace, judge, place_of, rank_list
+from tui_launch.core.diagnosis.stacks.collective import collective_verdict
+from tui_launch.core.diagnosis.stacks.model import Collective, RankRecord
 from tui_launch.core.job.view import KV
 from tui_launch.core.model.events import (
     Event,
@@ -72,14 +74,26 @@ def node_answer(
     if taken is None:
         return JobNode(node, host, group_rank, verdict="", error=error or "no running worker"), ()
     e, dump = taken.event, taken.dump
+    last = {rec.global_rank: rec.last for rec in dump.records}
     ranks = []
     for r in dump.ranks:
         p = place_of(r)
         main = r.process.main_thread
         frames = tuple(f.where for f in main.frames[:FRAMES_KEPT]) if main is not None else ()
+        c = last.get(r.global_rank)
         ranks.append(
             JobRank(
-                node, p.global_rank, p.local_rank, p.pid, p.place, p.collective, p.known, frames
+                node,
+                p.global_rank,
+                p.local_rank,
+                p.pid,
+                p.place,
+                p.collective,
+                p.known,
+                frames,
+                coll_op=c.op if c is not None else "",
+                coll_seq=c.seq if c is not None else -1,
+                coll_bytes=max(c.in_bytes, c.out_bytes) if c is not None else 0,
             )
         )
     info = JobNode(
@@ -133,8 +147,21 @@ def job_event(
     )
     notes = sorted({n.note for n in infos if n.note})
     v = judge(places, "; ".join(notes) or None)
+    text, odd = v.text, v.odd
+    # --flight-recorder on the nodes: the collective-level verdict over every node's records.
+    records = [
+        RankRecord(r.global_rank, (Collective(r.coll_seq, r.coll_op, "0", 0, r.coll_bytes),))
+        if r.coll_seq >= 0
+        else RankRecord(r.global_rank, error="no record")
+        for r in ranks
+    ]
+    if any(rec.collectives for rec in records):
+        where = {p.global_rank: p.place for p in places if p.known and not p.collective}
+        waiting = {p.global_rank for p in places if p.collective}
+        cv = collective_verdict(records, where, waiting)
+        if cv is not None and not (cv.kind == "same" and v.odd):
+            text, odd = cv.text, cv.odd
     gone = tuple(sorted(missing))
-    text = v.text
     if gone:
         text += f"; no answer from {', '.join(gone)}"
     return JobStacks(
@@ -143,7 +170,7 @@ def job_event(
         source=source,
         requested_by=requested_by,
         verdict=text,
-        odd_ranks=v.odd,
+        odd_ranks=odd,
         nodes=tuple(infos),
         ranks=tuple(ranks),
         missing=gone,

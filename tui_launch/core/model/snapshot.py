@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from tui_launch.core.model.events import (
     ClusterSample,
+    CollectiveSample,
+    CollectiveVerdictFound,
     Connecting,
     ControlAction,
     Failure,
@@ -145,6 +147,10 @@ class Snapshot:
     decisions: tuple[PolicyDecision, ...] = ()  # the restart policy's, oldest first
     preempted: Preempted | None = None  # the launcher was told it is being preempted
     saved: WorkersSaved | None = None  # how long the workers took to go after it
+    # Each rank's newest collective (--flight-recorder polls), and the latest collective-level
+    # verdict of a dump.
+    collectives: CollectiveSample | None = None
+    collective_verdict: CollectiveVerdictFound | None = None
 
     @property
     def restarts_used(self) -> int:

@@ -72,6 +72,7 @@ class Options:
     inject: tuple[str, ...] = ()
     inject_seed: int | None = None
     inject_ready: bool = False
+    flight_recorder: bool = False
     verbose: bool = False
     hang_timeout: float = 300.0
     on_hang: str = "dump"
@@ -249,6 +250,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Start Python workers through tuilaunch's small bootstrap so that the dashboard "
         "can inject exit and exception faults (implied by an --inject of those kinds).",
+    )
+    ours.add_argument(
+        "--flight-recorder",
+        dest=_OURS + "flight_recorder",
+        action="store_true",
+        help="Collect every rank's Flight Recorder (torch's record of its collectives) and "
+        "stacks through a responder thread of tuilaunch's bootstrap, for a collective-level "
+        "hang verdict (implies the bootstrap; TORCH_FR_BUFFER_SIZE=0 turns it off).",
     )
     ours.add_argument(
         "--verbose",

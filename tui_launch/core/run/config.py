@@ -52,6 +52,8 @@ class RunConfig:
         exit_codes: ``--exit-codes``: ``tuilaunch`` (the table of
             :mod:`~tui_launch.core.model.exitcodes`) or ``torchrun``.
         preempt_signals: ``--preempt-signals``: a stop by one of these is a preemption.
+        flight_recorder: ``--flight-recorder``: arm torch's Flight Recorder in the workers and
+            collect it (and every thread's stack) through the bootstrap's responder.
     """
 
     echo: bool = True
@@ -71,6 +73,7 @@ class RunConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     exit_codes: str = "tuilaunch"
     preempt_signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGUSR1)
+    flight_recorder: bool = False
 
     @classmethod
     def from_options(cls, opts: Options, *, mute_agent_console: bool = False) -> RunConfig:
@@ -94,10 +97,16 @@ class RunConfig:
             policy=PolicyConfig(opts.restart_policy, *opts.restart_storm),
             exit_codes=opts.exit_codes,
             preempt_signals=preempt_signals(opts.preempt_signals),
+            flight_recorder=opts.flight_recorder,
         )
 
     @property
     def bootstrap(self) -> bool:
         """Whether Python workers start through tuilaunch's bootstrap (``--inject-ready``,
-        ``--dump-via-faulthandler``, or an ``exit``/``exception`` spec)."""
-        return self.inject_ready or self.dump_via_faulthandler or inject.needs_shim(self.inject)
+        ``--dump-via-faulthandler``, ``--flight-recorder``, or an ``exit``/``exception`` spec)."""
+        return (
+            self.inject_ready
+            or self.dump_via_faulthandler
+            or self.flight_recorder
+            or inject.needs_shim(self.inject)
+        )

@@ -17,10 +17,15 @@ thread hands a confirmed hang over under this object's lock, and the agent threa
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable
 
+from tui_launch.core.diagnosis.collectives import CollectivePoller
 from tui_launch.core.diagnosis.dumps import Dumper
 from tui_launch.core.diagnosis.hangwatch import HangWatch
 from tui_launch.core.diagnosis.straggler import StragglerSampler
@@ -31,6 +36,7 @@ from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.control import ShimDir
 from tui_launch.core.run.rundir import RunFiles
 from tui_launch.core.run.state import RunState
+from tui_launch.core.seam import flightrec
 from tui_launch.core.workers.shim import FAULTHANDLER_ENV, FAULTHANDLER_SIGNAL
 from tui_launch.core.workers.table import RankTable
 
@@ -61,6 +67,10 @@ class Diagnosis:
         rank_cpu: Callable[[int], float | None],
     ) -> None:
         via_faulthandler = config.dump_via_faulthandler and shim.wanted
+        self._flight_recorder = config.flight_recorder and shim.wanted
+        # The responders' sockets: an owner-only directory of its own, short enough for a
+        # socket path (108 bytes) whatever --log-dir is; removed at the end of the run.
+        self.responder_dir: str | None = None
         self._store = store
         self._files = files
         self._dump_on_failure = config.dump_on_failure
@@ -73,6 +83,7 @@ class Diagnosis:
             self._ensured_run_dir,
             lambda: dict(files.stderr_paths),
             via_faulthandler=via_faulthandler,
+            responders=lambda: self.responder_dir,
         )
         self.hangs = HangWatch(
             store.post,
@@ -83,6 +94,11 @@ class Diagnosis:
             action=config.on_hang,
             on_hang=self._hang_confirmed,
         )
+        # --flight-recorder: each rank's last collective, live, and the survivors' last state.
+        self.collectives = CollectivePoller(
+            store.post, self.dumper.targets, lambda: ranks.attempt, lambda: self.responder_dir
+        )
+        self.dumper.recent = self.collectives.latest
         self.progress = ProgressWatch(store.post, journal_every=config.journal_samples)
         self.stragglers = StragglerSampler(store.post, rank_cpu, interval=config.stack_samples)
 
@@ -93,6 +109,15 @@ class Diagnosis:
         if self._via_faulthandler:
             # Inherited by the workers: the bootstrap registers faulthandler on this signal.
             os.environ[FAULTHANDLER_ENV] = str(int(FAULTHANDLER_SIGNAL))
+        if self._flight_recorder:
+            # Inherited by the workers: the Flight Recorder's size, NCCL's dump variables, and
+            # where the bootstrap's responder listens. TORCH_FR_BUFFER_SIZE=0: none of it.
+            directory = tempfile.mkdtemp(prefix="tuilaunch-fr-")
+            if flightrec.arm(os.environ, directory, directory):
+                self.responder_dir = directory
+                self.collectives.start()
+            else:
+                os.rmdir(directory)
         if self.hangs.enabled:
             tailer.add_sink(self.hangs.sink, lossy=True)
             self.hangs.start()
@@ -110,6 +135,22 @@ class Diagnosis:
         self.hangs.stop()
         self.progress.stop()
         self.stragglers.stop()
+        self.collectives.stop()
+        self._close_responders()
+
+    def _close_responders(self) -> None:
+        """Keep NCCL's own dump files in the run directory, remove the sockets' directory."""
+        directory, self.responder_dir = self.responder_dir, None
+        if directory is None:
+            return
+        dumps = glob.glob(os.path.join(directory, "nccl_trace_rank_*"))
+        if dumps and self._files.run_dir:
+            target = os.path.join(self._files.run_dir, "flightrec")
+            with contextlib.suppress(OSError):
+                os.makedirs(target, mode=0o700, exist_ok=True)
+                for path in dumps:
+                    shutil.move(path, target)
+        shutil.rmtree(directory, ignore_errors=True)
 
     def attempt_started(self, attempt: int, workers: tuple[WorkerInfo, ...]) -> None:
         """A new attempt runs: watch its ranks."""

@@ -9,4 +9,6 @@ every one against the installed torch, so an upgrade that renames one fails ther
 - ``rendezvous``: a rendezvous handler's cached state without touching the network, the
   ``tuilaunch-sampler`` thread, who hosts the c10d store.
 - ``logspecs``: a ``LogsSpecs`` subclass that sends every stream to a file.
+- ``flightrec``: ``--flight-recorder``: the Flight Recorder armed for the workers, and the
+  responder thread that reads it inside each rank.
 """

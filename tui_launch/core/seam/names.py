@@ -1,9 +1,10 @@
 """How the torch seam names the private torch API it relies on.
 
-The seam is three modules (:mod:`.agent`, :mod:`.rendezvous`, :mod:`.logspecs`); each lists
+The seam is four modules (:mod:`.agent`, :mod:`.rendezvous`, :mod:`.logspecs`,
+:mod:`.flightrec`); each lists
 its private names in ``PRIVATE_NAMES`` as :class:`TorchName` records, and
 ``tests/test_torch_seam.py`` checks every one against the installed torch. This module holds
-only the record type, so that the three can share it without importing each other.
+only the record type, so that the four can share it without importing each other.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ SEAM_MODULES = (
     "tui_launch.core.seam.agent",
     "tui_launch.core.seam.rendezvous",
     "tui_launch.core.seam.logspecs",
+    "tui_launch.core.seam.flightrec",
 )
 
 

@@ -26,6 +26,10 @@ Stack dumps without ptrace (``--dump-via-faulthandler``): when ``TUILAUNCH_FAULT
 ``faulthandler`` on it, for every thread and without chaining. That signal then makes the rank
 print every thread's stack to its stderr and carry on, even while the main thread holds the GIL
 in native code; :mod:`tui_launch.core.diagnosis.stacks` cuts the dump out of the rank's stderr log.
+
+The responder (``--flight-recorder``): when ``TUILAUNCH_RESPONDER_DIR`` names a directory, the
+bootstrap starts :func:`tui_launch.core.seam.flightrec.serve` before the program, a daemon thread
+that answers on ``<dir>/<RANK>.sock`` with the rank's Flight Recorder and every thread's stack.
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ import json
 import os
 import signal
 import sys
-import sysconfig
 import threading
 from collections.abc import Callable
 from types import FrameType
@@ -92,6 +95,8 @@ def _on_signal(signum: int, frame: Any) -> None:
 
 def _library_dirs() -> tuple[str, ...]:
     """Directories whose code is not the program's: the standard library, torch, tuilaunch."""
+    import sysconfig  # only when an exception is injected: not on every worker's start
+
     paths = sysconfig.get_paths()
     dirs = {paths[k] for k in ("stdlib", "platstdlib") if k in paths}
     torch_file = getattr(sys.modules.get("torch"), "__file__", None)
@@ -203,7 +208,7 @@ def install_faulthandler() -> int | None:
     return signum
 
 
-# ----------------------------------------------------------------- main returned (issue 26)
+# ----------------------------------------------------------------- main returned
 # When the program's main returns (no exception), the bootstrap leaves an empty marker file,
 # ``DIR/returned.<pid>``: a rank that dies after it (a gloo/NCCL race in the interpreter's
 # teardown, an atexit handler) finished its work, and the launcher's restart policy does not
@@ -223,11 +228,31 @@ def _mark_returned(directory: str) -> None:
         pass
 
 
+RESPONDER_ENV = "TUILAUNCH_RESPONDER_DIR"
+
+
+def start_responder() -> None:
+    """Start the Flight Recorder responder when the launcher asked for one.
+
+    Imported by name: the responder reads torch's private Flight Recorder dump, which only the
+    seam may name, and the seam sits above this package in the launcher's layers; in the
+    worker process the bootstrap is the entry point and nothing else of tuilaunch runs.
+    """
+    directory = os.environ.get(RESPONDER_ENV, "")
+    if not directory:
+        return
+    import importlib
+
+    responder = importlib.import_module("tui_launch.core.seam.flightrec")
+    responder.serve(directory, os.environ.get("RANK", str(os.getpid())))
+
+
 def run_path_entry(directory: str, training_script: str, *training_script_args: str) -> None:
     """``--run-path`` workers: install the handlers, then torch's own ``run_script_path``."""
     from torch.distributed.run import run_script_path
 
     install_faulthandler()
+    start_responder()
     install(directory)
     run_script_path(training_script, *training_script_args)
     _mark_returned(directory)
@@ -238,6 +263,7 @@ def main(argv: list[str]) -> None:
     run it as ``python`` (or torchrun's ``--run-path``) would. ``DIR`` ``-``: no orders."""
     directory, rest = argv[0], argv[1:]
     install_faulthandler()
+    start_responder()
     if directory != NO_ORDERS:
         install(directory)
     try:

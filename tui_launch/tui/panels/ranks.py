@@ -13,7 +13,7 @@ from rich.measure import Measurement
 from rich.text import Text
 
 from tui_launch.core.model import errors
-from tui_launch.core.model.events import RankReading
+from tui_launch.core.model.events import CollectiveSample, RankReading
 from tui_launch.core.model.progress import ProgressView
 from tui_launch.core.model.store import RankView, Snapshot
 from tui_launch.core.model.telemetry import TelemetryView
@@ -175,6 +175,7 @@ def rank_cells(
     progress: ProgressView | None = None,
     straggler: int | None = None,
     hung: bool = False,
+    collectives: CollectiveSample | None = None,
 ) -> tuple[RenderableType, ...]:
     """The workers table's cells for one rank, in column order (:func:`worker_columns`:
     with ``progress``, the step, rate and ETA cells follow the exit cell; ``hung``: flagged
@@ -213,6 +214,7 @@ def rank_cells(
         state,
         exit_text,
         *(progress_cells(r, progress, straggler, hung) if progress is not None else ()),
+        *((collective_cell(r.global_rank, collectives),) if collectives is not None else ()),
         cpu,
         rss,
         gpu,
@@ -255,9 +257,34 @@ WORKER_COLUMNS = (
 )
 
 
-def worker_columns(progress: bool) -> tuple[str, ...]:
-    """The workers table's columns: the progress ones once a rank printed a step."""
-    if not progress:
-        return WORKER_COLUMNS
+def worker_columns(progress: bool, collectives: bool = False) -> tuple[str, ...]:
+    """The workers table's columns: the progress ones once a rank printed a step, the
+    ``collective`` one while the Flight Recorder is polled (``--flight-recorder``)."""
     cut = WORKER_COLUMNS.index("exit") + 1
-    return (*WORKER_COLUMNS[:cut], *PROGRESS_COLUMNS, *WORKER_COLUMNS[cut:])
+    extra = (
+        *(PROGRESS_COLUMNS if progress else ()),
+        *((COLLECTIVE_COLUMN,) if collectives else ()),
+    )
+    if not extra:
+        return WORKER_COLUMNS
+    return (*WORKER_COLUMNS[:cut], *extra, *WORKER_COLUMNS[cut:])
+
+
+COLLECTIVE_COLUMN = "collective"
+# A rank at one collective for this long is shown in yellow (seconds): a step rarely takes it.
+_LONG_WAIT = 10.0
+
+
+def collective_cell(global_rank: int, sample: CollectiveSample | None) -> Text:
+    """``all_reduce #41 12s``: the rank's newest collective and how long it has been at it."""
+    if sample is None:
+        return Text("-", style="dim")
+    for rc in sample.ranks:
+        if rc.global_rank == global_rank:
+            if rc.seq < 0:
+                return Text("-", style="dim")
+            text = f"{rc.op} #{rc.seq}" if rc.op else f"#{rc.seq}"
+            if rc.waiting >= 1:
+                text += f" {ago(rc.waiting)}"
+            return Text(text, style="yellow" if rc.waiting >= _LONG_WAIT else "")
+    return Text("-", style="dim")

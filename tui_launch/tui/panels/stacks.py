@@ -114,6 +114,17 @@ def stacks_panel(s: Snapshot, dump: StackDump | None, now: float) -> Text:
     if s.hang is not None and s.hang.second_path == e.path:
         out.append(f"HANG: {s.hang.confirmation}\n", style="bold red")
     out.append(f"{e.path}\n", style="dim")
+    cv = s.collective_verdict
+    if cv is not None and cv.path == e.path:
+        # --flight-recorder: each rank's newest collective, from its Flight Recorder.
+        odd_c = set(cv.odd_ranks)
+        out.append("last collective: ", style="bold")
+        for i, rc in enumerate(cv.ranks):
+            what = f"{rc.op} #{rc.seq}" if rc.seq >= 0 else (rc.error or "no record")
+            sep = "; " if i else ""
+            style = "yellow" if rc.global_rank in odd_c else ""
+            out.append(f"{sep}rank {rc.global_rank} {what}", style=style)
+        out.append("\n")
     if dump is not None:
         odd = set(e.odd_ranks)
         groups = group_stacks(dump)

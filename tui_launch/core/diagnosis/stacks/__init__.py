@@ -12,6 +12,8 @@
 - ``save``: :func:`save` / :func:`load`: ``<run_dir>/stacks/<timestamp>-<reason>/``
   ``stacks.{json,txt}``; :func:`dumped_event`: the journal's
   :class:`~tui_launch.core.model.events.StacksDumped`.
+- ``collective``: :func:`~.collective.collective_verdict`: the verdict on the ranks' Flight
+  Recorder records (a rank behind, ranks that disagree, every rank at one collective).
 - ``hang``: :class:`HangDetector` and :func:`confirm`: silence on every rank, then two dumps
   that match.
 

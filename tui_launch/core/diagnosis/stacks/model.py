@@ -97,6 +97,44 @@ class RankStack:
 
 
 @dataclass(frozen=True)
+class Collective:
+    """One Flight Recorder entry: collective ``seq`` of process group ``pg``, ``op``
+    (``all_reduce``), the bytes in and out, torch's ``state`` (gloo's stay ``scheduled``)."""
+
+    seq: int
+    op: str
+    pg: str
+    in_bytes: int
+    out_bytes: int
+    state: str = ""
+
+
+@dataclass(frozen=True)
+class RankRecord:
+    """One rank's Flight Recorder, as its responder gave it: the newest collectives (oldest
+    first) and, per process group, the last sequence number torch enqueued and completed;
+    ``error`` says why there is no record (no responder, stopped rank, recorder off)."""
+
+    global_rank: int
+    collectives: tuple[Collective, ...] = ()
+    last_enqueued: int = -1
+    last_completed: int = -1
+    error: str | None = None
+
+    @property
+    def last(self) -> Collective | None:
+        """The newest collective of the default group (else of any group), or None."""
+        default = [c for c in self.collectives if c.pg == "0"]
+        pool = default or list(self.collectives)
+        return max(pool, key=lambda c: c.seq) if pool else None
+
+    def last_in(self, pg: str) -> Collective | None:
+        """The newest collective of process group ``pg``, or None."""
+        pool = [c for c in self.collectives if c.pg == pg]
+        return max(pool, key=lambda c: c.seq) if pool else None
+
+
+@dataclass(frozen=True)
 class StackDump:
     """Every local rank at (nearly) one instant.
 
@@ -111,6 +149,7 @@ class StackDump:
     ranks: tuple[RankStack, ...]
     method: str = PYSPY
     note: str | None = None
+    records: tuple[RankRecord, ...] = ()
 
     def rank(self, global_rank: int) -> RankStack | None:
         """The entry of one global rank, or None."""
@@ -169,4 +208,14 @@ def dump_from_dict(data: dict[str, Any]) -> StackDump:
             more_children=d.get("more_children", 0),
         )
 
-    return StackDump(**{**data, "ranks": tuple(rank(r) for r in data["ranks"])})
+    def record(d: dict[str, Any]) -> RankRecord:
+        colls = tuple(Collective(**c) for c in d.get("collectives", ()))
+        return RankRecord(**{**d, "collectives": colls})
+
+    return StackDump(
+        **{
+            **data,
+            "ranks": tuple(rank(r) for r in data["ranks"]),
+            "records": tuple(record(r) for r in data.get("records", ())),
+        }
+    )

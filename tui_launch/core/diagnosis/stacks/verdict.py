@@ -2,21 +2,28 @@
 
 In a distributed hang almost every rank sits in the same collective (``all_reduce``,
 ``barrier``, ...) waiting for a peer, and the culprit is the rank that is somewhere else: in its
-own data loading, a deadlock, a kernel wait. :func:`classify` decides, from a rank's innermost
-frames, whether it is in a collective; :func:`verdict` names the odd ranks in one line, or says
-that every rank is in the same place; :func:`group_stacks` folds identical main-thread stacks
-("x 7 ranks").
+own data loading, a deadlock, a kernel wait. :func:`place_of` decides, from every thread of a
+rank, whether it waits: a thread in a collective (any thread, since DDP issues its gradient
+all-reduce from autograd's threads), a main thread in autograd's ``backward`` (where a DDP rank
+waits for that all-reduce), or a main thread whose innermost frame is the program's own line
+calling ``.wait()`` or ``synchronize()`` (an asynchronous collective: ``Work.wait`` is native,
+so no Python frame of torch's shows it). A stopped rank (``SIGSTOP``, state ``T``) never waits:
+it is the one the others wait for. :func:`verdict` names the ranks that do not wait, never one
+that does, or says that every rank is in the same place; :func:`group_stacks` folds identical
+main-thread stacks ("x 7 ranks").
 
 Pure functions of a :class:`StackDump`: no I/O.
 """
 
 from __future__ import annotations
 
+import linecache
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tui_launch.core.diagnosis.stacks.model import WCHAN, Frame, RankStack, StackDump
+from tui_launch.core.diagnosis.stacks.collective import collective_verdict
+from tui_launch.core.diagnosis.stacks.model import WCHAN, Frame, RankStack, StackDump, ThreadStack
 from tui_launch.core.model.text import rank_list
 
 # Files whose frames are the collective machinery: torch.distributed (c10d, the functional
@@ -28,9 +35,20 @@ _CUDA_SYNC_FILE = re.compile(r"(^|/)torch/cuda/")
 # Function names (the last part of a qualified name) that wait on peers.
 _COLLECTIVE = re.compile(
     r"all_?reduce|all_?gather|reduce_?scatter|broadcast|barrier|all_?to_?all|"
-    r"gather|scatter|^_?reduce|send|recv|wait|synchronize|rendezvous",
+    r"gather|scatter|^_?reduce|send|recv|wait|synchronize|rendezvous|across_processes",
     re.IGNORECASE,
 )
+# Autograd's entry into the C++ engine: a DDP rank whose peers have not reached the gradient
+# all-reduce waits here, on its main thread, while autograd's threads wait in the reducer.
+_BACKWARD_FILE = re.compile(r"(^|/)torch/autograd/")
+_BACKWARD_FUNCTION = re.compile(r"^_engine_run_backward$|^run_backward$")
+# The program's own line that waits for an asynchronous collective or the GPU: ``Work.wait``,
+# ``torch.cuda.synchronize`` and ``Event.synchronize`` are native, so no Python frame of
+# torch's shows them and only the line itself says what the thread waits in.
+_CALL = re.compile(r"[\w.\[\]]*(?:\.wait|\bsynchronize|\bbarrier)\s*\([^()]*\)")
+# What a stopped process's state letter looks like (/proc/<pid>/stat: T stopped, t traced).
+_STOPPED = ("T", "t")
+BACKWARD = "backward (DDP's gradient all-reduce)"
 
 
 @dataclass(frozen=True)
@@ -45,6 +63,7 @@ class RankPlace:
     collective: str | None
     place: str
     known: bool = True  # False: no stack was taken (error), so the rank cannot be judged
+    stopped: bool = False  # SIGSTOPped (state T): it waits for nobody, the others wait for it
 
 
 @dataclass(frozen=True)
@@ -95,21 +114,70 @@ def collective_of(frames: Iterable[Frame]) -> str | None:
     return found
 
 
+def _source_line(frame: Frame) -> str:
+    """The text of the frame's line, when its file can be read here (local ranks)."""
+    path = frame.path or frame.file
+    return linecache.getline(path, frame.line).strip() if path else ""
+
+
+def wait_of(thread: ThreadStack) -> str | None:
+    """What ``thread`` waits in, or None: a collective (:func:`collective_of`), autograd's
+    ``backward`` (:data:`BACKWARD`), or the program's own ``.wait()``/``synchronize()`` line."""
+    frames = thread.frames
+    if not frames:
+        return None
+    coll = collective_of(frames)
+    if coll:
+        return coll
+    for frame in frames:
+        if not _is_library(frame):
+            break
+        if _BACKWARD_FILE.search(frame.file) and _BACKWARD_FUNCTION.search(_bare(frame.function)):
+            return BACKWARD
+    top = frames[0]
+    if not _is_library(top):
+        m = _CALL.search(_source_line(top))
+        if m is not None:
+            # Named by the call and where it is: "work.wait() at train.py:27 in sync_point".
+            return f"{m.group(0)} at {top.where}"
+    return None
+
+
 def place_of(rank: RankStack) -> RankPlace:
-    """Where ``rank``'s main thread is, and whether that is a collective."""
+    """Where ``rank`` is, and whether it waits (any thread in a collective, the main thread in
+    ``backward`` or at the program's own ``.wait()``); a stopped rank never waits."""
     proc = rank.process
     main = proc.main_thread
     if proc.method == WCHAN or (main is None and proc.wchan and proc.state == "D"):
         where = f"in D state, kernel wait {proc.wchan or '?'}"
         return RankPlace(rank.global_rank, rank.local_rank, proc.pid, None, None, where)
+    stopped = proc.state in _STOPPED
     if main is None or not main.frames:
+        if stopped:
+            return RankPlace(
+                rank.global_rank, rank.local_rank, proc.pid, None, None, "stopped", stopped=True
+            )
         why = proc.error or "no Python frame"
         return RankPlace(rank.global_rank, rank.local_rank, proc.pid, None, None, why, known=False)
     top = main.frames[0]
-    coll = collective_of(main.frames)
-    # The frame the user wrote, for a rank in a collective: the first one outside torch.
+    # The frame the user wrote: the first one outside torch.
     user = next((f for f in main.frames if not _is_library(f)), top)
-    where = f"{coll} ({user.where})" if coll else top.where
+    if stopped:
+        where = f"stopped (state {proc.state}) at {user.where}"
+        return RankPlace(
+            rank.global_rank, rank.local_rank, proc.pid, top, None, where, stopped=True
+        )
+    coll = wait_of(main)
+    if coll is None:
+        # Another thread in a collective: DDP's reducer, a thread the program started.
+        others = (t for t in proc.threads if t is not main)
+        coll = next((c for c in (collective_of(t.frames) for t in others) if c), None)
+    if coll is None:
+        where = top.where
+    elif " at " in coll:  # the program's own wait line already says where it is
+        where = coll
+    else:
+        where = f"{coll} ({user.where})"
     return RankPlace(rank.global_rank, rank.local_rank, proc.pid, top, coll, where)
 
 
@@ -143,8 +211,25 @@ def main_signature(rank: RankStack) -> tuple[tuple[str, str, int], ...] | None:
 
 
 def verdict(dump: StackDump) -> Verdict:
-    """Judge a dump: name the odd ranks out, or say that every rank is in the same place."""
-    return judge(tuple(place_of(r) for r in dump.ranks), dump.note)
+    """Judge a dump: name the odd ranks out, or say that every rank is in the same place.
+
+    With the ranks' Flight Recorder records (``dump.records``) the verdict is the collective
+    one (:func:`~tui_launch.core.diagnosis.stacks.collective.collective_verdict`), the stacks
+    saying where a rank out of step is; but when the records see every answering rank at one
+    collective and the stacks name a rank (a stopped one cannot answer), the stacks win.
+    """
+    places = tuple(place_of(r) for r in dump.ranks)
+    v = judge(places, dump.note)
+    if not dump.records:
+        return v
+    where = {p.global_rank: p.place for p in places if p.known and not p.collective}
+    waiting = {p.global_rank for p in places if p.collective}
+    cv = collective_verdict(dump.records, where, waiting)
+    if cv is None:
+        return v
+    if cv.kind == "same" and v.odd:
+        return Verdict(f"{v.text} (records: {cv.text})", v.odd, places, v.same_place)
+    return Verdict(cv.text, cv.odd, places, same_place=cv.kind == "same")
 
 
 def judge(places: tuple[RankPlace, ...], note: str | None = None) -> Verdict:
@@ -160,6 +245,24 @@ def judge(places: tuple[RankPlace, ...], note: str | None = None) -> Verdict:
         return Verdict(text=text, odd=(), places=places)
     in_coll = [p for p in known if p.collective]
     out = [p for p in known if not p.collective]
+    stopped = [p for p in known if p.stopped]
+    if stopped and len(stopped) < len(known):
+        # A stopped rank cannot take part in anything: it is the one the others wait for,
+        # wherever they are (a collective, or torch's own setup before the first one).
+        where = _by(stopped, "place")
+        lead = "; ".join(
+            f"{_ranks(r)} {'is' if len(r) == 1 else 'are'} not in a collective: {pl}"
+            for pl, r in where.items()
+        )
+        rest = [p for p in known if not p.stopped]
+        waiting = [p for p in rest if p.collective]
+        others = [p for p in rest if not p.collective]
+        parts = [_waiting(waiting)] if waiting else []
+        if others:
+            parts.append(_where(others))
+        text = "; ".join([lead, *parts])
+        odd = tuple(sorted(p.global_rank for p in stopped))
+        return Verdict(text=text + tail, odd=odd, places=places)
     if len(known) > 1 and len({p.place for p in known}) == 1:
         what = "a collective" if in_coll else "no collective"
         text = f"every rank is in the same place: {known[0].place} ({what})"

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from tui_launch.core.model.events.base import EVENT_TYPES, Event, from_dict, register, to_dict
 from tui_launch.core.model.events.diagnosis import (
+    CollectiveSample,
+    CollectiveVerdictFound,
     HangCleared,
     HangDetected,
     JobNode,
@@ -24,6 +26,7 @@ from tui_launch.core.model.events.diagnosis import (
     JobStacks,
     ProgressRecord,
     ProgressSample,
+    RankCollective,
     RankProgress,
     Slowdown,
     StacksDumped,
@@ -71,6 +74,8 @@ __all__ = [
     "EVENT_TYPES",
     "AttemptFailed",
     "ClusterSample",
+    "CollectiveSample",
+    "CollectiveVerdictFound",
     "Connecting",
     "ControlAction",
     "Event",
@@ -93,6 +98,7 @@ __all__ = [
     "Preempted",
     "ProgressRecord",
     "ProgressSample",
+    "RankCollective",
     "RankExited",
     "RankProgress",
     "RankReading",

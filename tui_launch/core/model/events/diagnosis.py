@@ -159,7 +159,9 @@ class JobRank:
     """Where one rank of the job was at a job-wide dump: ``node`` that ran it, ``place`` in
     words (as in :class:`StacksDumped`'s places), the collective it waits in (None: none),
     ``known`` False when no stack was taken, ``frames`` its innermost main-thread frames
-    (``file:line in function``, innermost first, a few at most)."""
+    (``file:line in function``, innermost first, a few at most); with ``--flight-recorder``
+    its newest collective from its Flight Recorder (``coll_op`` number ``coll_seq`` of
+    ``coll_bytes`` bytes; ``coll_seq`` -1: no record)."""
 
     node: str
     global_rank: int
@@ -169,6 +171,9 @@ class JobRank:
     collective: str | None = None
     known: bool = True
     frames: tuple[str, ...] = ()
+    coll_op: str = ""
+    coll_seq: int = -1
+    coll_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -229,6 +234,53 @@ class Straggler(Event):
     cpu: tuple[tuple[int, float | None], ...] = ()
 
 
+@dataclass(frozen=True)
+class RankCollective:
+    """One rank's newest collective from its Flight Recorder: ``op`` number ``seq`` of
+    process group ``pg``, ``size`` bytes, and ``waiting``: seconds since this sequence number
+    was first seen (how long the rank has been at it); ``error`` when the rank did not answer."""
+
+    global_rank: int
+    op: str = ""
+    seq: int = -1
+    pg: str = "0"
+    size: int = 0
+    waiting: float = 0.0
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class CollectiveSample(Event):
+    """A poll of every rank's Flight Recorder through its responder (``--flight-recorder``,
+    every couple of seconds; a sample: not journaled). ``verdict`` is the collective-level
+    verdict when some rank has been at its collective for a while (empty otherwise)."""
+
+    kind: ClassVar[str] = "collective_sample"
+    journaled: ClassVar[bool] = False
+    attempt: int
+    ranks: tuple[RankCollective, ...]
+    verdict: str = ""
+
+
+@dataclass(frozen=True)
+class CollectiveVerdictFound(Event):
+    """A dump with the ranks' Flight Recorder records judged them at the collective level
+    (``--flight-recorder``): ``verdict`` in one line, ``verdict_kind`` ``behind`` (a rank never
+    issued the collective the others wait in), ``mismatch`` (ranks disagree on it) or ``same``
+    (every rank at one collective: no culprit) or ``left`` (the stacks show some ranks went
+    on past it), ``odd_ranks`` the ranks it names, ``ranks``
+    each rank's newest collective, ``path`` the dump's directory."""
+
+    kind: ClassVar[str] = "collective_verdict"
+    attempt: int
+    verdict: str
+    verdict_kind: str
+    odd_ranks: tuple[int, ...]
+    ranks: tuple[RankCollective, ...]
+    path: str = ""
+
+
 register(Slowdown, StacksDumped, HangDetected, HangCleared, Straggler)
+register(CollectiveSample, CollectiveVerdictFound, nested={"ranks": RankCollective})
 register(JobStacks, nested={"nodes": JobNode, "ranks": JobRank})
 register(ProgressSample, ProgressRecord, nested={"ranks": RankProgress})

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tui_launch.core.model.events import (
+    CollectiveSample,
+    CollectiveVerdictFound,
     HangCleared,
     HangDetected,
     JobStacks,
@@ -59,3 +61,13 @@ def _hang_cleared(s: Snapshot, e: HangCleared) -> Snapshot:
 @reduces(JobStacks)
 def _job_stacks(s: Snapshot, e: JobStacks) -> Snapshot:
     return replace(s, job_stacks=(*s.job_stacks, e)[-JOB_DUMPS_KEPT:])
+
+
+@reduces(CollectiveSample)
+def _collectives(s: Snapshot, e: CollectiveSample) -> Snapshot:
+    return replace(s, collectives=e)
+
+
+@reduces(CollectiveVerdictFound)
+def _collective_verdict(s: Snapshot, e: CollectiveVerdictFound) -> Snapshot:
+    return replace(s, collective_verdict=e)

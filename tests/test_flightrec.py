@@ -1,0 +1,297 @@
+"""The Flight Recorder, armed and collected through the bootstrap's responder (issue 25).
+
+The pure part (torch's record to a :class:`RankRecord`, the collective-level verdict) on
+records shaped as torch 2.13 dumps them; the real part on real gloo workers through the real
+``tuilaunch --flight-recorder``: a rank that never issued the collective, ranks that disagree,
+the records saved beside the stacks, ``TORCH_FR_BUFFER_SIZE=0`` turning it off, and the
+responder answering while the main thread waits in C++.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import PY, journal_path, read_journal, wait_for
+
+from tui_launch.core.diagnosis.records import gather, parse_record
+from tui_launch.core.diagnosis.stacks.collective import collective_verdict, size_text
+from tui_launch.core.seam import flightrec
+
+PROGRAMS = Path(__file__).parent / "programs"
+DDP_LOOP = str(PROGRAMS / "ddp_loop.py")
+MISMATCH = str(PROGRAMS / "mismatch.py")
+TIMEOUT = 4.0
+
+
+def _entry(seq: int, op: str, numel: int, out: int | None = None) -> dict:
+    return {
+        "collective_seq_id": seq,
+        "profiling_name": f"gloo:{op}",
+        "pg_id": 0,
+        "is_p2p": False,
+        "input_sizes": [[numel]],
+        "input_dtypes": ["Float"],
+        "output_sizes": [[out or numel]],
+        "output_dtypes": ["Float"],
+        "state": "scheduled",
+    }
+
+
+def _fr(*entries: dict) -> dict:
+    last = max(e["collective_seq_id"] for e in entries)
+    status = {"0": {"last_enqueued_collective": str(last), "last_completed_collective": "-1"}}
+    return {"entries": list(entries), "pg_status": status, "version": "2.10"}
+
+
+def test_record_parsed_with_sizes_and_sequence():
+    rec = parse_record(
+        3, _fr(_entry(1, "all_reduce", 1024), _entry(2, "all_gather", 256, 1024)), None
+    )
+    assert rec.last is not None and rec.last.seq == 2 and rec.last.op == "all_gather"
+    assert rec.last.in_bytes == 1024 and rec.last.out_bytes == 4096
+    assert rec.last_enqueued == 2
+    assert parse_record(0, None, "no process group yet").error == "no process group yet"
+
+
+def test_verdict_names_the_rank_that_never_issued_it():
+    recs = [
+        parse_record(0, _fr(_entry(40, "all_reduce", 10), _entry(41, "all_reduce", 10)), None),
+        parse_record(1, _fr(_entry(40, "all_reduce", 10)), None),
+        parse_record(2, _fr(_entry(41, "all_reduce", 10)), None),
+    ]
+    v = collective_verdict(recs, {1: "train.py:17 in wandered_off"}, {0, 2})
+    assert v is not None and v.odd == (1,) and v.kind == "behind"
+    assert v.text == (
+        "rank 1 never issued all_reduce #41 (it is in train.py:17 in wandered_off); "
+        "ranks 0, 2 wait for it"
+    )
+
+
+def test_verdict_says_where_ranks_disagree():
+    mb = 256 * 1024
+    recs = [parse_record(r, _fr(_entry(57, "all_reduce", mb)), None) for r in (0, 1, 3)]
+    recs.append(parse_record(2, _fr(_entry(57, "all_gather", mb, 4 * mb)), None))
+    v = collective_verdict(recs, {}, {0, 1, 2, 3})
+    assert v is not None and v.odd == (2,) and v.kind == "mismatch"
+    assert (
+        v.text
+        == "ranks disagree at #57: rank 2 called all_gather of 4 MB, the others all_reduce of 1 MB"
+    )
+
+
+def test_every_rank_at_one_collective_names_none():
+    recs = [parse_record(r, _fr(_entry(9, "all_reduce", 10)), None) for r in range(8)]
+    v = collective_verdict(recs, {}, set(range(8)))
+    assert v is not None and v.odd == () and v.kind == "same"
+    assert v.text == (
+        "all 8 ranks wait in all_reduce #9: not a rank out of step; "
+        "suspect the network, a GPU or NCCL"
+    )
+    assert collective_verdict(recs[:1], {}, ()) is None
+    assert size_text(3 << 20) == "3 MB"
+
+
+def test_user_setting_wins_and_zero_turns_it_off(tmp_path):
+    env = {"TORCH_FR_BUFFER_SIZE": "50"}
+    assert flightrec.arm(env, str(tmp_path), str(tmp_path))
+    assert env["TORCH_FR_BUFFER_SIZE"] == "50" and env[flightrec.SOCKET_ENV] == str(tmp_path)
+    assert env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"].startswith(str(tmp_path))
+    off = {"TORCH_FR_BUFFER_SIZE": "0"}
+    assert not flightrec.arm(off, str(tmp_path), str(tmp_path))
+    assert off == {"TORCH_FR_BUFFER_SIZE": "0"}
+    fresh: dict[str, str] = {}
+    assert flightrec.arm(fresh, str(tmp_path), None)
+    assert fresh["TORCH_FR_BUFFER_SIZE"] == flightrec.DEFAULT_BUFFER
+
+
+@pytest.mark.slow
+def test_responder_answers_while_the_main_thread_waits_in_cpp(tmp_path):
+    # Two plain processes through the bootstrap: rank 1 wanders off, rank 0 blocks in DDP's
+    # backward (the GIL released in C++), and still its responder answers.
+    env = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "WORLD_SIZE": "2",
+        flightrec.SOCKET_ENV: str(tmp_path),
+    }
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        env["MASTER_PORT"] = str(s.getsockname()[1])
+    procs = [
+        subprocess.Popen(
+            [PY, "-u", "-m", "tui_launch.core.workers.shim", "-", DDP_LOOP, "--wander-rank", "1",
+             "--seconds", "180"],
+            env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        for r in range(2)
+    ]  # fmt: skip
+    try:
+
+        def behind() -> bool:
+            ans = gather(str(tmp_path), [0, 1], "dump", 2.0)
+            a0, a1 = ans[0].record.last, ans[1].record.last
+            return bool(a0 and a1 and a0.seq > a1.seq)
+
+        # Importing torch on a loaded machine can take most of a minute.
+        wait_for(behind, 150, 0.5, "rank 0 ahead of rank 1 in the records")
+        ans = gather(str(tmp_path), [0, 1], "dump", 2.0)
+        assert ans[0].record.last_completed < ans[0].record.last_enqueued  # still waiting
+        main0 = next(t for t in ans[0].threads or () if t.main)
+        assert any(f.function == "_engine_run_backward" for f in main0.frames)
+        main1 = next(t for t in ans[1].threads or () if t.main)
+        assert main1.frames[0].function == "wandered_off"
+        assert oct(os.stat(tmp_path / "0.sock").st_mode & 0o777) == "0o600"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)
+
+
+def _hang(launch) -> dict:
+    events = read_journal(journal_path(launch.output))
+    (hang,) = [e for e in events if e["kind"] == "hang"]
+    assert hang["silence"] <= TIMEOUT + 30, hang
+    return hang
+
+
+def test_ddp_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
+    launch = tuilaunch(
+        *("--flight-recorder", "--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
+        *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
+        *(DDP_LOOP, "--wander-rank", "1", "--seconds", "200"),
+    )
+    assert launch.wait(260) == 1, launch.output[-3000:]
+    hang = _hang(launch)
+    assert hang["odd_ranks"] == [1], hang["verdict"]
+    assert hang["verdict"].startswith("rank 1 never issued all_reduce #"), hang["verdict"]
+    assert "wandered_off" in hang["verdict"] and "rank 0 waits for it" in hang["verdict"]
+    saved = Path(hang["second_path"])
+    data = json.loads((saved / "stacks.json").read_text())
+    assert sorted(r["global_rank"] for r in data["dump"]["records"]) == [0, 1]
+    fr0 = json.loads((saved / "flightrec" / "rank0.json").read_text())
+    assert any(e["profiling_name"] == "gloo:all_reduce" for e in fr0["entries"])
+    assert "hung: rank 1 never issued all_reduce" in launch.stderr
+    events = read_journal(journal_path(launch.output))
+    found = [e for e in events if e["kind"] == "collective_verdict"]
+    assert found and found[-1]["verdict_kind"] == "behind" and found[-1]["odd_ranks"] == [1]
+    seqs = {r["global_rank"]: r["seq"] for r in found[-1]["ranks"]}
+    assert seqs[0] == seqs[1] + 1, seqs
+
+
+def test_mismatch_named_by_op_and_size(tuilaunch, tmp_path):
+    launch = tuilaunch(
+        *("--flight-recorder", "--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
+        *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "3"),
+        *(MISMATCH, "--odd", "2", "--seconds", "200"),
+    )
+    assert launch.wait(260) == 1, launch.output[-3000:]
+    hang = _hang(launch)
+    assert hang["odd_ranks"] == [2], hang["verdict"]
+    assert hang["verdict"].startswith("ranks disagree at #"), hang["verdict"]
+    assert "rank 2 called all_gather of 3 MB" in hang["verdict"]
+    assert "all_reduce of 1 MB" in hang["verdict"]
+
+
+def test_recorder_off_falls_back_to_stacks(tuilaunch, tmp_path):
+    launch = tuilaunch(
+        *("--flight-recorder", "--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
+        *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
+        *(DDP_LOOP, "--wander-rank", "1", "--seconds", "200"),
+        env={**os.environ, "TORCH_FR_BUFFER_SIZE": "0"},
+    )
+    assert launch.wait(260) == 1, launch.output[-3000:]
+    hang = _hang(launch)
+    assert hang["odd_ranks"] == [1]
+    assert hang["verdict"].startswith("rank 1 is not in a collective"), hang["verdict"]
+    assert not (Path(hang["second_path"]) / "flightrec").exists()
+
+
+def test_killed_rank_leaves_a_survivor_dump_with_frames(tuilaunch, tmp_path):
+    # gloo raises in rank 0 within milliseconds of rank 1's death: the dump taken when the
+    # exit is seen finds it outside Python or gone, and the live poll's last answer stands in.
+    launch = tuilaunch(
+        *("--flight-recorder", "--log-dir", str(tmp_path)),
+        *("--inject", "kill:rank=1,after=40s", "--standalone", "--nproc-per-node", "2"),
+        *(DDP_LOOP, "--seconds", "150"),
+    )
+    assert launch.wait(200) == 1, launch.output[-3000:]
+    assert "rank 1 step 3" in launch.output, launch.output[-3000:]
+    events = read_journal(journal_path(launch.output))
+    dumps = [e for e in events if e["kind"] == "stacks_dumped" and e["reason"] == "before-kill"]
+    assert len(dumps) == 1, [e["kind"] for e in events]
+    data = json.loads((Path(dumps[0]["path"]) / "stacks.json").read_text())
+    (rank0,) = [r for r in data["dump"]["ranks"] if r["global_rank"] == 0]
+    main = next(t for t in rank0["process"]["threads"] if t["main"])
+    assert main["frames"], rank0
+    (failed,) = [e for e in events if e["kind"] == "attempt_failed"]
+    cause = next(f for f in failed["failures"] if not f["collateral"])
+    assert cause["global_rank"] == 1 and cause["peers"], cause
+    assert cause["peers"][0].startswith("rank 0: ") and "no Python frame" not in cause["peers"][0]
+    assert "ddp_loop.py" in cause["peers"][0] or "backward" in cause["peers"][0], cause["peers"]
+
+
+POLL_PROBE = """
+import json, os, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+from tui_launch.core.seam import flightrec
+t = torch.ones(4)
+out = []
+for _ in range(3):
+    dist.all_reduce(t)
+    out.append(flightrec.answer("poll")["fr"])
+out.append(flightrec.answer("poll")["fr"])  # no collective since: the entries are read
+out.append(flightrec.answer("dump")["fr"])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_poll_reads_the_ring_only_once_a_rank_stops_moving(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run(
+        [PY, "-c", POLL_PROBE % port],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TORCH_FR_BUFFER_SIZE": "100"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    polls = json.loads(done.stdout.strip().splitlines()[-1])
+    seqs = [int(p["pg_status"]["0"]["last_enqueued_collective"]) for p in polls]
+    assert seqs[1] == seqs[0] + 1 and seqs[2] == seqs[1] + 1 and seqs[3] == seqs[2]
+    assert [bool(p.get("entries")) for p in polls[:3]] == [False, False, False]
+    assert polls[3]["entries"][-1]["collective_seq_id"] == seqs[3]
+    rec = parse_record(0, polls[1], None)
+    assert rec.last is None and rec.last_enqueued == seqs[1] and rec.error is None
+    assert len(polls[4]["entries"]) == seqs[3]
+
+
+def test_the_group_where_ranks_part_is_judged():
+    # Sequence numbers count per process group: the default group agrees, group 1 does not.
+    def fr(rank_seq: int) -> dict:
+        data = _fr(_entry(9, "all_reduce", 10))
+        sub = _entry(rank_seq, "broadcast", 10)
+        sub["pg_id"] = 1
+        data["entries"].append(sub)
+        return data
+
+    recs = [parse_record(0, fr(5), None), parse_record(1, fr(4), None)]
+    v = collective_verdict(recs, {1: "x.py:3 in f"}, {0})
+    assert v is not None and v.odd == (1,)
+    assert v.text == (
+        "rank 1 never issued broadcast of process group 1 #5 (it is in x.py:3 in f); "
+        "rank 0 waits for it"
+    )
+    many = _fr(*(_entry(s, "all_reduce", 10) for s in range(1, 30)))
+    assert len(parse_record(0, many, None).collectives) == 8

@@ -1,0 +1,58 @@
+"""The hang verdict on the corpus's framework programs (issue 25): a Hugging Face ``Trainer``
+and a Lightning DDP job, rank 1 stuck inside ``training_step`` (``CORPUS_HANG_*``, see
+``tests/corpus/README.md``). The Trainer with ``--flight-recorder`` (the collective-level
+verdict), Lightning with the stacks alone (DDP's waiting rank sits in ``backward()``). Each
+verdict names rank 1 within ``--hang-timeout`` + 30 s of the last output.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import journal_path, read_journal
+
+CORPUS = Path(__file__).parent / "corpus"
+TIMEOUT = 15.0  # the frameworks print nothing for a while between their own lines
+
+
+def _hang(launch) -> dict:
+    events = read_journal(journal_path(launch.output))
+    hangs = [e for e in events if e["kind"] == "hang"]
+    # The first: Lightning's own SIGTERM handler moves a rank into a broadcast while the
+    # group is being stopped, which can be judged as a second hang.
+    assert hangs, launch.output[-3000:]
+    assert hangs[0]["silence"] <= TIMEOUT + 30, hangs[0]
+    return hangs[0]
+
+
+def _run(tuilaunch, tmp_path, program: str, *extra: str):
+    env = {**os.environ, "CORPUS_HANG_RANK": "1", "CORPUS_HANG_STEP": "6"}
+    launch = tuilaunch(
+        *extra,
+        *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop", "--log-dir", str(tmp_path)),
+        *("--standalone", "--nproc-per-node", "2", str(CORPUS / program)),
+        env=env,
+    )
+    assert launch.wait(400) == 1, launch.output[-3000:]
+    return launch
+
+
+def test_trainer_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
+    pytest.importorskip("transformers", reason="the corpus needs the test extra")
+    launch = _run(tuilaunch, tmp_path, "hf_trainer.py", "--flight-recorder")
+    hang = _hang(launch)
+    assert hang["odd_ranks"] == [1], hang["verdict"]
+    assert hang["verdict"].startswith("rank 1 never issued all_reduce #"), hang["verdict"]
+    assert "wandered_off" in hang["verdict"] and "rank 0 waits for it" in hang["verdict"]
+
+
+def test_lightning_rank_in_training_step_named_from_stacks(tuilaunch, tmp_path):
+    pytest.importorskip("lightning", reason="the corpus needs the test extra")
+    launch = _run(tuilaunch, tmp_path, "lightning_ddp.py")
+    hang = _hang(launch)
+    assert hang["odd_ranks"] == [1], hang["verdict"]
+    assert hang["verdict"].startswith("rank 1 is not in a collective:"), hang["verdict"]
+    assert "wandered_off" in hang["verdict"]
+    assert "rank 0 waits in backward (DDP's gradient all-reduce)" in hang["verdict"]

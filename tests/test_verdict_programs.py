@@ -1,0 +1,98 @@
+"""The hang verdict on programs written the way people write them (issue 25).
+
+Real gloo workers on CPU through the real ``tuilaunch`` command: a plain DDP loop (whose
+waiting ranks sit in ``loss.backward()`` while autograd's threads wait in the reducer), a rank
+SIGSTOPped in that loop, asynchronous ``all_reduce(async_op=True)`` waited for in the program's
+own ``sync_point()``, ranks that disagree on the collective, and a healthy run. Each hang's
+verdict must name the rank the others wait for (or the mismatch), never a waiting rank, within
+``--hang-timeout`` + 30 s of the last output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import journal_path, read_journal
+
+PROGRAMS = Path(__file__).parent / "programs"
+DDP_LOOP = str(PROGRAMS / "ddp_loop.py")
+ASYNC = str(PROGRAMS / "async_sync.py")
+MISMATCH = str(PROGRAMS / "mismatch.py")
+TIMEOUT = 4.0
+
+
+def _hang(launch) -> dict:
+    events = read_journal(journal_path(launch.output))
+    hangs = [e for e in events if e["kind"] == "hang"]
+    assert len(hangs) == 1, launch.output[-3000:]
+    hang = hangs[0]
+    assert hang["silence"] <= TIMEOUT + 30, hang
+    return hang
+
+
+def _cause(launch) -> dict:
+    events = read_journal(journal_path(launch.output))
+    (failed,) = [e for e in events if e["kind"] == "attempt_failed"]
+    return next(f for f in failed["failures"] if not f["collateral"])
+
+
+def _hung_run(tuilaunch, tmp_path, nproc: int, *program: str):
+    launch = tuilaunch(
+        *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop", "--log-dir", str(tmp_path)),
+        *("--standalone", "--nproc-per-node", str(nproc), *program),
+    )
+    assert launch.wait(260) == 1, launch.output[-3000:]
+    return launch
+
+
+def test_ddp_loop_rank_in_its_own_code_is_named(tuilaunch, tmp_path):
+    launch = _hung_run(tuilaunch, tmp_path, 2, DDP_LOOP, "--wander-rank", "1", "--seconds", "200")
+    hang = _hang(launch)
+    assert hang["odd_ranks"] == [1], hang["verdict"]
+    assert "wandered_off" in hang["verdict"] and "rank 0 waits in backward" in hang["verdict"]
+    assert _cause(launch)["global_rank"] == 1
+
+
+def test_ddp_loop_stopped_rank_is_named(tuilaunch, tmp_path):
+    launch = tuilaunch(
+        *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop", "--log-dir", str(tmp_path)),
+        # Late enough that rank 1 is training, not still importing torch, on a loaded machine.
+        *("--inject", "hang:rank=1,after=40s", "--standalone", "--nproc-per-node", "2"),
+        *(DDP_LOOP, "--seconds", "150"),
+    )
+    assert launch.wait(200) == 1, launch.output[-3000:]
+    assert "rank 1 step 3" in launch.output, launch.output[-3000:]
+    hang = _hang(launch)
+    assert hang["odd_ranks"] == [1], hang["verdict"]
+    assert "rank 1 is not in a collective: stopped" in hang["verdict"], hang["verdict"]
+    assert _cause(launch)["global_rank"] == 1
+
+
+def test_async_wait_in_own_code_is_a_wait(tuilaunch, tmp_path):
+    launch = _hung_run(tuilaunch, tmp_path, 2, ASYNC, "--wander-rank", "1", "--seconds", "200")
+    hang = _hang(launch)
+    assert hang["odd_ranks"] == [1], hang["verdict"]
+    assert "wandered_off" in hang["verdict"], hang["verdict"]
+    assert "rank 0 waits in work.wait() at async_sync.py:" in hang["verdict"], hang["verdict"]
+    assert "in sync_point" in hang["verdict"]
+    assert _cause(launch)["global_rank"] == 1
+
+
+def test_mismatched_collectives_name_the_odd_rank(tuilaunch, tmp_path):
+    launch = _hung_run(tuilaunch, tmp_path, 3, MISMATCH, "--odd", "2", "--seconds", "200")
+    hang = _hang(launch)
+    assert hang["odd_ranks"] == [2], hang["verdict"]
+    assert "all_gather" in hang["verdict"] and "all_reduce" in hang["verdict"]
+    assert _cause(launch)["global_rank"] == 2
+
+
+def test_healthy_ddp_loop_gets_no_verdict(tuilaunch, tmp_path):
+    launch = tuilaunch(
+        *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop", "--log-dir", str(tmp_path)),
+        *("--standalone", "--nproc-per-node", "2", DDP_LOOP, "--steps", "60"),
+        *("--seconds", "200"),
+    )
+    assert launch.wait(260) == 0, launch.output[-3000:]
+    events = read_journal(journal_path(launch.output))
+    assert not [e for e in events if e["kind"] == "hang"]
+    assert "rank 1 step 59" in launch.stdout

@@ -1,0 +1,194 @@
+"""Every rank's Flight Recorder, gathered through its responder, and the collective-level verdict.
+
+:func:`gather` asks each local rank's responder (a thread of the worker bootstrap, see
+:mod:`tui_launch.core.seam.flightrec`) over its Unix socket, all ranks in parallel, each under
+a short time limit: a stopped rank, or one whose main thread holds the GIL, does not answer and
+gets a record that says so. :func:`parse_record` turns torch's Flight Recorder JSON into a
+:class:`~tui_launch.core.diagnosis.stacks.model.RankRecord`.
+
+The verdict on the records is :mod:`tui_launch.core.diagnosis.stacks.collective` (pure).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from tui_launch.core.diagnosis.stacks.model import (
+    Collective,
+    Frame,
+    ProcessStack,
+    RankRecord,
+    ThreadStack,
+    short_file,
+)
+
+# The newest entries kept per rank (the verdict needs the last few; the file keeps them all).
+KEPT = 8
+# Bytes per element of the dtypes torch names in the record.
+_DTYPE_BYTES = {
+    "Float": 4, "Int": 4, "UInt32": 4, "Double": 8, "Long": 8, "UInt64": 8, "ComplexFloat": 8,
+    "Half": 2, "BFloat16": 2, "Short": 2, "UInt16": 2, "Byte": 1, "Char": 1, "Bool": 1,
+    "Float8_e4m3fn": 1, "Float8_e5m2": 1, "ComplexDouble": 16,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One rank's answer: its record, its threads (None without them) and the raw JSON."""
+
+    record: RankRecord
+    threads: tuple[ThreadStack, ...] | None
+    raw: dict[str, Any] | None
+    duration: float
+
+
+def _bytes(sizes: Iterable[Iterable[int]], dtypes: Iterable[str]) -> int:
+    total = 0
+    for shape, dtype in zip(sizes, dtypes, strict=False):
+        n = 1
+        for d in shape:
+            n *= int(d)
+        total += n * _DTYPE_BYTES.get(str(dtype), 4)
+    return total
+
+
+def _op(name: str) -> str:
+    # "gloo:all_reduce", "nccl:all_reduce" -> "all_reduce"
+    return name.rsplit(":", 1)[-1] if name else "?"
+
+
+def parse_record(global_rank: int, fr: dict[str, Any] | None, error: str | None) -> RankRecord:
+    """torch's Flight Recorder JSON (``_dump_fr_trace_json``) as a :class:`RankRecord`."""
+    if fr is None:
+        return RankRecord(global_rank, error=error or "no Flight Recorder")
+    colls: list[Collective] = []
+    for e in fr.get("entries", ()):
+        if e.get("is_p2p"):
+            continue
+        colls.append(
+            Collective(
+                seq=int(e.get("collective_seq_id", -1)),
+                op=_op(str(e.get("profiling_name", ""))),
+                pg=str(e.get("pg_id", "0")),
+                in_bytes=_bytes(e.get("input_sizes", ()), e.get("input_dtypes", ())),
+                out_bytes=_bytes(e.get("output_sizes", ()), e.get("output_dtypes", ())),
+                state=str(e.get("state", "")),
+            )
+        )
+    colls.sort(key=lambda c: (c.pg, c.seq))
+    # The newest entries of each process group (sequence numbers count per group).
+    groups: dict[str, list[Collective]] = {}
+    for c in colls:
+        groups.setdefault(c.pg, []).append(c)
+    colls = [c for pg in sorted(groups) for c in groups[pg][-KEPT:]]
+    status = fr.get("pg_status", {}).get("0", {})
+
+    def num(key: str) -> int:
+        try:
+            return int(status.get(key, -1))
+        except (TypeError, ValueError):
+            return -1
+
+    if not colls and num("last_enqueued_collective") < 0:
+        return RankRecord(global_rank, error="no collective recorded")
+    return RankRecord(
+        global_rank,
+        collectives=tuple(colls),
+        last_enqueued=num("last_enqueued_collective"),
+        last_completed=num("last_completed_collective"),
+    )
+
+
+def parse_threads(data: list[dict[str, Any]]) -> tuple[ThreadStack, ...]:
+    """The responder's thread stacks as :class:`ThreadStack` records (main thread first)."""
+    out = []
+    for t in data:
+        frames = tuple(
+            Frame(function=str(f), file=short_file(str(p)), line=int(n), path=str(p))
+            for f, p, n in t.get("frames", ())
+        )
+        out.append(
+            ThreadStack(
+                thread_id=int(t.get("thread_id", 0)),
+                name=t.get("name"),
+                frames=frames,
+                native_id=t.get("native_id"),
+                main=bool(t.get("main")),
+            )
+        )
+    return tuple(out)
+
+
+def socket_path(directory: str, global_rank: int) -> str:
+    """Where rank ``global_rank``'s responder listens."""
+    return os.path.join(directory, f"{global_rank}.sock")
+
+
+def ask(path: str, what: str = "dump", timeout: float = 1.0) -> dict[str, Any]:
+    """One request to a responder: its JSON answer; raises OSError or ValueError."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        s.sendall(what.encode() + b"\n")
+        chunks = []
+        deadline = time.monotonic() + timeout
+        while True:
+            s.settimeout(max(0.01, deadline - time.monotonic()))
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    data = json.loads(b"".join(chunks))
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
+
+
+def query(directory: str, global_rank: int, what: str = "dump", timeout: float = 1.0) -> Answer:
+    """Ask one rank; an answer that says why when it did not answer."""
+    t0 = time.monotonic()
+    try:
+        data = ask(socket_path(directory, global_rank), what, timeout)
+    except TimeoutError:
+        record = RankRecord(global_rank, error=f"no answer in {timeout:g} s")
+        return Answer(record, None, None, time.monotonic() - t0)
+    except (OSError, ValueError) as e:
+        why = (
+            "no responder" if isinstance(e, FileNotFoundError | ConnectionRefusedError) else str(e)
+        )
+        return Answer(RankRecord(global_rank, error=why), None, None, time.monotonic() - t0)
+    record = parse_record(global_rank, data.get("fr"), data.get("fr_error"))
+    threads = parse_threads(data["threads"]) if isinstance(data.get("threads"), list) else None
+    return Answer(record, threads, data, time.monotonic() - t0)
+
+
+def gather(
+    directory: str, ranks: Iterable[int], what: str = "dump", timeout: float = 1.0
+) -> dict[int, Answer]:
+    """Every rank's answer, asked in parallel (one short-lived thread per rank)."""
+    out: dict[int, Answer] = {}
+    lock = threading.Lock()
+
+    def one(rank: int) -> None:
+        a = query(directory, rank, what, timeout)
+        with lock:
+            out[rank] = a
+
+    threads = [threading.Thread(target=one, args=(r,), daemon=True) for r in ranks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout + 1.0)
+    return out
+
+
+def responder_stack(pid: int, threads: tuple[ThreadStack, ...], state: str) -> ProcessStack:
+    """A process stack built from a responder's threads (when py-spy could not take one)."""
+    return ProcessStack(pid=pid, state=state, method="responder", threads=threads)

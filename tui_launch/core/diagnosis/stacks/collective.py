@@ -1,0 +1,127 @@
+"""The collective-level verdict: every rank's newest Flight Recorder entry, fused with its stack.
+
+In the categories of torch's own analyser (``torch.distributed.flight_recorder``): a rank that
+never issued the collective the others wait in ("rank 1 (it is at #40, in wandered_off
+(train.py:17)) never issued all_reduce #41; rank 0 waits for it"), ranks that disagree on the
+collective at one sequence number (op or size: "ranks disagree at #57: rank 2 called
+all_gather of 4 MB, the others all_reduce of 1 MB"), and every rank at the same collective,
+which names no rank ("all 8 ranks wait in all_reduce #9: not a rank out of step; suspect the
+network, a GPU or NCCL"). gloo records no completion (its entries stay ``scheduled``), so the
+sequence numbers carry the verdict. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tui_launch.core.diagnosis.stacks.model import Collective, RankRecord
+from tui_launch.core.model.text import rank_list
+
+
+def _ranks(ranks: Iterable[int]) -> str:
+    nums = sorted(set(ranks))
+    return f"rank {nums[0]}" if len(nums) == 1 else f"ranks {rank_list(nums)}"
+
+
+def size_text(n: int) -> str:
+    """Bytes in words: ``4 MB``, ``512 kB``, ``24 B``."""
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.0f} {unit}" if v >= 10 or v == int(v) else f"{v:.1f} {unit}"
+    return f"{n} B"
+
+
+def _size(c: Collective) -> int:
+    return max(c.in_bytes, c.out_bytes)
+
+
+@dataclass(frozen=True)
+class CollectiveVerdict:
+    """The collective-level verdict: ``text`` in one line, the ranks it names (``odd``), and
+    ``kind``: ``behind`` (a rank never issued it), ``mismatch`` (ranks disagree), ``left`` (every
+    record at one collective, but some ranks' stacks are elsewhere: they completed it and went
+    on), ``same`` (every rank at one collective: no culprit)."""
+
+    text: str
+    odd: tuple[int, ...]
+    kind: str
+
+
+def collective_verdict(
+    records: Iterable[RankRecord], places: dict[int, str], waiting: Iterable[int] | None = None
+) -> CollectiveVerdict | None:
+    """Judge the ranks by their newest collective of each process group (sequence numbers
+    count per group): the first group where a rank is behind or the ranks disagree, else the
+    default group's verdict. ``places`` says where each rank's stack is (``wandered_off
+    (train.py:17)``), ``waiting`` the ranks whose stack waits (None: not known). None when no
+    two ranks have a record to compare."""
+    recs = list(records)
+    pgs = sorted({c.pg for r in recs for c in r.collectives}, key=lambda pg: (pg != "0", pg))
+    found = [v for pg in pgs if (v := _judge_group(recs, pg, places, waiting)) is not None]
+    for kinds in (("behind", "mismatch"), ("left",)):
+        for v in found:
+            if v.kind in kinds:
+                return v
+    return found[0] if found else None
+
+
+def _judge_group(
+    recs: list[RankRecord], pg: str, places: dict[int, str], waiting: Iterable[int] | None
+) -> CollectiveVerdict | None:
+    """One process group's verdict (see :func:`collective_verdict`)."""
+    last = {r.global_rank: c for r in recs if (c := r.last_in(pg)) is not None}
+    if len(last) < 2:
+        return None
+    top = max(c.seq for c in last.values())
+    behind = sorted(r for r, c in last.items() if c.seq < top)
+    ahead = sorted(r for r, c in last.items() if c.seq == top)
+    op = Counter(last[r].op for r in ahead).most_common(1)[0][0]
+    if pg != "0":
+        op += f" of process group {pg}"
+    missing = sorted(r.global_rank for r in recs if r.global_rank not in last)
+    tail = f"; no record for {_ranks(missing)}" if missing else ""
+    if behind:
+        wheres = [(r, places.get(r)) for r in behind]
+        if len(behind) == 1:
+            where = f" (it is in {wheres[0][1]})" if wheres[0][1] else ""
+        else:
+            known = "; ".join(f"rank {r} in {w}" for r, w in wheres if w)
+            where = f" ({known})" if known else ""
+        wait = "waits" if len(ahead) == 1 else "wait"
+        text = f"{_ranks(behind)} never issued {op} #{top}{where}; {_ranks(ahead)} {wait} for it"
+        text += tail
+        return CollectiveVerdict(text, tuple(behind), "behind")
+    kinds = Counter((last[r].op, _size(last[r])) for r in ahead)
+    if len(kinds) > 1:
+        (common, _), *_ = kinds.most_common()
+        odd = sorted(r for r in ahead if (last[r].op, _size(last[r])) != common)
+        others = [r for r in ahead if r not in odd]
+        what = ", ".join(
+            f"rank {r} called {last[r].op} of {size_text(_size(last[r]))}" for r in odd
+        )
+        text = (
+            f"ranks disagree at #{top}: {what}, "
+            f"{'the others' if len(others) > 1 else _ranks(others)} "
+            f"{common[0]} of {size_text(common[1])}"
+        )
+        return CollectiveVerdict(text + tail, tuple(odd), "mismatch")
+    stuck = set(waiting) if waiting is not None else set(ahead)
+    idle = sorted(r for r in ahead if r not in stuck and r in places)
+    if idle and len(idle) < len(ahead):
+        # Every record is at #top, but some ranks' stacks are elsewhere: they completed it and
+        # went on (gloo records no completion), the others still wait in it.
+        where = "; ".join(f"rank {r} in {places[r]}" for r in idle)
+        rest = [r for r in ahead if r not in idle]
+        wait = "waits" if len(rest) == 1 else "wait"
+        text = f"{_ranks(idle)} left {op} #{top} and did not come back ({where}); "
+        text += f"{_ranks(rest)} {wait} in it" + tail
+        return CollectiveVerdict(text, tuple(idle), "left")
+    n = len(ahead)
+    every = f"all {n} ranks wait" if n > 2 else "both ranks wait"
+    text = (
+        f"{every} in {op} #{top}: not a rank out of step; suspect the network, a GPU or NCCL" + tail
+    )
+    return CollectiveVerdict(text, (), "same")
