@@ -46,9 +46,14 @@ def _launch_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     # $XDG_STATE_HOME/tuilaunch): the suite's runs go to pytest's temp directory, never into
     # the index of the person running the tests.
     index_home = tmp_path_factory.mktemp("run-index")
-    saved = {k: os.environ.get(k) for k in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME")}
+    names = ("XDG_RUNTIME_DIR", "XDG_STATE_HOME", "COLUMNS", "LINES")
+    saved = {k: os.environ.get(k) for k in names}
     os.environ["XDG_RUNTIME_DIR"] = str(index_home)
     os.environ["XDG_STATE_HOME"] = str(index_home)
+    # pytest-xdist's workers get COLUMNS=80 and LINES=24 (for their report lines); a dashboard
+    # started by a test would take them over the size of the terminal it was given (tmux's).
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
     # A suite run inside a Slurm job: the in-process parses must not take its allocation.
     for k in [k for k in os.environ if k.startswith(("SLURM_", "SLURMD_"))]:
         saved[k] = os.environ.pop(k)

@@ -38,7 +38,8 @@ CASES = {
         "lightning_ddp.py", (), {"CORPUS_EPOCHS": "3"}, "lightning_rich", 48, 48, "lightning"
     ),
     "hf_trainer": Case("hf_trainer.py", (), {"CORPUS_STEPS": "40"}, "tqdm", 40, 40, "transformers"),
-    "nanogpt": Case("nanogpt.py", (), {"CORPUS_STEPS": "60"}, "nanogpt", 60, None),
+    # long enough (about 10 s) for the per-second progress records to see it mid-run
+    "nanogpt": Case("nanogpt.py", (), {"CORPUS_STEPS": "600"}, "nanogpt", 600, None),
     # the tutorial's own argv: 6 epochs, a snapshot every 3; its last line is "Epoch 5",
     # printed when epoch 5 starts: 5 epochs of 32 steps done
     "ddp_tutorial": Case("multigpu_torchrun.py", ("6", "3"), {}, "ddp_tutorial", 5 * 32, None),

@@ -19,6 +19,7 @@ from conftest import PY, journal_path, read_journal, wait_for
 
 from tui_launch.core.diagnosis.records import gather, parse_record
 from tui_launch.core.diagnosis.stacks.collective import collective_verdict, size_text
+from tui_launch.core.model.exitcodes import INFRASTRUCTURE  # a hang, a kill from outside
 from tui_launch.core.seam import flightrec
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -167,7 +168,7 @@ def test_ddp_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
         *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
         *(DDP_LOOP, "--wander-rank", "1", "--seconds", "200"),
     )
-    assert launch.wait(260) == 1, launch.output[-3000:]
+    assert launch.wait(260) == INFRASTRUCTURE, launch.output[-3000:]
     hang = _hang(launch)
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert hang["verdict"].startswith("rank 1 never issued all_reduce #"), hang["verdict"]
@@ -191,7 +192,7 @@ def test_mismatch_named_by_op_and_size(tuilaunch, tmp_path):
         *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "3"),
         *(MISMATCH, "--odd", "2", "--seconds", "200"),
     )
-    assert launch.wait(260) == 1, launch.output[-3000:]
+    assert launch.wait(260) == INFRASTRUCTURE, launch.output[-3000:]
     hang = _hang(launch)
     assert hang["odd_ranks"] == [2], hang["verdict"]
     assert hang["verdict"].startswith("ranks disagree at #"), hang["verdict"]
@@ -206,7 +207,7 @@ def test_recorder_off_falls_back_to_stacks(tuilaunch, tmp_path):
         *(DDP_LOOP, "--wander-rank", "1", "--seconds", "200"),
         env={**os.environ, "TORCH_FR_BUFFER_SIZE": "0"},
     )
-    assert launch.wait(260) == 1, launch.output[-3000:]
+    assert launch.wait(260) == INFRASTRUCTURE, launch.output[-3000:]
     hang = _hang(launch)
     assert hang["odd_ranks"] == [1]
     assert hang["verdict"].startswith("rank 1 is not in a collective"), hang["verdict"]
@@ -221,7 +222,7 @@ def test_killed_rank_leaves_a_survivor_dump_with_frames(tuilaunch, tmp_path):
         *("--inject", "kill:rank=1,after=40s", "--standalone", "--nproc-per-node", "2"),
         *(DDP_LOOP, "--seconds", "150"),
     )
-    assert launch.wait(200) == 1, launch.output[-3000:]
+    assert launch.wait(200) == INFRASTRUCTURE, launch.output[-3000:]
     assert "rank 1 step 3" in launch.output, launch.output[-3000:]
     events = read_journal(journal_path(launch.output))
     dumps = [e for e in events if e["kind"] == "stacks_dumped" and e["reason"] == "before-kill"]
@@ -241,6 +242,7 @@ POLL_PROBE = """
 import json, os, torch, torch.distributed as dist
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
 from tui_launch.core.seam import flightrec
+from tui_launch.core.model.exitcodes import INFRASTRUCTURE  # a hang, a kill from outside
 t = torch.ones(4)
 out = []
 for _ in range(3):

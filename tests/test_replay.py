@@ -252,7 +252,8 @@ async def _drive_attach(app: Dashboard, src: AttachSource, pids: dict, job) -> N
         while src.snapshot().finished is None and time.monotonic() < deadline:
             await pilot.pause(0.1)
         assert src.snapshot().finished is not None
-        assert src.snapshot().finished.outcome == "stopped"
+        # SIGTERM to the launcher is a preemption (docs/restart-policy.md)
+        assert src.snapshot().finished.outcome == "preempted"
         await pilot.press("q")
 
 

@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 from conftest import WORKERS, base_env, journal_path, wait_for
 
+from tui_launch.core.model.exitcodes import INFRASTRUCTURE  # a hang, a kill from outside
+
 pytestmark = pytest.mark.slow
 
 STEPPER = str(WORKERS / "stepper.py")
@@ -162,7 +164,7 @@ def hung_run(tuilaunch, tmp_path: Path) -> Path:
         f"--token={SECRET}",
         env=base_env(HF_TOKEN="hf_" + SECRET),
     )
-    assert launch.wait(180) == 1, launch.output[-4000:]
+    assert launch.wait(180) == INFRASTRUCTURE, launch.output[-4000:]
     return journal_path(launch.output).parent
 
 

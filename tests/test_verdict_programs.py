@@ -14,6 +14,8 @@ from pathlib import Path
 
 from conftest import journal_path, read_journal
 
+from tui_launch.core.model.exitcodes import INFRASTRUCTURE  # a hang, a kill from outside
+
 PROGRAMS = Path(__file__).parent / "programs"
 DDP_LOOP = str(PROGRAMS / "ddp_loop.py")
 ASYNC = str(PROGRAMS / "async_sync.py")
@@ -41,7 +43,7 @@ def _hung_run(tuilaunch, tmp_path, nproc: int, *program: str):
         *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop", "--log-dir", str(tmp_path)),
         *("--standalone", "--nproc-per-node", str(nproc), *program),
     )
-    assert launch.wait(260) == 1, launch.output[-3000:]
+    assert launch.wait(260) == INFRASTRUCTURE, launch.output[-3000:]
     return launch
 
 
@@ -60,7 +62,7 @@ def test_ddp_loop_stopped_rank_is_named(tuilaunch, tmp_path):
         *("--inject", "hang:rank=1,after=40s", "--standalone", "--nproc-per-node", "2"),
         *(DDP_LOOP, "--seconds", "150"),
     )
-    assert launch.wait(200) == 1, launch.output[-3000:]
+    assert launch.wait(200) == INFRASTRUCTURE, launch.output[-3000:]
     assert "rank 1 step 3" in launch.output, launch.output[-3000:]
     hang = _hang(launch)
     assert hang["odd_ranks"] == [1], hang["verdict"]
