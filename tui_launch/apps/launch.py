@@ -295,7 +295,7 @@ def _run(
         index.close(runner.phase, runner.exit_code)
         if opts.demo:
             # The demo's snapshot is the launcher's own file, not the user's: leave no litter.
-            from tui_launch.core.run.args import demo_snapshot_path
+            from tui_launch.core.run.demo import demo_snapshot_path
 
             with contextlib.suppress(OSError):
                 os.remove(demo_snapshot_path())

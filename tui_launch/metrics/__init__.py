@@ -3,8 +3,10 @@
 Beside the front ends: it reads the store's snapshots as they do, never a runner.
 
 - ``families``: every family, built from one store snapshot, on a custom
-  ``prometheus_client`` registry (:class:`RunCollector`), and the hooks for progress and hang
-  detection (:data:`ExtraProvider`).
+  ``prometheus_client`` registry (:class:`RunCollector`), and the hook for extra families
+  (:data:`ExtraProvider`).
+- ``progress``: training progress, suspected hangs and collectives as families.
+- ``common``: the per-rank labels and the gauge every family module builds.
 - ``serve``: :class:`MetricsServer` (``GET /metrics``) and :class:`TextfileWriter`
   (``tuilaunch_<run-id>_<node>.prom`` for node_exporter).
 - ``node``: the ``node`` label (host name, or ``<host>/<group rank>`` when agents of the run
@@ -25,21 +27,23 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tui_launch.metrics.families import (
-        HANG_SUSPECTED,
-        PROGRESS_LAST_STEP,
-        PROGRESS_STEP,
-        PROGRESS_STEPS_PER_SECOND,
         EventTally,
         ExtraProvider,
-        RankProgress,
         RunCollector,
         RunInfo,
         build_families,
         exit_reason,
-        hang_families,
         last_output_times,
-        progress_families,
         run_info,
+    )
+    from tui_launch.metrics.progress import (
+        HANG_SUSPECTED,
+        PROGRESS_LAST_STEP,
+        PROGRESS_STEP,
+        PROGRESS_STEPS_PER_SECOND,
+        RankProgress,
+        hang_families,
+        progress_families,
     )
     from tui_launch.metrics.serve import (
         TEXTFILE_INTERVAL,
@@ -52,21 +56,23 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "families": (
-        "HANG_SUSPECTED",
-        "PROGRESS_LAST_STEP",
-        "PROGRESS_STEP",
-        "PROGRESS_STEPS_PER_SECOND",
         "EventTally",
         "ExtraProvider",
-        "RankProgress",
         "RunCollector",
         "RunInfo",
         "build_families",
         "exit_reason",
-        "hang_families",
         "last_output_times",
-        "progress_families",
         "run_info",
+    ),
+    "progress": (
+        "HANG_SUSPECTED",
+        "PROGRESS_LAST_STEP",
+        "PROGRESS_STEP",
+        "PROGRESS_STEPS_PER_SECOND",
+        "RankProgress",
+        "hang_families",
+        "progress_families",
     ),
     "exporters": ("Exporters", "start_exporters"),
     "serve": (

@@ -8,7 +8,7 @@ whose files' mtimes give each rank's last output time.
 
 - :func:`build_families`: one snapshot in, metric families out (pure; the tests call it).
 - :class:`RunCollector`: those families for a *custom* ``prometheus_client`` registry.
-- :func:`progress_families`, :func:`hang_families`: training progress and suspected hangs.
+- training progress, hangs and collectives: :mod:`tui_launch.metrics.progress`.
 
 Labels are bounded: ``node``, ``rank``, ``local_rank``, ``gpu`` (plus the label-valued info
 metrics). Never a pid or an attempt number: both change on every restart.
@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import (
     CounterMetricFamily,
-    GaugeMetricFamily,
     InfoMetricFamily,
     Metric,
 )
@@ -45,7 +44,14 @@ from tui_launch.core.model.store import (
     STOPPED,
     Snapshot,
 )
+from tui_launch.metrics.common import RANK, gauge
 from tui_launch.metrics.node import NodeLabel
+from tui_launch.metrics.progress import (
+    collective_families,
+    hang_families,
+    progress_families,
+    progress_of,
+)
 
 if TYPE_CHECKING:
     from tui_launch.core.run.args import Options
@@ -59,7 +65,7 @@ ExtraProvider = Callable[[Snapshot], Iterable[Metric]]
 
 It must be as cheap as the rest (read the snapshot, no I/O). An exception from it drops its
 families from that scrape only. This is how progress and hang detection plug in until the
-snapshot carries them: see :func:`progress_families` and :func:`hang_families`.
+snapshot carries them: see :mod:`tui_launch.metrics.progress`.
 """
 
 
@@ -162,13 +168,6 @@ def last_output_times(log_dir: str | None, local_ranks: Iterable[int]) -> dict[i
 # -------------------------------------------------------------------------- the families
 
 
-def _gauge(name: str, doc: str, labels: Sequence[str]) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, doc, labels=list(labels))
-
-
-_RANK = ("node", "rank", "local_rank")
-
-
 def build_families(
     snap: Snapshot,
     info: RunInfo,
@@ -201,27 +200,27 @@ def build_families(
     )
     fams.append(fam_info)
 
-    f = _gauge("tuilaunch_run_finished", "1 once the run is over (its last write).", ["node"])
+    f = gauge("tuilaunch_run_finished", "1 once the run is over (its last write).", ["node"])
     f.add_metric([node], 1.0 if (snap.finished is not None or final) else 0.0)
     fams.append(f)
     if snap.finished is not None:
         # Only once finished: a 0 before the end would read as success.
-        f = _gauge("tuilaunch_run_exit_code", "The launcher's exit status.", ["node"])
+        f = gauge("tuilaunch_run_exit_code", "The launcher's exit status.", ["node"])
         f.add_metric([node], float(snap.finished.exit_code))
         fams.append(f)
     if snap.started_wall is not None:
-        f = _gauge("tuilaunch_run_start_timestamp_seconds", "When the run started.", ["node"])
+        f = gauge("tuilaunch_run_start_timestamp_seconds", "When the run started.", ["node"])
         f.add_metric([node], snap.started_wall)
         fams.append(f)
 
-    f = _gauge("tuilaunch_attempt", "The worker group's attempt (0 first).", ["node"])
+    f = gauge("tuilaunch_attempt", "The worker group's attempt (0 first).", ["node"])
     f.add_metric([node], float(snap.attempt))
     fams.append(f)
 
     states = {s: 0 for s in RANK_STATES}
     for r in snap.ranks:
         states[r.state] = states.get(r.state, 0) + 1
-    f = _gauge("tuilaunch_workers", "This node's workers by state.", ["node", "state"])
+    f = gauge("tuilaunch_workers", "This node's workers by state.", ["node", "state"])
     for state, n in states.items():
         f.add_metric([node, state], float(n))
     fams.append(f)
@@ -237,7 +236,7 @@ def build_families(
         c.add_metric([node, cause], float(n))
     fams.append(c)
 
-    f = _gauge(
+    f = gauge(
         "tuilaunch_restart_budget_remaining",
         "Restarts on failure left (--max-restarts minus those used).",
         ["node"],
@@ -271,18 +270,18 @@ def build_families(
     for (action, rule), n in sorted(decided.items()):
         c.add_metric([node, action, rule], float(n))
     fams.append(c)
-    f = _gauge(
+    f = gauge(
         "tuilaunch_restarts_saved",
         "Restarts of --max-restarts the policy did not spend (it stopped a doomed loop).",
         ["node"],
     )
     f.add_metric([node], float(sum(d.saved for d in snap.decisions)))
     fams.append(f)
-    f = _gauge("tuilaunch_preempted", "1 once the launcher was told it is preempted.", ["node"])
+    f = gauge("tuilaunch_preempted", "1 once the launcher was told it is preempted.", ["node"])
     f.add_metric([node], 1.0 if snap.preempted is not None else 0.0)
     fams.append(f)
 
-    f = _gauge("tuilaunch_rank_up", "1 while the rank's process is alive.", _RANK)
+    f = gauge("tuilaunch_rank_up", "1 while the rank's process is alive.", RANK)
     for r in snap.ranks:
         f.add_metric([node, str(r.global_rank), str(r.local_rank)], float(r.state in _UP_STATES))
     fams.append(f)
@@ -290,17 +289,17 @@ def build_families(
     c = CounterMetricFamily(
         "tuilaunch_rank_exits_total",
         "Rank exits by reason: a signal's name or exit_<code>.",
-        labels=[*_RANK, "reason"],
+        labels=[*RANK, "reason"],
     )
     for (rank, lr, reason), n in sorted((exits or {}).items()):
         c.add_metric([node, str(rank), str(lr), reason], float(n))
     fams.append(c)
 
     if last_output:
-        f = _gauge(
+        f = gauge(
             "tuilaunch_rank_last_output_timestamp_seconds",
             "When the rank last wrote to stdout or stderr (its log files' mtime).",
-            _RANK,
+            RANK,
         )
         for r in snap.ranks:
             if r.local_rank in last_output:
@@ -338,7 +337,7 @@ def _telemetry_families(
     c = CounterMetricFamily(
         "tuilaunch_rank_cpu_seconds_total",
         "CPU time of the rank's process tree (sampled CPU % times the sampling interval).",
-        labels=list(_RANK),
+        labels=list(RANK),
     )
     cpu = cpu_seconds
     if cpu is None:
@@ -349,11 +348,11 @@ def _telemetry_families(
 
     # Readings of an earlier attempt describe processes that are gone: not exported.
     readings = latest.ranks if latest.attempt == snap.attempt else ()
-    rss = _gauge("tuilaunch_rank_rss_bytes", "Resident memory of the rank's process tree.", _RANK)
-    gmem = _gauge(
+    rss = gauge("tuilaunch_rank_rss_bytes", "Resident memory of the rank's process tree.", RANK)
+    gmem = gauge(
         "tuilaunch_rank_gpu_memory_bytes",
         "GPU memory of the rank (its own processes', or the whole device's when inferred).",
-        [*_RANK, "gpu"],
+        [*RANK, "gpu"],
     )
     for r in readings:
         labels = [node, str(r.global_rank), str(r.local_rank)]
@@ -366,11 +365,11 @@ def _telemetry_families(
     g_info = InfoMetricFamily(
         "tuilaunch_gpu", "Each GPU's UUID and model, to join with DCGM.", labels=["node", "gpu"]
     )
-    util = _gauge("tuilaunch_gpu_utilization_ratio", "GPU utilisation, 0 to 1.", ["node", "gpu"])
-    used = _gauge("tuilaunch_gpu_memory_used_bytes", "GPU memory used.", ["node", "gpu"])
-    total = _gauge("tuilaunch_gpu_memory_total_bytes", "GPU memory in all.", ["node", "gpu"])
-    power = _gauge("tuilaunch_gpu_power_watts", "GPU power draw.", ["node", "gpu"])
-    temp = _gauge("tuilaunch_gpu_temperature_celsius", "GPU temperature.", ["node", "gpu"])
+    util = gauge("tuilaunch_gpu_utilization_ratio", "GPU utilisation, 0 to 1.", ["node", "gpu"])
+    used = gauge("tuilaunch_gpu_memory_used_bytes", "GPU memory used.", ["node", "gpu"])
+    total = gauge("tuilaunch_gpu_memory_total_bytes", "GPU memory in all.", ["node", "gpu"])
+    power = gauge("tuilaunch_gpu_power_watts", "GPU power draw.", ["node", "gpu"])
+    temp = gauge("tuilaunch_gpu_temperature_celsius", "GPU temperature.", ["node", "gpu"])
     for g in latest.gpus:
         labels = [node, str(g.index)]
         g_info.add_metric(labels, {"uuid": g.uuid, "name": g.name})
@@ -385,7 +384,7 @@ def _telemetry_families(
                 fam.add_metric(labels, float(value) * scale)
     fams += [g_info, util, used, total, power, temp]
 
-    f = _gauge(
+    f = gauge(
         "tuilaunch_telemetry_timestamp_seconds",
         "When the latest telemetry sample was taken.",
         ["node"],
@@ -393,86 +392,6 @@ def _telemetry_families(
     f.add_metric([node], latest.wall)
     fams.append(f)
     return fams
-
-
-# --------------------------------------------------------------- progress and hangs
-# Read from the snapshot's progress sample and hang flags on every scrape, like the rest.
-
-PROGRESS_STEP = "tuilaunch_progress_step"
-PROGRESS_STEPS_PER_SECOND = "tuilaunch_progress_steps_per_second"
-PROGRESS_LAST_STEP = "tuilaunch_last_step_timestamp_seconds"
-HANG_SUSPECTED = "tuilaunch_hang_suspected"
-COLLECTIVE_SEQ = "tuilaunch_rank_collective_seq"
-COLLECTIVE_WAIT = "tuilaunch_rank_collective_wait_seconds"
-
-
-@dataclass(frozen=True)
-class RankProgress:
-    """One rank's training progress, as exported (from the snapshot's progress sample)."""
-
-    rank: int
-    local_rank: int
-    step: int | None = None
-    steps_per_second: float | None = None
-    last_step_wall: float | None = None
-
-
-def progress_of(snap: Snapshot) -> list[RankProgress]:
-    """Each printing rank's progress in the current attempt, from the snapshot's latest sample
-    (the last step time is the sample's wall clock less how long ago the counter moved)."""
-    view = snap.progress
-    if view is None or view.latest.attempt != snap.attempt:
-        return []
-    sample = view.latest
-    return [
-        RankProgress(
-            rank=r.global_rank,
-            local_rank=r.local_rank,
-            step=r.step,
-            steps_per_second=r.rate,
-            last_step_wall=(sample.wall - r.last_step_ago if r.last_step_ago is not None else None),
-        )
-        for r in sample.ranks
-    ]
-
-
-def progress_families(node: str, ranks: Iterable[RankProgress]) -> list[Metric]:
-    """The progress families: step, steps per second, last step time, per printing rank."""
-    step = _gauge(PROGRESS_STEP, "The rank's last training step.", _RANK)
-    rate = _gauge(PROGRESS_STEPS_PER_SECOND, "The rank's recent steps per second.", _RANK)
-    last = _gauge(PROGRESS_LAST_STEP, "When the rank last finished a step.", _RANK)
-    for p in ranks:
-        labels = [node, str(p.rank), str(p.local_rank)]
-        for fam, value in ((step, p.step), (rate, p.steps_per_second), (last, p.last_step_wall)):
-            if value is not None:
-                fam.add_metric(labels, float(value))
-    return [step, rate, last]
-
-
-def hang_families(node: str, ranks: Iterable[tuple[int, int, bool]]) -> list[Metric]:
-    """The hang family: ``(rank, local_rank, suspected)`` -> 0/1 per rank."""
-    f = _gauge(HANG_SUSPECTED, "1 while the rank is suspected to hang.", _RANK)
-    for rank, lr, suspected in ranks:
-        f.add_metric([node, str(rank), str(lr)], float(suspected))
-    return [f]
-
-
-def collective_families(node: str, snap: Snapshot) -> list[Metric]:
-    """``--flight-recorder``: each rank's newest collective sequence number and the seconds it
-    has been at it (from the latest poll); none without a poll."""
-    seq = _gauge(COLLECTIVE_SEQ, "The rank's newest collective sequence number.", _RANK)
-    wait = _gauge(COLLECTIVE_WAIT, "Seconds the rank has been at that collective.", _RANK)
-    sample = snap.collectives
-    if sample is None:
-        return []
-    local = {r.global_rank: r.local_rank for r in snap.ranks}
-    for rc in sample.ranks:
-        if rc.seq < 0:
-            continue
-        labels = [node, str(rc.global_rank), str(local.get(rc.global_rank, ""))]
-        seq.add_metric(labels, float(rc.seq))
-        wait.add_metric(labels, rc.waiting)
-    return [seq, wait]
 
 
 # --------------------------------------------------------------------------- collector
@@ -549,24 +468,15 @@ class RunCollector(Collector):
 
 
 __all__ = [
-    "COLLECTIVE_SEQ",
-    "COLLECTIVE_WAIT",
-    "HANG_SUSPECTED",
-    "PROGRESS_LAST_STEP",
-    "PROGRESS_STEP",
-    "PROGRESS_STEPS_PER_SECOND",
     "RANK_STATES",
     "RESTART_CAUSES",
     "EventTally",
     "ExtraProvider",
-    "RankProgress",
     "RunCollector",
     "RunInfo",
     "build_families",
     "cpu_seconds_estimate",
     "exit_reason",
-    "hang_families",
     "last_output_times",
-    "progress_families",
     "run_info",
 ]

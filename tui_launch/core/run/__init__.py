@@ -18,6 +18,8 @@
 - ``rundir``: the run directory and the log wiring.
 - ``reports``: torch's objects as events.
 - ``args``: tuilaunch's command line: torchrun's own parser plus tuilaunch's options.
+- ``demo``: ``--demo``'s trainer, its length and the failure it injects.
+- ``signals``: signal names on the command line (``--preempt-signals``) as signals.
 - ``validate``: checks of the command line that torchrun would only make after starting.
 - ``slurm``: a Slurm allocation read from the environment, as the rendezvous options it implies.
 """

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NoReturn
@@ -21,6 +19,8 @@ from typing import NoReturn
 from tui_launch import __version__
 from tui_launch.core.model.policy import parse_storm
 from tui_launch.core.run import slurm, validate
+from tui_launch.core.run.demo import DEMO_INJECT, demo_argv
+from tui_launch.core.run.signals import unknown_signals
 from tui_launch.core.run.slurm import SlurmError, SlurmPlan
 from tui_launch.core.run.validate import (
     USAGE_ERROR,
@@ -30,29 +30,6 @@ from tui_launch.core.run.validate import (
 )
 
 _OURS = "tl_"
-
-
-def _names(text: str) -> list[str]:
-    return [n.strip() for n in text.split(",") if n.strip()]
-
-
-def _signal(name: str) -> signal.Signals | None:
-    """``SIGUSR1``, ``USR1`` or ``10`` as a signal that can be handled (never KILL, STOP)."""
-    upper = name.upper()
-    try:
-        sig = (
-            signal.Signals(int(name))
-            if name.isdigit()
-            else signal.Signals[upper if upper.startswith("SIG") else "SIG" + upper]
-        )
-    except (KeyError, ValueError):
-        return None
-    return None if sig in (signal.SIGKILL, signal.SIGSTOP) else sig
-
-
-def preempt_signals(text: str) -> tuple[signal.Signals, ...]:
-    """``--preempt-signals`` as signals (checked by :func:`parse`)."""
-    return tuple(s for s in (_signal(n) for n in _names(text)) if s is not None)
 
 
 @dataclass(frozen=True)
@@ -405,42 +382,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# tui_launch/examples/train_ddp.py (this file is tui_launch/core/run/args.py)
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEMO_SCRIPT = os.path.join(_PACKAGE, "examples", "train_ddp.py")
-
-
-# --demo's length: about three minutes on 2 cores (or until q), long enough to try k and r
-# after the kill on purpose; at 12 epochs it was over in 23 s.
-DEMO_EPOCHS = 100
-
-
-def demo_argv() -> list[str]:
-    """``--demo``: the example trainer, 2 workers, 3 restarts allowed."""
-    return [
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        "--max-restarts",
-        "3",
-        DEMO_SCRIPT,
-        "--epochs",
-        str(DEMO_EPOCHS),
-        "--snapshot-path",
-        demo_snapshot_path(),
-    ]
-
-
-def demo_snapshot_path() -> str:
-    """Where ``--demo``'s trainer keeps its snapshot: the launcher removes it at the end."""
-    return os.path.join(tempfile.gettempdir(), f"tuilaunch-demo-{os.getpid()}.pt")
-
-
-# --demo's failure: rank 1 SIGKILLed once, a few epochs into the first attempt, so that the
-# dashboard shows a root cause and a restart that resumes from the snapshot.
-DEMO_INJECT = "kill:rank=1,after=10s,attempt=0"
-
-
 def torch_option_strings() -> set[str]:
     """Every option string torchrun accepts (for the parity test)."""
     from torch.distributed.run import get_args_parser
@@ -487,7 +428,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
         ours["restart_storm"] = parse_storm(str(ours.get("restart_storm") or "3,10"))
     except ValueError as e:
         parser.error(f"--restart-storm: {e}" if "--restart-storm" not in str(e) else str(e))
-    bad = [n for n in _names(ours.get("preempt_signals") or "") if _signal(n) is None]
+    bad = unknown_signals(ours.get("preempt_signals") or "")
     if bad:
         parser.error(f"--preempt-signals: not a signal that can be handled: {', '.join(bad)}")
     try:

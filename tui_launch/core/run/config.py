@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from tui_launch.core.model.policy import PolicyConfig
 from tui_launch.core.run import inject
-from tui_launch.core.run.args import preempt_signals
 from tui_launch.core.run.inject import InjectSpec
+from tui_launch.core.run.signals import preempt_signals
 
 if TYPE_CHECKING:
     from tui_launch.core.run.args import Options
