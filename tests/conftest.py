@@ -251,6 +251,16 @@ def read_journal(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def live_journal(path: str | Path) -> list[dict]:
+    """A running run's journal: its JSON objects so far (the last line may be half written)."""
+    out = []
+    with open(path) as fp:
+        for line in fp:
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+    return out
+
+
 def journal_path(output: str) -> Path:
     """The journal path that the headless summary printed."""
     for line in output.splitlines():

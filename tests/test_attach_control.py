@@ -33,6 +33,7 @@ from conftest import (
     WORKERS,
     base_env,
     leftovers,
+    live_journal,
     wait_for,
     wait_gone,
 )
@@ -81,15 +82,6 @@ try:
 except OSError as e:
     print(type(e).__name__)
 """
-
-
-def _journal(path: str) -> list[dict]:
-    out = []
-    with open(path) as fp:
-        for line in fp:
-            with contextlib.suppress(ValueError):
-                out.append(json.loads(line))
-    return out
 
 
 def _client(path: str, mode: str, cmd: str | Command) -> tuple[int, dict]:
@@ -180,7 +172,7 @@ def test_control_from_a_second_process(tuilaunch) -> None:
     st = os.lstat(path)
     assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
     assert st.st_uid == os.getuid()
-    started = [e for e in _journal(journal) if e["kind"] == "workers_started"]
+    started = [e for e in live_journal(journal) if e["kind"] == "workers_started"]
     old = {w["local_rank"]: w["pid"] for w in started[0]["workers"]}
 
     # A client that connects and never says or reads anything holds nothing up.
@@ -200,14 +192,14 @@ def test_control_from_a_second_process(tuilaunch) -> None:
         silent.close()
 
     def restarted() -> list[dict] | None:
-        found = [e for e in _journal(journal) if e["kind"] == "workers_started"]
+        found = [e for e in live_journal(journal) if e["kind"] == "workers_started"]
         return found if len(found) >= 2 else None
 
     again = wait_for(restarted, 180, what="the group restarted")[1]
     assert again["attempt"] == 1
     new = {w["local_rank"]: w["pid"] for w in again["workers"]}
     assert sorted(new) == [0, 1] and not set(new.values()) & set(old.values())
-    controls = [e for e in _journal(journal) if e["kind"] == "control"]
+    controls = [e for e in live_journal(journal) if e["kind"] == "control"]
     uid = os.getuid()
     kill = next(e for e in controls if e["action"] == "kill")
     assert kill["source"] == f"attach pid {killer} uid {uid}" and kill["ok"]
@@ -221,7 +213,7 @@ def test_control_from_a_second_process(tuilaunch) -> None:
     dumper, answer = _client(path, "control", DumpStacks())
     assert answer["ok"] is True and answer["event"]["kind"] == "stacks_dumped"
     assert answer["event"]["source"] == f"attach pid {dumper} uid {uid}"
-    events = _journal(journal)
+    events = live_journal(journal)
     inject = next(e for e in events if e["kind"] == "control" and e["action"] == "inject")
     assert inject["source"] == f"attach pid {injector} uid {uid}" and not inject["ok"]
     assert "bogus:rank=0" in inject["detail"]
@@ -233,7 +225,9 @@ def test_control_from_a_second_process(tuilaunch) -> None:
     assert answer["ok"]
     assert job.wait(180) == 143
     assert not os.path.exists(path)  # the socket goes with the run
-    stop = next(e for e in _journal(journal) if e["kind"] == "control" and e["action"] == "stop")
+    stop = next(
+        e for e in live_journal(journal) if e["kind"] == "control" and e["action"] == "stop"
+    )
     assert stop["source"] == f"attach pid {stopper} uid {uid}"
     ended = [e for e in runindex.entries() if e.pid == job.pid]
     assert ended and ended[0].control is None and ended[0].exit_code == 143
@@ -281,10 +275,10 @@ def test_another_uid_is_refused(tuilaunch, tmp_path: Path) -> None:
             os.chmod(path, 0o600)
         shutil.rmtree(public, ignore_errors=True)
     refusal = next(
-        e for e in _journal(journal) if e["kind"] == "control" and e["action"] == "connect"
+        e for e in live_journal(journal) if e["kind"] == "control" and e["action"] == "connect"
     )
     assert refusal["ok"] is False and f"uid {NOBODY}" in refusal["source"]
-    assert [e for e in _journal(journal) if e["kind"] == "control" and e["ok"]] == []
+    assert [e for e in live_journal(journal) if e["kind"] == "control" and e["ok"]] == []
     job.proc.send_signal(signal.SIGTERM)
     assert job.wait(120) == 143
 
@@ -412,7 +406,7 @@ def test_detach_with_d_then_attach_control_in_tmux() -> None:
         assert status == "0", f"attach --control left with status {status} after q y"
         assert not wait_gone(token, 120)
         journal = Path(entry.journal or "")
-        controls = [e for e in _journal(str(journal)) if e["kind"] == "control"]
+        controls = [e for e in live_journal(str(journal)) if e["kind"] == "control"]
         kill = next(e for e in controls if e["action"] == "kill")
         assert kill["source"].startswith("attach pid ") and kill["pid"] == old[1]
         assert any(e["action"] == "stop" for e in controls)

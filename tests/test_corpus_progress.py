@@ -40,9 +40,10 @@ CASES = {
     "hf_trainer": Case("hf_trainer.py", (), {"CORPUS_STEPS": "40"}, "tqdm", 40, 40, "transformers"),
     # long enough (about 10 s) for the per-second progress records to see it mid-run
     "nanogpt": Case("nanogpt.py", (), {"CORPUS_STEPS": "600"}, "nanogpt", 600, None),
-    # the tutorial's own argv: 6 epochs, a snapshot every 3; its last line is "Epoch 5",
-    # printed when epoch 5 starts: 5 epochs of 32 steps done
-    "ddp_tutorial": Case("multigpu_torchrun.py", ("6", "3"), {}, "ddp_tutorial", 5 * 32, None),
+    # the tutorial's own argv: 60 epochs (about 10 s, so that the per-second progress records
+    # see it mid-run), a snapshot every 30; its last line is "Epoch 59", printed when epoch 59
+    # starts: 59 epochs of 32 steps done
+    "ddp_tutorial": Case("multigpu_torchrun.py", ("60", "30"), {}, "ddp_tutorial", 59 * 32, None),
     # "step N/T | loss L" is the shape of llm.c's lines
     "async": Case("async_collective.py", (), {"CORPUS_STEPS": "200"}, "llmc", 200, 200),
 }

@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 import pytest
-from conftest import PY, ROOT, WORKERS, base_env, wait_for
+from conftest import PY, ROOT, WORKERS, base_env, live_journal, wait_for
 
 from tui_launch import cli
 from tui_launch.apps import mcp as mcp_app
@@ -35,15 +35,6 @@ def test_without_the_sdk_one_line(
         monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
     assert cli.run(["mcp"]) == 2
     assert capsys.readouterr().err == mcp_app.MISSING + "\n"
-
-
-def _journal(path: str) -> list[dict[str, Any]]:
-    out = []
-    with open(path) as fp:
-        for line in fp:
-            with contextlib.suppress(ValueError):
-                out.append(json.loads(line))
-    return out
 
 
 def _text(result: Any) -> tuple[bool, str]:
@@ -97,7 +88,7 @@ def test_mcp_client_on_a_real_run(tuilaunch) -> None:
     journal = str(entry.journal)
 
     def started() -> list[dict[str, Any]]:
-        return [e for e in _journal(journal) if e["kind"] == "workers_started"]
+        return [e for e in live_journal(journal) if e["kind"] == "workers_started"]
 
     old = {w["local_rank"]: w["pid"] for w in wait_for(started, 120, what="workers")[0]["workers"]}
     wait_for(
@@ -136,7 +127,9 @@ def test_mcp_client_on_a_real_run(tuilaunch) -> None:
     again = wait_for(lambda: started()[1:], 180, what="the group restarted")[0]
     new = {w["local_rank"]: w["pid"] for w in again["workers"]}
     assert sorted(new) == [0, 1] and not set(new.values()) & set(old.values())
-    kill = next(e for e in _journal(journal) if e["kind"] == "control" and e["action"] == "kill")
+    kill = next(
+        e for e in live_journal(journal) if e["kind"] == "control" and e["action"] == "kill"
+    )
     assert kill["source"].startswith("mcp pid ") and kill["source"].endswith(f"uid {os.getuid()}")
     assert kill["pid"] == old[1] and kill["ok"]
     # why names the root cause now: the killed rank.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -22,7 +21,7 @@ from typing import Any
 
 import pytest
 from cdp_client import Browser, chromium, open_page
-from conftest import PY, ROOT, WORKERS, base_env, wait_for
+from conftest import PY, ROOT, WORKERS, base_env, live_journal, wait_for
 
 from tui_launch import cli
 from tui_launch.apps.serve import is_loopback
@@ -38,15 +37,6 @@ def test_bad_usage_and_loopback(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(err) == 4 and all(line.startswith("tuilaunch serve: error: ") for line in err)
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.2")
-
-
-def _journal(path: str) -> list[dict[str, Any]]:
-    out = []
-    with open(path) as fp:
-        for line in fp:
-            with contextlib.suppress(ValueError):
-                out.append(json.loads(line))
-    return out
 
 
 def _children(pid: int) -> list[int]:
@@ -110,7 +100,7 @@ def test_serve_in_headless_chromium(tuilaunch, tmp_path: Path) -> None:
     journal = str(wait_for(listening, 180, what="the run listening for control").journal)
 
     def started() -> list[dict[str, Any]]:
-        return [e for e in _journal(journal) if e["kind"] == "workers_started"]
+        return [e for e in live_journal(journal) if e["kind"] == "workers_started"]
 
     first = wait_for(started, 120, what="workers")[0]
     old = {w["local_rank"]: w["pid"] for w in first["workers"]}
@@ -153,7 +143,9 @@ def test_serve_in_headless_chromium(tuilaunch, tmp_path: Path) -> None:
     again = started()[1]
     new = {w["local_rank"]: w["pid"] for w in again["workers"]}
     assert not set(new.values()) & set(old.values())
-    kill = next(e for e in _journal(journal) if e["kind"] == "control" and e["action"] == "kill")
+    kill = next(
+        e for e in live_journal(journal) if e["kind"] == "control" and e["action"] == "kill"
+    )
     assert kill["pid"] == old[0] and kill["ok"] and kill["source"].startswith("attach pid ")
     job.proc.send_signal(signal.SIGTERM)
     assert job.wait(120) == 143
@@ -184,7 +176,7 @@ async def _drive(
         )
         await page.key("y")  # ... confirmed: the group restarts with new pids
         for _ in range(1200):
-            workers = [e for e in _journal(journal) if e["kind"] == "workers_started"]
+            workers = [e for e in live_journal(journal) if e["kind"] == "workers_started"]
             if len(workers) > 1:
                 break
             await asyncio.sleep(0.2)

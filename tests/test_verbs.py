@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, ROOT, WORKERS, base_env, wait_for
+from conftest import PY, ROOT, WORKERS, base_env, live_journal, wait_for
 
 from tui_launch import cli
 from tui_launch.apps import ctl
@@ -31,15 +31,6 @@ from tui_launch.core.remote import runindex
 SCHEMA = ROOT / "docs" / "status.schema.json"
 NOBODY = 65534
 AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-
-
-def _journal(path: str) -> list[dict[str, Any]]:
-    out = []
-    with open(path) as fp:
-        for line in fp:
-            with contextlib.suppress(ValueError):
-                out.append(json.loads(line))
-    return out
 
 
 def _tuilaunch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -144,7 +135,7 @@ def _wait_listening(pid: int) -> runindex.Entry:
 
 
 def _workers(journal: str) -> list[dict[str, Any]]:
-    return [e for e in _journal(journal) if e["kind"] == "workers_started"]
+    return [e for e in live_journal(journal) if e["kind"] == "workers_started"]
 
 
 @pytest.mark.timeout(600)
@@ -167,7 +158,7 @@ def test_status_and_ctl_on_a_real_run(tuilaunch) -> None:
 
     doc = wait_for(stepping, 120, what="status showing rank 0's step and rate")
     _check_schema(doc)
-    started = next(e for e in _journal(journal) if e["kind"] == "run_started")
+    started = next(e for e in live_journal(journal) if e["kind"] == "run_started")
     assert doc["live"] is True and doc["state"] == "running" and doc["attempt"] == 0
     assert doc["run"]["id"] == started["run_id"] and doc["run"]["launcher_pid"] == job.pid
     assert doc["run"]["journal"] == journal and doc["source"] == "journal+socket"
@@ -195,7 +186,7 @@ def test_status_and_ctl_on_a_real_run(tuilaunch) -> None:
     again = wait_for(lambda: _workers(journal)[1:], 180, what="the group restarted")[0]
     new = {w["local_rank"]: w["pid"] for w in again["workers"]}
     assert sorted(new) == [0, 1] and not set(new.values()) & set(old.values())
-    control = next(e for e in _journal(journal) if e["kind"] == "control")
+    control = next(e for e in live_journal(journal) if e["kind"] == "control")
     assert control["action"] == "restart" and control["ok"]
     assert control["source"] == f"ctl pid {restart.pid} uid {os.getuid()}"
 
@@ -221,7 +212,7 @@ def test_status_and_ctl_on_a_real_run(tuilaunch) -> None:
     dump = _tuilaunch("ctl", str(job.pid), "dump")
     assert dump.returncode == 0 and "(stacks: " in dump.stdout, dump
     doc = json.loads(_tuilaunch("status", str(job.pid), "--json").stdout)
-    dumped = [e for e in _journal(journal) if e["kind"] == "stacks_dumped"][-1]
+    dumped = [e for e in live_journal(journal) if e["kind"] == "stacks_dumped"][-1]
     assert doc["verdict"]["source"] == "dump" and doc["verdict"]["text"] == dumped["verdict"]
     assert doc["verdict"]["stacks"] == dumped["path"] and dumped["verdict"] in dump.stdout
 
@@ -230,10 +221,10 @@ def test_status_and_ctl_on_a_real_run(tuilaunch) -> None:
     assert job.wait(120) == 143
     # Finished: the journal's outcome; ctl has no live run to act on.
     doc = json.loads(_tuilaunch("status", os.path.dirname(journal), "--json").stdout)
-    finished = next(e for e in _journal(journal) if e["kind"] == "run_finished")
+    finished = next(e for e in live_journal(journal) if e["kind"] == "run_finished")
     assert doc["live"] is False and doc["state"] == finished["outcome"]
     assert doc["outcome"]["exit_code"] == finished["exit_code"]
-    assert doc["events"] == sum(1 for e in _journal(journal) if e["kind"] != "log_mark")
+    assert doc["events"] == sum(1 for e in live_journal(journal) if e["kind"] != "log_mark")
     gone = _tuilaunch("ctl", str(job.pid), "restart")
     assert gone.returncode == 3 and "no live run" in gone.stderr
 
@@ -289,7 +280,7 @@ def test_another_uid_is_refused(tuilaunch, tmp_path: Path) -> None:
             os.chmod(entry.control, 0o600)
         shutil.rmtree(public, ignore_errors=True)
         shutil.rmtree(home, ignore_errors=True)
-    assert [e for e in _journal(entry.journal) if e["kind"] == "control" and e["ok"]] == []
+    assert [e for e in live_journal(entry.journal) if e["kind"] == "control" and e["ok"]] == []
     assert len(_workers(entry.journal)) == 1  # nothing restarted
     job.proc.send_signal(signal.SIGTERM)
     assert job.wait(120) == 143
