@@ -216,8 +216,9 @@ def _lockstep(tuilaunch, tmp_path, *extra: str, worker: tuple[str, ...] = ()) ->
 
 
 def test_straggler_with_more_work_per_step_is_named(tuilaunch, tmp_path):
+    # 500 steps (about 30 s): enough stack samples for a verdict when py-spy gets little CPU
     launch, journal = _lockstep(
-        tuilaunch, tmp_path, worker=("--extra-rank", "1", "--extra", "0.05")
+        tuilaunch, tmp_path, worker=("--extra-rank", "1", "--extra", "0.05", "--steps", "500")
     )
     named = [e for e in _stragglers(journal) if e["global_rank"] is not None]
     assert named and {e["global_rank"] for e in named} == {1}, _stragglers(journal)
