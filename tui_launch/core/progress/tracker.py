@@ -477,9 +477,9 @@ def global_steps(r: ProgressReading) -> ProgressReading:
 
     Lightning's bar restarts every epoch: "Epoch 6/9 ... 6/128" (the 7th epoch of 10; Lightning
     counts from 0) is global step 6 * 128 + 6 = 774 of 1280 (every epoch has the same number
-    of batches). The total is the
-    run's only when the line states the number of epochs (the rich bar's "Epoch 7/9", 0-based);
-    the tqdm bar's "Epoch 7" does not, and its total is unknown (None) rather than the epoch's.
+    of batches). The total is the run's only when the line states the number of epochs (the
+    rich bar's "Epoch 7/9", 0-based); the tqdm bar's "Epoch 7" does not, and its total is
+    unknown (None) rather than the epoch's.
     Any other reading is returned as it is.
     """
     if (

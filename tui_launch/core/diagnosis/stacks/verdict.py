@@ -12,7 +12,8 @@ it is the one the others wait for. :func:`verdict` names the ranks that do not w
 that does, or says that every rank is in the same place; :func:`group_stacks` folds identical
 main-thread stacks ("x 7 ranks").
 
-Pure functions of a :class:`StackDump`: no I/O.
+Functions of a :class:`StackDump`; the one read is a frame's source line (``linecache``,
+for the program's own ``.wait()``), which a verdict on another node's dump simply lacks.
 """
 
 from __future__ import annotations
