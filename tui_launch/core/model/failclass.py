@@ -147,7 +147,10 @@ def classify(
     if _HOST_OOM.match(last):
         return Classified(OOM, "MemoryError (host memory)")
     if sig is not None and caused_by:
-        return Classified(SIGNAL, f"{errors.signal_name(exit_code)} {caused_by}")
+        name = errors.signal_name(exit_code)
+        # "SIGKILL sent by tuilaunch (inject)" already names it; "hang injected by ..." does not
+        detail = caused_by if caused_by.startswith(name) else f"{name} {caused_by}"
+        return Classified(SIGNAL, detail)
     if sig is not None and sig not in _OWN_SIGNALS:
         return Classified(SIGNAL, f"{errors.signal_name(exit_code)} from outside (sender unknown)")
     if errors.peer_failure(message, traceback, *stderr_tail) or _BACKEND.search(last):
