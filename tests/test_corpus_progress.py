@@ -37,7 +37,10 @@ CASES = {
     "lightning": Case(
         "lightning_ddp.py", (), {"CORPUS_EPOCHS": "3"}, "lightning_rich", 48, 48, "lightning"
     ),
-    "hf_trainer": Case("hf_trainer.py", (), {"CORPUS_STEPS": "40"}, "tqdm", 40, 40, "transformers"),
+    # 400 steps: about 12 s at CI's 32 steps/s, long enough for the per-second records
+    "hf_trainer": Case(
+        "hf_trainer.py", (), {"CORPUS_STEPS": "400"}, "tqdm", 400, 400, "transformers"
+    ),
     # long enough (about 10 s) for the per-second progress records to see it mid-run
     "nanogpt": Case("nanogpt.py", (), {"CORPUS_STEPS": "600"}, "nanogpt", 600, None),
     # the tutorial's own argv: 60 epochs (about 10 s, so that the per-second progress records

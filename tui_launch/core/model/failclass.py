@@ -147,7 +147,8 @@ def classify(
     if _HOST_OOM.match(last):
         return Classified(OOM, "MemoryError (host memory)")
     if sig is not None and caused_by:
-        name = errors.signal_name(exit_code)
+        # sig is set, so the exit code names a signal
+        name = errors.signal_name(exit_code) or f"signal {sig}"
         # "SIGKILL sent by tuilaunch (inject)" already names it; "hang injected by ..." does not
         detail = caused_by if caused_by.startswith(name) else f"{name} {caused_by}"
         return Classified(SIGNAL, detail)
