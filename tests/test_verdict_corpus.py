@@ -3,6 +3,11 @@ and a Lightning DDP job, rank 1 stuck inside ``training_step`` (``CORPUS_HANG_*`
 ``tests/corpus/README.md``). The Trainer with ``--flight-recorder`` (the collective-level
 verdict), Lightning with the stacks alone (DDP's waiting rank sits in ``backward()``). Each
 verdict names rank 1 within ``--hang-timeout`` + 30 s of the last output.
+
+And a rank killed mid-step (``CORPUS_KILL_*``) leaves a before-teardown dump of its survivor
+that says where it was, with no flag: gloo raises in the survivor within milliseconds, so the
+dump shows the traceback the survivor printed (the broken collective, in the program's own
+code), never "no Python frame" or the interpreter's exit handlers.
 """
 
 from __future__ import annotations
@@ -58,3 +63,32 @@ def test_lightning_rank_in_training_step_named_from_stacks(tuilaunch, tmp_path):
     assert hang["verdict"].startswith("rank 1 is not in a collective:"), hang["verdict"]
     assert "wandered_off" in hang["verdict"]
     assert "rank 0 waits in backward (DDP's gradient all-reduce)" in hang["verdict"]
+
+
+@pytest.mark.parametrize(
+    ("program", "where"),
+    [
+        ("nanogpt.py", "backward (DDP's gradient all-reduce) (nanogpt.py:"),  # a raw DDP loop
+        ("async_collective.py", "work.wait() at async_collective.py:"),  # its own sync_point
+    ],
+)
+def test_killed_rank_leaves_its_survivor_where_it_was(tuilaunch, tmp_path, program, where):
+    env = {**os.environ, "CORPUS_KILL_RANK": "1", "CORPUS_KILL_STEP": "5", "CORPUS_STEPS": "500"}
+    launch = tuilaunch(
+        *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
+        str(CORPUS / program),
+        env=env,
+    )
+    assert launch.wait(300) == INFRASTRUCTURE, launch.output[-3000:]
+    events = read_journal(journal_path(launch.output))
+    (dump,) = [e for e in events if e["kind"] == "stacks_dumped" and e["reason"] == "before-kill"]
+    assert dump["ranks"] == [0], dump
+    (failed,) = [e for e in events if e["kind"] == "attempt_failed"]
+    cause = next(f for f in failed["failures"] if not f["collateral"])
+    assert cause["global_rank"] == 1 and cause["stacks"] == dump["path"], cause
+    (peer,) = cause["peers"]
+    assert peer.startswith(f"rank 0: {where}"), peer
+    assert "where it raised RuntimeError: " in peer and "Connection" in peer, peer
+    assert "rank 0: " in launch.stderr and where in launch.stderr
+    text = (Path(dump["path"]) / "stacks.txt").read_text()
+    assert "traceback on stderr" in text and "rank 0 raised, with the stack above" in text

@@ -14,6 +14,11 @@ collective one), each rank's raw record into ``flightrec/rank<N>.json`` beside t
 input torch's analyser ``torchfrtrace`` reads), and a rank py-spy could not read gets the
 responder's stacks instead.
 
+Before a teardown (:meth:`Dumper.survivors`) a survivor that py-spy finds leaving or gone (gloo
+raised in it within milliseconds of its peer's death) is shown by its last words: the traceback
+it printed on stderr as it raised (:mod:`~tui_launch.core.diagnosis.stacks.lastwords`), the
+exact place it was in when the collective broke, with no code in the rank.
+
 One dump at a time: a second request while one runs waits for it (dumps are short, bounded by
 their time limit). The caller's thread does the work: the dashboard calls from a worker thread,
 never from its UI thread.
@@ -43,17 +48,20 @@ from tui_launch.core.diagnosis.stacks import (
     verdict,
 )
 from tui_launch.core.diagnosis.stacks.collective import collective_verdict
+from tui_launch.core.diagnosis.stacks.lastwords import exiting, stack_of_traceback
+from tui_launch.core.diagnosis.stacks.model import ThreadStack
 from tui_launch.core.diagnosis.stacks.pyspy import MAX_CHILDREN
 from tui_launch.core.diagnosis.stacks.verdict import place_of
 from tui_launch.core.model.commands import NO_WORKER, DumpStacks, control_event
 from tui_launch.core.model.diskspace import write_error
+from tui_launch.core.model.errors import peer_failure, tail_lines
 from tui_launch.core.model.events import (
     CollectiveVerdictFound,
     ControlAction,
     Event,
     StacksDumped,
 )
-from tui_launch.core.workers.table import RankTable, process_alive
+from tui_launch.core.workers.table import RanksView, RankTable, process_alive
 
 DEFAULT_TIMEOUT = 5.0
 BEFORE_KILL = "before-kill"
@@ -61,6 +69,10 @@ BEFORE_KILL = "before-kill"
 _RECENT = 10.0
 # Dumps kept in memory for the views (the files keep all of them).
 _KEPT = 32
+# How much of a survivor's stderr is read for its last traceback (a framework's training loop
+# is 60 frames deep, four lines each).
+_LAST_WORDS_LINES = 400
+LAST_WORDS = "traceback on stderr"
 
 
 @dataclass(frozen=True)
@@ -179,8 +191,10 @@ class Dumper:
     ) -> tuple[StackDump, dict[int, Answer]]:
         """The stacks and, when collected, every rank's records, asked at the same time."""
         directory = self._responders() if self._responders is not None else None
+        leaving = reason == BEFORE_KILL
         if not directory:
-            return self._dump(targets, reason, timeout, children), {}
+            dump = self._dump(targets, reason, timeout, children)
+            return (self._last_words(dump) if leaving else dump), {}
         answers: dict[int, Answer] = {}
 
         def ask() -> None:
@@ -191,12 +205,13 @@ class Dumper:
         asker = threading.Thread(target=ask, name="tuilaunch-records", daemon=True)
         asker.start()
         dump = self._dump(targets, reason, timeout, children)
+        if leaving:
+            dump = self._last_words(dump)
         asker.join(2.5)
         got = dict(answers)
         ages: dict[int, float] = {}
         recent = self.recent() if self.recent is not None else {}
         now = time.monotonic()
-        leaving = reason == BEFORE_KILL
         for g, (at, old) in recent.items():
             a = got.get(g)
             if (a is None or a.raw is None) and now - at <= _RECENT:
@@ -224,19 +239,42 @@ class Dumper:
         event = taken.event if taken is not None else None
         if event is None:
             # Every survivor already left (gloo raises in them within milliseconds of their
-            # peer's death): what the live poll last saw of them is the evidence there is.
-            event = self._from_recent(attempt)
+            # peer's death): their last words, and what the live poll last saw of them, are
+            # the evidence there is.
+            event = self._from_leftovers(attempt)
         self._survivors = (attempt, event)
         return event
 
-    def _from_recent(self, attempt: int) -> StacksDumped | None:
-        """A before-teardown dump made of the live poll's last answers of the ranks other than
-        the first to exit (None without them)."""
+    def _last_words(self, dump: StackDump) -> StackDump:
+        """``dump`` with each survivor of the first failure that py-spy found leaving (or that
+        is already gone) shown by the last traceback it printed, when it printed one."""
+        view = self._ranks.view()
+        logs = self._stderr_logs()
+        first = _first_exit(view)
+        ranks = {r.local_rank: r for r in dump.ranks}
+        for local, pid in sorted(view.pids.items()):
+            had = ranks.get(local)
+            if had is not None and not _leaving(had):
+                continue
+            said = stack_of_traceback(tail_lines(logs.get(local), _LAST_WORDS_LINES))
+            # The first rank to exit is the failure itself, not a survivor of it, unless its
+            # last words say a peer broke (two exits seen in the same look at the ranks).
+            if said is None or (local == first and not peer_failure(said.exception)):
+                continue
+            main = ThreadStack(0, "MainThread", said.frames, main=True)
+            state = had.process.state if had is not None else ""
+            proc = ProcessStack(pid, state, LAST_WORDS, (main,), raised=said.exception)
+            ranks[local] = RankStack(local, view.global_ranks.get(local, local), proc)
+        return replace(dump, ranks=tuple(ranks[k] for k in sorted(ranks)))
+
+    def _from_leftovers(self, attempt: int) -> StacksDumped | None:
+        """A before-teardown dump of the ranks other than the first to exit, all gone: the
+        traceback each printed, else the live poll's last answer (None without either)."""
         recent = self.recent() if self.recent is not None else {}
         view = self._ranks.view()
-        if not recent or view.attempt != attempt:
+        if view.attempt != attempt:
             return None
-        first = min(view.exit_times, key=lambda lr: view.exit_times[lr], default=None)
+        first = _first_exit(view)
         now = time.monotonic()
         ranks = []
         answers: dict[int, Answer] = {}
@@ -244,15 +282,18 @@ class Dumper:
         for local, pid in sorted(view.pids.items()):
             g = view.global_ranks.get(local, local)
             got = recent.get(g)
-            if local == first or got is None or now - got[0] > _RECENT:
-                continue
-            answers[g], ages[g] = got[1], now - got[0]
+            if got is not None and local != first and now - got[0] <= _RECENT:
+                answers[g], ages[g] = got[1], now - got[0]
             ranks.append(RankStack(local, g, ProcessStack(pid=pid, state="", method="none")))
-        if not ranks:
-            return None
         with self._lock:
-            dump = StackDump("before-kill", time.time(), 0.0, tuple(ranks), method="responder")
+            dump = self._last_words(StackDump(BEFORE_KILL, time.time(), 0.0, tuple(ranks)))
             dump = with_records(dump, answers, ages)
+            kept = tuple(r for r in dump.ranks if not _leaving(r))
+            if not kept:
+                return None
+            told = {r.process.method for r in kept}
+            method = LAST_WORDS if told == {LAST_WORDS} else "responder"
+            dump = replace(dump, ranks=kept, method=method)
             v = verdict(dump)
             try:
                 saved = save(dump, self._run_dir(), v)
@@ -299,7 +340,8 @@ def with_records(
         a = answers.get(r.global_rank)
         main = r.process.main_thread
         empty = main is None or not main.frames
-        if a is not None and a.threads and (empty or (prefer_recent and r.global_rank in ages)):
+        recent = prefer_recent and r.global_rank in ages and not r.process.raised
+        if a is not None and a.threads and (empty or recent):
             proc = responder_stack(r.pid, a.threads, r.process.state)
             if r.global_rank in ages:
                 proc = replace(proc, method=f"responder, {ages[r.global_rank]:.1f} s earlier")
@@ -307,6 +349,18 @@ def with_records(
         ranks.append(r)
     records = tuple(answers[g].record for g in sorted(answers))
     return replace(dump, ranks=tuple(ranks), records=records)
+
+
+def _first_exit(view: RanksView) -> int | None:
+    """The local rank seen exiting first in this attempt (None: none exited)."""
+    return min(view.exit_times, key=lambda lr: view.exit_times[lr], default=None)
+
+
+def _leaving(rank: RankStack) -> bool:
+    """Whether a rank's stack shows it leaving (no frame, or only the exit handlers) rather
+    than in the program; a stopped rank is where it was stopped, not leaving."""
+    proc = rank.process
+    return proc.state not in ("T", "t") and not proc.raised and exiting(proc.main_thread)
 
 
 def _collective_event(dump: StackDump, attempt: int, path: str) -> CollectiveVerdictFound | None:

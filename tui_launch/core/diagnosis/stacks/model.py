@@ -58,7 +58,9 @@ class ProcessStack:
     ``state`` is the one-letter state from ``/proc/<pid>/stat`` when the dump started (``R``,
     ``S``, ``D``, ``T``, ...; empty when the process was gone). ``wchan`` is the kernel wait
     channel, read instead of attaching to a process in ``D``. ``error`` says in one line why
-    there are no threads (py-spy's own words when it failed).
+    there are no threads (py-spy's own words when it failed). ``raised``: the exception line
+    of the traceback the stack was read from, when it is the rank's last words rather than a
+    live read (:mod:`.lastwords`).
     """
 
     pid: int
@@ -69,6 +71,7 @@ class ProcessStack:
     error: str | None = None
     duration: float = 0.0
     cmdline: str = ""
+    raised: str | None = None
 
     @property
     def main_thread(self) -> ThreadStack | None:

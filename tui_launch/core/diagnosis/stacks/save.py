@@ -97,6 +97,8 @@ def render_text(dump: StackDump, v: Verdict | None = None) -> str:
         if p.error or p.wchan:
             wchan = f"; kernel wait {p.wchan}" if p.wchan else ""
             out += ["", f"rank {r.global_rank}: {_process_line(p)}: {p.error or ''}{wchan}"]
+        if p.raised:
+            out += ["", f"rank {r.global_rank} raised, with the stack above: {p.raised}"]
         for c in r.children:
             out += ["", f"rank {r.global_rank}, child {_process_line(c)} {c.cmdline[:80]}"]
             if c.error or c.wchan:

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tui_launch.core.diagnosis.stacks.collective import collective_verdict
+from tui_launch.core.diagnosis.stacks.lastwords import short_exception
 from tui_launch.core.diagnosis.stacks.model import WCHAN, Frame, RankStack, StackDump, ThreadStack
 from tui_launch.core.model.text import rank_list
 
@@ -179,6 +180,8 @@ def place_of(rank: RankStack) -> RankPlace:
         where = coll
     else:
         where = f"{coll} ({user.where})"
+    if proc.raised:  # its last words: where it was when its collective broke
+        where = f"{where}, where it raised {short_exception(proc.raised)}"
     return RankPlace(rank.global_rank, rank.local_rank, proc.pid, top, coll, where)
 
 
@@ -283,6 +286,9 @@ def judge(places: tuple[RankPlace, ...], note: str | None = None) -> Verdict:
         return Verdict(text=text + tail, odd=odd, places=places)
     if in_coll:
         ops = _by(in_coll, "collective")
+        if len(ops) == 1 and len(in_coll) == 1:  # one rank dumped (the survivor of two)
+            text = f"{_ranks([in_coll[0].global_rank])} waits in {in_coll[0].place}"
+            return Verdict(text=text + tail, odd=(), places=places)
         if len(ops) == 1:
             text = f"every rank waits in {next(iter(ops))}, called from different places: "
             text += _where(in_coll)
