@@ -586,6 +586,40 @@ def test_d_dumps_every_rank_off_the_ui_thread_and_shows_the_stacks_tab() -> None
     drive("healthy", check)
 
 
+def test_the_workers_table_shows_each_ranks_last_collective_while_polled() -> None:
+    # --flight-recorder: the live poll's sample adds the `collective` column, the newest
+    # collective and how long the rank has been at it; yellow from 10 s; "-" without a record.
+    from tui_launch.core.model.events import CollectiveSample, RankCollective
+
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        assert "collective" not in app._table.column_labels  # no poll, no column
+        src.post(
+            CollectiveSample(
+                attempt=0,
+                ranks=(
+                    RankCollective(0, "all_reduce", 41, waiting=12.0),
+                    RankCollective(1, "all_reduce", 40, waiting=0.2),
+                    RankCollective(2, "all_reduce", 41, waiting=12.0),
+                    RankCollective(3, error="no answer"),
+                ),
+            )
+        )
+        src.clock += 1.0  # the table is redrawn with the clock's second
+        # Shown at the width of a laptop's terminal: the GPU detail gives way first.
+        await wait_until(pilot, lambda: "collective" in app._table.shown_columns)
+        col = list(app._table.column_labels).index("collective")
+        cells = {i: app._table.get_row_at(i)[col] for i in range(app._table.row_count)}
+        assert [c.plain for c in cells.values()] == [
+            "all_reduce #41 12s",
+            "all_reduce #40",
+            "all_reduce #41 12s",
+            "-",
+        ]
+        assert str(cells[0].style) == "yellow" and str(cells[1].style) == ""
+
+    drive("healthy", check)
+
+
 def test_hang_flags_the_rank_and_is_the_root_cause() -> None:
     async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
         rows = {r[0]: r[3] for r in row_texts(app._table)}

@@ -233,6 +233,7 @@ WORKER_KEEP = (
     "exit",
     "last log",
     "step",
+    "collective",  # asked for (--flight-recorder): what a hang is judged by
     "local",
     "uptime",
     "CPU %",
