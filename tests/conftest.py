@@ -295,6 +295,31 @@ SLOW_FIXTURES = frozenset(
 )
 
 
+# The tests that take 30 s or more (pytest --durations on the whole suite), started first under
+# pytest-xdist: one of them drawn last would keep a worker busy after the others are done. An
+# optimisation only: a name missing here costs time, never a result.
+LONG_TESTS = frozenset(
+    {
+        "test_mypy_package_and_tests",
+        "test_lightning_rank_in_training_step_named_from_stacks",
+        "test_trainer_rank_that_never_issued_the_all_reduce",
+        "test_rank_killed_ten_times_recovers_ten_times",
+        "test_straggler_from_an_injected_slow_rank_is_named",
+        "test_ddp_loop_stopped_rank_is_named",
+        "test_flight_recorder_bootstrap_differs_only_as_documented",
+        "test_torch_messages_pass_through_as_torchrun_shows_them",
+        "test_straggler_with_more_work_per_step_is_named",
+        "test_demo_fails_restarts_resumes_and_goes_on",
+        "test_killed_rank_leaves_a_survivor_dump_with_frames",
+        "test_corpus_program_shows_live_progress",
+        "test_worker_env_equals_torchrun",
+        "test_a_second_run_trains_after_the_first_was_stopped",
+        "test_example_trainer_resumes_from_snapshot",
+        "test_killed_rank_leaves_its_survivor_where_it_was",
+    }
+)
+
+
 # tryfirst: pytest-xdist turns the xdist_group marks into node ids in its own hook, which
 # must see the marks added here.
 @pytest.hookimpl(tryfirst=True)
@@ -306,8 +331,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     Under pytest-xdist (``--dist loadgroup``) the tests that share a module-scoped fixture (a
     job recorded once for a whole module) are one group, so that job runs once, on one
-    worker, instead of once on every worker that gets one of its tests.
+    worker, instead of once on every worker that gets one of its tests. The longest tests
+    (``LONG_TESTS``) come first.
     """
+    # Stable: the rest keep their order (pytest-xdist puts the grouped ones first anyway).
+    items.sort(key=lambda item: getattr(item, "originalname", item.name) not in LONG_TESTS)
     slow = pytest.mark.slow
     for item in items:
         if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):

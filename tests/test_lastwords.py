@@ -4,6 +4,9 @@ chained exceptions, a traceback still being written; and the verdict's wording o
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 from tui_launch.core.diagnosis.stacks.lastwords import (
     exiting,
     short_exception,
@@ -106,3 +109,42 @@ def test_the_place_of_a_survivor_read_from_its_traceback_says_what_it_raised():
     assert place.place.endswith(
         "where it raised RuntimeError: Connection closed by peer [127.0.0.1]:53140"
     )
+
+
+def test_native_frames_render_group_and_survive_json() -> None:
+    # What py-spy --native read of a DDP rank waiting at the end of backward (the hang test
+    # in test_verdict_programs reads it from a real run).
+    from tui_launch.core.diagnosis.stacks import group_stacks
+    from tui_launch.core.diagnosis.stacks.model import (
+        StackDump,
+        dump_from_dict,
+        dump_to_dict,
+        native_summary,
+    )
+    from tui_launch.core.diagnosis.stacks.save import render_text
+
+    lib = "/site-packages/torch/lib/libtorch_cpu.so"
+    native = (
+        Frame("pthread_cond_wait", "libc.so.6", 0),
+        Frame("std::condition_variable::wait", "libstdc++.so.6", 0),
+        Frame("c10d::Reducer::finalize_backward", "libtorch_cpu.so", 0, lib),
+        Frame("torch::autograd::Engine::execute", "libtorch_cpu.so", 0, lib),
+    )
+    assert native_summary(native) == (
+        "c10d::Reducer::finalize_backward < torch::autograd::Engine::execute"
+    )
+    assert native_summary(native[:1]) == "pthread_cond_wait"
+    py = (("_engine_run_backward", "torch/autograd/graph.py", 979), ("<module>", "t.py", 9))
+    waiting = dataclasses.replace(_main(*py), native=native)
+    ranks = tuple(
+        RankStack(g, g, ProcessStack(100 + g, "S", "py-spy", (t,)))
+        for g, t in enumerate([waiting, waiting, _main(*py)])  # rank 2: native not read
+    )
+    dump = StackDump("hang-confirm", 0.0, 1.0, ranks)
+    groups = group_stacks(dump)
+    assert [(g.ranks, len(g.native)) for g in groups] == [((0, 1), 4), ((2,), 0)]
+    text = render_text(dump)
+    assert "    [C/C++] c10d::Reducer::finalize_backward (libtorch_cpu.so)" in text
+    assert text.count("[C/C++] pthread_cond_wait") == 1  # once, for the group of two
+    back = dump_from_dict(json.loads(json.dumps(dump_to_dict(dump))))
+    assert back == dump

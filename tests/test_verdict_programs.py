@@ -10,6 +10,7 @@ verdict must name the rank the others wait for (or the mismatch), never a waitin
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from conftest import journal_path, read_journal
@@ -53,6 +54,17 @@ def test_ddp_loop_rank_in_its_own_code_is_named(tuilaunch, tmp_path):
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert "wandered_off" in hang["verdict"] and "rank 0 waits in backward" in hang["verdict"]
     assert _cause(launch)["global_rank"] == 1
+    # The confirming dump read the C++ each main thread is in: rank 0 in DDP's reducer (the
+    # end of backward waits for its all-reduce), rank 1 in the sleep of wandered_off.
+    saved = json.loads((Path(hang["second_path"]) / "stacks.json").read_text())
+    native = {
+        r["global_rank"]: [f["function"] for f in r["process"]["threads"][0]["native"]]
+        for r in saved["dump"]["ranks"]
+    }
+    assert "c10d::Reducer::finalize_backward" in native[0], native
+    assert any("sleep" in f for f in native[1]), native
+    text = (Path(hang["second_path"]) / "stacks.txt").read_text()
+    assert "    [C/C++] " in text, text
 
 
 def test_ddp_loop_stopped_rank_is_named(tuilaunch, tmp_path):

@@ -50,7 +50,7 @@ from tui_launch.core.diagnosis.stacks import (
 from tui_launch.core.diagnosis.stacks.collective import collective_verdict
 from tui_launch.core.diagnosis.stacks.lastwords import exiting, stack_of_traceback
 from tui_launch.core.diagnosis.stacks.model import ThreadStack
-from tui_launch.core.diagnosis.stacks.pyspy import MAX_CHILDREN
+from tui_launch.core.diagnosis.stacks.pyspy import MAX_CHILDREN, with_native
 from tui_launch.core.diagnosis.stacks.verdict import place_of
 from tui_launch.core.model.commands import NO_WORKER, DumpStacks, control_event
 from tui_launch.core.model.diskspace import write_error
@@ -146,9 +146,11 @@ class Dumper:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         max_children: int = MAX_CHILDREN,
+        native: bool = False,
     ) -> Taken | None:
         """Dump every live rank now, save it, post :class:`StacksDumped`; None when no rank
-        runs (a :class:`ControlAction` says so)."""
+        runs (a :class:`ControlAction` says so). ``native``: the C/C++ frames of each running
+        rank's main thread too (it pauses each for about a second: a confirmed hang)."""
         with self._lock:
             targets = self.targets()
             attempt = self._ranks.attempt
@@ -157,6 +159,8 @@ class Dumper:
                 self._post(control_event(refused, False, NO_WORKER))
                 return None
             dump, answers = self._dump_with_records(targets, reason, timeout, max_children)
+            if native and not self.via_faulthandler:
+                dump = with_native(dump, self.pyspy)
             v = verdict(dump)
             try:
                 saved = save(dump, self._run_dir(), v)

@@ -238,7 +238,10 @@ class HangWatch:
                 self._first_path = taken.event.path
                 self.detector.first(taken.dump, time.monotonic())
         elif todo == CONFIRM:
-            taken = self._dumper.take("hang-confirm", "hang")
+            # The confirming dump reads the native frames too: the ranks are hung, so a pause
+            # of a second each costs them nothing, and where a Python stack ends in torch's
+            # C++ they say what it waits in.
+            taken = self._dumper.take("hang-confirm", "hang", native=True)
             with self._lock:
                 self._after_dump()
                 if self.detector.state != CONFIRMING or attempt != self._attempt:

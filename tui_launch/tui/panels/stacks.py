@@ -96,6 +96,7 @@ def stacks_panel(s: Snapshot, dump: StackDump | None, now: float) -> Text:
         )
         return out
     from tui_launch.core.diagnosis.stacks import group_stacks, rank_list
+    from tui_launch.core.diagnosis.stacks.model import native_summary
 
     e = s.dumps[-1]
     job = job_panel(s, now)
@@ -141,6 +142,8 @@ def stacks_panel(s: Snapshot, dump: StackDump | None, now: float) -> Text:
             if is_odd:
                 out.append("  <- odd one out", style="yellow")
             out.append("\n")
+            if g.native:  # read when the hang was confirmed: what the C++ below waits in
+                out.append(f"    in C/C++: {native_summary(g.native)}\n", style="dim")
             for f in g.frames[:FRAMES_SHOWN]:
                 out.append(f"    {f.where}\n", style="yellow" if is_odd else "")
             if len(g.frames) > FRAMES_SHOWN:

@@ -40,7 +40,9 @@ class Frame:
 
 @dataclass(frozen=True)
 class ThreadStack:
-    """One Python thread; ``frames`` innermost first (most recent call first)."""
+    """One Python thread; ``frames`` innermost first (most recent call first). ``native``: the
+    C/C++ frames the thread is in above its innermost Python frame, innermost first, when
+    they were read (``py-spy --native``, taken when a hang is confirmed)."""
 
     thread_id: int
     name: str | None
@@ -49,6 +51,15 @@ class ThreadStack:
     active: bool | None = None
     owns_gil: bool | None = None
     main: bool = False
+    native: tuple[Frame, ...] = ()
+
+
+def native_summary(frames: tuple[Frame, ...]) -> str:
+    """Native frames in one line, innermost first, the library's own ones rather than the
+    C library's and the C++ runtime's: ``c10d::Reducer::finalize_backward <
+    c10d::Reducer::mark_variable_ready`` ("" when none were read)."""
+    own = [f.function for f in frames if "::" in f.function and not f.function.startswith("std::")]
+    return " < ".join(own[:2] or [f.function for f in frames[:1]])
 
 
 @dataclass(frozen=True)
@@ -197,7 +208,10 @@ def dump_from_dict(data: dict[str, Any]) -> StackDump:
         return Frame(**d)
 
     def thread(d: dict[str, Any]) -> ThreadStack:
-        return ThreadStack(**{**d, "frames": tuple(frame(f) for f in d["frames"])})
+        native = tuple(frame(f) for f in d.get("native", ()))
+        return ThreadStack(
+            **{**d, "frames": tuple(frame(f) for f in d["frames"]), "native": native}
+        )
 
     def process(d: dict[str, Any]) -> ProcessStack:
         return ProcessStack(**{**d, "threads": tuple(thread(t) for t in d["threads"])})

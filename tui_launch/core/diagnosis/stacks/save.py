@@ -56,6 +56,11 @@ def _thread_title(t: ThreadStack) -> str:
     return ", ".join(bits)
 
 
+def _native(frames: tuple[Frame, ...]) -> list[str]:
+    """The native frames above a Python stack, marked as such (innermost first)."""
+    return [f"    [C/C++] {f.function} ({f.file})" for f in frames]
+
+
 def _process_line(p: ProcessStack) -> str:
     state = f"state {p.state}" if p.state else "gone"
     return f"pid {p.pid} ({state}, {p.method}, {p.duration:.3f} s)"
@@ -78,7 +83,7 @@ def render_text(dump: StackDump, v: Verdict | None = None) -> str:
         # "x 7 ranks" with the multiplication sign, as the dashboard will show it.
         many = f"ranks {rank_list(group.ranks)} (\u00d7 {n} ranks)"
         who = f"rank {group.ranks[0]}" if n == 1 else many
-        out += ["", f"main thread of {who}:", *_frames(group.frames)]
+        out += ["", f"main thread of {who}:", *_native(group.native), *_frames(group.frames)]
     # Other threads: identical ones (same name and frames) on several ranks are shown once.
     others: dict[tuple[Any, ...], list[int]] = {}
     titles: dict[tuple[Any, ...], tuple[str, tuple[Frame, ...]]] = {}

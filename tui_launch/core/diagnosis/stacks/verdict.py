@@ -84,6 +84,7 @@ class StackGroup:
 
     frames: tuple[Frame, ...]
     ranks: tuple[int, ...]
+    native: tuple[Frame, ...] = ()  # the C/C++ frames above them, when read
 
 
 def _bare(function: str) -> str:
@@ -309,12 +310,13 @@ def _where(places: list[RankPlace]) -> str:
 
 def group_stacks(dump: StackDump) -> list[StackGroup]:
     """Distinct main-thread stacks, each with the ranks that share it, biggest group first."""
-    groups: dict[tuple[tuple[str, str, int], ...], tuple[tuple[Frame, ...], list[int]]] = {}
+    groups: dict[tuple[object, ...], tuple[ThreadStack, list[int]]] = {}
     for r in dump.ranks:
         main = r.process.main_thread
         sig = main_signature(r)
         if main is None or sig is None:
             continue
-        groups.setdefault(sig, (main.frames, []))[1].append(r.global_rank)
-    out = [StackGroup(frames=f, ranks=tuple(sorted(rs))) for f, rs in groups.values()]
+        key = (sig, tuple(f.function for f in main.native))
+        groups.setdefault(key, (main, []))[1].append(r.global_rank)
+    out = [StackGroup(t.frames, tuple(sorted(rs)), t.native) for t, rs in groups.values()]
     return sorted(out, key=lambda g: (-len(g.ranks), g.ranks))
