@@ -6,7 +6,7 @@
 ``check_action``) are all generated from it, and a test checks the README's key table against
 it. Adding a key means adding one :class:`Action` here and its ``action_<name>`` method: on the
 app when it changes the view, on :class:`~tui_launch.tui.commands.RunCommands` when it acts on
-the run, on a :class:`~tui_launch.tui.app.Mode` when only that mode has it (the replay cursor's).
+the run, on a :class:`~tui_launch.tui.mode.Mode` when only that mode has it (the replay cursor's).
 """
 
 from __future__ import annotations

@@ -9,13 +9,14 @@ Every key, footer label, help row and palette entry, and when each applies, come
 action table (:mod:`tui_launch.tui.actions`). The keys that act on the run are the methods of a
 :class:`~tui_launch.tui.commands.RunCommands` the Dashboard holds; what a replay or an attach adds
 (the replay bar and cursor keys, following a live journal, the control client's errors) is the
-methods of its :class:`Mode` (:mod:`tui_launch.tui.modes`). The Logs tab is a widget of its own
-(:mod:`tui_launch.tui.widgets.logpane`), and the panels cache what they show (:class:`CachedPanel`).
+methods of its :class:`~tui_launch.tui.mode.Mode` (:mod:`tui_launch.tui.modes`). The Logs tab
+is a widget of its own (:mod:`tui_launch.tui.widgets.logpane`), and the panels cache what they
+show (:class:`CachedPanel`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,11 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.dom import DOMNode
 from textual.message import Message
 from textual.screen import Screen
-from textual.widget import Widget
 
 from tui_launch.core.model.store import Snapshot
 from tui_launch.tui import actions
 from tui_launch.tui.commands import RunCommands
+from tui_launch.tui.mode import Mode
 from tui_launch.tui.panels import ranks as render_ranks
 from tui_launch.tui.panels import render
 from tui_launch.tui.panels.inert import inert
@@ -52,39 +53,6 @@ TEXTUAL_COMMANDS_LEFT_OUT = frozenset({"Quit", "Keys", "Hide keys and help panel
 
 class RunEnded(Message):
     """The run has finished (posted from the agent's thread)."""
-
-
-class Mode:
-    """What a dashboard over one kind of source does beyond the view: the live run's mode is
-    this base itself (nothing more); :mod:`tui_launch.tui.modes` has the replay and the
-    attaches. The Dashboard calls these hooks; a mode's ``action_<name>`` methods answer the
-    action table's keys that the app has no method for (the replay cursor's)."""
-
-    replay = False  # the replay keys apply, and the acting ones only with ``controls``
-    controls = False  # an attach --control: the acting keys apply to a replayed live run
-    acts_on_finish = True  # the run's end is acted on (a recorded end is only shown)
-
-    def bind(self, app: Dashboard) -> None:
-        """Called by the Dashboard that holds this mode, before it composes."""
-        self.app = app
-
-    def compose(self) -> Iterator[Widget]:
-        """The widgets right under the header (the replay bar)."""
-        return iter(())
-
-    def on_mount(self) -> None:
-        """Called as the Dashboard mounts, before its first refresh."""
-
-    def tick(self) -> None:
-        """One refresh of the Dashboard (its interval, the run's end)."""
-        self.app.refresh_view()
-
-    def notice(self, message: str, severity: str | None) -> str:
-        """A toast's text (an attach --control says why the socket refused)."""
-        return message
-
-    def leaving(self) -> None:
-        """Called as the Dashboard exits."""
 
 
 class Dashboard(App[int]):
@@ -231,7 +199,7 @@ class Dashboard(App[int]):
             snap.connecting,
             snap.store_retries,
             snap.finished,
-            second if _waiting(snap) else 0,
+            second if render.waiting(snap) else 0,
         )
         self._rdzv.show(rdzv_key, render.rendezvous_panel, snap, now)
         # GPU figures arrive mid-second: they wait for the clock's frame, as the table's do,
@@ -264,7 +232,7 @@ class Dashboard(App[int]):
             snap.budget_left,
             snap.restarts_used,
             snap.finished,
-            _steps_key(snap, second),
+            render.steps_key(snap, second),
         )
         self._restarts.show(restarts_key, render.restarts_panel, snap, now)
         self._refresh_keys(snap)
@@ -516,27 +484,3 @@ class Dashboard(App[int]):
         """Exit, once the mode has let go of what would keep the process alive."""
         self.mode.leaving()
         super().exit(*args, **kwargs)
-
-
-def _steps_key(snap: Snapshot, second: int) -> tuple[object, ...] | None:
-    """What the Restarts panel shows of progress: the steps each attempt reached and resumed
-    from. The running attempt's step moves every second, and measuring and repainting the
-    panel that often was a fifth of the dashboard's CPU: it is redrawn every 10 s (the table
-    and the header show the live step), and exactly once the attempt or the run ends."""
-    if snap.progress is None:
-        return None
-    *ended, live = snap.progress.attempts or (None,)
-    steps = tuple((a.attempt, a.first_step, a.steps_reached) for a in ended if a is not None)
-    if live is None:
-        return steps
-    moving = live.steps_reached if snap.finished is not None else second // 10
-    return (*steps, (live.attempt, live.first_step, moving))
-
-
-def _waiting(snap: Snapshot) -> bool:
-    # The join deadline (or the store's connect timeout) counts every second while it waits.
-    if snap.finished is not None:
-        return False
-    if snap.run is None and snap.connecting is not None:
-        return True
-    return snap.rendezvous is not None and snap.rendezvous.state == "waiting"

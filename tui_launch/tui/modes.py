@@ -1,6 +1,6 @@
 """The dashboard's modes over a recorded or attached run: replay, attach, attach --control.
 
-Each is a :class:`~tui_launch.tui.app.Mode` handed to the one
+Each is a :class:`~tui_launch.tui.mode.Mode` handed to the one
 :class:`~tui_launch.tui.app.Dashboard`: :class:`ReplayMode` adds the replay bar under the header
 and the cursor keys (the action table's ``Needs.REPLAY`` rows: its ``action_<name>`` methods),
 :class:`AttachMode` follows a live journal, :class:`ControlMode` says why the control socket
@@ -12,15 +12,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.widget import Widget
 
-from tui_launch.tui.app import Mode
+from tui_launch.tui.mode import Mode
 from tui_launch.tui.sources.attach import WATCH_EVERY, AttachSource
 from tui_launch.tui.sources.control import ControlSource
 from tui_launch.tui.sources.replay import END, SPEEDS, ReplaySource
 from tui_launch.tui.widgets.cached import CachedPanel
+
+if TYPE_CHECKING:
+    from tui_launch.tui.app import Dashboard
 
 
 def cursor_line(src: ReplaySource, label: str) -> Text:
@@ -45,6 +49,7 @@ class ReplayMode(Mode):
 
     replay = True
     acts_on_finish = False
+    app: Dashboard
 
     def __init__(self, source: ReplaySource, background: threading.Thread | None = None) -> None:
         self.source = source

@@ -370,3 +370,27 @@ def cluster_panel(s: Snapshot, now: float) -> RenderableType:
     if job is not None:  # where every rank of the job is (d, dump_stacks, a hang)
         parts += [Text(""), job]
     return Group(*parts)
+
+
+def steps_key(snap: Snapshot, second: int) -> tuple[object, ...] | None:
+    """What the Restarts panel shows of progress: the steps each attempt reached and resumed
+    from. The running attempt's step moves every second, and measuring and repainting the
+    panel that often was a fifth of the dashboard's CPU: it is redrawn every 10 s (the table
+    and the header show the live step), and exactly once the attempt or the run ends."""
+    if snap.progress is None:
+        return None
+    *ended, live = snap.progress.attempts or (None,)
+    steps = tuple((a.attempt, a.first_step, a.steps_reached) for a in ended if a is not None)
+    if live is None:
+        return steps
+    moving = live.steps_reached if snap.finished is not None else second // 10
+    return (*steps, (live.attempt, live.first_step, moving))
+
+
+def waiting(snap: Snapshot) -> bool:
+    """Whether the run waits to join (the Rendezvous panel's deadline counts every second)."""
+    if snap.finished is not None:
+        return False
+    if snap.run is None and snap.connecting is not None:
+        return True
+    return snap.rendezvous is not None and snap.rendezvous.state == "waiting"
