@@ -14,8 +14,12 @@ Three measurements, each against its baseline in the same run:
   (``python -u empty.py``) against through the bootstrap with the responder
   (``python -u -m tui_launch.core.workers.shim - empty.py``), median of ``--repeat``.
   Target: at most 50 ms more.
+- ``record``: what recording alone costs, with no launcher and no poll: one process, a
+  one-rank gloo group, 20,000 ``all_reduce`` calls of 1 kB, microseconds a call with
+  ``TORCH_FR_BUFFER_SIZE=2000`` against ``0``, alternating A B B A. A step of N collectives
+  pays N times the difference.
 
-Usage: ``python bench/flightrec.py [steps|gather|start|all] [--repeat N]``.
+Usage: ``python bench/flightrec.py [steps|gather|start|record|all] [--repeat N]``.
 """
 
 from __future__ import annotations
@@ -159,9 +163,40 @@ def bench_start(repeat: int) -> None:
         )
 
 
+_RECORD = """
+import sys, time, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+t = torch.ones(256)
+for _ in range(2000):
+    dist.all_reduce(t)
+t0 = time.perf_counter()
+for _ in range(20000):
+    dist.all_reduce(t)
+print((time.perf_counter() - t0) / 20000 * 1e6)
+"""
+
+
+def bench_record(repeat: int) -> None:
+    runs: dict[str, list[float]] = {"0": [], "2000": []}
+    for i in range(repeat):
+        for size in ("0", "2000") if i % 2 == 0 else ("2000", "0"):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            env = {**os.environ, "TORCH_FR_BUFFER_SIZE": size}
+            out = subprocess.run(
+                [PY, "-c", _RECORD % port], env=env, capture_output=True, text=True, check=True
+            )
+            runs[size].append(float(out.stdout.split()[-1]))
+    off, on = statistics.median(runs["0"]), statistics.median(runs["2000"])
+    print(f"record: all_reduce {off:.1f} us off, {on:.1f} us with the recorder: +{on - off:.1f} us")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("what", nargs="?", default="all", choices=("steps", "gather", "start", "all"))
+    p.add_argument(
+        "what", nargs="?", default="all", choices=("steps", "gather", "start", "record", "all")
+    )
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--work", type=float, default=0.02)
@@ -175,6 +210,8 @@ def main() -> None:
         bench_start(args.repeat * 4)
     if args.what in ("gather", "all"):
         bench_gather(args.repeat * 4, args.ranks, args.fill)
+    if args.what in ("record", "all"):
+        bench_record(args.repeat * 2)
     if args.what in ("steps", "all"):
         bench_steps(args.repeat, args.steps, args.work, args.nproc)
 
