@@ -209,16 +209,18 @@ def _lockstep(tuilaunch, tmp_path, *extra: str, worker: tuple[str, ...] = ()) ->
     launch = tuilaunch(
         "--standalone", "--nproc-per-node", "3", "--stack-samples", "0.5",
         "--journal", str(journal), *extra,
-        LOCKSTEP, "--steps", "250", "--work", "0.01", *worker,
+        # --waits: each step's work is a sleep: the same stacks to the sampler, no CPU, so
+        # py-spy is not starved of it on a loaded machine (as it was with busy ranks)
+        LOCKSTEP, "--steps", "250", "--work", "0.01", "--waits", *worker,
     )  # fmt: skip
     assert launch.wait(180) == 0, launch.output
     return launch, journal
 
 
 def test_straggler_with_more_work_per_step_is_named(tuilaunch, tmp_path):
-    # 500 steps (about 30 s): enough stack samples for a verdict when py-spy gets little CPU
+    # 300 steps of 60 ms (about 18 s): 30 samples or more at 0.5 s
     launch, journal = _lockstep(
-        tuilaunch, tmp_path, worker=("--extra-rank", "1", "--extra", "0.05", "--steps", "500")
+        tuilaunch, tmp_path, worker=("--extra-rank", "1", "--extra", "0.05", "--steps", "300")
     )
     named = [e for e in _stragglers(journal) if e["global_rank"] is not None]
     assert named and {e["global_rank"] for e in named} == {1}, _stragglers(journal)

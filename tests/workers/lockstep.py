@@ -2,7 +2,9 @@
 
 Each step every rank computes for ``--work`` seconds (a busy Python loop), then all_reduces;
 ``--extra-rank R --extra S`` makes rank R compute S more seconds per step (a rank with more
-work: the straggler). Rank 0 prints ``step N/T``. ``--report PATH``: rank 0 writes its
+work: the straggler). ``--waits``: the work is a sleep (a rank waiting for its data rather
+than computing): the same stacks to a sampler, at no CPU, so the samplers and the rest of a
+loaded machine keep theirs. Rank 0 prints ``step N/T``. ``--report PATH``: rank 0 writes its
 steps/s (first to last step) there at the end.
 """
 
@@ -31,13 +33,15 @@ def main() -> None:
     p.add_argument("--extra-rank", type=int, default=-1)
     p.add_argument("--extra", type=float, default=0.0)
     p.add_argument("--report", default=None)
+    p.add_argument("--waits", action="store_true")
     args = p.parse_args()
+    work = time.sleep if args.waits else busy
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     t = torch.ones(1000)
     times = []
     for n in range(1, args.steps + 1):
-        busy(args.work + (args.extra if rank == args.extra_rank else 0.0))
+        work(args.work + (args.extra if rank == args.extra_rank else 0.0))
         dist.all_reduce(t)
         times.append(time.monotonic())
         if rank == 0:
