@@ -8,9 +8,11 @@ included, by reading ``/proc/*/environ``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -259,6 +261,30 @@ def live_journal(path: str | Path) -> list[dict]:
             with contextlib.suppress(ValueError):
                 out.append(json.loads(line))
     return out
+
+
+# Ports handed to tests: below the kernel's ephemeral range (32768-60999 on Linux), where
+# bind(0) and every outgoing connection draw theirs, so that a port found free there was taken
+# by another test's job before it was used (EADDRINUSE, once in a suite run); a block of its
+# own for each pytest-xdist worker, and never the same port twice from one worker.
+_PORTS_FROM = 10000
+_PORTS_PER_WORKER = 1500
+_next_port = itertools.count()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on ``host`` now, from this test process's own block (see above)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]
+    base = _PORTS_FROM + (int(worker) if worker.isdigit() else 0) * _PORTS_PER_WORKER
+    for _ in range(_PORTS_PER_WORKER):
+        port = base + next(_next_port) % _PORTS_PER_WORKER
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {base}-{base + _PORTS_PER_WORKER - 1} on {host}")
 
 
 def journal_path(output: str) -> Path:

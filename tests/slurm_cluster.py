@@ -25,18 +25,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conftest import free_port
+
 DAEMONS = ("munged", "munge", "slurmctld", "slurmd", "srun", "sbatch", "sinfo", "scontrol")
 READY_TIMEOUT = 30.0
 
 
 class ClusterUnavailable(Exception):
     """The daemons cannot run here; the message says why (the tests skip with it)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _which(tool: str) -> str | None:

@@ -36,6 +36,7 @@ from conftest import (
     _launch,
     base_env,
     etcd_argv,
+    free_port,
     leftovers,
     tuilaunch_cmd,
     wait_for,
@@ -66,12 +67,6 @@ def own_lines(stderr: str) -> list[str]:
         if line.strip():
             out.append(line)
     return out
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def check_usage_error(launch: Launch, *needles: str) -> str:

@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import WORKERS, base_env, wait_gone
+from conftest import WORKERS, base_env, free_port, wait_gone
 
 SHARE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
@@ -48,12 +47,6 @@ mkdir -p "$1"
 env -0 > "$1/env_$RANK.txt"
 printf '%s\0' "$0" "$@" > "$1/argv_$RANK.txt"
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

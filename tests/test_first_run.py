@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
-import socket
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLES, PY, ROOT, WORKERS, base_env
+from conftest import EXAMPLES, PY, ROOT, WORKERS, base_env, free_port
 
 from tui_launch.core.logs.stderr import StderrFilter
 from tui_launch.core.model import errors
@@ -291,15 +290,9 @@ def test_80x24_keeps_the_essentials():
 # ------------------------------------------------------------------ real launches
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.timeout(120)
 def test_headless_store_nobody_serves(tuilaunch, tmp_path):
-    port = _free_port()
+    port = free_port()
     launch = tuilaunch(
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
         "--rdzv-conf", "is_host=0,read_timeout=3", "--nnodes", "2", "--nproc-per-node", "1",

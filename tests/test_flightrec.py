@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PY, journal_path, read_journal, wait_for
+from conftest import PY, free_port, journal_path, read_journal, wait_for
 
 from tui_launch.core.diagnosis.records import gather, parse_record
 from tui_launch.core.diagnosis.stacks.collective import collective_verdict, size_text
@@ -119,11 +119,7 @@ def test_responder_answers_while_the_main_thread_waits_in_cpp(tmp_path):
         "WORLD_SIZE": "2",
         flightrec.SOCKET_ENV: str(tmp_path),
     }
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        env["MASTER_PORT"] = str(s.getsockname()[1])
+    env["MASTER_PORT"] = str(free_port())
     procs = [
         subprocess.Popen(
             [PY, "-u", "-m", "tui_launch.core.workers.shim", "-", DDP_LOOP, "--wander-rank", "1",
@@ -240,7 +236,7 @@ def test_killed_rank_leaves_a_survivor_dump_with_frames(tuilaunch, tmp_path):
 
 POLL_PROBE = """
 import json, os, torch, torch.distributed as dist
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+dist.init_process_group("gloo", init_method="file://%s", rank=0, world_size=1)
 from tui_launch.core.seam import flightrec
 from tui_launch.core.model.exitcodes import INFRASTRUCTURE  # a hang, a kill from outside
 t = torch.ones(4)
@@ -256,13 +252,9 @@ print(json.dumps(out))
 
 @pytest.mark.slow
 def test_poll_reads_the_ring_only_once_a_rank_stops_moving(tmp_path):
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    # A file store: a free port found first could be taken by another test's job meanwhile.
     done = subprocess.run(
-        [PY, "-c", POLL_PROBE % port],
+        [PY, "-c", POLL_PROBE % (tmp_path / "store")],
         capture_output=True,
         text=True,
         timeout=120,

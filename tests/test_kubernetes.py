@@ -15,26 +15,19 @@ import contextlib
 import os
 import pty
 import signal
-import socket
 import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PY, ROOT, WORKERS, journal_path, read_journal, wait_for, wait_gone
+from conftest import PY, ROOT, WORKERS, free_port, journal_path, read_journal, wait_for, wait_gone
 
 pytestmark = pytest.mark.slow
 
 POD = str(WORKERS / "pod.py")
 CRASH = str(WORKERS / "crash.py")
 NOOP = str(WORKERS / "noop.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Pod:

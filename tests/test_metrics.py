@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, TOKEN_VAR, WORKERS, wait_for, wait_gone
+from conftest import ROOT, TOKEN_VAR, WORKERS, free_port, wait_for, wait_gone
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -531,18 +531,12 @@ def test_nothing_listens_or_runs_when_the_options_are_off():
     assert {t.name for t in threading.enumerate()} == threads
     exporters.close()
     # And the same check sees the server when it is on (the check is not blind).
-    on = metrics.start_exporters(_options(metrics_port=_free_port()), store)
+    on = metrics.start_exporters(_options(metrics_port=free_port()), store)
     try:
         assert len(_listening_inodes() - before) == 1
     finally:
         on.close()
     assert _listening_inodes() == before
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ------------------------------------------------------------------------- textfile
@@ -640,7 +634,7 @@ def test_textfile_error_is_one_notice(tmp_path):
 
 
 def test_options_parse_and_defaults(tmp_path):
-    port = _free_port()
+    port = free_port()
     _, opts = parse(["--metrics-port", str(port), "--metrics-textfile", str(tmp_path), "x.py"])
     assert (opts.metrics_port, opts.metrics_bind, opts.metrics_textfile) == (
         port,
@@ -817,7 +811,7 @@ class _Prometheus:
     """Debian's prometheus on a free loopback port, scraping ``target`` every second."""
 
     def __init__(self, tmp: Path, target: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         config = tmp / "prometheus.yml"
         config.write_text(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
@@ -894,7 +888,7 @@ def real_run(tmp_path_factory):
                 "--max-restarts",
                 "2",
                 "--metrics-port",
-                str(_free_port()),
+                str(free_port()),
                 "--metrics-textfile",
                 str(tmp / "textfile"),
                 "--gpu-interval",

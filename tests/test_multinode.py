@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -29,6 +28,7 @@ from conftest import (
     _launch,
     base_env,
     etcd_argv,
+    free_port,
     journal_path,
     read_journal,
     tuilaunch_cmd,
@@ -41,12 +41,6 @@ ELASTIC = str(WORKERS / "elastic.py")
 # Heartbeats every second, dead after 3 missed: a lost node is noticed in ~3-5 s.
 RDZV_CONF = "join_timeout=40,last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
 COMMON = ("--nproc-per-node", "1", "--monitor-interval", "0.2")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def node_env(**extra: str) -> dict[str, str]:

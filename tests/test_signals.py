@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
 
 import pytest
-from conftest import WORKERS, leftovers, needs_shutdown_timeout, read_journal, wait_for, wait_gone
+from conftest import (
+    WORKERS,
+    free_port,
+    leftovers,
+    needs_shutdown_timeout,
+    read_journal,
+    wait_for,
+    wait_gone,
+)
 
 STEADY = str(WORKERS / "steady.py")
 STUBBORN = str(WORKERS / "stubborn.py")
 STOP_SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _kinds(journal) -> list[str]:
@@ -105,7 +106,7 @@ def test_signal_while_running_stops_everything(tuilaunch, tmp_path, sig):
 @pytest.mark.parametrize("sig", STOP_SIGNALS, ids=lambda s: s.name)
 def test_signal_during_rendezvous_exits_promptly(tuilaunch, tmp_path, sig):
     journal = tmp_path / "j.jsonl"
-    port = _free_port()
+    port = free_port()
     launch = tuilaunch(
         "--nnodes",
         "2",
@@ -228,7 +229,7 @@ def test_second_sigint_escalates_to_sigkill(tuilaunch, tmp_path):
 @needs_shutdown_timeout
 def test_signal_during_exit_barrier_exits_promptly(tuilaunch, tmp_path):
     """Node A's workers are done and it waits in the exit barrier for node B's workers."""
-    port = _free_port()
+    port = free_port()
     rdzv = [
         "--nnodes",
         "2",

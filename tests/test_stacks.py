@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import textwrap
 import time
@@ -24,7 +23,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PY, ROOT, TOKEN_VAR, WORKERS, base_env, leftovers, wait_for, wait_gone
+from conftest import (
+    PY,
+    ROOT,
+    TOKEN_VAR,
+    WORKERS,
+    base_env,
+    free_port,
+    leftovers,
+    wait_for,
+    wait_gone,
+)
 
 from tui_launch.core.diagnosis.stacks import (
     CONFIRM,
@@ -62,12 +71,6 @@ from tui_launch.core.workers.shim import FAULTHANDLER_ENV, FAULTHANDLER_SIGNAL, 
 needs_pyspy = pytest.mark.skipif(find_pyspy() is None, reason="py-spy is not installed")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _kill_token(token: str) -> None:
     for pid in leftovers(token):
         with contextlib.suppress(OSError):
@@ -92,7 +95,7 @@ def hang_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
     """Two gloo ranks through the bootstrap, faulthandler on; rank 1 never joins rank 0."""
     tmp = tmp_path_factory.mktemp("hang")
     token = uuid.uuid4().hex
-    port = str(_free_port())
+    port = str(free_port())
     procs: list[subprocess.Popen[bytes]] = []
     stderr: dict[int, str] = {}
     shim = [PY, "-u", "-m", "tui_launch.core.workers.shim", str(tmp)]
