@@ -3,7 +3,10 @@
 - ``model``: the frozen records of a dump (frames, threads, processes, ranks, the dump).
 - ``pyspy``: :func:`dump_ranks`: every rank (and its child processes) with py-spy, in
   parallel, each call under a hard time limit; ``--nonblocking`` for a stopped rank, the
-  kernel wait channel for a rank in ``D``; one line with the fix when ptrace is not permitted.
+  kernel wait channel for a rank in ``D``; one line with the fix when ptrace is not permitted;
+  :func:`~.pyspy.with_native`: the C/C++ frames of each running rank (a confirmed hang).
+- ``lastwords``: a rank's last traceback on stderr as a stack: the survivors of a failure,
+  gone before py-spy could read them.
 - ``sigdump``: :func:`dump_via_faulthandler`: the same without ptrace, for ranks started
   through the worker bootstrap with ``TUILAUNCH_FAULTHANDLER_SIGNAL`` set: signal, then cut
   the dump out of stderr.
