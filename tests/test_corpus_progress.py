@@ -33,9 +33,10 @@ class Case:
 
 
 CASES = {
-    # 3 epochs of 16 steps: "Epoch 2/2 ... 16/16" ends at global step 48 of 48
+    # 25 epochs of 16 steps: "Epoch 24/24 ... 16/16" ends at global step 400 of 400; about
+    # 5 s at the 78 steps/s of an idle 2-core machine (3 epochs ended between two records)
     "lightning": Case(
-        "lightning_ddp.py", (), {"CORPUS_EPOCHS": "3"}, "lightning_rich", 48, 48, "lightning"
+        "lightning_ddp.py", (), {"CORPUS_EPOCHS": "25"}, "lightning_rich", 400, 400, "lightning"
     ),
     # 400 steps: about 12 s at CI's 32 steps/s, long enough for the per-second records
     "hf_trainer": Case(
@@ -47,8 +48,9 @@ CASES = {
     # see it mid-run), a snapshot every 30; its last line is "Epoch 59", printed when epoch 59
     # starts: 59 epochs of 32 steps done
     "ddp_tutorial": Case("multigpu_torchrun.py", ("60", "30"), {}, "ddp_tutorial", 59 * 32, None),
-    # "step N/T | loss L" is the shape of llm.c's lines
-    "async": Case("async_collective.py", (), {"CORPUS_STEPS": "200"}, "llmc", 200, 200),
+    # "step N/T | loss L" is the shape of llm.c's lines; 1000 steps: about 6 s at the 156
+    # steps/s of an idle 2-core machine (200 took 1.3 s, about one progress record)
+    "async": Case("async_collective.py", (), {"CORPUS_STEPS": "1000"}, "llmc", 1000, 1000),
 }
 
 
