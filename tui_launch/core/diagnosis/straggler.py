@@ -36,6 +36,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from tui_launch.core.diagnosis.stacks import collective_of, find_pyspy, parse_pyspy_json
+from tui_launch.core.diagnosis.stacks.pyspy import run_pyspy
 from tui_launch.core.model.events import Event, Straggler
 from tui_launch.core.periodic import Periodic
 
@@ -128,13 +129,7 @@ def in_collective(pid: int, pyspy: str, timeout: float = 2.0) -> bool | None:
     if is_stopped(pid):
         return False
     try:
-        p = subprocess.run(
-            [pyspy, "dump", "--pid", str(pid), "--json", "--nonblocking"],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
+        p = run_pyspy(pyspy, pid, "--nonblocking", timeout=timeout)
         if p.returncode != 0:
             return None
         threads = parse_pyspy_json(p.stdout, pid)

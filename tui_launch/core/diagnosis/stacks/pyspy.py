@@ -167,9 +167,7 @@ def parse_pyspy_json(text: str, pid: int) -> tuple[ThreadStack, ...]:
     The main thread is the one whose OS thread id is the pid (Linux), else the one named
     ``MainThread``; py-spy's own order is kept for the others.
     """
-    data: Any = json.loads(text)
-    if isinstance(data, dict):  # a single process's object in some versions
-        data = data.get("threads", [data])
+    data = _threads_of(json.loads(text))
     threads: list[ThreadStack] = []
     for t in data:
         frames = tuple(
@@ -192,15 +190,42 @@ def parse_pyspy_json(text: str, pid: int) -> tuple[ThreadStack, ...]:
                 owns_gil=t.get("owns_gil"),
             )
         )
-    main = next((i for i, t in enumerate(threads) if t.native_id == pid), None)
-    if main is None:
-        main = next((i for i, t in enumerate(threads) if t.name == "MainThread"), None)
-    if main is None and threads:
-        main = 0
+    main = _main_index(data, pid)
     if main is None:
         return ()
     first = threads.pop(main)
     return (dataclasses.replace(first, main=True), *threads)
+
+
+def _threads_of(data: Any) -> list[dict[str, Any]]:
+    """py-spy's ``--json`` threads (a single process's object in some versions)."""
+    if isinstance(data, dict):
+        data = data.get("threads", [data])
+    return data if isinstance(data, list) else []
+
+
+def _main_index(threads: list[dict[str, Any]], pid: int) -> int | None:
+    """The main thread among py-spy's: the one whose OS thread id is the pid (Linux), else the
+    one named ``MainThread``, else the first (None: no thread)."""
+    for i, t in enumerate(threads):
+        if t.get("os_thread_id") == pid:
+            return i
+    named = (i for i, t in enumerate(threads) if t.get("thread_name") == "MainThread")
+    return next(named, 0 if threads else None)
+
+
+def run_pyspy(
+    pyspy: str, pid: int, *flags: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``py-spy dump --pid PID --json FLAGS``; killed (SIGKILL) and reaped when ``timeout``
+    passes (:class:`subprocess.TimeoutExpired`)."""
+    return subprocess.run(
+        [pyspy, "dump", "--pid", str(pid), "--json", *flags],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _error_line(stderr: str, stdout: str, rc: int) -> str:
@@ -234,29 +259,15 @@ def dump_process(pid: int, pyspy: str | None, timeout: float = DEFAULT_TIMEOUT) 
     if pyspy is None:
         return done(NONE, error=NO_PYSPY)
     nonblocking = state in ("T", "t")
-    cmd = [pyspy, "dump", "--pid", str(pid), "--json"]
     method = PYSPY_NONBLOCKING if nonblocking else PYSPY
     try:
-        # subprocess.run kills py-spy (SIGKILL) when the limit passes, then reaps it.
-        p = subprocess.run(
-            [*cmd, "--nonblocking"] if nonblocking else cmd,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
+        p = run_pyspy(pyspy, pid, *(("--nonblocking",) if nonblocking else ()), timeout=timeout)
         if p.returncode != 0 and not nonblocking and proc_state(pid) in ("T", "t"):
             # Stopped meanwhile (a SIGSTOP between reading the state and attaching): a blocking
             # dump cannot suspend it, a nonblocking one can read it.
             state, method = proc_state(pid), PYSPY_NONBLOCKING
             left = max(0.1, timeout - (time.monotonic() - start))
-            p = subprocess.run(
-                [*cmd, "--nonblocking"],
-                capture_output=True,
-                text=True,
-                timeout=left,
-                stdin=subprocess.DEVNULL,
-            )
+            p = run_pyspy(pyspy, pid, "--nonblocking", timeout=left)
     except subprocess.TimeoutExpired:
         return done(method, error=f"py-spy did not answer in {timeout:g}s; killed")
     except OSError as e:
@@ -339,24 +350,15 @@ def native_frames(pid: int, pyspy: str, timeout: float = NATIVE_TIMEOUT) -> tupl
     innermost first (``py-spy dump --native``; the process is paused while it is read); ()
     when they could not be read (no native support, the process gone, the time limit)."""
     try:
-        p = subprocess.run(
-            [pyspy, "dump", "--pid", str(pid), "--native", "--json"],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-        data: Any = json.loads(p.stdout) if p.returncode == 0 else None
+        p = run_pyspy(pyspy, pid, "--native", timeout=timeout)
+        threads = _threads_of(json.loads(p.stdout)) if p.returncode == 0 else []
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return ()
-    if isinstance(data, dict):
-        data = data.get("threads", [data])
-    if not isinstance(data, list) or not data:
+    main = _main_index(threads, pid)
+    if main is None:
         return ()
-    main = next((t for t in data if t.get("os_thread_id") == pid), None)
-    main = main or next((t for t in data if t.get("thread_name") == "MainThread"), data[0])
     out: list[Frame] = []
-    for f in main.get("frames", ()):
+    for f in threads[main].get("frames", ()):
         module = f.get("module")
         if not module:  # the innermost Python frame: what is below it, the Python stack shows
             break
