@@ -134,6 +134,11 @@ class Launch:
 def _launch(
     cmd: list[str], cwd: Path | None, env: dict[str, str] | None, tmp: Path | None = None
 ) -> Launch:
+    return Launch(cmd, cwd or ROOT, launch_env(env, tmp))
+
+
+def launch_env(env: dict[str, str] | None = None, tmp: Path | None = None) -> dict[str, str]:
+    """A launch's environment: ``env`` (default :func:`base_env`) with a token of its own."""
     env = dict(env or base_env())
     env.setdefault(TOKEN_VAR, uuid.uuid4().hex)
     tmp = tmp or (LAUNCH_TMP[0] if LAUNCH_TMP else None)
@@ -141,7 +146,7 @@ def _launch(
         # torch's default log directories (torchelastic_*) and anything else a launch puts in
         # the temp directory land in pytest's, not in /tmp.
         env.setdefault("TMPDIR", str(tmp))
-    return Launch(cmd, cwd or ROOT, env)
+    return env
 
 
 # TUILAUNCH_TEST_WARM=1 runs every launch of the `tuilaunch` fixture with --warm-start (but

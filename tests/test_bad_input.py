@@ -30,18 +30,20 @@ from typing import NamedTuple
 
 import pytest
 from conftest import (
+    PY,
     ROOT,
     WORKERS,
     Launch,
-    _launch,
     base_env,
     etcd_argv,
     free_port,
+    launch_env,
     leftovers,
     tuilaunch_cmd,
     wait_for,
     wait_gone,
 )
+from prefork import Forked, Prefork
 
 NOOP = str(WORKERS / "noop.py")
 RUN_ERROR = "[tuilaunch] run error (exit code {}): "
@@ -74,7 +76,7 @@ def check_usage_error(launch: Launch, *needles: str) -> str:
     return check_refused(launch, launch.wait(timeout=120), *needles)
 
 
-def check_refused(launch: Launch, code: int, *needles: str) -> str:
+def check_refused(launch: Launch | Forked, code: int, *needles: str) -> str:
     """What :func:`check_usage_error` checks, of a launch that exited with ``code``."""
     assert code == 2, launch.output
     assert "Traceback" not in launch.output
@@ -337,13 +339,10 @@ ABSURD_VALUES = [
 ]
 
 
-SIDE_BY_SIDE = 4  # refusals running at once: enough to overlap their imports on 2 cores
-
-
 class Refusal(NamedTuple):
-    """One refusal case's launch, finished (``code``) or not in time (``error``)."""
+    """One refusal case's run, finished (``code``) or not in time (``error``)."""
 
-    launch: Launch
+    launch: Forked
     code: int | None
     error: str | None
     home: Path | None  # for an absurd value: the directory that must stay empty
@@ -353,9 +352,14 @@ class Refusal(NamedTuple):
 def refusals(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[tuple[str, ...], Refusal]]:
-    """The launches of the refusal cases this session runs, keyed ``(kind, *argv)``."""
-    # (key, command, cwd, env, home): what the `tuilaunch` fixture would have been given
-    cases: list[tuple[tuple[str, ...], list[str], Path | None, dict[str, str] | None, Path | None]]
+    """The runs of the refusal cases this session selects, keyed ``(kind, *argv)``.
+
+    Each is a fork of one interpreter that imported the launcher once (tests/prefork.py):
+    the cases test what tuilaunch refuses, not how long torch takes to import, which
+    ``test_log_dir_under_a_file`` and the journal tests below still pay as real launches.
+    """
+    # (key, argv, cwd, env, home): what the `tuilaunch` fixture would have been given
+    cases: list[tuple[tuple[str, ...], list[str], Path, dict[str, str] | None, Path | None]]
     cases = []
     for item in request.session.items:
         if getattr(item, "module", None) is not request.module or not hasattr(item, "callspec"):
@@ -366,27 +370,17 @@ def refusals(
         elif item.name.startswith("test_absurd_value["):
             own_env, logs, own_home = _isolated(tmp_path_factory.mktemp("absurd"))
             cmd = tuilaunch_cmd("--log-dir", str(logs), *argv, NOOP)
-            cases.append((("absurd", *argv), cmd, None, own_env, own_home))
+            cases.append((("absurd", *argv), cmd, ROOT, own_env, own_home))
+    server = Prefork(PY, launch_env(), str(tmp_path_factory.mktemp("prefork")))
     done: dict[tuple[str, ...], Refusal] = {}
-
-    def finish(key: tuple[str, ...], launch: Launch, home: Path | None) -> None:
-        try:
-            done[key] = Refusal(launch, launch.wait(timeout=120), None, home)
-        except AssertionError as e:  # did not finish in time (and was killed)
-            done[key] = Refusal(launch, None, str(e), home)
-
-    running: list[tuple[tuple[str, ...], Launch, Path | None]] = []
     try:
         for key, cmd, cwd, env, home in cases:
-            if len(running) == SIDE_BY_SIDE:
-                finish(*running.pop(0))
-            running.append((key, _launch(cmd, cwd, env), home))
-        while running:
-            finish(*running.pop(0))
+            assert cmd[:3] == [PY, "-m", "tui_launch"], cmd
+            run = server.run(cmd[3:], str(cwd), launch_env(env))
+            done[key] = Refusal(run, run.code, run.error, home)
         yield done
     finally:
-        for _, launch, _ in running:  # left running by an error in this fixture
-            launch.kill()
+        server.close()
 
 
 def check_refusal(refusal: Refusal, *needles: str) -> str:
