@@ -7,6 +7,7 @@ included, by reading ``/proc/*/environ``.
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import itertools
 import json
@@ -324,6 +325,20 @@ SLOW_FIXTURES = frozenset(
         "refusals",
     }
 )
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Compile the package and the test programs once, before any launch imports them.
+
+    Where PYTHONDONTWRITEBYTECODE is set (this project's machines set it), no interpreter
+    writes its bytecode, so each of the suite's ~450 launchers compiled the package's modules
+    again: 0.3 to 0.9 s of CPU each, a quarter of a short launcher's. ``compileall`` writes
+    the caches whatever the flag says; an edited file is still recompiled (its mtime).
+    """
+    if hasattr(session.config, "workerinput"):  # pytest-xdist's workers: the controller did it
+        return
+    for folder in (ROOT / "tui_launch", ROOT / "tests" / "workers", ROOT / "tests" / "corpus"):
+        compileall.compile_dir(folder, quiet=1)
 
 
 # The tests that take 30 s or more (pytest --durations on the whole suite), started first under
