@@ -334,7 +334,7 @@ def test_a_long_synthetic_journal(tmp_path: Path) -> None:
 
 
 def test_log_tails_are_plain_text(tmp_path: Path) -> None:
-    from tui_launch.core.journal.report import tail_lines
+    from tui_launch.core.logs.lastlines import tail_lines
 
     log = tmp_path / "stdout.log"
     log.write_bytes(

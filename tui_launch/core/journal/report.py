@@ -25,7 +25,6 @@ import contextlib
 import itertools
 import json
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,6 +33,7 @@ from tui_launch import __version__
 from tui_launch.core.journal.recent import window
 from tui_launch.core.journal.timeline import Timeline
 from tui_launch.core.journal.writer import JOURNAL_NAME
+from tui_launch.core.logs.lastlines import tail_lines
 from tui_launch.core.model.events import (
     AttemptFailed,
     ControlAction,
@@ -62,7 +62,6 @@ from tui_launch.core.model.text import failure_headline
 POINTS = 600  # rows at most per plotted table
 LOG_LINES = 40  # last lines of each rank's stream
 LOG_ATTEMPTS = 4  # attempts whose logs are shown at most
-LOG_TAIL_BYTES = 64 * 1024  # read from the end of a log file for them
 STACKS_BYTES = 64 * 1024  # of a hang's stacks.txt
 TELEMETRY, PROGRESS = TelemetryRecord.kind, ProgressRecord.kind
 RECORDS = frozenset((TELEMETRY, PROGRESS))
@@ -450,35 +449,6 @@ def _logs(run_dir: str, s: Snapshot) -> list[RankLog]:
     return out
 
 
-def tail_lines(path: str, count: int) -> tuple[int, tuple[str, ...]] | None:
-    """The file's size and its last ``count`` lines (from its last 64 kB; None: unreadable)."""
-    try:
-        with open(path, "rb") as fp:
-            size = fp.seek(0, os.SEEK_END)
-            fp.seek(max(0, size - LOG_TAIL_BYTES))
-            data = fp.read()
-    except OSError:
-        return None
-    lines = data.decode("utf-8", "replace").split("\n")
-    if size > LOG_TAIL_BYTES and lines:
-        lines = lines[1:]  # the first is cut
-    if lines and not lines[-1]:
-        lines.pop()
-    return size, tuple(_plain(line) for line in lines[-count:])
-
-
-# Terminal control sequences (colours, cursor moves) and what a carriage return overwrote.
-_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
-
-
-def _plain(line: str) -> str:
-    """A log line as it last looked on a terminal, as plain text: the part after its last
-    carriage return (a progress bar redrawn in place), without control sequences."""
-    line = line.rstrip("\r")
-    line = line[line.rfind("\r") + 1 :]
-    return _CONTROL.sub("", line)
-
-
 def _hang_stacks(hang: HangDetected | None, run_dir: str) -> tuple[str, str]:
     """The confirming dump's stacks.txt of the hang (its path as recorded, or the same dump
     under this run directory when the report is read on another machine)."""
@@ -509,5 +479,4 @@ __all__ = [
     "Table",
     "build",
     "journal_path",
-    "tail_lines",
 ]

@@ -5,7 +5,8 @@ Helpers of :mod:`tui_launch.core.journal.timeline`'s
 regexes for a journal line's fixed prefix (``{"seq": N, "kind": K, "mono": M, "wall": W``)
 and a log mark's offsets as :mod:`json` writes them, a block of lines parsed at once
 (:class:`Block`), :func:`fold_marks`, which folds log marks' bytes into the last offset of
-each stream, mostly without parsing them, and :func:`mark_name`, a stream's name in a mark.
+each stream, mostly without parsing them, :func:`mark_name`, a stream's name in a mark, and
+:class:`Column`, one field of every event as a sequence.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import json
 import operator
 import re
 from array import array
+from collections.abc import Sequence
 from itertools import accumulate, repeat
+from typing import Generic, Protocol, TypeVar, cast, overload
 
 from tui_launch.core.model.events import LogMark
 
@@ -112,3 +115,49 @@ def mark_name(key: LogKey) -> bytes:
     """How a log mark names the stream ``key`` (``b'0, 1, "stdout"'``)."""
     attempt, rank, stream = key
     return f"{attempt}, {rank}, {json.dumps(stream)}".encode()
+
+
+T = TypeVar("T")
+
+
+class _Events(Protocol):
+    """What a :class:`Column` reads of its timeline."""
+
+    def __len__(self) -> int: ...
+    def field(self, i: int, field: str) -> object: ...
+    def first_state(self, kind: str, start: int, stop: int) -> int | None: ...
+
+
+class Column(Sequence[T], Generic[T]):
+    """One field of every event (``kinds``, ``mono``, ``wall``), read from its block."""
+
+    def __init__(self, events: _Events, field: str) -> None:
+        self._events = events
+        self._field = field
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[T]: ...
+    def __getitem__(self, i: int | slice) -> T | list[T]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        n = len(self._events)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("event index out of range")
+        return cast(T, self._events.field(i, self._field))
+
+    def index(self, value: object, start: int = 0, stop: int | None = None) -> int:
+        """The first event from ``start`` with this value (state kinds: from the state list)."""
+        stop = len(self._events) if stop is None else stop
+        if self._field == "kinds" and value != MARK:
+            found = self._events.first_state(str(value), start, stop)
+            if found is None:
+                raise ValueError(f"{value!r} is not in the journal")
+            return found
+        return super().index(value, start, stop)

@@ -39,9 +39,8 @@ import re
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from itertools import pairwise
-from typing import Generic, TypeVar, cast, overload
 
 from tui_launch.core.journal.text import (
     MARK,
@@ -50,6 +49,7 @@ from tui_launch.core.journal.text import (
     PREFIX,
     STATE,
     Block,
+    Column,
     LogKey,
     Names,
     fold_marks,
@@ -61,45 +61,6 @@ from tui_launch.core.model.store import Snapshot, reduce
 
 # Where the replay's ]/[ keys stop: a failure, a restart, an injected fault, the end.
 MOMENTS = frozenset({"attempt_failed", "restart", "injection", "run_finished"})
-T = TypeVar("T")
-
-
-class _Column(Sequence[T], Generic[T]):
-    """One field of every event (``kinds``, ``mono``, ``wall``), read from its block."""
-
-    def __init__(self, timeline: Timeline, field: str) -> None:
-        self._tl = timeline
-        self._field = field
-
-    def __len__(self) -> int:
-        return len(self._tl)
-
-    @overload
-    def __getitem__(self, i: int) -> T: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[T]: ...
-    def __getitem__(self, i: int | slice) -> T | list[T]:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        n = len(self._tl)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("event index out of range")
-        return cast(T, self._tl._field(i, self._field))
-
-    def index(self, value: object, start: int = 0, stop: int | None = None) -> int:
-        """The first event from ``start`` with this value (state kinds: from the state list)."""
-        tl = self._tl
-        stop = len(tl) if stop is None else stop
-        if self._field == "kinds" and value != MARK:
-            for k in range(bisect.bisect_left(tl.states, start), len(tl.states)):
-                if tl.states[k] >= stop:
-                    break
-                if tl._state_kind[k] == value:
-                    return tl.states[k]
-            raise ValueError(f"{value!r} is not in the journal")
-        return super().index(value, start, stop)
 
 
 class Timeline:
@@ -138,9 +99,9 @@ class Timeline:
         self._state_kind: list[str] = []
         self._state_mono = array("d")
         self._state_wall = array("d")
-        self.kinds: _Column[str] = _Column(self, "kinds")
-        self.mono: _Column[float] = _Column(self, "mono")
-        self.wall: _Column[float] = _Column(self, "wall")
+        self.kinds: Column[str] = Column(self, "kinds")
+        self.mono: Column[float] = Column(self, "mono")
+        self.wall: Column[float] = Column(self, "wall")
         self._snaps: list[Snapshot] = [Snapshot()]  # [k]: after the first k*every states
         self._cuts: list[dict[LogKey, int]] = [{}]  # [k]: after the first k*CUT_EVERY events
         self.refresh(None if index else 1)
@@ -276,7 +237,8 @@ class Timeline:
         b = bisect.bisect_right(self._block_first, i) - 1
         return self._block(b), i - self._block_first[b]
 
-    def _field(self, i: int, field: str) -> object:
+    def field(self, i: int, field: str) -> object:
+        """Field ``field`` (``kinds``, ``mono`` or ``wall``) of event ``i``."""
         k = bisect.bisect_left(self.states, i)
         if k < len(self.states) and self.states[k] == i:  # a state event: no block needed
             if field == "kinds":
@@ -284,6 +246,15 @@ class Timeline:
             return (self._state_mono if field == "mono" else self._state_wall)[k]
         block, line = self._where(i)
         return getattr(block, field)[line]
+
+    def first_state(self, kind: str, start: int, stop: int) -> int | None:
+        """The first state event of ``kind`` in ``[start, stop)`` (from the state list)."""
+        for k in range(bisect.bisect_left(self.states, start), len(self.states)):
+            if self.states[k] >= stop:
+                break
+            if self._state_kind[k] == kind:
+                return self.states[k]
+        return None
 
     def _offset(self, i: int) -> int:
         """Where event ``i`` starts in the file (``len(self)``: where the last one ends)."""

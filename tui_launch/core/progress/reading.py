@@ -2,13 +2,15 @@
 
 :class:`ProgressReading` is what a parsed line says; :data:`FAMILIES` groups format names
 into the families a stream locks on to; :func:`maybe_progress` is the cheap pre-filter;
-the number and phase helpers are used by the parsers of :mod:`.formats`. Standard library only.
+the number and phase helpers are used by the parsers of :mod:`.formats`;
+:func:`global_steps` turns a per-epoch bar's reading into the run's steps. Standard library
+only.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 #: SGR colours and the other CSI sequences (cursor moves of rich/tqdm in a terminal).
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
@@ -160,3 +162,34 @@ def _pick_loss(pairs: dict[str, str]) -> float | None:
         if "loss" in key.lower() and not key.lower().startswith(("val", "eval", "test")):
             return _num(val)
     return None
+
+
+#: Formats whose training bar counts the batches of one epoch and states which epoch (0-based):
+#: Lightning's tqdm bar ("Epoch 6: ... 6/128") and its rich bar ("Epoch 6/9 ... 6/128").
+_PER_EPOCH_BARS = frozenset({"lightning", "lightning_rich"})
+
+
+def global_steps(r: ProgressReading) -> ProgressReading:
+    """A per-epoch training bar's reading in global steps, with the run's total where known.
+
+    Lightning's bar restarts every epoch: "Epoch 6/9 ... 6/128" (the 7th epoch of 10; Lightning
+    counts from 0) is global step 6 * 128 + 6 = 774 of 1280 (every epoch has the same number
+    of batches). The total is the run's only when the line states the number of epochs (the
+    rich bar's "Epoch 7/9", 0-based); the tqdm bar's "Epoch 7" does not, and its total is
+    unknown (None) rather than the epoch's.
+    Any other reading is returned as it is.
+    """
+    if (
+        r.fmt not in _PER_EPOCH_BARS
+        or r.phase != "train"
+        or r.epoch is None
+        or r.step is None
+        or not r.total
+    ):
+        return r
+    per_epoch = r.total
+    return replace(
+        r,
+        step=int(r.epoch) * per_epoch + r.step,
+        total=r.epoch_total * per_epoch if r.epoch_total else None,
+    )

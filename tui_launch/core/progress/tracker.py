@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tui_launch.core.model.goodput import AttemptProgress
 from tui_launch.core.progress.parse import ProgressReading, family_anchor, family_of, parse_line
+from tui_launch.core.progress.reading import global_steps
 
 __all__ = ["ProgressState", "ProgressTracker"]
 
@@ -465,37 +466,6 @@ class ProgressTracker:
             steps_reached=self.max_step,
             progress_time=self.progress_time,
         )
-
-
-#: Formats whose training bar counts the batches of one epoch and states which epoch (0-based):
-#: Lightning's tqdm bar ("Epoch 6: ... 6/128") and its rich bar ("Epoch 6/9 ... 6/128").
-_PER_EPOCH_BARS = frozenset({"lightning", "lightning_rich"})
-
-
-def global_steps(r: ProgressReading) -> ProgressReading:
-    """A per-epoch training bar's reading in global steps, with the run's total where known.
-
-    Lightning's bar restarts every epoch: "Epoch 6/9 ... 6/128" (the 7th epoch of 10; Lightning
-    counts from 0) is global step 6 * 128 + 6 = 774 of 1280 (every epoch has the same number
-    of batches). The total is the run's only when the line states the number of epochs (the
-    rich bar's "Epoch 7/9", 0-based); the tqdm bar's "Epoch 7" does not, and its total is
-    unknown (None) rather than the epoch's.
-    Any other reading is returned as it is.
-    """
-    if (
-        r.fmt not in _PER_EPOCH_BARS
-        or r.phase != "train"
-        or r.epoch is None
-        or r.step is None
-        or not r.total
-    ):
-        return r
-    per_epoch = r.total
-    return replace(
-        r,
-        step=int(r.epoch) * per_epoch + r.step,
-        total=r.epoch_total * per_epoch if r.epoch_total else None,
-    )
 
 
 def _kind(text: str, anchor: Callable[[str], bool] | None) -> str | None:

@@ -11,7 +11,8 @@ One module per concern:
 - ``sampler``: :class:`Telemetry`, the ``tuilaunch-telemetry`` thread that ticks them all and
   posts :class:`~tui_launch.core.model.events.TelemetrySample` events to the store.
 - ``fake_nvml``: a fake ``pynvml`` with the real module's surface, for machines without a GPU
-  (tests, snapshots, ``--demo``).
+  (tests, snapshots, ``--demo``); ``fake_nvml_types``: the constants, error classes and
+  structures it re-exports, as nvidia-ml-py has them.
 
 The store's view of the samples (:class:`TelemetryView`, :func:`fold`) lives in
 :mod:`tui_launch.core.model.telemetry`, below this package, so that the store never imports it.
