@@ -32,25 +32,38 @@ class Case:
     needs: str | None = None  # a framework the program imports
 
 
+# Each run steps for about 5 s, long enough for the per-second progress records to see it
+# mid-run on any machine: few steps, each stretched to STEP seconds (CORPUS_STEP_SECONDS,
+# asleep), rather than many steps of compute, whose time depends on the machine (on an idle
+# 2-core machine 48 Lightning steps ended between two records, on CI's 40 Trainer steps).
+STEP = {"CORPUS_STEP_SECONDS": "0.08"}
 CASES = {
-    # 25 epochs of 16 steps: "Epoch 24/24 ... 16/16" ends at global step 400 of 400; about
-    # 5 s at the 78 steps/s of an idle 2-core machine (3 epochs ended between two records)
+    # 4 epochs of 16 steps: "Epoch 3/3 ... 16/16" ends at global step 64 of 64
     "lightning": Case(
-        "lightning_ddp.py", (), {"CORPUS_EPOCHS": "25"}, "lightning_rich", 400, 400, "lightning"
+        "lightning_ddp.py",
+        (),
+        {"CORPUS_EPOCHS": "4", **STEP},
+        "lightning_rich",
+        64,
+        64,
+        "lightning",
     ),
-    # 400 steps: about 12 s at CI's 32 steps/s, long enough for the per-second records
     "hf_trainer": Case(
-        "hf_trainer.py", (), {"CORPUS_STEPS": "400"}, "tqdm", 400, 400, "transformers"
+        "hf_trainer.py", (), {"CORPUS_STEPS": "60", **STEP}, "tqdm", 60, 60, "transformers"
     ),
-    # long enough (about 10 s) for the per-second progress records to see it mid-run
-    "nanogpt": Case("nanogpt.py", (), {"CORPUS_STEPS": "600"}, "nanogpt", 600, None),
-    # the tutorial's own argv: 60 epochs (about 10 s, so that the per-second progress records
-    # see it mid-run), a snapshot every 30; its last line is "Epoch 59", printed when epoch 59
-    # starts: 59 epochs of 32 steps done
-    "ddp_tutorial": Case("multigpu_torchrun.py", ("60", "30"), {}, "ddp_tutorial", 59 * 32, None),
-    # "step N/T | loss L" is the shape of llm.c's lines; 1000 steps: about 6 s at the 156
-    # steps/s of an idle 2-core machine (200 took 1.3 s, about one progress record)
-    "async": Case("async_collective.py", (), {"CORPUS_STEPS": "1000"}, "llmc", 1000, 1000),
+    "nanogpt": Case("nanogpt.py", (), {"CORPUS_STEPS": "60", **STEP}, "nanogpt", 60, None),
+    # the tutorial's own argv: 6 epochs of 32 steps, a snapshot every 3; its last line is
+    # "Epoch 5", printed when epoch 5 starts: 5 epochs of 32 steps done
+    "ddp_tutorial": Case(
+        "multigpu_torchrun.py",
+        ("6", "3"),
+        {"CORPUS_STEP_SECONDS": "0.03"},
+        "ddp_tutorial",
+        5 * 32,
+        None,
+    ),
+    # "step N/T | loss L" is the shape of llm.c's lines
+    "async": Case("async_collective.py", (), {"CORPUS_STEPS": "60", **STEP}, "llmc", 60, 60),
 }
 
 

@@ -7,6 +7,8 @@ Environment (read once, at import):
 * ``CORPUS_RAISE_RANK=r CORPUS_RAISE_STEP=k``: rank ``r`` raises ``RuntimeError`` at step ``k``.
 * ``CORPUS_KILL_RANK=r CORPUS_KILL_STEP=k``: rank ``r`` dies of ``SIGKILL`` at step ``k`` (what
   the OOM killer or a lost node does to a rank: no exception, no last words).
+* ``CORPUS_STEP_SECONDS=s``: every step takes at least ``s`` seconds, the rest of it asleep (a
+  slow input pipeline): a run long enough to be watched mid-run costs few steps of compute.
 
 A step is the program's global optimizer step, counted from 0 (across epochs). ``RANK`` is the
 global rank torchrun (or tuilaunch) set; without it the program is rank 0.
@@ -31,6 +33,8 @@ _HANG = _target("CORPUS_HANG")
 _RAISE = _target("CORPUS_RAISE")
 _KILL = _target("CORPUS_KILL")
 RANK = int(os.environ.get("RANK", "0"))
+_STEP_SECONDS = float(os.environ.get("CORPUS_STEP_SECONDS") or 0)
+_last_step_at: float | None = None
 
 
 def wandered_off() -> None:
@@ -40,7 +44,14 @@ def wandered_off() -> None:
 
 
 def misbehave(step: int) -> None:
-    """Hang, raise or die on this rank at ``step`` when the environment asks for it."""
+    """Hang, raise or die on this rank at ``step`` when the environment asks for it (and
+    stretch the step to ``CORPUS_STEP_SECONDS``)."""
+    global _last_step_at
+    if _STEP_SECONDS > 0:
+        now = time.monotonic()
+        if _last_step_at is not None and now - _last_step_at < _STEP_SECONDS:
+            time.sleep(_STEP_SECONDS - (now - _last_step_at))
+        _last_step_at = time.monotonic()
     if _HANG is not None and (RANK, step) == _HANG:
         print(f"[corpus] rank {RANK} wanders off at step {step}", flush=True)
         wandered_off()
