@@ -31,7 +31,8 @@ pytestmark = pytest.mark.slow
 
 BLOCKS = str(WORKERS / "blocks.py")
 BAR = str(WORKERS / "bar.py")
-NOOP = str(WORKERS / "noop.py")
+# Starts and exits at once, importing nothing: the banner is the launcher's, not the ranks'.
+QUICK = [str(WORKERS / "quiet.py"), "--seconds", "0"]
 WORKER_LINE = re.compile(rb"^R(\d+) (\d{7}) x+$")
 
 
@@ -140,12 +141,12 @@ def test_torch_messages_pass_through_as_torchrun_shows_them(tmp_path: Path) -> N
     written before the headless console was attached went out as they were and the rest got a
     ``[tuilaunch]`` prefix (half the banner one way, half the other)."""
     theirs = tmp_path / "torchrun.txt"
-    cmd = torchrun_cmd("--standalone", "--nproc-per-node", "2", NOOP)
+    cmd = torchrun_cmd("--standalone", "--nproc-per-node", "2", *QUICK)
     assert _run(cmd, theirs, tmp_path, 100) == 0, theirs.read_bytes()[-3000:]
     expected = _banner(theirs.read_bytes())
     assert len(expected) == 3, theirs.read_text(errors="replace")[-3000:]
     for _ in range(2):  # the prefixing depended on a race: more than one run
         ours = tmp_path / "tuilaunch.txt"
-        cmd = tuilaunch_cmd("--standalone", "--nproc-per-node", "2", NOOP)
+        cmd = tuilaunch_cmd("--standalone", "--nproc-per-node", "2", *QUICK)
         assert _run(cmd, ours, tmp_path, 100) == 0, ours.read_bytes()[-3000:]
         assert _banner(ours.read_bytes()) == expected, ours.read_text(errors="replace")[-3000:]
