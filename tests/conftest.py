@@ -335,6 +335,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     again: 0.3 to 0.9 s of CPU each, a quarter of a short launcher's. ``compileall`` writes
     the caches whatever the flag says; an edited file is still recompiled (its mtime).
     """
+    # The same flag made pytest rewrite every test module's asserts again in each of its
+    # processes (6 CPU-s of the 12 a collection takes); let it keep them (tests/__pycache__).
+    sys.dont_write_bytecode = False
     if hasattr(session.config, "workerinput"):  # pytest-xdist's workers: the controller did it
         return
     for folder in (ROOT / "tui_launch", ROOT / "tests" / "workers", ROOT / "tests" / "corpus"):

@@ -11,7 +11,9 @@ Options:
 ``exit`` calls ``sys.exit(3)``; ``segv``/``abort``/``kill`` die by SIGSEGV,
 SIGABRT and SIGKILL.  Before failing the rank writes ``stderr line 1..5`` to
 stderr.  The other ranks sleep (up to 60 s, no collectives) and then exit 0.
-When the attempt does not match, every rank does one all_reduce and exits 0.
+When the attempt does not match, every rank joins a gloo group, does one all_reduce and exits
+0. torch is imported only then, or with ``--record``: a rank that only fails or waits has no
+use for it (and the suite runs this worker dozens of times).
 """
 
 from __future__ import annotations
@@ -21,10 +23,6 @@ import os
 import signal
 import sys
 import time
-
-import torch
-import torch.distributed as dist
-from torch.distributed.elastic.multiprocessing.errors import record
 
 
 def parse_args() -> argparse.Namespace:
@@ -59,14 +57,17 @@ def fail(mode: str, rank: int) -> None:
 
 def main() -> None:
     args = parse_args()
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
+    rank = int(os.environ["RANK"])
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     sys.stdout.write(f"rank {rank} attempt {attempt} pid {os.getpid()}\n")
     sys.stdout.flush()
 
     if args.attempt is not None and attempt != args.attempt:
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo")
         # Keep the tensor alive until the group is gone: on torch 2.6, freeing it
         # from gloo's thread while destroy_process_group joins that thread deadlocks.
         t = torch.ones(1)
@@ -88,6 +89,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     if "--record" in sys.argv[1:]:
+        from torch.distributed.elastic.multiprocessing.errors import record
+
         record(main)()
     else:
         main()
