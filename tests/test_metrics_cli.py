@@ -31,7 +31,8 @@ from test_multinode import Job, c10d_args, free_port, start
 
 from tui_launch.metrics import textfile_name
 
-STEADY = str(WORKERS / "steady.py")
+# Ranks that run for 300 s and import nothing: what is scraped and listened on is the launcher's.
+TICKER_300S = [str(WORKERS / "ticker.py"), "--ticks", "3000"]
 NOOP = str(WORKERS / "noop.py")
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
@@ -119,9 +120,7 @@ def test_cli_run_scraped_killed_and_finished(tuilaunch, tmp_path: Path):
         str(port),
         "--metrics-textfile",
         str(textfile),
-        STEADY,
-        "--seconds",
-        "300",
+        *TICKER_300S,
     )
     before = wait_for(lambda: running(port, 0), 120, what="attempt 0 running, scraped")
     assert port in listening_ports(launch.pid)  # the launcher's own socket, on loopback
@@ -171,9 +170,7 @@ def test_nothing_listens_when_the_options_are_off(tuilaunch):
         f"127.0.0.1:{store_port}",
         "--nproc-per-node",
         "2",
-        STEADY,
-        "--seconds",
-        "300",
+        *TICKER_300S,
     )
     wait_for(lambda: rank_pid(launch.pid, 1), 120, what="the workers")
     wait_for(lambda: store_port in listening_ports(launch.pid), 60, what="the rendezvous store")

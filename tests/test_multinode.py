@@ -358,7 +358,9 @@ def test_below_min_nodes_fails_clearly(launches, tmp_path):
     with a sentence that says why."""
     job, port, run_id = Job(tmp_path), free_port(), f"min{uuid.uuid4().hex[:6]}"
     args = c10d_args(port, run_id, "2:3")
-    args[args.index(RDZV_CONF)] = RDZV_CONF.replace("join_timeout=40", "join_timeout=6")
+    # Short enough that the test does not wait long once b is gone, long enough for b's
+    # launcher to start and join the first round on a loaded machine (6 s was not, once).
+    args[args.index(RDZV_CONF)] = RDZV_CONF.replace("join_timeout=40", "join_timeout=15")
     a = start(launches, [*args, *job.script()])
     wait_hosting(a, port)
     b = start(launches, [*args, *job.script()])
