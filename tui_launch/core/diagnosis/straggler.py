@@ -35,8 +35,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from tui_launch.core.diagnosis.stacks import collective_of, find_pyspy, parse_pyspy_json
-from tui_launch.core.diagnosis.stacks.pyspy import run_pyspy
+from tui_launch.core.diagnosis.stacks import collective_of, find_pyspy, parse_pyspy_json, run_pyspy
 from tui_launch.core.model.events import Event, Straggler
 from tui_launch.core.periodic import Periodic
 

@@ -53,6 +53,7 @@ from tui_launch.core.diagnosis.stacks.pyspy import (
     parse_pyspy_json,
     proc_children,
     ptrace_fix,
+    run_pyspy,
 )
 from tui_launch.core.diagnosis.stacks.save import (
     SavedDump,
@@ -111,6 +112,7 @@ __all__ = [
     "ptrace_fix",
     "rank_list",
     "render_text",
+    "run_pyspy",
     "save",
     "short_file",
     "verdict",
