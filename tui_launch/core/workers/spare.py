@@ -56,6 +56,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from typing import Any
 
 HEADER = struct.Struct("!Q")
@@ -193,6 +194,9 @@ class _Importer:
                     os.setpriority(os.PRIO_PROCESS, self._tid, nice)
             self._thread.join()
             self._thread = None
+            if self._tid is not None:
+                _wait_thread_gone(self._tid)
+                self._tid = None
 
     def _run(self, modules: tuple[str, ...], say_ready: bool) -> None:
         self._tid = threading.get_native_id()
@@ -308,6 +312,15 @@ def show_environ(env: dict[str, str]) -> bool:
     ``os.environ`` was replaced: the C ``environ`` then points at copies on the heap, never at
     these strings (setproctitle relies on the same). False when it does not fit."""
     return _overwrite("env", [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()])
+
+
+def _wait_thread_gone(tid: int, limit: float = 2.0) -> None:
+    """Wait (at most ``limit`` seconds) until thread ``tid`` has left ``/proc/self/task``.
+    ``Thread.join`` returns once the thread's Python state is released, a moment before the
+    OS thread exits: on a loaded machine a fork at once counted it and sent the worker cold."""
+    deadline = time.monotonic() + limit
+    while os.path.exists(f"/proc/self/task/{tid}") and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 def _thread_count() -> int:
