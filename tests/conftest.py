@@ -7,6 +7,7 @@ included, by reading ``/proc/*/environ``.
 
 from __future__ import annotations
 
+import atexit
 import compileall
 import contextlib
 import itertools
@@ -16,12 +17,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prefork import OFF_VAR as FORK_OFF_VAR
+from prefork import Forked, Zygote
 
 from tui_launch.core.run.args import torch_option_strings
 
@@ -85,13 +89,50 @@ def base_env(**extra: str) -> dict[str, str]:
     return env
 
 
+# One zygote per pytest process, started at its first launch (tests/prefork.py).
+_ZYGOTE: list[Zygote] = []
+_ZYGOTE_LOCK = threading.Lock()
+
+
+_FRESH_ONLY: list[bool] = [False]  # the running test is marked fresh_launcher
+
+
+@pytest.fixture(autouse=True)
+def _fresh_launcher(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tests marked ``fresh_launcher`` start their launchers as fresh interpreters: the
+    suite keeps covering a launcher's own start (its imports, the spare racing them)."""
+    _FRESH_ONLY[0] = request.node.get_closest_marker("fresh_launcher") is not None
+    yield
+    _FRESH_ONLY[0] = False
+
+
+def _zygote() -> Zygote | None:
+    """This process's zygote; None for a ``fresh_launcher`` test, with
+    TUILAUNCH_TEST_FORK=0, or when it cannot start."""
+    if _FRESH_ONLY[0] or os.environ.get(FORK_OFF_VAR) == "0":
+        return None
+    with _ZYGOTE_LOCK:
+        if not _ZYGOTE:
+            try:
+                _ZYGOTE.append(Zygote(PY, base_env()))
+            except (OSError, RuntimeError) as e:
+                print(f"conftest: no zygote ({e}); launches start fresh", file=sys.stderr)
+                return None
+            atexit.register(_ZYGOTE[0].close)
+        return _ZYGOTE[0]
+
+
 class Launch:
-    """A launcher process started by a test."""
+    """A launcher process started by a test: forked from the zygote where it can be
+    (tests/prefork.py says when), else a fresh ``subprocess.Popen``. ``proc`` answers as a
+    ``Popen`` (text mode, stdin from /dev/null, a session of its own) either way."""
 
     def __init__(self, cmd: list[str], cwd: Path, env: dict[str, str]) -> None:
         self.token = env[TOKEN_VAR]
         self.cmd = cmd
-        self.proc = subprocess.Popen(
+        zygote = _zygote()
+        forked = zygote.spawn(cmd, str(cwd), env) if zygote is not None else None
+        self.proc: subprocess.Popen[str] | Forked = forked or subprocess.Popen(
             cmd,
             cwd=cwd,
             env=env,
@@ -119,7 +160,7 @@ class Launch:
                 f"launcher did not finish in {timeout}s: {self.cmd}\n{out[-3000:]}\n{err[-5000:]}"
             ) from None
         self.stdout, self.stderr = out, err
-        return self.proc.returncode
+        return self.proc.wait()
 
     def kill(self) -> None:
         """Kill the launcher and everything with its token (cleanup after a failed test)."""
@@ -439,7 +480,8 @@ def _cpu_now() -> float:
 
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    forked = _ZYGOTE[0].cpu if _ZYGOTE else 0.0  # launchers the zygote reaped
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + forked
 
 
 @pytest.hookimpl(hookwrapper=True)

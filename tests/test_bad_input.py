@@ -30,7 +30,6 @@ from typing import NamedTuple
 
 import pytest
 from conftest import (
-    PY,
     ROOT,
     WORKERS,
     Launch,
@@ -43,7 +42,6 @@ from conftest import (
     wait_for,
     wait_gone,
 )
-from prefork import Forked, Prefork
 
 NOOP = str(WORKERS / "noop.py")
 RUN_ERROR = "[tuilaunch] run error (exit code {}): "
@@ -76,7 +74,7 @@ def check_usage_error(launch: Launch, *needles: str) -> str:
     return check_refused(launch, launch.wait(timeout=120), *needles)
 
 
-def check_refused(launch: Launch | Forked, code: int, *needles: str) -> str:
+def check_refused(launch: Launch, code: int, *needles: str) -> str:
     """What :func:`check_usage_error` checks, of a launch that exited with ``code``."""
     assert code == 2, launch.output
     assert "Traceback" not in launch.output
@@ -133,6 +131,7 @@ def test_usage_error(refusals, argv, needles):
     check_refusal(refusals[("usage", *argv)], *needles)
 
 
+@pytest.mark.fresh_launcher
 def test_log_dir_under_a_file(tuilaunch, tmp_path):
     (tmp_path / "file").write_text("not a directory\n")
     log_dir = tmp_path / "file" / "logs"
@@ -342,7 +341,7 @@ ABSURD_VALUES = [
 class Refusal(NamedTuple):
     """One refusal case's run, finished (``code``) or not in time (``error``)."""
 
-    launch: Forked
+    launch: Launch
     code: int | None
     error: str | None
     home: Path | None  # for an absurd value: the directory that must stay empty
@@ -352,12 +351,8 @@ class Refusal(NamedTuple):
 def refusals(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[tuple[str, ...], Refusal]]:
-    """The runs of the refusal cases this session selects, keyed ``(kind, *argv)``.
-
-    Each is a fork of one interpreter that imported the launcher once (tests/prefork.py):
-    the cases test what tuilaunch refuses, not how long torch takes to import, which
-    ``test_log_dir_under_a_file`` and the journal tests below still pay as real launches.
-    """
+    """The launches of the refusal cases this session selects, keyed ``(kind, *argv)``,
+    run one after the other before the first of them is checked."""
     # (key, argv, cwd, env, home): what the `tuilaunch` fixture would have been given
     cases: list[tuple[tuple[str, ...], list[str], Path, dict[str, str] | None, Path | None]]
     cases = []
@@ -371,16 +366,14 @@ def refusals(
             own_env, logs, own_home = _isolated(tmp_path_factory.mktemp("absurd"))
             cmd = tuilaunch_cmd("--log-dir", str(logs), *argv, NOOP)
             cases.append((("absurd", *argv), cmd, ROOT, own_env, own_home))
-    server = Prefork(PY, launch_env(), str(tmp_path_factory.mktemp("prefork")))
     done: dict[tuple[str, ...], Refusal] = {}
-    try:
-        for key, cmd, cwd, env, home in cases:
-            assert cmd[:3] == [PY, "-m", "tui_launch"], cmd
-            run = server.run(cmd[3:], str(cwd), launch_env(env))
-            done[key] = Refusal(run, run.code, run.error, home)
-        yield done
-    finally:
-        server.close()
+    for key, cmd, cwd, env, home in cases:
+        launch = Launch(cmd, cwd, launch_env(env))
+        try:
+            done[key] = Refusal(launch, launch.wait(120), None, home)
+        except AssertionError as e:  # did not exit in time (killed): the test says so
+            done[key] = Refusal(launch, None, str(e), home)
+    yield done
 
 
 def check_refusal(refusal: Refusal, *needles: str) -> str:

@@ -150,7 +150,9 @@ def run_all(
 
 CASES = [
     "standalone-1",
-    "standalone-2",
+    # Both launchers fresh interpreters, as a user starts them; the others are forked from
+    # the suite's pre-imported one (tests/prefork.py), whose launch environment is the same.
+    pytest.param("standalone-2", marks=pytest.mark.fresh_launcher),
     "standalone-4",
     "static",
     "no-python",

@@ -343,6 +343,7 @@ def test_unknown_logs_specs_is_a_usage_error(tmp_path: Path):
     assert not logs.exists()
 
 
+@pytest.mark.fresh_launcher
 @pytest.mark.timeout(120)
 def test_single_node_success_is_short(tuilaunch):
     launch = tuilaunch("--standalone", "--nproc-per-node", "2", str(WORKERS / "noop.py"))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import WORKERS, read_journal
 
 
+@pytest.mark.fresh_launcher
 def test_noop_two_ranks(tuilaunch, tmp_path):
     journal = tmp_path / "j.jsonl"
     launch = tuilaunch(
