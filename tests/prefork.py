@@ -106,10 +106,12 @@ def _become(request: dict[str, Any], fds: list[int], started: int, keep_closed: 
         sys.argv = [cmd[2], *cmd[3:]]
         sys.orig_argv = list(cmd)
         sys.path[0] = os.getcwd()  # what `python -m` puts first
-        # What `python -m` runs: the module as __main__ (its loggers are __main__'s, as
-        # torchrun's warnings show), sys.argv[0] its file. tuilaunch ends through os._exit.
-        # A fresh interpreter has not imported the module it runs as __main__.
-        sys.modules.pop(cmd[2], None)
+        # What `python -m` runs: the module (a package's __main__) as __main__, not imported
+        # before (torchrun's loggers are then __main__'s, as its warnings show); sys.argv[0]
+        # its file. tuilaunch ends through os._exit.
+        module = sys.modules.get(cmd[2])
+        if module is not None and not hasattr(module, "__path__"):
+            del sys.modules[cmd[2]]
         runpy._run_module_as_main(cmd[2], alter_argv=True)  # type: ignore[attr-defined]
         code = 0
     except SystemExit as e:
