@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -107,19 +108,23 @@ def _fresh_launcher(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 def _zygote() -> Zygote | None:
-    """This process's zygote; None for a ``fresh_launcher`` test, with
-    TUILAUNCH_TEST_FORK=0, or when it cannot start."""
+    """This process's zygote (a new one if the last is gone); None for a ``fresh_launcher``
+    test, with TUILAUNCH_TEST_FORK=0, or when it cannot start."""
     if _FRESH_ONLY[0] or os.environ.get(FORK_OFF_VAR) == "0":
         return None
     with _ZYGOTE_LOCK:
-        if not _ZYGOTE:
+        if not _ZYGOTE or not _ZYGOTE[-1].alive:
+            if _ZYGOTE:
+                print(f"conftest: a new zygote: {_ZYGOTE[-1].gone()}", file=sys.stderr)
+            folder = LAUNCH_TMP[0] if LAUNCH_TMP else Path(tempfile.gettempdir())
+            log = folder / f"zygote-{os.getpid()}-{len(_ZYGOTE)}.log"
             try:
-                _ZYGOTE.append(Zygote(PY, base_env()))
+                _ZYGOTE.append(Zygote(PY, base_env(), str(log)))
             except (OSError, RuntimeError) as e:
                 print(f"conftest: no zygote ({e}); launches start fresh", file=sys.stderr)
                 return None
-            atexit.register(_ZYGOTE[0].close)
-        return _ZYGOTE[0]
+            atexit.register(_ZYGOTE[-1].close)
+        return _ZYGOTE[-1]
 
 
 class Launch:
@@ -480,8 +485,17 @@ def _cpu_now() -> float:
 
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    forked = _ZYGOTE[0].cpu if _ZYGOTE else 0.0  # launchers the zygote reaped
+    forked = sum(z.cpu for z in _ZYGOTE)  # launchers the zygotes reaped
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + forked
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """With ``TUILAUNCH_TEST_CPU``: how many launches each zygote forked, and why the others
+    started fresh (one comment line per zygote)."""
+    if _CPU_LOG:
+        with open(_CPU_LOG, "a") as fp:
+            for z in _ZYGOTE:
+                fp.write(f"# zygote {z.proc.pid}: {dict(z.tally)}\n")
 
 
 @pytest.hookimpl(hookwrapper=True)

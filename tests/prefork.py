@@ -30,6 +30,7 @@ used (``wait4``), which the suite's CPU log adds to the test's.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import importlib
 import os
@@ -249,9 +250,12 @@ class Forked:
 class Zygote:
     """The client: start the zygote; fork launchers from it (:meth:`spawn`)."""
 
-    def __init__(self, python: str, env: dict[str, str]) -> None:
+    def __init__(self, python: str, env: dict[str, str], log: str) -> None:
         self.python = python
         self.env = dict(env)
+        self.log = log  # the zygote's stderr
+        self.refused: str | None = None  # why the last launch was not forked
+        self.tally: collections.Counter[str] = collections.Counter()  # "forked" or why not
         self.cpu = 0.0  # CPU seconds of the launchers it reaped
         self._room = _block([f"{k}={v}" for k, v in env.items()]) + len(spare.ROOM_VAR) + 2
         self._room += spare.ROOM
@@ -263,6 +267,7 @@ class Zygote:
         self._status: dict[int, int] = {}
         self._seq = 0
         self.alive = True
+        stderr = open(log, "ab")  # noqa: SIM115 - the zygote's from here on
         try:
             self.proc = subprocess.Popen(
                 [python, __file__, str(theirs.fileno()), " " * spare.ARG_ROOM],
@@ -270,10 +275,12 @@ class Zygote:
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
+                stderr=stderr,
                 start_new_session=True,  # no terminal signal reaches it
             )
         finally:
             theirs.close()
+            stderr.close()
         ready = spare.receive(self._sock)
         if ready is None or ready[0] != {"ready": True}:
             raise RuntimeError(f"the zygote did not start: {ready}")
@@ -298,22 +305,40 @@ class Zygote:
                     self._replies[int(message["seq"])] = message
                 self._changed.notify_all()
 
-    def fits(self, cmd: list[str], env: dict[str, str]) -> bool:
-        """Whether ``cmd`` with ``env`` may be forked rather than started (module doc)."""
-        if os.environ.get(OFF_VAR) == "0" or not self.alive:
-            return False
+    def why_not(self, cmd: list[str], env: dict[str, str]) -> str | None:
+        """Why ``cmd`` with ``env`` must start fresh (module doc); None: it may be forked."""
+        if os.environ.get(OFF_VAR) == "0":
+            return f"{OFF_VAR}=0"
+        if not self.alive:
+            return f"the zygote is gone: {self.gone()}"
         if len(cmd) < 3 or cmd[0] != self.python or cmd[1] != "-m" or cmd[2] not in ENTRIES:
-            return False
-        if any(read_at_import(k) for k in set(env) ^ set(self.env)):
-            return False
-        if any(read_at_import(k) and env[k] != self.env[k] for k in set(env) & set(self.env)):
-            return False
-        env_block = _block([f"{k}={v}" for k, v in env.items()])
-        return env_block < self._room and _block(cmd) < self._args_room
+            return "not python -m tui_launch or torch.distributed.run"
+        for k in sorted(set(env) | set(self.env)):
+            if read_at_import(k) and env.get(k) != self.env.get(k):
+                return f"{k} is read at import ({self.env.get(k)!r} in the zygote, {env.get(k)!r})"
+        if _block([f"{k}={v}" for k, v in env.items()]) >= self._room:
+            return "its environment does not fit the zygote's start block"
+        if _block(cmd) >= self._args_room:
+            return "its command line does not fit the zygote's start block"
+        return None
+
+    def gone(self) -> str:
+        """The zygote's exit and the end of its stderr (why it stopped forking)."""
+        code = self.proc.poll()
+        with contextlib.suppress(OSError), open(self.log, errors="replace") as fp:
+            return f"exit code {code}; stderr: {fp.read()[-2000:]!r}"
+        return f"exit code {code}"
 
     def spawn(self, cmd: list[str], cwd: str, env: dict[str, str]) -> Forked | None:
-        """Fork ``cmd`` in ``cwd`` with exactly ``env``; None when it must start fresh."""
-        if not self.fits(cmd, env):
+        """Fork ``cmd`` in ``cwd`` with exactly ``env``; None when it must start fresh
+        (``refused`` says why)."""
+        forked = self._spawn(cmd, cwd, env)
+        self.tally[self.refused.split(":")[0] if forked is None and self.refused else "forked"] += 1
+        return forked
+
+    def _spawn(self, cmd: list[str], cwd: str, env: dict[str, str]) -> Forked | None:
+        self.refused = self.why_not(cmd, env)
+        if self.refused is not None:
             return None
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -323,17 +348,24 @@ class Zygote:
             request = {"seq": seq, "cmd": cmd, "cwd": cwd, "env": env}
             try:
                 spare.send(self._sock, request, (out_w, err_w))
-            except OSError:
+            except OSError as e:
                 self.alive = False
+                self.refused = f"the request did not reach the zygote: {e}"
             finally:
                 for fd in (out_w, err_w):
                     os.close(fd)
             with self._changed:
-                self._changed.wait_for(lambda: seq in self._replies or not self.alive, 60)
+                # No time limit: a reply always comes (or the zygote's end), and a launch
+                # started fresh after giving up on one could then run twice.
+                self._changed.wait_for(lambda: seq in self._replies or not self.alive)
                 reply = self._replies.pop(seq, None)
         if reply is None or "pid" not in reply:
             os.close(out_r)
             os.close(err_r)
+            if reply is not None:
+                self.refused = f"the zygote refused: {reply.get('refused')}"
+            elif self.refused is None:
+                self.refused = f"the zygote is gone: {self.gone()}"
             return None
         return Forked(self, int(reply["pid"]), cmd, out_r, err_r)
 

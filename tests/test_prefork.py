@@ -28,7 +28,7 @@ def _proc_strings(pid: int, name: str) -> list[str]:
 
 def test_a_forked_launcher_shows_its_command_and_takes_signals(tuilaunch):
     launch = tuilaunch("--standalone", "--nproc-per-node", "1", QUIET, "--seconds", "60")
-    assert isinstance(launch.proc, Forked), type(launch.proc)
+    assert isinstance(launch.proc, Forked), conftest._ZYGOTE[-1].refused
     # Right away, as after Popen's exec: its command and environment, not the zygote's.
     assert _proc_strings(launch.pid, "cmdline") == launch.cmd
     assert f"{conftest.TOKEN_VAR}={launch.token}" in _proc_strings(launch.pid, "environ")
@@ -55,7 +55,7 @@ def test_forked_and_fresh_launchers_say_the_same(argv, tmp_path):
             launch = Launch(cmd, tmp_path, env)
         finally:
             conftest._FRESH_ONLY[0] = False
-        assert isinstance(launch.proc, Forked) is not fresh
+        assert isinstance(launch.proc, Forked) is not fresh, conftest._ZYGOTE[-1].refused
         said[fresh] = (launch.wait(60), launch.stdout, launch.stderr)
     assert said[False] == said[True]
     assert said[False][0] in (0, 2), said[False]
