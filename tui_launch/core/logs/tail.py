@@ -382,9 +382,12 @@ class LogTailer:
             src.fp.seek(src.offset)
         while True:
             try:
+                size = self.CHUNK
                 if views_only:  # a closing attempt's flood too: its last lines are kept
-                    self._skip_ahead(src, sinks)
-                data = src.fp.read(self.CHUNK)
+                    # No further than the end it measured: a writer that goes on meanwhile
+                    # must not make this read longer than SKIP_OVER (it waits for the next).
+                    size = self._skip_ahead(src, sinks)
+                data = src.fp.read(size)
             except OSError:
                 return delivered
             more = len(data) == self.CHUNK
@@ -437,11 +440,12 @@ class LogTailer:
             except Exception:
                 logging.getLogger(__name__).exception("partial log sink failed")
 
-    def _skip_ahead(self, src: LogSource, sinks: list[tuple[LineSink, bool]]) -> None:
-        """Jump to the last ``SKIP_KEEP`` bytes of a stream far behind; say so in a line."""
+    def _skip_ahead(self, src: LogSource, sinks: list[tuple[LineSink, bool]]) -> int:
+        """Jump to the last ``SKIP_KEEP`` bytes of a stream far behind; say so in a line.
+        Returns how many bytes are left to its end, as measured here (at most SKIP_OVER)."""
         end = os.fstat(src.fp.fileno()).st_size
         if end - src.offset <= self.SKIP_OVER:
-            return
+            return max(0, end - src.offset)
         src.fp.seek(end - self.SKIP_KEEP)
         head = src.fp.readline()  # the rest of a line cut in two: skipped with the others
         skipped = end - self.SKIP_KEEP + len(head) - src.offset + len(src.partial)
@@ -450,6 +454,7 @@ class LogTailer:
         src.partial = b""
         note = f"... {skipped / 1e6:.1f} MB not shown here; every line is in {src.path} ..."
         self._deliver(src, note.encode() + b"\n", sinks)
+        return end - src.offset
 
     def _deliver(self, src: LogSource, whole: bytes, sinks: list[tuple[LineSink, bool]]) -> None:
         # Split on newlines only: a progress bar's \r stays inside its line, as in the file.
