@@ -108,18 +108,22 @@ def _fresh_launcher(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 def _zygote() -> Zygote | None:
-    """This process's zygote (a new one if the last is gone); None for a ``fresh_launcher``
-    test, with TUILAUNCH_TEST_FORK=0, or when it cannot start."""
+    """This process's zygote; None for a ``fresh_launcher`` test, with TUILAUNCH_TEST_FORK=0,
+    or when it cannot start. A new one when the last is gone, or when this process's own
+    environment changed in a variable read at import: importing Lightning in a test sets
+    PYTORCH_NVML_BASED_CUDA_CHECK=1 for good, which every later launch inherits. (The older
+    one goes on reporting the launchers it forked.)"""
     if _FRESH_ONLY[0] or os.environ.get(FORK_OFF_VAR) == "0":
         return None
     with _ZYGOTE_LOCK:
-        if not _ZYGOTE or not _ZYGOTE[-1].alive:
-            if _ZYGOTE:
+        env = base_env()
+        if not _ZYGOTE or not _ZYGOTE[-1].alive or _ZYGOTE[-1].differs(env) is not None:
+            if _ZYGOTE and not _ZYGOTE[-1].alive:
                 print(f"conftest: a new zygote: {_ZYGOTE[-1].gone()}", file=sys.stderr)
             folder = LAUNCH_TMP[0] if LAUNCH_TMP else Path(tempfile.gettempdir())
             log = folder / f"zygote-{os.getpid()}-{len(_ZYGOTE)}.log"
             try:
-                _ZYGOTE.append(Zygote(PY, base_env(), str(log)))
+                _ZYGOTE.append(Zygote(PY, env, str(log)))
             except (OSError, RuntimeError) as e:
                 print(f"conftest: no zygote ({e}); launches start fresh", file=sys.stderr)
                 return None

@@ -313,13 +313,20 @@ class Zygote:
             return f"the zygote is gone: {self.gone()}"
         if len(cmd) < 3 or cmd[0] != self.python or cmd[1] != "-m" or cmd[2] not in ENTRIES:
             return "not python -m tui_launch or torch.distributed.run"
-        for k in sorted(set(env) | set(self.env)):
-            if read_at_import(k) and env.get(k) != self.env.get(k):
-                return f"{k} is read at import ({self.env.get(k)!r} in the zygote, {env.get(k)!r})"
+        differs = self.differs(env)
+        if differs is not None:
+            return differs
         if _block([f"{k}={v}" for k, v in env.items()]) >= self._room:
             return "its environment does not fit the zygote's start block"
         if _block(cmd) >= self._args_room:
             return "its command line does not fit the zygote's start block"
+        return None
+
+    def differs(self, env: dict[str, str]) -> str | None:
+        """Which variable read at import ``env`` gives another value than the zygote's."""
+        for k in sorted(set(env) | set(self.env)):
+            if read_at_import(k) and env.get(k) != self.env.get(k):
+                return f"{k} is read at import ({self.env.get(k)!r} in the zygote, {env.get(k)!r})"
         return None
 
     def gone(self) -> str:
