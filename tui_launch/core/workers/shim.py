@@ -19,7 +19,10 @@ the training loop was doing -- but never inside torch or the standard library: t
 and converts exceptions in its own Python code (an op lookup once turned the injected failure
 into ``AttributeError: ... has no overload name 'out'``), so when the signal lands there the
 exception is held until the main thread is next in the program's own code (the script, its
-modules, or a framework such as transformers), see :func:`_raise_in_program`.
+modules, or a framework such as transformers), see :func:`_raise_in_program`. A rank that never
+gets there (blocked in a wait of the standard library's) gets it after a while in that wait, but
+never while a module is being imported or torch's Python code runs: an exception raised in
+torch's import of its op tables came out as ``AttributeError: ... has no overload name 'Scalar'``.
 
 Stack dumps without ptrace (``--dump-via-faulthandler``): when ``TUILAUNCH_FAULTHANDLER_SIGNAL``
 (:data:`FAULTHANDLER_ENV`) names a real-time signal, the bootstrap also registers
@@ -41,6 +44,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -60,10 +64,13 @@ NO_ORDERS = "-"
 
 _dir = ""
 # An exception held until the program's code runs again (:func:`_raise_in_program`), with what
-# undoes its tracing; at most HOLD_AT_MOST seconds, then it is raised wherever the main thread is
-# (a rank blocked in a wait of the standard library's would otherwise never get it).
-_held: tuple[BaseException, Callable[[], None]] | None = None
+# undoes its tracing and when the hold began. After HOLD_AT_MOST seconds it is raised in a wait
+# of the standard library's (a rank blocked there would otherwise never get it); while the main
+# thread imports a module or runs torch's Python code the hold goes on, since code there may
+# catch and convert it, up to HOLD_BUSY_AT_MOST seconds in all (an import that never ends).
+_held: tuple[BaseException, Callable[[], None], float] | None = None
 HOLD_AT_MOST = 2.0
+HOLD_BUSY_AT_MOST = 60.0
 
 
 class InjectedFailure(RuntimeError):
@@ -72,8 +79,12 @@ class InjectedFailure(RuntimeError):
 
 def _on_signal(signum: int, frame: Any) -> None:
     global _held
-    if _held is not None:  # the held exception's time is up (the timer's signal): raise here
-        (exc, untrace), _held = _held, None
+    if _held is not None:  # the held exception's time is up (the timer's signal)
+        exc, untrace, since = _held
+        if _busy(frame) and time.monotonic() - since < HOLD_BUSY_AT_MOST:
+            _arm(exc)
+            return
+        _held = None
         untrace()
         raise exc
     path = os.path.join(_dir, f"{os.getpid()}.json")
@@ -93,15 +104,21 @@ def _on_signal(signum: int, frame: Any) -> None:
     _raise_in_program(frame, InjectedFailure(str(order.get("message") or "injected by tuilaunch")))
 
 
+def _torch_dir() -> str | None:
+    """torch's package directory, ending in a separator, once torch is imported."""
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
+    return os.path.join(os.path.dirname(torch_file), "") if torch_file else None
+
+
 def _library_dirs() -> tuple[str, ...]:
     """Directories whose code is not the program's: the standard library, torch, tuilaunch."""
     import sysconfig  # only when an exception is injected: not on every worker's start
 
     paths = sysconfig.get_paths()
     dirs = {paths[k] for k in ("stdlib", "platstdlib") if k in paths}
-    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
-    if torch_file:
-        dirs.add(os.path.dirname(torch_file))
+    torch_dir = _torch_dir()
+    if torch_dir:
+        dirs.add(torch_dir)
     # tui_launch itself (this file is tui_launch/core/workers/shim.py)
     dirs.add(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     return tuple(os.path.join(d, "") for d in dirs)
@@ -113,6 +130,29 @@ def _in_program(frame: FrameType, library: tuple[str, ...]) -> bool:
     return not name.startswith("<") and not os.path.abspath(name).startswith(library)
 
 
+def _busy(frame: FrameType | None) -> bool:
+    """Whether the main thread, interrupted in ``frame``, imports a module or runs torch's code.
+
+    The held exception is raised only in a wait of the standard library's: an import runs
+    library code that may catch exceptions (torch's op tables convert them), and it ends.
+    """
+    f = frame
+    while f is not None:
+        if f.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        f = f.f_back
+    torch_dir = _torch_dir()
+    return bool(frame and torch_dir and frame.f_code.co_filename.startswith(torch_dir))
+
+
+def _arm(exc: BaseException) -> None:
+    """Signal the main thread again in :data:`HOLD_AT_MOST` seconds, if ``exc`` is still held."""
+    main = threading.main_thread().ident
+    timer = threading.Timer(HOLD_AT_MOST, _time_up, args=(exc, main))
+    timer.daemon = True
+    timer.start()
+
+
 def _raise_in_program(frame: FrameType | None, exc: BaseException) -> None:
     """Raise ``exc`` now if ``frame`` is the program's code, else at its next line there.
 
@@ -121,8 +161,8 @@ def _raise_in_program(frame: FrameType | None, exc: BaseException) -> None:
     the program. Until then a trace function watches the main thread's calls (nothing else is
     traced); it is removed before the exception is raised. A trace function that raises makes
     the exception appear in the traced frame, as if that line had raised it. A main thread
-    blocked in library code (a wait of the standard library's) gets it after
-    :data:`HOLD_AT_MOST` seconds wherever it is, as before.
+    blocked in library code (a wait of the standard library's) gets it there after
+    :data:`HOLD_AT_MOST` seconds, but not while it imports or runs torch's code (:func:`_busy`).
     """
     global _held
     library = _library_dirs()
@@ -160,12 +200,9 @@ def _raise_in_program(frame: FrameType | None, exc: BaseException) -> None:
         f = f.f_back
     if not waiting:  # nothing of the program's below: it would never resume, raise here
         raise exc
-    _held = (exc, untrace)
+    _held = (exc, untrace, time.monotonic())
     sys.settrace(on_call)
-    main = threading.main_thread().ident
-    timer = threading.Timer(HOLD_AT_MOST, _time_up, args=(exc, main))
-    timer.daemon = True
-    timer.start()
+    _arm(exc)
 
 
 def _time_up(exc: BaseException, main: int | None) -> None:
