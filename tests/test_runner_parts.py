@@ -29,7 +29,7 @@ from tui_launch.core.run.args import parse
 from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.failures import collect_failures, run_outcome
 from tui_launch.core.run.inject import Fired, Injector, InjectSpec, parse_spec
-from tui_launch.core.run.membership import Membership, failed_here
+from tui_launch.core.run.membership import ABSENCE_CONFIRM_SECONDS, Membership, failed_here
 from tui_launch.core.run.state import RunState
 from tui_launch.core.seam import rendezvous
 from tui_launch.core.workers.table import RanksView, RankTable
@@ -161,18 +161,22 @@ def _membership(events: list[Event]) -> Membership:
     return m
 
 
-def test_node_lost_needs_two_looks_at_an_absence():
+def test_node_lost_needs_an_absence_that_lasts():
     events: list[Event] = []
     m = _membership(events)
+    wait = ABSENCE_CONFIRM_SECONDS
     assert events == []  # the first round: nothing to compare with
-    assert m.node_lost(_handler()) == []
+    assert m.node_lost(_handler(), now=0.0) == []
     gone = _handler(("a",))
-    assert m.node_lost(gone) == []  # one look: maybe b is between its two writes
-    assert m.node_lost(gone) == ["b"]
-    # Back on the next look: the absence counter starts over.
-    assert m.node_lost(_handler()) == []
-    assert m.node_lost(gone) == []
-    assert m.node_lost(gone) == ["b"]
+    assert m.node_lost(gone, now=1.0) == []  # maybe b is between its two writes
+    # Many looks (a monitor tick each) inside the confirmation time: still not lost.
+    assert all(m.node_lost(gone, now=1.0 + t / 10) == [] for t in range(int(wait * 10)))
+    assert m.node_lost(gone, now=1.0 + wait) == ["b"]
+    # Back on the next look: the absence clock starts over.
+    assert m.node_lost(_handler(), now=10.0) == []
+    assert m.node_lost(gone, now=11.0) == []
+    assert m.node_lost(gone, now=11.0 + wait - 0.1) == []
+    assert m.node_lost(gone, now=11.0 + wait) == ["b"]
 
 
 def test_node_lost_dead_waiting_and_newer_rounds():

@@ -4,9 +4,10 @@
 ``NodeChange`` when the next round differs, and tells a lost node (a membership change, which
 restarts without spending the failure budget) from a failure. A node's death shows first as a
 broken collective on every other node, long before torch notices its missing heartbeats;
-:meth:`Membership.node_lost` reads the handler's cached state (never the network) with a
-two-look rule for absences, and :meth:`Membership.wait_node_loss` waits up to one heartbeat
-window for the answer. It also starts this node's :class:`~tui_launch.core.job.view.ClusterView`.
+:meth:`Membership.node_lost` reads the handler's cached state (never the network) and
+believes an absence only when it lasts (:data:`ABSENCE_CONFIRM_SECONDS`);
+:meth:`Membership.wait_node_loss` waits up to one heartbeat window for the answer. It also
+starts this node's :class:`~tui_launch.core.job.view.ClusterView`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ from tui_launch.core.run.validate import min_max_nodes
 from tui_launch.core.seam import agent, rendezvous
 
 SINGLE_NODE_CLUSTER_INTERVAL = 10.0  # s between cluster-view records when the job has one node
+# How long a member must stay missing from a complete round, with nobody waiting, before it
+# counts as lost: a node that re-rendezvous after its own rank failed leaves the participants
+# and joins the wait list in two store writes, which a loaded machine can space out by far
+# more than one monitor tick (torch syncs the state every tick, so two ticks were not enough).
+# A node that is really gone was already missing a heartbeat window: this adds little.
+ABSENCE_CONFIRM_SECONDS = 3.0
 
 
 def elastic(nnodes: str) -> bool:
@@ -75,8 +82,9 @@ class Membership:
         self.round: int | None = None
         self.group_world = 1
         self.members: tuple[str, ...] = ()
-        # Members missing from this complete round at the last look (see node_lost).
+        # Members missing from this complete round at the last look, and since when (node_lost).
         self._gone_once: tuple[str, ...] = ()
+        self._gone_since = 0.0
         self.cluster: ClusterView | None = None  # once the first rendezvous is done
 
     def note(self, group_world_size: int, live: RendezvousSample | None, next_attempt: int) -> None:
@@ -103,8 +111,11 @@ class Membership:
                 )
             )
 
-    def node_lost(self, handler: Any) -> list[str]:
-        """Nodes of this round that are gone: dropped by torch or with expired heartbeats."""
+    def node_lost(self, handler: Any, now: float | None = None) -> list[str]:
+        """Nodes of this round that are gone: dropped by torch or with expired heartbeats.
+
+        ``now``: the monotonic time of this look (default: the clock's).
+        """
         if self.group_world <= 1:
             return []
         state = rendezvous.cached_state(handler)
@@ -119,10 +130,12 @@ class Membership:
             # Dropped by torch (another node's sync removed its expired heartbeat) - or a node
             # that left on purpose to re-rendezvous after its own rank failed: torch removes it
             # from the participants, then adds it to the wait list, in two writes. Believe an
-            # absence only when the next look (a monitor tick or a poll later) still sees it.
+            # absence only when later looks still see it, ABSENCE_CONFIRM_SECONDS on.
             gone = tuple(m for m in self.members if m not in present) or ("?",)
-            seen_before, self._gone_once = self._gone_once == gone, gone
-            return list(gone) if seen_before else []
+            now = time.monotonic() if now is None else now
+            if self._gone_once != gone:
+                self._gone_once, self._gone_since = gone, now
+            return list(gone) if now - self._gone_since >= ABSENCE_CONFIRM_SECONDS else []
         self._gone_once = ()
         return []
 
