@@ -246,7 +246,10 @@ for _ in range(3):
     out.append(flightrec.answer("poll")["fr"])
 out.append(flightrec.answer("poll")["fr"])  # no collective since: the entries are read
 out.append(flightrec.answer("dump")["fr"])
-print(json.dumps(out))
+print(json.dumps(out), flush=True)
+# Without it, gloo's threads are torn down by the interpreter's exit, which on a loaded machine
+# once aborted the probe after its output ("terminate called without an active exception").
+dist.destroy_process_group()
 """
 
 

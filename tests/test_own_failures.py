@@ -34,13 +34,25 @@ while True:
 # Every rank asserts at step 3. Rank 1's interpreter then takes a second to go (its exit
 # handlers, as a real training script's teardown), deaf to torch's SIGTERM: torch sees rank 0
 # fail first, and rank 1 exits 1 only once torch has begun terminating the group.
+# Both ranks assert at step 3, together: each waits there for the other (a file each), so a
+# rank that started late on a loaded machine is not still at step 1 when its peer fails. Rank 1
+# ignores SIGTERM and lingers in an atexit handler, so torch first sees it exit (code 1, its
+# own traceback) only after it began tearing the group down.
 ASSERTS = """
 import atexit, os, signal, time
 r = int(os.environ["RANK"])
+here = os.path.dirname(os.path.abspath(__file__))
 if r == 1:
-    atexit.register(lambda: (signal.signal(signal.SIGTERM, signal.SIG_IGN), time.sleep(1.5)))
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    atexit.register(time.sleep, 1.5)
 for step in range(100):
     print(f"rank {r} step {step}", flush=True)
+    if step == 3:
+        open(os.path.join(here, f"at_step_3.{r}"), "w").close()
+        deadline = time.monotonic() + 30
+        while not os.path.exists(os.path.join(here, f"at_step_3.{1 - r}")):
+            assert time.monotonic() < deadline, "the other rank never reached step 3"
+            time.sleep(0.005)
     assert step < 3, f"rank {r}: loss is nan at step {step}"
     time.sleep(0.1)
 """
