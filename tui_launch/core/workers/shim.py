@@ -21,8 +21,7 @@ into ``AttributeError: ... has no overload name 'out'``), so when the signal lan
 exception is held until the main thread is next in the program's own code (the script, its
 modules, or a framework such as transformers), see :func:`_raise_in_program`. A rank that never
 gets there (blocked in a wait of the standard library's) gets it after a while in that wait, but
-never while a module is being imported or torch's Python code runs: an exception raised in
-torch's import of its op tables came out as ``AttributeError: ... has no overload name 'Scalar'``.
+never while a module is being imported or torch's Python code runs, where torch could convert it.
 
 Stack dumps without ptrace (``--dump-via-faulthandler``): when ``TUILAUNCH_FAULTHANDLER_SIGNAL``
 (:data:`FAULTHANDLER_ENV`) names a real-time signal, the bootstrap also registers
