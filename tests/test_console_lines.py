@@ -150,3 +150,54 @@ def test_torch_messages_pass_through_as_torchrun_shows_them(tmp_path: Path) -> N
         cmd = tuilaunch_cmd("--standalone", "--nproc-per-node", "2", *QUICK)
         assert _run(cmd, ours, tmp_path, 100) == 0, ours.read_bytes()[-3000:]
         assert _banner(ours.read_bytes()) == expected, ours.read_text(errors="replace")[-3000:]
+
+
+# Rank 0 leaves a line unended twice while rank 1 writes whole lines (the ranks take turns
+# through marker files): first exactly at a page boundary of its file, as a long write looks
+# while its writer is descheduled mid-copy; then a prompt, which ends anywhere.
+MID_WRITE = r"""
+import os, time
+r, here = int(os.environ["RANK"]), os.path.dirname(os.path.abspath(__file__))
+page = os.sysconf("SC_PAGE_SIZE")
+
+def mark(name):
+    open(os.path.join(here, name), "w").close()
+
+def wait(name):
+    while not os.path.exists(os.path.join(here, name)):
+        time.sleep(0.005)
+
+if r == 0:
+    os.write(1, b"R0 " + b"x" * (page - 3))  # the file ends on a page boundary, mid-line
+    mark("paused1"); wait("done1")
+    os.write(1, b"x" * 96 + b"\n")
+    os.write(1, b"R0 prompt> ")
+    mark("paused2"); wait("done2")
+    os.write(1, b"answered\n")
+else:
+    for phase in ("1", "2"):
+        wait("paused" + phase)
+        # Longer than a bar's hold: the tailer has looked at rank 0 meanwhile (in phase 1 well
+        # inside the hold of a write under way; in phase 2 long enough for a loaded machine).
+        time.sleep(0.1 if phase == "1" else 0.5)
+        for i in range(20):
+            os.write(1, b"R1 %s %02d\n" % (phase.encode(), i))
+            time.sleep(0.005)
+        mark("done" + phase)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_line_cut_on_a_page_boundary_waits_a_prompt_does_not(tmp_path: Path) -> None:
+    script = tmp_path / "mid_write.py"
+    script.write_text(MID_WRITE)
+    console = tmp_path / "console.txt"
+    cmd = tuilaunch_cmd("--standalone", "--nproc-per-node", "2", str(script))
+    assert _run(cmd, console, tmp_path, 100) == 0, console.read_bytes()[-3000:]
+    lines = console.read_bytes().split(b"\n")
+    page = os.sysconf("SC_PAGE_SIZE")
+    # The long line is whole, on a line of its own, though rank 1 wrote 20 lines meanwhile.
+    assert b"R0 " + b"x" * (page - 3 + 96) in lines, [ln[:80] for ln in lines]
+    assert sum(ln.startswith(b"R1 1 ") for ln in lines) == 20, [ln[:80] for ln in lines]
+    # The prompt showed at once: rank 1's next line came after it, on the prompt's line.
+    assert any(ln.startswith(b"R0 prompt> R1 2 ") for ln in lines), [ln[:80] for ln in lines]

@@ -34,6 +34,11 @@ TAG = "[tuilaunch]"
 # it is: long enough for the rest of a block the kernel made visible a page at a time, short
 # enough that a progress bar or a prompt waiting on a line of its own shows at once.
 HOLD_S = 0.04
+# A file grows a page at a time while one write(2) copies into it, so a range that ends inside
+# a line exactly on a page boundary is most likely a write still under way (its writer
+# descheduled on a loaded machine), not a bar or a prompt, which end anywhere: held longer.
+PAGE = os.sysconf("SC_PAGE_SIZE")
+HOLD_MID_WRITE_S = 1.0
 LINE_END_WINDOW = 1 << 12
 CLUSTER_LINES_MAX = 32
 STACK_FRAMES = 12  # innermost frames printed per distinct stack (the files keep all)
@@ -140,7 +145,8 @@ class Headless:
         grows while it is read (a block of lines becomes visible a page at a time), so a range
         may end inside a line: it is copied up to its last line end (``\n`` or ``\r``, so a
         progress bar keeps moving) and the rest is held back until the line ends, or, if it
-        does not within ``HOLD_S`` (a bar or a prompt that waits), let out as it is.
+        does not within ``HOLD_S`` (a bar or a prompt that waits), let out as it is; a range
+        that ends on a page boundary is a write under way and waits up to ``HOLD_MID_WRITE_S``.
         """
         key = id(src)
         pos = self._sent.get(key, 0)
@@ -154,7 +160,7 @@ class Headless:
                 since = self._held.get(key)
                 if since is None or since[0] != cut:
                     self._held[key] = (cut, now)
-                elif now - since[1] >= HOLD_S:
+                elif now - since[1] >= (HOLD_MID_WRITE_S if end % PAGE == 0 else HOLD_S):
                     cut, tail = end, b""  # the writer stopped mid-line: show what it wrote
         if cut >= end:
             self._held.pop(key, None)
