@@ -15,11 +15,20 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 FAKE_TORCH = '''
-import time
+import os, time
 
 def busy(seconds):
-    """Python code of "torch" that converts whatever is raised in it, as torch's op lookups do."""
+    """Python code of "torch" that converts whatever is raised in it, as torch's op lookups do.
+
+    The injection's signal is sent from here, so that it lands in torch's code: Python runs
+    the handler at the next bytecode of the main thread, which is still this function's.
+    """
+    from tui_launch.core.workers import shim
+
+    os.kill(os.getpid(), shim.INJECT_SIGNAL)
     end = time.monotonic() + seconds
     try:
         while time.monotonic() < end:
@@ -43,19 +52,15 @@ def order():
 
 order()
 if sys.argv[2] == "import":
-    import torch.slow_import  # signals itself, then is busy for 1.5 s while being imported
+    import torch.slow_import  # busy for 1.5 s while being imported
 else:
-    os.kill(os.getpid(), shim.INJECT_SIGNAL)
     torch.busy(1.5)
 print("the program's next line")
 """
 
 SLOW_IMPORT = """
-import os
-from tui_launch.core.workers import shim
 from torch import busy
 
-os.kill(os.getpid(), shim.INJECT_SIGNAL)
 busy(1.5)
 """
 
@@ -87,19 +92,14 @@ def _last_frame(stderr: str) -> str:
     return theirs[-1] if theirs else ""
 
 
-def test_the_exception_waits_out_an_import_of_torchs(tmp_path):
-    done = _run(tmp_path, "import")
+@pytest.mark.parametrize("where", ["import", "call"])
+def test_the_exception_waits_out_torchs_code(tmp_path, where):
+    """``import``: the signal lands while a module of torch's is imported; ``call``: while the
+    program calls into torch's code. Either way it surfaces at the program's next line."""
+    done = _run(tmp_path, where)
     assert done.returncode == 1, done.stderr
     assert done.stderr.rstrip().endswith("InjectedFailure: boom"), done.stderr
     assert "no overload name" not in done.stderr, done.stderr
-    # raised at the program's line after the import, not inside the import
+    # raised at the program's line after the import or the call, not inside torch's code
     assert "program.py" in _last_frame(done.stderr), done.stderr
     assert "the program's next line" not in done.stdout
-
-
-def test_the_exception_waits_out_a_call_into_torchs_code(tmp_path):
-    done = _run(tmp_path, "call")
-    assert done.returncode == 1, done.stderr
-    assert done.stderr.rstrip().endswith("InjectedFailure: boom"), done.stderr
-    assert "no overload name" not in done.stderr, done.stderr
-    assert "program.py" in _last_frame(done.stderr), done.stderr

@@ -31,12 +31,11 @@ from tui_launch.summary import isatty, print_summary, run_duration
 
 TAG = "[tuilaunch]"
 # How long a passed-through worker line that has not ended is held back before it is shown as
-# it is: long enough for the rest of a block the kernel made visible a page at a time, short
-# enough that a progress bar or a prompt waiting on a line of its own shows at once.
+# it is: short enough that a progress bar or a prompt waiting on a line of its own shows at once.
 HOLD_S = 0.04
 # A file grows a page at a time while one write(2) copies into it, so a range that ends inside
-# a line exactly on a page boundary is most likely a write still under way (its writer
-# descheduled on a loaded machine), not a bar or a prompt, which end anywhere: held longer.
+# a line exactly on a page boundary is most likely a write still under way (its writer may be
+# descheduled mid-copy on a loaded machine), not a bar or a prompt, which end anywhere.
 PAGE = os.sysconf("SC_PAGE_SIZE")
 HOLD_MID_WRITE_S = 1.0
 LINE_END_WINDOW = 1 << 12

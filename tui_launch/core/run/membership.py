@@ -83,8 +83,8 @@ class Membership:
         self.group_world = 1
         self.members: tuple[str, ...] = ()
         # Members missing from this complete round at the last look, and since when (node_lost).
-        self._gone_once: tuple[str, ...] = ()
-        self._gone_since = 0.0
+        self._absent: tuple[str, ...] = ()
+        self._absent_since = 0.0
         self.cluster: ClusterView | None = None  # once the first rendezvous is done
 
     def note(self, group_world_size: int, live: RendezvousSample | None, next_attempt: int) -> None:
@@ -96,7 +96,7 @@ class Membership:
         before, before_world = self.members, self.group_world
         self.round = live.round if live else None
         self.members, self.group_world = members, group_world_size
-        self._gone_once = ()
+        self._absent = ()
         if next_attempt <= 0:
             return
         joined = tuple(m for m in members if m not in before)
@@ -133,10 +133,10 @@ class Membership:
             # absence only when later looks still see it, ABSENCE_CONFIRM_SECONDS on.
             gone = tuple(m for m in self.members if m not in present) or ("?",)
             now = time.monotonic() if now is None else now
-            if self._gone_once != gone:
-                self._gone_once, self._gone_since = gone, now
-            return list(gone) if now - self._gone_since >= ABSENCE_CONFIRM_SECONDS else []
-        self._gone_once = ()
+            if self._absent != gone:
+                self._absent, self._absent_since = gone, now
+            return list(gone) if now - self._absent_since >= ABSENCE_CONFIRM_SECONDS else []
+        self._absent = ()
         return []
 
     def wait_node_loss(
