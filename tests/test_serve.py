@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -184,3 +185,146 @@ async def _drive(
         await page.wait(shown(new, str(mark)), 180, "the new pids in the page")
         await page.screenshot(tmp / "restarted.png")
         await page.send("Page.close")  # the tab closed (navigating away may keep it cached)
+
+
+def _pages(run_dir: str) -> dict[int, str]:
+    """The page processes of ``serve`` for ``run_dir`` (pid: command line): every process
+    running ``tui_launch attach|replay`` on it (a shell in front of one included)."""
+    out: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "tui_launch" in cmd and run_dir in cmd and (" attach " in cmd or " replay " in cmd):
+            out[int(entry)] = cmd
+    return out
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` so far (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _url(out: Path) -> str:
+    line = wait_for(
+        lambda: next((s for s in out.read_text().splitlines() if s.startswith("open: ")), ""),
+        120,
+        what="serve's URL",
+    )
+    return line.split()[1]
+
+
+async def _open_and_close(browser: Browser, url: str, run_dir: str) -> set[int]:
+    """Open ``url`` and close the tab as soon as its page process exists: before its
+    dashboard is up (that takes a second or more), as a page that lives a moment does.
+    The new page's processes."""
+    before = set(_pages(run_dir))
+    async with open_page(browser.port()) as page:
+        await page.send("Page.navigate", url=url)
+        for _ in range(600):
+            if set(_pages(run_dir)) - before:
+                break
+            await asyncio.sleep(0.05)
+        await page.send("Page.close")
+    new = set(_pages(run_dir)) - before
+    assert new, "no page process started"
+    return new
+
+
+async def _open(browser: Browser, url: str, run_dir: str, what: str) -> dict[int, str]:
+    """Open ``url`` in a new tab (left open) until its dashboard draws; its page processes."""
+    async with open_page(browser.port()) as page:
+        await page.send("Page.navigate", url=url)
+        await page.wait(f"window.__received.join('').includes('{what}')", 180, what)
+    return wait_for(lambda: _pages(run_dir), 30, what="the page's process")
+
+
+def _gone(run_dir: str, what: str) -> None:
+    wait_for(lambda: not _pages(run_dir), 60, interval=0.2, what=what)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    chromium() is None, reason="chromium is not installed (apt-get install chromium)"
+)
+@pytest.mark.timeout(900)
+def test_page_processes_end_with_page_run_and_serve(tuilaunch, tmp_path: Path) -> None:
+    """Issue 32: a page's ``attach``/``replay`` process ends with its page (a short-lived
+    ``chromium --screenshot`` too), with ``serve`` (SIGTERM, SIGKILL) and with its run; an open
+    page left idle does not spin."""
+    pytest.importorskip("textual_serve")
+    job = tuilaunch(
+        "--standalone", "--nproc-per-node", "1", str(WORKERS / "stepper.py"),
+        "--steps", "100000", "--interval", "0.5",
+    )  # fmt: skip
+
+    def registered() -> runindex.Entry | None:
+        for e in runindex.entries():
+            if e.pid == job.pid and e.run_dir and e.journal and os.path.exists(e.journal):
+                return e
+        return None
+
+    run_dir = str(wait_for(registered, 180, what="the run's directory").run_dir)
+    browser = Browser(str(chromium()), tmp_path / "profile")
+    servers: list[subprocess.Popen[bytes]] = []
+
+    def serve(name: str) -> tuple[subprocess.Popen[bytes], str]:
+        out = tmp_path / f"{name}.out"
+        servers.append(_serve(str(job.pid), "--port", "0", out=out))
+        return servers[-1], _url(out)
+
+    try:
+        # A page that lives a fraction of a second: its dashboard never read the quit.
+        first, url = serve("screenshot")
+        shot = subprocess.run(
+            [str(chromium()), "--headless=new", "--no-sandbox", "--disable-gpu",
+             f"--user-data-dir={tmp_path / 'shot-profile'}", f"--screenshot={tmp_path / 's.png'}",
+             url],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120,
+        )  # fmt: skip
+        assert shot.returncode == 0
+        _gone(run_dir, "the screenshot page's process to end with its page")
+        asyncio.run(_open_and_close(browser, url, run_dir))
+        _gone(run_dir, "the process of a page closed at once to end with its page")
+
+        # An open page: idle, it costs little; serve SIGKILLed, it ends.
+        pages = asyncio.run(_open(browser, url, run_dir, "ATTACHED"))
+        pid = max(pages)
+        cpu, start = _cpu_seconds(pid), time.monotonic()
+        time.sleep(5)  # the window the CPU time is measured over, not a wait for a condition
+        busy = (_cpu_seconds(pid) - cpu) / (time.monotonic() - start)
+        assert busy < 0.3, f"an idle page's process used {busy:.0%} of a core"
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(30)
+        _gone(run_dir, "the page's process to end with serve (SIGKILL)")
+
+        # serve stopped by SIGTERM with a page open: serve and the page's process end.
+        second, url = serve("sigterm")
+        asyncio.run(_open(browser, url, run_dir, "ATTACHED"))
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(60) == 0
+        _gone(run_dir, "the page's process to end with serve (SIGTERM)")
+
+        # The run ends with a page open: the page's process ends, serve stays, and a page
+        # opened now gets the replay.
+        third, url = serve("run-end")
+        asyncio.run(_open(browser, url, run_dir, "ATTACHED"))
+        job.proc.send_signal(signal.SIGTERM)
+        assert job.wait(120) == 143
+        _gone(run_dir, "the attached page's process to end with its run")
+        assert third.poll() is None
+        pages = asyncio.run(_open(browser, url, run_dir, "REPLAY"))
+        assert all(" replay " in cmd for cmd in pages.values()), pages
+        # A replay's page closed before its dashboard was up (it spun at 50-99 % of a core,
+        # forever, never reading the quit).
+        new = asyncio.run(_open_and_close(browser, url, run_dir))
+        wait_for(lambda: not new & set(_pages(run_dir)), 60, what="the closed page to end")
+    finally:
+        browser.close()
+        for proc in servers:
+            _end(proc)
+    _gone(run_dir, "every page's process")

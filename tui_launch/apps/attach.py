@@ -7,7 +7,7 @@ import sys
 import threading
 from typing import Any
 
-from tui_launch.apps.replay import journal_of, precompute, view_args
+from tui_launch.apps.replay import end_with_server, journal_of, precompute, view_args
 from tui_launch.core.journal.timeline import Timeline
 from tui_launch.core.remote.controlsock import ControlClient, ControlError, find
 from tui_launch.tui.app import Dashboard
@@ -69,6 +69,7 @@ def run_attached(mode: type[AttachMode], source: AttachSource, **kwargs: Any) ->
             worker.start()
 
     app = Dashboard(source, mode=mode(source, worker), on_ready=start, **kwargs)
+    end_with_server()
     try:
         app.run()
     finally:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import os
+import select
+import signal
 import sys
 import threading
 
@@ -31,6 +33,35 @@ def precompute(timeline: Timeline, stop: threading.Event) -> None:
     first frame): a full collection walking a day's checkpoints took ~80 ms of a cursor move."""
     timeline.precompute(stop)
     gc.freeze()
+
+
+SERVER_GONE_GRACE = 2.0  # s the dashboard has to leave once its server is gone
+
+
+def end_with_server() -> None:
+    """Under a web server (``tuilaunch serve``: textual-serve's web driver, whose stdin is
+    the server's pipe), end this process when the server is gone: its end of the pipe closed,
+    even by a SIGKILL. A thread blocks in ``poll`` for the pipe's hang-up (it reads nothing:
+    the dashboard's input thread owns the data), then asks the dashboard to leave (the web
+    driver's SIGTERM), and ends the process itself if it has not left within
+    :data:`SERVER_GONE_GRACE` s. Nothing is shown to anyone any more, and nothing is written."""
+    if "web_driver" not in os.environ.get("TEXTUAL_DRIVER", "") or sys.stdin is None:
+        return
+    try:
+        fd = sys.stdin.fileno()
+    except (OSError, ValueError):
+        return
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(fd, 0)  # no events asked: POLLHUP and POLLERR come anyway
+        while not poller.poll():
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+        threading.Event().wait(SERVER_GONE_GRACE)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="tuilaunch-server-gone", daemon=True).start()
 
 
 def view_args(argv: list[str], ignore: tuple[str, ...] = ()) -> tuple[str | None, float, bool]:
@@ -93,6 +124,7 @@ def main(argv: list[str]) -> int:
     app = Dashboard(
         source, refresh_hz=refresh_hz, confirm=confirm, on_ready=worker.start, mode=mode
     )
+    end_with_server()
     try:
         app.run()
     finally:
