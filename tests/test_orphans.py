@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from conftest import (
     Launch,
     _launch,
     base_env,
+    leftovers,
     read_journal,
     tuilaunch_cmd,
     wait_for,
@@ -181,3 +183,55 @@ def test_partial_start_under_a_pids_limit_leaves_no_worker(launches, tmp_path, m
             os.kill(int(pid), signal.SIGKILL)
         wait_for(lambda: not (cg / "cgroup.procs").read_text().strip(), 10, what="empty")
         cg.rmdir()
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie has)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_a_launcher_killed_with_its_reaper_leaves_a_cgroup_the_next_ls_ends(tuilaunch, tmp_path):
+    """Issue 32: the launcher and its reaper SIGKILLed together leave the workers in the run's
+    cgroup; the next ``tuilaunch ls`` kills them and removes the cgroup (and, while the
+    launcher lived, left both alone)."""
+    why = _cgroup_ok()
+    if why:
+        pytest.skip(f"no cgroup v2 for the launcher here: {why}")
+    launch = tuilaunch(
+        "--standalone", "--nproc-per-node", "2", ORPHANER, str(tmp_path), "term", "sleep",
+        env=base_env(),
+    )  # fmt: skip
+    kids = _children(tmp_path, 2)
+    reaper_pid = wait_for(lambda: _reaper_pid(launch.pid), 30, what="the reaper")
+    parent = Path(str(reaper._cgroup2_dir()[0]))
+    cgroup = wait_for(
+        lambda: next(iter(parent.glob(f"tuilaunch-{launch.pid}-*")), None), 30, what="cgroup"
+    )
+
+    def ls() -> None:
+        done = subprocess.run(
+            [PY, "-m", "tui_launch", "ls"], env=base_env(), cwd=ROOT, capture_output=True,
+            text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+
+    ls()  # a live launcher's cgroup: untouched
+    assert cgroup.is_dir() and all(_running(k) for k in kids)
+    # Both stopped first: neither sees the other die (the launcher would start a new reaper,
+    # the reaper would sweep).
+    for pid in (launch.pid, reaper_pid):
+        os.kill(pid, signal.SIGSTOP)
+    for pid in (reaper_pid, launch.pid):
+        os.kill(pid, signal.SIGKILL)
+    launch.wait()
+    wait_for(lambda: not _running(reaper_pid), 30, what="the reaper's end")
+    left = leftovers(launch.token)
+    assert set(kids) <= set(left) and len(left) >= 4, left  # 2 workers and their children
+    assert cgroup.is_dir()
+    ls()
+    assert wait_gone(launch.token, 15) == [], "the next ls left the dead launcher's workers"
+    assert not cgroup.exists()

@@ -14,7 +14,8 @@ and an ``ended-`` record with the outcome takes its place; only the most recent
 and :func:`state` calls it stale because its pid is gone, or now belongs to another process
 (the process start time, from ``/proc/<pid>/stat``, differs from the one recorded).
 :func:`sweep` (``ls``, ``attach``) removes such an entry (and its dead control socket); the
-run directory stays where it is.
+run directory stays where it is. It also ends and removes the run cgroups of dead launchers
+(``core/workers/stale.py``).
 
 Paths in an entry are absolute, resolved against the launcher's working directory when it
 writes them (a relative ``--log-dir`` names a directory relative to the launcher, not to the
@@ -44,6 +45,7 @@ from tui_launch.core.model.events import (
     RunStarted,
     WorkersStarted,
 )
+from tui_launch.core.workers import stale
 
 KEEP_ENDED = 20
 # The events that carry the run id the launcher shows.
@@ -317,7 +319,12 @@ def sweep(found: list[Entry], host: str | None = None) -> list[Entry]:
     nothing answers on it (``connect`` is refused): a live run's socket, and a socket
     someone still answers on, are never touched. A run of another node is left alone (its
     pid means nothing here).
+
+    The run cgroups of this user's dead launchers go too, with whatever still runs in them:
+    a launcher SIGKILLed together with its reaper leaves its workers there
+    (:func:`~tui_launch.core.workers.stale.sweep_stale`; a live launcher's is never touched).
     """
+    stale.sweep_stale()
     out = []
     for e in found:
         st = state(e, host)

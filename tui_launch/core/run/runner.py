@@ -64,7 +64,7 @@ from tui_launch.core.run.state import RunState
 from tui_launch.core.run.watchers import Diagnosis
 from tui_launch.core.seam import agent, rendezvous
 from tui_launch.core.telemetry import Telemetry
-from tui_launch.core.workers import reaper
+from tui_launch.core.workers import reaper, stale
 from tui_launch.core.workers.reaper import Reaper
 from tui_launch.core.workers.table import RankTable
 from tui_launch.core.workers.warm import WarmPool
@@ -184,6 +184,8 @@ class Runner:
         self._fix_restarts()
         # No orphans: the run's cgroup (or subreaper + token sweep), and the reaper for when
         # the launcher dies; which one is in RunStarted's notes.
+        # A launcher SIGKILLed with its reaper left its workers in its cgroup: end them.
+        stale.sweep_stale()
         contained = reaper.contain(reaper.run_token())
         self.supervisor.note(contained.describe())
         self.reaper = Reaper(contained, lambda m: self.store.post(Notice("warning", m)))

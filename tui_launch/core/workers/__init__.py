@@ -9,4 +9,5 @@
 - ``env``: the environment each worker really runs with, for the telemetry and the fake NVML.
 - ``reaper``: no orphans: the run's containment (cgroup v2 with ``cgroup.kill``, else a
   subreaper and a sweep by run token) and the reaper process that sweeps if the launcher dies.
+- ``stale``: the run cgroups of launchers that died with their reaper, emptied and removed.
 """

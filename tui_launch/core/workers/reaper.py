@@ -37,7 +37,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 TOKEN_VAR = "TUILAUNCH_RUN_TOKEN"
 CONTAINMENT_VAR = "TUILAUNCH_CONTAINMENT"
-CGROUP_NAME = "tuilaunch-{pid}-{tag}"
+# The launcher's pid and its start time (clock ticks since boot): a later tuilaunch can tell
+# the cgroup of a dead launcher from a live one's (core/workers/stale.py).
+CGROUP_NAME = "tuilaunch-{pid}-{start}-{tag}"
 _PR_SET_CHILD_SUBREAPER = 36
 
 # The cold worker's first instructions: join the run's cgroup (writing "0" to cgroup.procs
@@ -196,7 +198,11 @@ def _make_cgroup() -> tuple[str | None, str]:
     parent, why = _cgroup2_dir()
     if parent is None:
         return None, why
-    path = os.path.join(parent, CGROUP_NAME.format(pid=os.getpid(), tag=uuid.uuid4().hex[:8]))
+    start = _start_time()
+    if start is None:
+        return None, "cannot read this process's start time from /proc/self/stat"
+    name = CGROUP_NAME.format(pid=os.getpid(), start=start, tag=uuid.uuid4().hex[:8])
+    path = os.path.join(parent, name)
     try:
         os.mkdir(path)
     except OSError as e:
@@ -206,6 +212,16 @@ def _make_cgroup() -> tuple[str | None, str]:
             os.rmdir(path)
         return None, "the kernel has no cgroup.kill (Linux < 5.14)"
     return path, ""
+
+
+def _start_time() -> int | None:
+    """This process's start time in clock ticks since boot (field 22 of its stat)."""
+    try:
+        with open("/proc/self/stat", "rb") as fp:
+            data = fp.read()
+        return int(data[data.rfind(b")") + 2 :].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _become_subreaper() -> bool:
