@@ -29,6 +29,7 @@ from tui_launch.core.journal.timeline import Timeline
 from tui_launch.core.journal.writer import JOURNAL_NAME
 from tui_launch.core.model.events import Failure, RankProgress
 from tui_launch.core.model.progress import PROGRESS_FIELDS
+from tui_launch.core.model.redact import redact_args
 from tui_launch.core.model.store import Snapshot
 from tui_launch.core.remote import runindex
 from tui_launch.core.remote.controlsock import ControlClient, ControlError
@@ -146,8 +147,9 @@ def _document(
             "id": run.run_id if run else (entry.run_id if entry else None),
             "launcher_pid": run.launcher_pid if run else (entry.pid if entry else None),
             "host": run.host if run else (entry.host if entry else None),
-            "command": list(entry.argv) if entry else None,
-            "entrypoint": [run.entrypoint, *run.args] if run else None,
+            # Both redacted where they are written; again here for older journals and records.
+            "command": list(redact_args(entry.argv)) if entry else None,
+            "entrypoint": list(redact_args([run.entrypoint, *run.args])) if run else None,
             "nproc_per_node": run.nproc_per_node if run else None,
             "run_dir": target.run_dir,
             "journal": os.path.abspath(target.journal),
