@@ -34,7 +34,7 @@ SECRETS: list[tuple[list[str], str]] = [
     (["--password", "hunter2-secret-3"], "hunter2-secret-3"),
     (["--secret=s3cr3t-value-4"], "s3cr3t-value-4"),
     (["MY_SERVICE_KEY=svc-key-secret-5"], "svc-key-secret-5"),  # *_KEY=
-    (["--db_pwd", "pwd-secret-6"], "pwd-secret-6"),
+    (["--db_passwd", "pwd-secret-6"], "pwd-secret-6"),
     # By shape alone, under innocent names or none.
     (["hf_AbCdEfGhIjKlMnOpQrStUv07"], "hf_AbCdEfGhIjKlMnOpQrStUv07"),
     (["--repo-ref", GHP], GHP),

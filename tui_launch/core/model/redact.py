@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 REDACTED = "***"
 
 # A name is a secret's when one of these words is part of it (HF_TOKEN, --api-key, db_password).
-SECRET_NAME = re.compile(r"token|key|secret|passw|pwd|credential|auth|cookie|session", re.I)
+SECRET_NAME = re.compile(r"token|key|secret|passw|credential|auth|cookie|session", re.I)
 # The password of a URL: scheme://user:password@host.
 URL_PASSWORD = re.compile(r"(\w+://[^/\s:@]+:)[^/\s@]+(@)")
 # A NAME=value assignment (an environment variable on a command line, a key=value option).
