@@ -14,13 +14,15 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import PY, ROOT, WORKERS, base_env, live_journal, wait_for
 
-from tui_launch import cli
+from tui_launch import __version__, cli
 from tui_launch.apps import mcp as mcp_app
 from tui_launch.core.remote import runindex
 
@@ -145,3 +147,64 @@ def _read(journal: str, rank: int) -> str:
     with contextlib.suppress(OSError), open(path) as fp:
         return fp.read()
     return ""
+
+
+# The newest mcp 1.x, installed once per machine (pytest's cache) at test time; None where
+# pip cannot get it (no index reachable): that case skips, with the reason.
+MCP1_SPEC = "mcp<2"
+
+
+def _mcp1_dir(cache: pytest.Cache) -> str | None:
+    target = cache.mkdir("mcp1-sdk")
+    if (target / "mcp" / "server" / "fastmcp").is_dir():
+        return str(target)
+    done = subprocess.run(
+        [PY, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target",
+         str(target), MCP1_SPEC],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    return str(target) if done.returncode == 0 else None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("sdk", ["installed", "mcp<2"])
+def test_tool_errors_keep_their_reason(
+    sdk: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The SDK's own client (and server) of each major version: a tool that cannot answer
+    says why, the server's stderr stays empty, and the server reports tuilaunch's version."""
+    pytest.importorskip("mcp")
+    env = base_env()
+    if sdk != "installed":
+        where = _mcp1_dir(request.config.cache)
+        if where is None:
+            pytest.skip(f"pip could not install {sdk!r} (no package index?)")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (where, env.get("PYTHONPATH")) if p)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    stderr = tmp_path / "server.err"
+    env["MCP_SERVER_STDERR"] = str(stderr)
+    calls = [
+        ("status", {"run": "no-such-run-anywhere"}),
+        ("why", {"run": str(empty)}),
+        ("tail_log", {"run": str(empty), "stream": "stdin"}),
+        ("tail_log", {"lines": 0}),
+    ]
+    done = subprocess.run(
+        [PY, str(ROOT / "tests" / "mcp_client.py"), json.dumps(calls)],
+        env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert out["sdk"].startswith("1.") == (sdk == "mcp<2"), out["sdk"]
+    assert out["name"] == "tuilaunch" and out["version"] == __version__
+    reasons = [
+        "no run 'no-such-run-anywhere' here (tuilaunch ls)",
+        f"{empty} holds no tuilaunch event: not a run's journal",
+        "stream must be stdout or stderr, not 'stdin'",
+        f"lines must be between 1 and {mcp_app.TAIL_MAX}",
+    ]
+    for (name, _), (error, text), reason in zip(calls, out["results"], reasons, strict=True):
+        assert error and text == f"Error executing tool {name}: {reason}", (text, reason)
+    assert stderr.read_text() == ""

@@ -23,6 +23,9 @@ it (a run id, a launcher pid, a run directory; empty: the only or latest live ru
 
 from __future__ import annotations
 
+import functools
+import importlib
+import inspect
 import json
 import os
 import signal
@@ -46,7 +49,38 @@ TAIL_BYTES = 1 << 20  # read at most this much of a log's end
 
 
 class ToolError(Exception):
-    """What a tool answers when it cannot (the SDK sends it to the client as an error)."""
+    """What a tool answers when it cannot: the server turns it into the SDK's own error
+    (:func:`sdk_error`), whose text the client sees."""
+
+
+def sdk_error(message: str) -> Exception:
+    """The SDK's error for a tool that failed for a reason it gives: ``ToolError`` of
+    ``mcp.server.mcpserver.exceptions`` (mcp 2) or of ``mcp.server.fastmcp.exceptions``
+    (mcp 1). mcp 2 sends the client any other exception as ``Error executing tool NAME``
+    only, and logs its whole traceback on stderr."""
+    for module in ("mcp.server.mcpserver.exceptions", "mcp.server.fastmcp.exceptions"):
+        try:
+            error_class = getattr(importlib.import_module(module), "ToolError", None)
+        except ImportError:
+            continue
+        if isinstance(error_class, type) and issubclass(error_class, Exception):
+            return error_class(message)
+    return ToolError(message)
+
+
+def _reasoned(fn: Callable[..., str]) -> Callable[..., str]:
+    """``fn`` as a tool: a failure with a reason reaches the client as the SDK's error."""
+
+    @functools.wraps(fn)
+    def tool(*args: Any, **kwargs: Any) -> str:
+        try:
+            return fn(*args, **kwargs)
+        except ToolError as e:
+            raise sdk_error(str(e)) from None
+        except OSError as e:  # a file of the run that cannot be read: say which and why
+            raise sdk_error(f"{e.strerror or e}: {e.filename}" if e.filename else str(e)) from None
+
+    return tool
 
 
 def _server_class() -> Any:
@@ -182,6 +216,14 @@ def build(control: bool) -> Any:
     server_class = _server_class()
     if server_class is None:
         return None
+    from tui_launch import __version__
+
+    # WARNING: the SDK logs every tool that fails at INFO on stderr, which is the agent's
+    # log of this server; a reason the client is sent is not news there.
+    options: dict[str, Any] = {"log_level": "WARNING"}
+    takes = inspect.signature(server_class).parameters
+    if "version" in takes:  # mcp 2
+        options["version"] = __version__
     server = server_class(
         "tuilaunch",
         instructions=(
@@ -189,7 +231,11 @@ def build(control: bool) -> Any:
             "why (root cause and hang verdict), tail_log."
             + (" dump_stacks, restart and kill_rank act on a live run." if control else "")
         ),
+        **{k: v for k, v in options.items() if k in takes},
     )
+    low = getattr(server, "_mcp_server", None)
+    if "version" not in takes and low is not None and hasattr(low, "version"):
+        low.version = __version__  # mcp 1: its low-level server says the SDK's version else
 
     def list_runs_tool() -> str:
         """This user's live and recent tuilaunch runs on this node (pid, run id, state, run
@@ -243,7 +289,7 @@ def build(control: bool) -> Any:
             ("kill_rank", kill_rank_tool),
         ]
     for name, fn in tools:
-        server.tool(name=name)(fn)
+        server.tool(name=name)(_reasoned(fn))
     return server
 
 

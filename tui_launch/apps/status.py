@@ -31,7 +31,7 @@ latest started live run, else the latest ended one).
   --json        the versioned JSON document (docs/status.schema.json)
   --no-socket   read the journal only (do not ask a live run's control socket)
 
-Exit status: 0 printed, 2 bad usage, 3 no such run."""
+Exit status: 0 printed, 2 bad usage, 3 no such run, or its journal cannot be read."""
 
 
 def main(argv: list[str]) -> int:

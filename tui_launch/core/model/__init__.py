@@ -14,5 +14,5 @@ all build on it, so it sits at the bottom of the core (beside ``workers``).
 - ``errors``: explaining failures: signal names and hints, error files, the stderr tail.
 - ``diskspace``: a full file system, in words.
 - ``text``: plain-text renderings of events and failures (headless output, journal readers).
-- ``redact``: the values of secret-named arguments and variables replaced (reports, journal).
+- ``redact``: secrets replaced, by name and by value shape (every output of a run).
 """

@@ -38,6 +38,7 @@ from tui_launch.core.model.events import (
     WorkersStarted,
 )
 from tui_launch.core.model.progress import describe_slowdown, straggler_line
+from tui_launch.core.model.redact import redact_args
 
 STDERR_CONTEXT = 3  # plain trailing stderr lines shown for context when they hold no error
 
@@ -71,7 +72,7 @@ def describe(e: Event) -> str | None:
             f" ({', '.join(parts)})" if parts else ""
         )
     if isinstance(e, RunStarted):
-        script = " ".join((e.entrypoint, *e.args))
+        script = " ".join(redact_args((e.entrypoint, *e.args)))  # an older journal's too
         nodes = str(e.min_nodes) if e.min_nodes == e.max_nodes else f"{e.min_nodes}:{e.max_nodes}"
         slurm = f" | slurm job {e.slurm_job}" if e.slurm_job else ""
         return (

@@ -327,6 +327,8 @@ class ControlServer:
                 # Fresher than the journal's progress records (one every 10 s): status reads it.
                 "attempt": snap.attempt,
                 "progress": progress_rows(snap.progress, snap.attempt),
+                # When that reading was taken (status says how old it is).
+                "progress_wall": snap.progress.latest.wall if snap.progress else None,
             }
         if not isinstance(raw, dict):
             return {"ok": False, "detail": f"unknown command {raw!r}"}

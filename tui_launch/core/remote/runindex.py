@@ -45,6 +45,7 @@ from tui_launch.core.model.events import (
     RunStarted,
     WorkersStarted,
 )
+from tui_launch.core.model.redact import redact_args
 from tui_launch.core.workers import stale
 
 KEEP_ENDED = 20
@@ -89,7 +90,8 @@ class Entry:
     def from_json(cls, text: str, path: str = "") -> Entry:
         """Parse an entry (``ValueError``/``TypeError``/``KeyError`` on a bad one)."""
         data: dict[str, Any] = json.loads(text)
-        data["argv"] = tuple(str(a) for a in data["argv"])
+        # Redacted on reading too: a record written by an older version kept secrets.
+        data["argv"] = redact_args([str(a) for a in data["argv"]])
         known = {f for f in cls.__dataclass_fields__ if f not in ("path", "pruned")}
         return cls(**{k: v for k, v in data.items() if k in known}, path=path)
 
@@ -213,7 +215,7 @@ class Registration:
             pid=pid,
             host=socket.gethostname(),
             run_id=run_id,
-            argv=tuple(argv),
+            argv=redact_args(argv),  # the record is read by ls, status, mcp: no secrets in it
             started=time.time(),
             proc_start=proc_start_time(pid),
             journal=os.path.abspath(journal) if journal else None,

@@ -29,12 +29,17 @@ from tui_launch.core.journal.timeline import Timeline
 from tui_launch.core.journal.writer import JOURNAL_NAME
 from tui_launch.core.model.events import Failure, RankProgress
 from tui_launch.core.model.progress import PROGRESS_FIELDS
+from tui_launch.core.model.redact import redact_args
 from tui_launch.core.model.store import Snapshot
 from tui_launch.core.remote import runindex
 from tui_launch.core.remote.controlsock import ControlClient, ControlError
 
 SCHEMA_VERSION = 1
 SOCKET_TIMEOUT = 0.25  # status must answer within half a second, whatever the run does
+# A rank's state when the journal cannot say: its launcher was killed (``lost``, as the run),
+# or the journal stopped before the run's end (``unknown``).
+LOST, UNKNOWN = "lost", "unknown"
+ALIVE = frozenset({"starting", "running", "stopped", "restarting"})
 
 
 class NoSuchRun(Exception):
@@ -72,11 +77,12 @@ def resolve(target: str | None, live_only: bool = False) -> Target:
         raise NoSuchRun(str(unsafe)) from None
     live = [e for e in found if runindex.state(e) == runindex.LIVE]
     ended = [] if live_only else [e for e in found if e.ended is not None]
-    if target is not None and (os.path.isdir(target) or os.path.isfile(target)):
+    if target is not None and _exists(target):
         path = os.path.abspath(target)
         journal = os.path.join(path, JOURNAL_NAME) if os.path.isdir(path) else path
-        if not os.path.isfile(journal):
+        if not _exists(journal):
             raise NoSuchRun(f"no journal at {journal}")
+        _check_readable(journal)
         for e in live + ended:
             if journal == e.journal or _dir(journal) == e.run_dir:
                 return Target(journal, e, e in live)
@@ -100,17 +106,51 @@ def resolve(target: str | None, live_only: bool = False) -> Target:
     raise NoSuchRun(f"no {what}{'' if target is None else ' ' + repr(target)} here (tuilaunch ls)")
 
 
+def _exists(path: str) -> bool:
+    """Whether ``path`` exists; a path this user may not look at is said so (NoSuchRun), not
+    taken for a run id or called missing."""
+    try:
+        os.stat(path)
+    except PermissionError:
+        raise NoSuchRun(f"permission denied: cannot read {os.path.abspath(path)}") from None
+    except OSError:
+        return False
+    return True
+
+
+def _check_readable(journal: str) -> None:
+    """NoSuchRun (permission denied, not a file) unless ``journal`` can be opened."""
+    if os.path.isdir(journal):
+        raise NoSuchRun(f"{journal} is a directory, not a journal")
+    try:
+        os.close(os.open(journal, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK))
+    except PermissionError:
+        raise NoSuchRun(f"permission denied: cannot read {journal}") from None
+    except OSError as e:
+        raise NoSuchRun(f"cannot read {journal}: {e.strerror or e}") from None
+
+
 # ------------------------------------------------------------------ the state
 
 
 def status(target: Target, socket: bool = True, now: float | None = None) -> dict[str, Any]:
     """The run's state as ``status --json`` prints it (see ``docs/status.schema.json``);
-    ``socket``: ask a live run's control socket for its latest progress too."""
-    timeline = Timeline(target.journal)
+    ``socket``: ask a live run's control socket for its latest progress too. NoSuchRun
+    when the journal cannot be read or holds no event (not a tuilaunch journal)."""
+    _check_readable(target.journal)
     try:
-        snap = recent_snapshot(timeline, len(timeline))
+        timeline = Timeline(target.journal)
+    except OSError as e:  # gone or made unreadable since resolve
+        raise NoSuchRun(f"cannot read {target.journal}: {e.strerror or e}") from None
+    try:
+        events = len(timeline)
+        snap = recent_snapshot(timeline, events)
     finally:
         timeline.close()
+    if events == 0 and not target.live:
+        # An empty file, /etc/passwd: nothing of a run to report (a live run's journal may
+        # not have its first line yet).
+        raise NoSuchRun(f"{target.journal} holds no tuilaunch event: not a run's journal")
     live_answer: dict[str, Any] | None = None
     entry = target.entry
     if socket and target.live and entry is not None and entry.control:
@@ -128,11 +168,29 @@ def _document(
     entry = target.entry
     run = snap.run
     finished = snap.finished
+    outcome: dict[str, Any] | None = None
+    rank_end: str | None = None  # what a rank the journal last saw alive is now
     if finished is not None:
         state = finished.outcome
+        outcome = {
+            "outcome": finished.outcome,
+            "exit_code": finished.exit_code,
+            "message": finished.message,
+        }
+    elif not target.live and entry is not None and entry.ended is not None:
+        # The launcher ended and said how in the run index, but its journal has no end (a
+        # full disk under --log-dir): the index is the truth, as `ls` shows it.
+        state = entry.outcome or "lost"
+        outcome = {
+            "outcome": state,
+            "exit_code": entry.exit_code,
+            "message": "from the run index: the journal's last events were not written",
+        }
+        rank_end = UNKNOWN
     elif not target.live:
-        # No run_finished line and no live launcher: it was killed (SIGKILL, a lost node).
-        state = "lost"
+        # No run_finished line and no live launcher: it was killed (SIGKILL, a lost node),
+        # and so were, or may have been, the ranks it ran.
+        state = rank_end = LOST
     else:
         state = snap.phase
     started = snap.started_wall
@@ -146,8 +204,9 @@ def _document(
             "id": run.run_id if run else (entry.run_id if entry else None),
             "launcher_pid": run.launcher_pid if run else (entry.pid if entry else None),
             "host": run.host if run else (entry.host if entry else None),
-            "command": list(entry.argv) if entry else None,
-            "entrypoint": [run.entrypoint, *run.args] if run else None,
+            # Both redacted where they are written; again here for older journals and records.
+            "command": list(redact_args(entry.argv)) if entry else None,
+            "entrypoint": list(redact_args([run.entrypoint, *run.args])) if run else None,
             "nproc_per_node": run.nproc_per_node if run else None,
             "run_dir": target.run_dir,
             "journal": os.path.abspath(target.journal),
@@ -156,15 +215,7 @@ def _document(
         },
         "live": target.live,
         "state": state,
-        "outcome": (
-            {
-                "outcome": finished.outcome,
-                "exit_code": finished.exit_code,
-                "message": finished.message,
-            }
-            if finished
-            else None
-        ),
+        "outcome": outcome,
         "started": started,
         "duration": (end - started) if started is not None and end is not None else None,
         "attempt": snap.attempt,
@@ -184,8 +235,8 @@ def _document(
             "membership": snap.membership_restarts,
             "max": snap.max_restarts,
         },
-        "ranks": _ranks(snap, answer),
-        "progress": _job_progress(snap, answer),
+        "ranks": _ranks(snap, answer, rank_end, now),
+        "progress": _job_progress(snap, answer, now),
         "verdict": _verdict(snap),
         "root_cause": _root_cause(snap),
         "events": snap.events,
@@ -200,37 +251,53 @@ def _last_wall(snap: Snapshot) -> float | None:
     return max(walls) if walls else snap.started_wall
 
 
-def _progress_of(snap: Snapshot, answer: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
+def _progress_of(
+    snap: Snapshot, answer: dict[str, Any] | None, now: float
+) -> dict[int, dict[str, Any]]:
     """Each global rank's latest progress: the socket's (fresher) when it answered with the
-    current attempt's, else the journal's."""
+    current attempt's, else the journal's (a record every few seconds); ``age_s``: seconds
+    since that reading was taken (None when the socket did not say)."""
     out: dict[int, dict[str, Any]] = {}
     if snap.progress is not None and snap.progress.latest.attempt == snap.attempt:
+        age = _age(now, snap.progress.latest.wall)
         for r in snap.progress.latest.ranks:
-            out[r.global_rank] = _rank_progress(r)
+            out[r.global_rank] = {**_rank_progress(r), "age_s": age}
     if answer and answer.get("attempt") == snap.attempt:
+        wall = answer.get("progress_wall")
+        read = _age(now, wall) if isinstance(wall, (int, float)) else None
         for item in answer.get("progress") or ():
             if isinstance(item, dict) and isinstance(item.get("global_rank"), int):
-                out[item["global_rank"]] = {k: item.get(k) for k in PROGRESS_FIELDS}
+                p = {k: item.get(k) for k in PROGRESS_FIELDS}
+                out[item["global_rank"]] = {**p, "age_s": read}
     return out
+
+
+def _age(now: float, wall: float) -> float:
+    return round(max(0.0, now - wall), 1)
 
 
 def _rank_progress(r: RankProgress) -> dict[str, Any]:
     return {k: getattr(r, k) for k in PROGRESS_FIELDS}
 
 
-def _ranks(snap: Snapshot, answer: dict[str, Any] | None) -> list[dict[str, Any]]:
-    progress = _progress_of(snap, answer)
+def _ranks(
+    snap: Snapshot, answer: dict[str, Any] | None, rank_end: str | None, now: float
+) -> list[dict[str, Any]]:
+    progress = _progress_of(snap, answer, now)
     stopped = set(answer.get("stopped") or ()) if answer else set()
     rows = []
     for r in snap.ranks:
         p = progress.get(r.global_rank, {})
+        state = "stopped" if r.local_rank in stopped else r.state
+        if rank_end is not None and state in ALIVE:
+            state = rank_end  # the journal last saw it alive; nothing says it still is
         rows.append(
             {
                 "local_rank": r.local_rank,
                 "global_rank": r.global_rank,
                 "pid": r.pid,
                 "attempt": r.attempt,
-                "state": "stopped" if r.local_rank in stopped else r.state,
+                "state": state,
                 "exit_code": r.exit_code,
                 "signal": r.signal,
                 "step": p.get("step"),
@@ -238,6 +305,7 @@ def _ranks(snap: Snapshot, answer: dict[str, Any] | None) -> list[dict[str, Any]
                 "rate": p.get("rate"),
                 "loss": p.get("loss"),
                 "stalled": bool(p.get("stalled")),
+                "age_s": p.get("age_s"),
                 "hung": r.global_rank in snap.hung_ranks,
                 # The collective each rank last entered: the Flight Recorder's (issue 25);
                 # null until a run records one.
@@ -247,11 +315,13 @@ def _ranks(snap: Snapshot, answer: dict[str, Any] | None) -> list[dict[str, Any]
     return rows
 
 
-def _job_progress(snap: Snapshot, answer: dict[str, Any] | None) -> dict[str, Any] | None:
+def _job_progress(
+    snap: Snapshot, answer: dict[str, Any] | None, now: float
+) -> dict[str, Any] | None:
     if snap.progress is None:
         return None
     leader = snap.progress.latest.leader
-    p = _progress_of(snap, answer).get(leader) if leader is not None else None
+    p = _progress_of(snap, answer, now).get(leader) if leader is not None else None
     if p is None:
         return None
     return {"leader": leader, **p}
@@ -334,15 +404,19 @@ def text(doc: dict[str, Any]) -> str:
     if p:
         step = f"{p['step']}" + (f"/{p['total']}" if p["total"] else "")
         rate = f", {p['rate']:.3g} steps/s" if p["rate"] else ""
-        lines.append(f"  progress: step {step}{rate} (rank {p['leader']})")
-    lines.append("  RANK  LOCAL  PID      STATE       STEP      RATE")
+        when = _fmt_age(p.get("age_s"))
+        lines.append(
+            f"  progress: step {step}{rate} (rank {p['leader']}{', ' + when if when else ''})"
+        )
+    lines.append("  RANK  LOCAL  PID      STATE       STEP      RATE      AGE")
     for k in doc["ranks"]:
         state = k["state"] + (" (hung)" if k["hung"] else "")
         step = "-" if k["step"] is None else str(k["step"])
         rate = "-" if k["rate"] is None else f"{k['rate']:.3g}/s"
+        when = (_fmt_age(k.get("age_s")) or "-") if k["step"] is not None else "-"
         lines.append(
             f"  {k['global_rank']:<4}  {k['local_rank']:<5}  {k['pid']:<7}  {state:<10}  "
-            f"{step:<8}  {rate}"
+            f"{step:<8}  {rate:<8}  {when}"
         )
     c = doc["root_cause"]
     if c:
@@ -353,6 +427,13 @@ def text(doc: dict[str, Any]) -> str:
     if v:
         lines.append(f"  verdict ({v['source']}): {v['text']}")
     return "\n".join(lines)
+
+
+def _fmt_age(age: float | None) -> str:
+    """How old a progress reading is: ``12 s ago``, ``3m05s ago``; empty when unknown."""
+    if age is None:
+        return ""
+    return f"{int(age)} s ago" if age < 60 else f"{_fmt_seconds(age)} ago"
 
 
 def _fmt_seconds(s: float) -> str:

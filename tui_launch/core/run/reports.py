@@ -25,7 +25,7 @@ from tui_launch.core.model.events import (
     RunStarted,
     WorkerInfo,
 )
-from tui_launch.core.model.redact import redact_args, redact_env, secret_name
+from tui_launch.core.model.redact import redact_args, redact_env, redact_text, secret_name
 from tui_launch.core.run.validate import min_max_nodes
 from tui_launch.core.seam import rendezvous
 from tui_launch.core.seam.agent import WorkerGroup, WorkerSpec
@@ -83,8 +83,10 @@ def run_started(
     if args.module:
         script = ["-m", *script]
     return RunStarted(
-        entrypoint=" ".join(script[:1]),
-        args=tuple(script[1:]),
+        # Redacted here, once: the journal, the headless lines, the dashboard and every
+        # reader of the journal show these.
+        entrypoint=redact_text(" ".join(script[:1])),
+        args=redact_args(script[1:]),
         role=spec.role,
         nproc_per_node=spec.local_world_size,
         min_nodes=min_nodes,

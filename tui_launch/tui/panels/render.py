@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tui_launch.core.model.events import Failure, NodeStatus
+from tui_launch.core.model.redact import redact_args
 from tui_launch.core.model.store import Snapshot
 from tui_launch.core.model.text import clock, failure_details, failure_headline
 from tui_launch.tui.panels.progress import attempt_steps, goodput_text, header_progress
@@ -88,7 +89,7 @@ def header(s: Snapshot, now: float) -> Text:
         else:
             t.append(f"  contacting the {c.backend} rendezvous store at {c.endpoint}...")
         return t
-    script = " ".join((run.entrypoint, *run.args))
+    script = " ".join(redact_args((run.entrypoint, *run.args)))  # an older journal's too
     t.append("  ")
     t.append(script, style="bold")
     t.append(f"   run {run.run_id}", style="dim")
