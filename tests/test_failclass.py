@@ -34,6 +34,13 @@ TB = 'Traceback (most recent call last):\n  File "/x/train.py", line 3, in <modu
         ({"traceback": TB + "ImportError: cannot import name 'x'", "step": 40}, "exception"),
         ({"traceback": TB + "ValueError: bad batch", "step": 3}, "exception"),
         ({"traceback": TB + "torch.OutOfMemoryError: CUDA out of memory. Tried"}, "oom"),
+        (
+            {
+                "traceback": TB + "RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. "
+                "DefaultCPUAllocator: not enough memory: you tried to allocate 703687441 bytes."
+            },
+            "oom",
+        ),
         ({"exit_code": -9, "oom_kill": "the run's cgroup (memory.events oom_kill +1)"}, "oom"),
         ({"exit_code": -9, "oom_kill": "the kernel log: Killed process 42"}, "oom-outside"),
         ({"exit_code": -9}, "signal"),

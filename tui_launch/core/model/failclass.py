@@ -61,6 +61,8 @@ _NO_SCRIPT = re.compile(r"can't open file|^\S*python\S*: No module named ", re.M
 _ARGPARSE = re.compile(r"(^|\s)error: ")
 _CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", re.I)
 _HOST_OOM = re.compile(r"^(?:[\w.]*\.)?MemoryError\b")
+# torch's CPU allocator, when the host cannot give it the memory.
+_CPU_OOM = re.compile(r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)")
 _BACKEND = re.compile(
     r"\bNCCL\b|ProcessGroupNCCL|ProcessGroupGloo|\bgloo\b|DistBackendError|DistStoreError"
     r"|DistNetworkError|TCPStore|c10d",
@@ -149,6 +151,8 @@ def classify(
         return Classified(cls, f"killed by the kernel's OOM killer ({oom_kill})")
     if _HOST_OOM.match(last):
         return Classified(OOM, "MemoryError (host memory)")
+    if _CPU_OOM.search(last):
+        return Classified(OOM, "torch's CPU allocator (host memory)")
     if sig is not None and caused_by:
         # sig is set, so the exit code names a signal
         name = errors.signal_name(exit_code) or f"signal {sig}"

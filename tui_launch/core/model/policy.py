@@ -216,9 +216,10 @@ def _proven_same(prev: AttemptRecord, rec: AttemptRecord) -> bool:
     return (
         rec.cls == prev.cls == failclass.EXCEPTION
         and _same(prev, rec)
+        # The failed rank's step (its peers may run on by a few steps before they are stopped,
+        # more or fewer each time): the same step, no step gained by it between.
         and rec.fail_step is not None
         and rec.fail_step == prev.fail_step
-        and (rec.step is None or prev.step is None or rec.step <= prev.step)
     )
 
 
