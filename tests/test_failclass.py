@@ -34,6 +34,13 @@ TB = 'Traceback (most recent call last):\n  File "/x/train.py", line 3, in <modu
         ({"traceback": TB + "ImportError: cannot import name 'x'", "step": 40}, "exception"),
         ({"traceback": TB + "ValueError: bad batch", "step": 3}, "exception"),
         ({"traceback": TB + "torch.OutOfMemoryError: CUDA out of memory. Tried"}, "oom"),
+        (
+            {
+                "traceback": TB + "RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. "
+                "DefaultCPUAllocator: not enough memory: you tried to allocate 703687441 bytes."
+            },
+            "oom",
+        ),
         ({"exit_code": -9, "oom_kill": "the run's cgroup (memory.events oom_kill +1)"}, "oom"),
         ({"exit_code": -9, "oom_kill": "the kernel log: Killed process 42"}, "oom-outside"),
         ({"exit_code": -9}, "signal"),
@@ -69,6 +76,7 @@ def test_same_failure_at_same_step_stops_the_second_time():
     assert p.decide(rec(0, step=5, fail_step=3), 3).action == "restart"
     d = p.decide(rec(1, step=5, fail_step=3), 2)
     assert (d.action, d.rule) == ("stop", "same-failure")
+    assert "the same exception as attempt 0 at step 3 (ValueError: x @ f)" in d.reason
 
 
 def test_same_failure_after_progress_restarts():
@@ -92,10 +100,124 @@ def test_storm_needs_steps_and_no_gain():
     for i in range(5):
         assert r.decide(rec(i, cls="signal", sig=str(i), t=i), 9).action == "restart"
     # Outside the window: no storm.
-    w = RestartPolicy(PolicyConfig(storm_minutes=1))
+    w = RestartPolicy(PolicyConfig(storm_failures=3, storm_minutes=1))
     for i in range(4):
         d = w.decide(rec(i, cls="signal", sig=str(i), step=4, t=i * 120.0), 9)
         assert d.action == "restart"
+
+
+def test_storm_is_off_by_default():
+    # Three signals at the same step within a minute: a pattern, not proof (a store blip, a
+    # flaky node); the default policy spends the budget as torchrun does.
+    p = RestartPolicy()
+    for i in range(5):
+        d = p.decide(rec(i, cls="signal", sig="", step=4, fail_step=4, t=i), 9)
+        assert (d.action, d.rule) == ("restart", "restart")
+
+
+def tb(*frames: tuple[str, int, str], last: str) -> str:
+    body = "".join(f'  File "{f}", line {n}, in {fn}\n    x()\n' for f, n, fn in frames)
+    return f"Traceback (most recent call last):\n{body}{last}"
+
+
+LIB = "/usr/lib/python3.12/site-packages/torch/functional.py"
+
+
+def test_fingerprint_is_the_type_the_masked_message_and_the_innermost_own_frame():
+    a = tb(
+        ("/home/u/train.py", 80, "<module>"),
+        ("/home/u/train.py", 41, "step"),
+        (LIB, 200, "cat"),
+        last="RuntimeError: size 3 != 4 on rank 1 (tensor at 0x7f00aa)",
+    )
+    b = a.replace("size 3 != 4 on rank 1", "size 7 != 9 on rank 0").replace("0x7f00aa", "0x1")
+    fa = failclass.fingerprint("", a, ())
+    assert fa == "RuntimeError: size # != # on rank # (tensor at #) @ /home/u/train.py:41 in step"
+    assert failclass.fingerprint("", b, ()) == fa
+    # Another line of the program's code, another message: another failure.
+    assert failclass.fingerprint("", a.replace("line 41", "line 42"), ()) != fa
+    assert failclass.fingerprint("", a.replace("size", "shape"), ()) != fa
+    # From the stderr tail, with torch's rank prefixes, the same.
+    tail = tuple(f"[rank1]: {ln}" for ln in a.splitlines())
+    assert failclass.fingerprint("", None, tail) == fa
+
+
+@pytest.mark.parametrize(
+    "evidence",
+    [
+        {"message": "exit 1", "traceback": None, "stderr_tail": ()},
+        {"message": "", "traceback": None, "stderr_tail": ("rank 1: error in attempt 0",)},
+        {"message": "", "traceback": tb((LIB, 3, "f"), last="ValueError: x"), "stderr_tail": ()},
+        {
+            "message": "",
+            "traceback": tb(("/home/u/t.py", 3, "f"), last="KeyboardInterrupt"),
+            "stderr_tail": (),
+        },
+    ],
+    ids=["exit-code", "printed-line", "no-own-frame", "stopped"],
+)
+def test_fingerprint_is_empty_without_proof(evidence):
+    assert failclass.fingerprint(**evidence) == ""
+
+
+def test_an_exit_code_twice_is_not_the_same_failure():
+    # Issue 32: rank 1 exits 1 at the same place twice, no traceback, no step seen.
+    p = RestartPolicy()
+    assert p.decide(rec(0, sig=""), 3).action == "restart"
+    assert p.decide(rec(1, sig=""), 2).action == "restart"
+    # Steps seen, the same step, still no traceback: no proof.
+    q = RestartPolicy()
+    q.decide(rec(0, sig="", step=5, fail_step=5), 3)
+    assert q.decide(rec(1, sig="", step=5, fail_step=5), 2).action == "restart"
+
+
+def test_the_same_traceback_with_no_step_seen_is_not_proof():
+    p = RestartPolicy()
+    p.decide(rec(0), 3)
+    assert p.decide(rec(1), 2).action == "restart"
+
+
+@pytest.mark.parametrize("cls", ["oom", "backend", "signal", "crash", "hang"])
+def test_only_an_exception_can_be_the_same_failure(cls):
+    p = RestartPolicy()
+    p.decide(rec(0, cls=cls, step=5, fail_step=5), 3)
+    assert p.decide(rec(1, cls=cls, step=5, fail_step=5), 2).action == "restart"
+
+
+def test_a_missing_file_stops_only_when_it_is_missing_again():
+    sig = "FileNotFoundError: [Errno #] No such file: 'data.bin' @ /u/t.py:3 in load"
+    p = RestartPolicy()
+    first = rec(0, cls="startup", sig=sig, etype="FileNotFoundError")
+    assert p.decide(first, 3).action == "restart"
+    d = p.decide(rec(1, cls="startup", sig=sig, etype="FileNotFoundError"), 2)
+    assert (d.action, d.rule) == ("stop", "startup")
+
+
+def test_attempt_record_reads_the_root_cause():
+    from tui_launch.core.model.events import Failure
+    from tui_launch.core.model.policy import attempt_record
+
+    trace = tb(("/home/u/train.py", 9, "main"), last="ValueError: bad batch 7")
+    base = {"host": "h", "signal": None, "hint": None, "message": "", "error_file": None}
+    root = Failure(
+        attempt=2, local_rank=1, global_rank=1, pid=10, exit_code=1, time=5.0,
+        traceback=trace, stderr_tail=(), failure_class="exception", step=None, **base,
+    )  # fmt: skip
+    peer = Failure(
+        attempt=2, local_rank=0, global_rank=0, pid=11, exit_code=-15, time=6.0,
+        traceback=None, stderr_tail=(), collateral=True, failure_class="collateral", **base,
+    )  # fmt: skip
+    r = attempt_record(2, (peer, root), time=7.0, step=12, exits={1: 1}, local_ranks=(0, 1))
+    assert r is not None
+    assert (r.cls, r.etype, r.step, r.fail_step, r.deliberate) == (
+        "exception",
+        "ValueError",
+        12,
+        12,
+        False,
+    )
+    assert r.signature == "ValueError: bad batch # @ /home/u/train.py:9 in main"
+    assert attempt_record(2, (), time=7.0, step=None, exits={}, local_ranks=()) is None
 
 
 def test_deliberate_failures_do_not_count():

@@ -286,3 +286,29 @@ def test_oom_kill_inside_a_memory_limited_cgroup(launches, tmp_path):
     finally:
         wait_for(lambda: not (cg / "cgroup.procs").read_text().strip(), 30, what="cgroup empty")
         cg.rmdir()
+
+
+TRAINER = str(WORKERS / "epoch_trainer.py")
+
+
+def test_rank_exiting_in_two_attempts_then_finishing_finishes_like_torchrun(
+    tuilaunch, torchrun, tmp_path
+):
+    # Issue 32: rank 1 exits with os._exit(1) at the start of epoch 2 on attempts 0 and 1,
+    # after a line that names its attempt, and trains to the end on attempt 2. An exit code
+    # twice is not "the same failure", nor is "no step seen" "no progress": the default policy
+    # spends the budget as torchrun does, and the job finishes.
+    journal = tmp_path / "j.jsonl"
+    args = ["--standalone", "--nproc-per-node", "2", "--max-restarts", "3"]
+    ours = tuilaunch(*args, "--journal", str(journal), TRAINER)
+    assert ours.wait(180) == 0, ours.output[-4000:]
+    events = read_journal(journal)
+    assert [e["attempt"] for e in _kind(events, "workers_started")] == [0, 1, 2]
+    decisions = _kind(events, "policy_decision")
+    assert [(d["attempt"], d["action"]) for d in decisions] == [(0, "restart"), (1, "restart")]
+    for failed in _kind(events, "attempt_failed"):
+        root = next(f for f in failed["failures"] if not f["collateral"])
+        assert (root["global_rank"], root["exit_code"]) == (1, 1), root
+    assert events[-1]["outcome"] == "succeeded"
+    theirs = torchrun(*args, TRAINER)
+    assert theirs.wait(180) == 0, theirs.output[-4000:]

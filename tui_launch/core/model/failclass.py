@@ -11,6 +11,7 @@ metrics name it. See ``docs/restart-policy.md`` for the table.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 from dataclasses import dataclass
@@ -60,6 +61,8 @@ _NO_SCRIPT = re.compile(r"can't open file|^\S*python\S*: No module named ", re.M
 _ARGPARSE = re.compile(r"(^|\s)error: ")
 _CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", re.I)
 _HOST_OOM = re.compile(r"^(?:[\w.]*\.)?MemoryError\b")
+# torch's CPU allocator, when the host cannot give it the memory.
+_CPU_OOM = re.compile(r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory)")
 _BACKEND = re.compile(
     r"\bNCCL\b|ProcessGroupNCCL|ProcessGroupGloo|\bgloo\b|DistBackendError|DistStoreError"
     r"|DistNetworkError|TCPStore|c10d",
@@ -90,7 +93,9 @@ def exception_type(line: str) -> str:
     return m.group(1).rsplit(".", 1)[-1] if m else ""
 
 
-def _last_line(message: str, traceback: str | None, tail: tuple[str, ...]) -> str:
+def last_line(message: str, traceback: str | None, tail: tuple[str, ...]) -> str:
+    """The line that says what went wrong: the traceback's exception line, else the stderr
+    tail's last error line, else the message."""
     if traceback:
         last = errors.last_error_line(traceback.splitlines())
         if last:
@@ -133,7 +138,7 @@ def classify(
         return Classified(TEARDOWN, f"after main returned: {what}")
     if collateral:
         return Classified(COLLATERAL)
-    last = _last_line(message, traceback, stderr_tail)
+    last = last_line(message, traceback, stderr_tail)
     text = "\n".join([message, traceback or "", *stderr_tail])
     etype = exception_type(last)
     sig = -exit_code if exit_code < 0 else None
@@ -146,6 +151,8 @@ def classify(
         return Classified(cls, f"killed by the kernel's OOM killer ({oom_kill})")
     if _HOST_OOM.match(last):
         return Classified(OOM, "MemoryError (host memory)")
+    if _CPU_OOM.search(last):
+        return Classified(OOM, "torch's CPU allocator (host memory)")
     if sig is not None and caused_by:
         # sig is set, so the exit code names a signal
         name = errors.signal_name(exit_code) or f"signal {sig}"
@@ -166,14 +173,58 @@ def classify(
     return Classified(EXCEPTION, f"{etype or errors.describe_exit(exit_code)}{where}")
 
 
-def signature(message: str, traceback: str | None, stderr_tail: tuple[str, ...]) -> str:
-    """What makes two failures "the same exception": its last line and where it was raised
-    (the innermost frame), without pids, addresses or times that differ between attempts."""
-    last = _last_line(message, traceback, stderr_tail)
-    lines = (traceback.splitlines() if traceback else []) + list(stderr_tail)
-    frames = [ln.strip() for ln in lines if ln.strip().startswith('File "')]
-    where = frames[-1] if frames else ""
-    return re.sub(r"0x[0-9a-f]+|\b\d{3,}\b", "#", f"{last} @ {where}")
+# A frame line of a traceback, torch's "[rankN]: " prefix allowed: file, line, function.
+_FRAME = re.compile(r'^\s*(?:\[rank\d+\]:)?\s*File "([^"]*)", line (\d+), in (.+?)\s*$')
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+# The exception line after the frames: its (dotted) type, then its message.
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
+# Exceptions a rank ends with when something outside stops it: never the program's own bug.
+_STOPPED = frozenset({"KeyboardInterrupt", "SystemExit", "SignalException"})
+# Code that is not the program's: the standard library, installed packages, Python's frozen
+# modules and strings, and tuilaunch's own worker bootstrap.
+_LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python\d+(?:\.\d+)?t?/")
+_TUILAUNCH = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def own_code(path: str) -> bool:
+    """Whether a traceback's file is the program's own code (not the standard library, not an
+    installed package, not ``<frozen ...>`` or ``<string>``, not tuilaunch's bootstrap)."""
+    p = path.replace("\\", "/")
+    if p.startswith("<") or _LIBRARY.search(p):
+        return False
+    return not p.startswith(_TUILAUNCH + "/")
+
+
+def mask(text: str) -> str:
+    """``text`` with what differs between two runs of the same bug masked: addresses, then
+    every number (steps, ranks, pids, ports, attempts, times, sizes)."""
+    return re.sub(r"\d+", "#", re.sub(r"0x[0-9a-fA-F]+", "#", text))
+
+
+def fingerprint(message: str, traceback: str | None, stderr_tail: tuple[str, ...]) -> str:
+    """What makes two failures "the same exception", or "" when the evidence cannot prove it.
+
+    The exception's type, its message with :func:`mask` applied, and the innermost frame of the
+    program's own code (file, line, function) of the last traceback, from the ``@record`` error
+    file, else the stderr tail. "" without a traceback (an exit code, a signal, a line the
+    program printed), without a frame of the program's own code, or for an exception that
+    says the rank was stopped from outside (``KeyboardInterrupt``, ``SystemExit``).
+    """
+    lines = traceback.splitlines() if traceback else list(stderr_tail)
+    starts = [i for i, ln in enumerate(lines) if _TRACEBACK.search(ln)]
+    block = lines[starts[-1] :] if starts else lines
+    frames = [m for m in (_FRAME.match(ln) for ln in block) if m]
+    own = [m for m in frames if own_code(m.group(1))]
+    if not own:
+        return ""
+    m = _EXC_LINE.match(last_line(message, traceback, stderr_tail))
+    if m is None:
+        return ""
+    etype = m.group(1)
+    if etype.rsplit(".", 1)[-1] in _STOPPED:
+        return ""
+    path, line, func = own[-1].groups()
+    return f"{etype}: {mask(m.group(2) or '')} @ {path}:{line} in {func}"
 
 
 def describe(cls: str, detail: str) -> str:

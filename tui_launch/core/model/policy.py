@@ -5,14 +5,20 @@ default) stops early where a restart cannot help, in this order:
 
 1. ``teardown``: every rank of the node either exited 0 or had its ``main`` return before it
    died: the work is done; the run ends "completed; rank N crashed in teardown" (exit 0).
-2. ``startup``: a startup error (ImportError, SyntaxError, a missing script or module, bad
-   arguments) before the first step: the next attempt would fail the same way.
+2. ``startup``: a startup error before the first step: an ImportError, a SyntaxError, a
+   missing script or module, bad arguments stop at once (the next attempt would fail the same
+   way); a ``FileNotFoundError`` stops when the same one repeats on the next attempt (another
+   rank may have been about to write the file).
 3. injected or controlled failures (tuilaunch sent the signal) are restarted and not counted.
-4. ``same-failure``: the same exception (its last line and innermost frame) at the same step
-   as the attempt before, with no step gained between.
-5. ``storm``: ``storm_failures`` failures within ``storm_minutes`` minutes with no step gained
-   over them: every one of those attempts printed steps, and none got further than the first
-   (without progress lines there is no evidence, and ``--max-restarts`` alone bounds it).
+4. ``same-failure``: proof that a restart cannot help: the same exception as the attempt
+   before (:func:`~tui_launch.core.model.failclass.fingerprint`: its type, its message with
+   numbers and addresses masked, the innermost frame of the program's own code), at the same
+   step, with no step gained between. Both attempts must have shown a step: "no step seen"
+   is never "no progress". An exit code or a signal without a traceback, a backend or store
+   error, a hang, an OOM is never "the same failure".
+5. ``storm`` (off unless ``--restart-storm N,MINUTES`` asks for it): N failures within MINUTES
+   minutes with no step gained over them (every one of those attempts printed steps, and none
+   got further than the first). It stops on a pattern, not on proof, so only on request.
 
 ``--restart-policy torchrun`` restarts as torchrun does. Every decision becomes a
 :class:`~tui_launch.core.model.events.PolicyDecision` with the restarts it saved.
@@ -20,16 +26,23 @@ default) stops early where a restart cannot help, in this order:
 
 from __future__ import annotations
 
+import re
 from collections import deque
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from tui_launch.core.model import failclass
+from tui_launch.core.model.events import Failure
+from tui_launch.core.model.snapshot import pick_root_cause
 
 SMART = "smart"
 TORCHRUN = "torchrun"
 POLICIES = (SMART, TORCHRUN)
-STORM_FAILURES = 3
+STORM_FAILURES = 0  # the storm rule is off unless --restart-storm asks for it
 STORM_MINUTES = 10.0
+# A startup error that another rank or process may be about to fix (a file it writes): it
+# stops only when the same one repeats.
+RETRYABLE_STARTUP = frozenset({"FileNotFoundError"})
 
 
 @dataclass(frozen=True)
@@ -45,10 +58,11 @@ class PolicyConfig:
 class AttemptRecord:
     """What the policy keeps of one failed attempt.
 
-    ``cls``, ``signature`` and ``fail_step`` (the step its rank was at) are the root cause's;
-    ``step`` the furthest step the attempt reached (None: none seen); ``deliberate``: tuilaunch
-    itself caused it (an injection, a control); ``all_returned``: every rank's ``main``
-    returned (or it exited 0).
+    ``cls``, ``signature`` (its :func:`~tui_launch.core.model.failclass.fingerprint`, "" when
+    the evidence cannot prove sameness), ``etype`` (its exception's type, "" when none) and
+    ``fail_step`` (the step its rank was at) are the root cause's; ``step`` the furthest step
+    the attempt reached (None: none seen); ``deliberate``: tuilaunch itself caused it (an
+    injection, a control); ``all_returned``: every rank's ``main`` returned (or it exited 0).
     """
 
     attempt: int
@@ -59,6 +73,7 @@ class AttemptRecord:
     deliberate: bool = False
     all_returned: bool = False
     fail_step: int | None = None
+    etype: str = ""
 
 
 @dataclass(frozen=True)
@@ -94,26 +109,28 @@ class RestartPolicy:
             return Decision(
                 "stop", "teardown", "every rank's main returned: the work is done, not redone"
             )
+        prev = self._history[-1] if self._history else None
         if rec.cls == failclass.STARTUP:
-            return Decision(
-                "stop", "startup", "a startup error: the next attempt would fail the same way"
-            )
+            if rec.etype not in RETRYABLE_STARTUP:
+                return Decision(
+                    "stop", "startup", "a startup error: the next attempt would fail the same way"
+                )
+            if prev is not None and prev.cls == failclass.STARTUP and _same(prev, rec):
+                return Decision(
+                    "stop",
+                    "startup",
+                    f"the same {rec.etype} before the first step as attempt {prev.attempt}",
+                )
         if budget_left <= 0:
             return Decision("stop", "budget", "--max-restarts spent")
         if rec.deliberate:
             return Decision("restart", "deliberate", "tuilaunch caused this failure itself")
-        prev = self._history[-1] if self._history else None
-        if (
-            prev is not None
-            and rec.cls in failclass.PROGRAM | {failclass.OOM}
-            and prev.signature == rec.signature
-            and prev.fail_step == rec.fail_step
-        ):
-            at = f"step {rec.fail_step}" if rec.fail_step is not None else "no step seen"
+        if prev is not None and _proven_same(prev, rec):
             return Decision(
                 "stop",
                 "same-failure",
-                f"the same failure as attempt {prev.attempt} ({at}), no progress between",
+                f"the same exception as attempt {prev.attempt} at step {rec.fail_step} "
+                f"({_short(rec.signature)}), no step gained between",
             )
         n, minutes = self.config.storm_failures, self.config.storm_minutes
         if n > 0:
@@ -131,6 +148,79 @@ class RestartPolicy:
                         f"(steps reached: {', '.join(map(str, known))})",
                     )
         return Decision("restart", "restart", "a restart may fix it")
+
+
+def attempt_record(
+    attempt: int,
+    failures: tuple[Failure, ...],
+    *,
+    time: float,
+    step: int | None,
+    exits: Mapping[int, int],
+    local_ranks: Collection[int],
+) -> AttemptRecord | None:
+    """What the policy keeps of a failed attempt, from its classified failures (None: none).
+
+    Args:
+        attempt: the attempt.
+        failures: its failures, classified (``failure_class`` and ``step`` set).
+        time: when it failed (wall clock).
+        step: the furthest step any rank reached in it (None: none seen).
+        exits: the exit code of every local rank seen to exit.
+        local_ranks: this node's local ranks in the attempt.
+    """
+    root = pick_root_cause(failures)
+    if root is None:
+        return None
+    real = [f for f in failures if not f.collateral]
+    # Every rank of this node finished its work: it exited 0, or it failed after its main
+    # returned (a rank the agent killed before its main returned has not).
+    failed = {f.local_rank for f in failures}
+    all_returned = (
+        bool(real)
+        and all(f.failure_class == failclass.TEARDOWN for f in failures)
+        and all(lr in failed or code == 0 for lr, code in exits.items())
+        and set(local_ranks) <= set(exits) | failed
+    )
+    last = failclass.last_line(root.message, root.traceback, root.stderr_tail)
+    return AttemptRecord(
+        attempt=attempt,
+        time=time,
+        cls=failclass.TEARDOWN if all_returned else root.failure_class,
+        signature=failclass.fingerprint(root.message, root.traceback, root.stderr_tail),
+        # The step its rank was at; a rank that prints none fails where the attempt was.
+        step=step,
+        deliberate=bool(root.caused_by) and not root.hung,
+        all_returned=all_returned,
+        fail_step=root.step if root.step is not None else step,
+        etype=failclass.exception_type(last),
+    )
+
+
+def _same(a: AttemptRecord, b: AttemptRecord) -> bool:
+    """Both failed with the same exception, proven by a traceback of the program's code."""
+    return bool(a.signature) and a.signature == b.signature
+
+
+def _short(signature: str) -> str:
+    """A fingerprint for the reason line: the frame's file without its directory."""
+    return re.sub(r" @ .*/", " @ ", signature)[:200]
+
+
+def _proven_same(prev: AttemptRecord, rec: AttemptRecord) -> bool:
+    """``rec`` repeats ``prev``: the same exception at the same step, no step gained between.
+
+    Only an exception proves it (an exit code, a signal, a backend or store error, a hang or an
+    OOM is never "the same failure"), and only with a step seen in both attempts.
+    """
+    return (
+        rec.cls == prev.cls == failclass.EXCEPTION
+        and _same(prev, rec)
+        # The failed rank's step (its peers may run on by a few steps before they are stopped,
+        # more or fewer each time): the same step, no step gained by it between.
+        and rec.fail_step is not None
+        and rec.fail_step == prev.fail_step
+    )
 
 
 def parse_storm(text: str) -> tuple[int, float]:

@@ -68,7 +68,7 @@ class Options:
     slurm_job: str | None = None
     slurm_notes: tuple[str, ...] = ()
     restart_policy: str = "smart"
-    restart_storm: tuple[int, float] = (3, 10.0)
+    restart_storm: tuple[int, float] = (0, 10.0)
     exit_codes: str = "tuilaunch"
     preempt_signals: str = "SIGTERM,SIGUSR1"
 
@@ -347,18 +347,18 @@ def build_parser() -> argparse.ArgumentParser:
         dest=_OURS + "restart_policy",
         choices=("smart", "torchrun"),
         default="smart",
-        help="smart (default): no restart for a startup error, for the same failure at the "
-        "same step twice, for a restart storm (--restart-storm), or for a crash after every "
-        "rank's main returned; torchrun: restart every failure until --max-restarts is spent. "
+        help="smart (default): no restart for a startup error, for the same exception at the "
+        "same step twice (proven by its traceback), or for a crash after every rank's main "
+        "returned; torchrun: restart every failure until --max-restarts is spent. "
         "See docs/restart-policy.md.",
     )
     ours.add_argument(
         "--restart-storm",
         dest=_OURS + "restart_storm",
-        default="3,10",
+        default="0",
         metavar="N,MINUTES",
-        help="With --restart-policy smart: stop after N failures within MINUTES minutes with "
-        "no training step gained (default 3,10; 0: off).",
+        help="With --restart-policy smart: also stop after N failures within MINUTES minutes "
+        "with no training step gained, whatever they were (default 0: off).",
     )
     ours.add_argument(
         "--exit-codes",
@@ -425,7 +425,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, Options]:
         ours["slurm_job"] = slurm_plan.job.job_id
         ours["slurm_notes"] = slurm_plan.notes
     try:
-        ours["restart_storm"] = parse_storm(str(ours.get("restart_storm") or "3,10"))
+        ours["restart_storm"] = parse_storm(str(ours.get("restart_storm") or "0"))
     except ValueError as e:
         parser.error(f"--restart-storm: {e}" if "--restart-storm" not in str(e) else str(e))
     bad = unknown_signals(ours.get("preempt_signals") or "")

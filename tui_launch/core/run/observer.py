@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tui_launch.core.model import errors, failclass
+from tui_launch.core.model import errors
 from tui_launch.core.model.events import (
     AttemptFailed,
     Connecting,
@@ -34,8 +34,8 @@ from tui_launch.core.model.events import (
     WorkersSaved,
     WorkersStarted,
 )
-from tui_launch.core.model.policy import AttemptRecord, RestartPolicy
-from tui_launch.core.model.store import Phase, RunStore, pick_root_cause
+from tui_launch.core.model.policy import RestartPolicy, attempt_record
+from tui_launch.core.model.store import Phase, RunStore
 from tui_launch.core.run import inject, reports
 from tui_launch.core.run.failures import classified, collect_failures, hang_failures, with_peers
 from tui_launch.core.run.membership import Membership, elastic, failed_here
@@ -349,33 +349,19 @@ class Supervisor:
     ) -> None:
         """The restart policy's decision for this attempt: a line in the log, an event, and
         torch's budget spent when it says stop (torch then stops the workers its own way)."""
-        root = pick_root_cause(failures)
-        if root is None:
-            return
         attempt = self._ranks.attempt
-        real = [f for f in failures if not f.collateral]
-        # Every rank of this node finished its work: it exited 0, or it failed after its main
-        # returned (a rank the agent killed before its main returned has not).
-        failed = {f.local_rank for f in failures}
-        all_returned = (
-            bool(real)
-            and all(f.failure_class == failclass.TEARDOWN for f in failures)
-            and all(lr in failed or code == 0 for lr, code in exits.items())
-            and set(self._ranks.view().pids) <= set(exits) | failed
-        )
-        cls = root.failure_class
-        if all_returned:
-            cls = failclass.TEARDOWN
-        rec = AttemptRecord(
-            attempt=attempt,
+        rec = attempt_record(
+            attempt,
+            failures,
             time=time.time(),
-            cls=cls,
-            signature=failclass.signature(root.message, root.traceback, root.stderr_tail),
             step=self._attempt_step(attempt),
-            deliberate=bool(root.caused_by) and not root.hung,
-            all_returned=all_returned,
-            fail_step=root.step,
+            exits=exits,
+            local_ranks=self._ranks.view().pids,
         )
+        if rec is None:
+            return
+        real = [f for f in failures if not f.collateral]
+        cls = rec.cls
         left = agent.remaining_restarts(self._agent if self._agent is not None else agent_obj)
         decision = self._policy.decide(rec, left)
         saved = left if decision.action == "stop" else 0
@@ -395,6 +381,7 @@ class Supervisor:
                 reason=decision.reason,
                 failure_class=cls,
                 saved=saved,
+                step=rec.step,
             )
         )
 

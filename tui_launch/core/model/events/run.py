@@ -241,7 +241,8 @@ class PolicyDecision(Event):
 
     ``action`` is ``restart`` or ``stop``; ``rule`` names the rule that decided (``startup``,
     ``same-failure``, ``storm``, ``teardown``, ``budget``, ``torchrun``...); ``saved`` is the
-    number of restarts of ``--max-restarts`` it did not spend (0 for a restart).
+    number of restarts of ``--max-restarts`` it did not spend (0 for a restart); ``step`` the
+    furthest training step the policy saw the attempt reach (None: none seen).
     """
 
     kind: ClassVar[str] = "policy_decision"
@@ -251,6 +252,7 @@ class PolicyDecision(Event):
     reason: str
     failure_class: str
     saved: int = 0
+    step: int | None = None
 
 
 @dataclass(frozen=True)
