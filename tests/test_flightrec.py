@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,36 @@ def test_every_rank_at_one_collective_names_none():
     )
     assert collective_verdict(recs[:1], {}, ()) is None
     assert size_text(3 << 20) == "3 MB"
+
+
+def test_a_skew_between_moving_ranks_names_no_rank():
+    # One look shows rank 1 a collective behind rank 0, but both numbers advanced between the
+    # looks (the live poll before the dump, a status request after it): a healthy loop.
+    recs = [
+        replace(parse_record(0, _fr(_entry(849, "all_reduce", 10)), None), looks=(845, 853)),
+        replace(parse_record(1, _fr(_entry(848, "all_reduce", 10)), None), looks=(844, 852)),
+    ]
+    v = collective_verdict(recs, {1: "train.py:30 in step"}, {0})
+    assert v is not None and v.odd == () and v.kind == "moving"
+    assert v.text == (
+        "ranks 0, 1 move on (rank 0 #845 to #853, rank 1 #844 to #852 between two looks): "
+        "not a hang"
+    )
+    # Only the one behind moves (it catches up): still no culprit.
+    recs[0] = replace(recs[0], looks=(849, 849))
+    v = collective_verdict(recs, {1: "train.py:30 in step"}, {0})
+    assert v is not None and v.odd == () and v.kind == "moving", v
+    # The same skew with numbers that did not move between the looks: rank 1 is named.
+    still = [replace(r, looks=(r.last_enqueued,)) for r in recs]
+    v = collective_verdict(still, {1: "train.py:30 in step"}, {0})
+    assert v is not None and v.odd == (1,) and v.kind == "behind", v
+    # Every record at one number, a stack elsewhere: "left" only when that rank is not moving.
+    at = [parse_record(r, _fr(_entry(9, "all_reduce", 10)), None) for r in (0, 1)]
+    left = collective_verdict(at, {1: "train.py:30 in step"}, {0})
+    assert left is not None and left.kind == "left" and left.odd == (1,)
+    at[1] = replace(at[1], looks=(7,))
+    v = collective_verdict(at, {1: "train.py:30 in step"}, {0})
+    assert v is not None and v.kind == "moving" and v.odd == ()
 
 
 def test_user_setting_wins_and_zero_turns_it_off(tmp_path):
@@ -292,3 +323,46 @@ def test_the_group_where_ranks_part_is_judged():
     )
     many = _fr(*(_entry(s, "all_reduce", 10) for s in range(1, 30)))
     assert len(parse_record(0, many, None).collectives) == 8
+
+
+def test_quiet_healthy_loop_gets_no_culprit_and_each_suspicion_clears(tuilaunch, tmp_path):
+    # Fast steps, collectives running, a line only every 200 steps: silence longer than
+    # --hang-timeout, so the watch suspects a hang, but the ranks' sequence numbers advance.
+    launch = tuilaunch(
+        *("--flight-recorder", "--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
+        *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
+        *(DDP_LOOP, "--steps", "801", "--print-every", "200", "--sleep", "0.02"),
+        *("--seconds", "200"),
+    )
+    assert launch.wait(260) == 0, launch.output[-3000:]
+    assert "rank 1 step 800" in launch.stdout
+    events = read_journal(journal_path(launch.output))
+    assert not [e for e in events if e["kind"] == "hang"]
+    kinds = [e["kind"] for e in events]
+    suspected = [
+        i
+        for i, e in enumerate(events)
+        if e["kind"] == "stacks_dumped" and e["reason"] == "hang-suspected"
+    ]
+    assert suspected, kinds
+    verdicts = {e["path"]: e for e in events if e["kind"] == "collective_verdict"}
+    judged = 0
+    for n, i in enumerate(suspected):
+        dump = events[i]
+        # Each suspicion ends with its cleared event before the next one, unless the workers
+        # finish first (a rank leaving the loop for its teardown is quiet too).
+        end = suspected[n + 1] if n + 1 < len(suspected) else len(events)
+        cleared = [e for e in events[i:end] if e["kind"] == "hang_cleared"]
+        if not cleared and "rank_exited" in kinds[i - 5 : end]:
+            continue
+        assert len(cleared) == 1 and cleared[0]["suspected"], (dump, kinds[i:end])
+        assert cleared[0]["ranks"] == dump["odd_ranks"]
+        cv = verdicts.get(dump["path"])
+        if cv is None:
+            continue  # before the first collective (torch still importing): stacks alone
+        judged += 1
+        assert cv["odd_ranks"] == [] and cv["verdict_kind"] == "moving", cv
+        assert dump["odd_ranks"] == [], dump["verdict"]
+        assert " move on (" in dump["verdict"], dump["verdict"]
+    assert judged, [events[i]["verdict"] for i in suspected]
+    assert "hang suspicion cleared (attempt 0" in launch.stderr, launch.stderr[-3000:]

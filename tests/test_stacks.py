@@ -64,6 +64,7 @@ from tui_launch.core.diagnosis.stacks import (
     verdict,
 )
 from tui_launch.core.diagnosis.stacks import pyspy as pyspy_mod
+from tui_launch.core.diagnosis.stacks.model import RankRecord
 from tui_launch.core.journal.writer import Journal, read_journal
 from tui_launch.core.model import events as ev
 from tui_launch.core.workers.shim import FAULTHANDLER_ENV, FAULTHANDLER_SIGNAL, INJECT_SIGNAL
@@ -599,6 +600,45 @@ def test_confirm_compares_main_thread_stacks() -> None:
     assert not c.hung and c.moved == (1,) and c.still == (0,)
     c = confirm(first, _dump(_rank(0, None, error="gone"), _rank(1, None, error="gone")))
     assert not c.hung and c.unknown == (0, 1)
+
+
+def test_confirm_counts_collectives_that_advanced_as_moving() -> None:
+    # A loop caught at the same all-reduce line in both dumps still moves: its Flight
+    # Recorder numbers advanced between them.
+    def records(*seqs: int) -> tuple[RankRecord, ...]:
+        return tuple(RankRecord(g, last_enqueued=n) for g, n in enumerate(seqs))
+
+    first = dataclasses.replace(_dump(_rank(0, COLL), _rank(1, COLL), wall=100.0),
+                                records=records(840, 840))  # fmt: skip
+    later = dataclasses.replace(_dump(_rank(0, COLL), _rank(1, COLL), wall=104.0),
+                                records=records(900, 899))  # fmt: skip
+    c = confirm(first, later)
+    assert not c.hung and c.moved == (0, 1) and c.still == ()
+    assert c.text == "not hung: the collectives of ranks 0, 1 advanced in 4 s"
+    stuck = dataclasses.replace(later, records=records(840, 840))
+    assert confirm(first, stuck).hung
+    # Two looks within one dump that saw it move are enough too.
+    looked = dataclasses.replace(
+        stuck,
+        records=(RankRecord(0, last_enqueued=840), RankRecord(1, last_enqueued=840, looks=(838,))),
+    )
+    c = confirm(first, looked)
+    assert not c.hung and c.moved == (1,) and c.still == (0,)
+
+
+def test_a_suspicion_cleared_says_so() -> None:
+    from tui_launch.core.model.text import describe
+
+    e = ev.HangCleared(0, (), "stacks", "not hung: the stacks of ranks 0, 1 moved in 4 s",
+                       suspected=True)  # fmt: skip
+    assert describe(e) == (
+        "hang suspicion cleared (attempt 0): not hung: the stacks of ranks 0, 1 moved in 4 s"
+    )
+    assert ev.from_dict(json.loads(json.dumps(ev.to_dict(e)))) == e
+    named = dataclasses.replace(e, ranks=(1,), why="output", detail="rank 1 wrote output again")
+    assert describe(named) == (
+        "hang suspicion cleared (attempt 0, ranks 1): rank 1 wrote output again"
+    )
 
 
 def test_hang_detector_suspects_after_silence_on_all_ranks_and_confirms() -> None:

@@ -21,6 +21,7 @@ PROGRAMS = Path(__file__).parent / "programs"
 DDP_LOOP = str(PROGRAMS / "ddp_loop.py")
 ASYNC = str(PROGRAMS / "async_sync.py")
 MISMATCH = str(PROGRAMS / "mismatch.py")
+BUFFERS = str(PROGRAMS / "ddp_buffers.py")
 TIMEOUT = 4.0
 
 
@@ -80,6 +81,33 @@ def test_ddp_loop_stopped_rank_is_named(tuilaunch, tmp_path):
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert "rank 1 is not in a collective: stopped" in hang["verdict"], hang["verdict"]
     assert _cause(launch)["global_rank"] == 1
+
+
+def test_ddp_buffer_broadcast_is_a_wait_and_the_sleeper_is_named(tuilaunch, tmp_path):
+    # Rank 0 sits in the forward's buffer broadcast (BatchNorm's running stats), whose
+    # innermost Python frame calls the native dist._broadcast_coalesced.
+    launch = _hung_run(tuilaunch, tmp_path, 2, BUFFERS, "--sleep-rank", "1", "--seconds", "200")
+    hang = _hang(launch)
+    assert hang["odd_ranks"] == [1], hang["verdict"]
+    assert hang["verdict"] == (
+        "rank 1 is not in a collective: ddp_buffers.py:29 in asleep; "
+        "rank 0 waits in DDP's buffer broadcast"
+    ), hang["verdict"]
+    assert _cause(launch)["global_rank"] == 1
+
+
+def test_ddp_buffer_broadcast_kill_of_the_sleeper_is_the_root_cause(tuilaunch, tmp_path):
+    launch = tuilaunch(
+        *("--inject", "kill:rank=1,after=40s", "--log-dir", str(tmp_path), "--standalone"),
+        *("--nproc-per-node", "2", BUFFERS, "--sleep-rank", "1", "--seconds", "200"),
+    )
+    assert launch.wait(260) == INFRASTRUCTURE, launch.output[-3000:]
+    assert "rank 0 step 4 " in launch.output, launch.output[-3000:]
+    cause = _cause(launch)
+    assert cause["global_rank"] == 1 and cause["signal"] == "SIGKILL", cause
+    # The survivor was waiting for it in the buffer broadcast when gloo broke.
+    (peer,) = [p for p in cause["peers"] if p.startswith("rank 0")]
+    assert "rank 0: DDP's buffer broadcast (ddp_buffers.py:" in peer, peer
 
 
 def test_async_wait_in_own_code_is_a_wait(tuilaunch, tmp_path):

@@ -216,6 +216,8 @@ class Dumper:
         ages: dict[int, float] = {}
         recent = self.recent() if self.recent is not None else {}
         now = time.monotonic()
+        if not leaving:
+            got = _with_looks(directory, got, recent, now)
         for g, (at, old) in recent.items():
             a = got.get(g)
             if (a is None or a.raw is None) and now - at <= _RECENT:
@@ -353,6 +355,29 @@ def with_records(
         ranks.append(r)
     records = tuple(answers[g].record for g in sorted(answers))
     return replace(dump, ranks=tuple(ranks), records=records)
+
+
+def _with_looks(
+    directory: str, answers: dict[int, Answer], recent: dict[int, tuple[float, Answer]], now: float
+) -> dict[int, Answer]:
+    """Each answer's record with the rank's sequence number at two other looks: the live
+    poll's last one before the dump, and a status request now, after the stacks (a rank that
+    advanced between them is moving: a skew of one collective between two looks at moving
+    ranks is not a hang)."""
+    asked = [g for g, a in answers.items() if a.raw is not None]
+    later = gather(directory, asked, "status", 0.5) if asked else {}
+    out = dict(answers)
+    for g in asked:
+        looks = []
+        before = recent.get(g)
+        if before is not None and now - before[0] <= _RECENT:
+            looks.append(before[1].record.last_enqueued)
+        after = later.get(g)
+        if after is not None and after.raw is not None:
+            looks.append(after.record.last_enqueued)
+        a = answers[g]
+        out[g] = replace(a, record=replace(a.record, looks=tuple(looks)))
+    return out
 
 
 def _first_exit(view: RanksView) -> int | None:

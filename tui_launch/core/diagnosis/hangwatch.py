@@ -16,6 +16,11 @@ when
 a later dump (any: the ``d`` key, the control API, another node's request, or the watch's own
 quiet look every ``--hang-timeout`` seconds while hung) finds a main-thread stack that moved.
 
+A suspicion that ends before it is confirmed (output came, or the second dump found ranks that
+moved: a main-thread stack, or with ``--flight-recorder`` a collective sequence number) posts a
+:class:`~tui_launch.core.model.events.HangCleared` with ``suspected`` set once its first dump
+was announced, so that the verdict that dump printed is not left standing.
+
 The watch only runs while the workers are monitored (not during a restart or a stop). Its cost
 is a few ``stat`` calls per tick: about 0.01 % of a core (``bench/stacks.py --detector``).
 """
@@ -44,7 +49,7 @@ from tui_launch.core.diagnosis.stacks.hang import (
     SUSPECTED,
 )
 from tui_launch.core.logs.tail import LogSource
-from tui_launch.core.model.events import Event, HangCleared, HangDetected
+from tui_launch.core.model.events import Event, HangCleared, HangDetected, StacksDumped
 from tui_launch.core.periodic import Periodic
 
 ACTIONS = ("dump", "restart", "stop")
@@ -106,6 +111,10 @@ class HangWatch:
         self._hung_ranks: tuple[int, ...] = ()
         self._recheck_every = max(timeout, window)
         self._recheck_at = 0.0
+        # A suspicion announced by its dump (until confirmed or cleared), and why one whose
+        # dump was still being taken ended (output came meanwhile).
+        self._suspicion: StacksDumped | None = None
+        self._ended: tuple[str, str] | None = None
         self._cleared: list[HangCleared] = []  # to post, outside the lock
         if self.detector.enabled:
             dumper.listeners.append(self._on_taken)
@@ -139,6 +148,7 @@ class HangWatch:
             self._ranks = dict(ranks)
             self._sizes = {}
             self._hung_dump, self._hung_ranks = None, ()
+            self._suspicion, self._ended = None, None
             self.detector.start(time.monotonic(), ranks.values())
 
     def sink(self, src: LogSource, lines: list[str]) -> None:
@@ -152,10 +162,22 @@ class HangWatch:
 
     def _output(self, rank: int, now: float) -> None:
         """Under the lock: ``rank`` wrote; a confirmed hang is over (its flags go)."""
-        hung = self.detector.state == HUNG
+        state = self.detector.state
         self.detector.output(rank, now)
-        if hung:
+        if state == HUNG:
             self._clear("output", f"rank {rank} wrote output again")
+        elif state in (SUSPECTED, CONFIRMING):
+            self._suspicion_over("output", f"rank {rank} wrote output again")
+
+    def _suspicion_over(self, why: str, detail: str) -> None:
+        """Under the lock: a suspected hang ended before it was confirmed; once its dump was
+        announced (with a verdict that may name a rank), say so."""
+        if self._suspicion is None:
+            self._ended = (why, detail)  # its dump is still being taken
+            return
+        odd = self._suspicion.odd_ranks
+        self._cleared.append(HangCleared(self._attempt, odd, why, detail, suspected=True))
+        self._suspicion, self._ended = None, None
 
     def _clear(self, why: str, detail: str) -> None:
         # Under the lock: queue the event that drops the HUNG? flags of this attempt.
@@ -227,44 +249,65 @@ class HangWatch:
             self._post_cleared()
             return
         if todo == DUMP:
-            taken = self._dumper.take("hang-suspected", "hang")
-            with self._lock:
-                self._after_dump()
-                if self.detector.state != SUSPECTED or attempt != self._attempt:
-                    return  # output came meanwhile, or a new attempt: no longer suspected
-                if taken is None:
-                    self.detector.start(time.monotonic(), self._ranks.values())
-                    return
-                self._first_path = taken.event.path
-                self.detector.first(taken.dump, time.monotonic())
+            self._suspect(attempt)
         elif todo == CONFIRM:
-            # The confirming dump reads the native frames too: the ranks are hung, so a pause
-            # of a second each costs them nothing, and where a Python stack ends in torch's
-            # C++ they say what it waits in.
-            taken = self._dumper.take("hang-confirm", "hang", native=True)
-            with self._lock:
-                self._after_dump()
-                if self.detector.state != CONFIRMING or attempt != self._attempt:
-                    return
-                if taken is None:
-                    self.detector.start(time.monotonic(), self._ranks.values())
-                    return
-                result = self.detector.second(taken.dump, time.monotonic())
-                if not result.hung:
-                    return
-                event = hang_event(
-                    result,
-                    taken.dump,
-                    attempt=attempt,
-                    silence=silence,
-                    first_path=self._first_path,
-                    second_path=taken.event.path,
-                    action=self.action,
-                )
-                self._hung_dump = taken.dump
-                self._hung_ranks = event.odd_ranks or event.still_ranks
-                self._recheck_at = time.monotonic() + self._recheck_every
-                # Under the lock: a HangCleared for output that comes next is posted after it.
-                self._post(event)
-            if self._on_hang is not None:
+            event = self._confirm(attempt, silence)
+            if event is not None and self._on_hang is not None:
                 self._on_hang(event)
+        self._post_cleared()
+
+    def _suspect(self, attempt: int) -> None:
+        """The first dump of a suspected hang; output that came while it was taken ends the
+        suspicion it announced."""
+        taken = self._dumper.take("hang-suspected", "hang")
+        with self._lock:
+            self._after_dump()
+            if attempt != self._attempt:
+                return  # a new attempt: no longer suspected
+            if taken is None:
+                if self.detector.state == SUSPECTED:
+                    self.detector.start(time.monotonic(), self._ranks.values())
+                return
+            self._suspicion = taken.event
+            if self.detector.state != SUSPECTED:
+                # Output came meanwhile: the suspicion this dump announced is over already.
+                why, detail = self._ended or ("output", "output came during the dump")
+                self._suspicion_over(why, detail)
+                return
+            self._first_path = taken.event.path
+            self.detector.first(taken.dump, time.monotonic())
+
+    def _confirm(self, attempt: int, silence: float) -> HangDetected | None:
+        """The second dump: the confirmed hang (posted), or None (the suspicion cleared)."""
+        # The confirming dump reads the native frames too: the ranks are hung, so a pause of a
+        # second each costs them nothing, and where a Python stack ends in torch's C++ they
+        # say what it waits in.
+        taken = self._dumper.take("hang-confirm", "hang", native=True)
+        with self._lock:
+            self._after_dump()
+            if self.detector.state != CONFIRMING or attempt != self._attempt:
+                return None  # output came meanwhile (its sink cleared it), or a new attempt
+            if taken is None:
+                self.detector.start(time.monotonic(), self._ranks.values())
+                self._suspicion_over("gone", "no rank left to dump")
+                return None
+            result = self.detector.second(taken.dump, time.monotonic())
+            if not result.hung:
+                self._suspicion_over("stacks", result.text)
+                return None
+            self._suspicion, self._ended = None, None
+            event = hang_event(
+                result,
+                taken.dump,
+                attempt=attempt,
+                silence=silence,
+                first_path=self._first_path,
+                second_path=taken.event.path,
+                action=self.action,
+            )
+            self._hung_dump = taken.dump
+            self._hung_ranks = event.odd_ranks or event.still_ranks
+            self._recheck_at = time.monotonic() + self._recheck_every
+            # Under the lock: a HangCleared for output that comes next is posted after it.
+            self._post(event)
+        return event

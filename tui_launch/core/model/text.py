@@ -157,6 +157,9 @@ def describe(e: Event) -> str | None:
             f"{e.verdict} (--on-hang {e.action}: {then.get(e.action, e.action)})"
         )
     if isinstance(e, HangCleared):
+        if e.suspected:
+            named = f", ranks {_ranks(e.ranks)}" if e.ranks else ""
+            return f"hang suspicion cleared (attempt {e.attempt}{named}): {e.detail or e.why}"
         return f"hang over (attempt {e.attempt}, ranks {_ranks(e.ranks)}): {e.detail or e.why}"
     if isinstance(e, JobStacks):
         where = f" -> {e.path}" if e.path else ""

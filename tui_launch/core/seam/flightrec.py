@@ -151,12 +151,18 @@ def _seq(fr: dict[str, Any]) -> str | None:
 def answer(what: str) -> dict[str, Any]:
     """The answer to one request, the rank's records and every thread's stack.
 
-    ``dump``: every entry of the ring. ``poll`` (the live view, every couple of seconds): only
-    the groups' status while the rank moves on, so a poll costs microseconds; once the default
-    group's sequence number has not moved since the previous poll (the rank waits, or is
-    elsewhere), the newest :data:`POLL_ENTRIES` entries are read, once for that number.
+    ``dump``: every entry of the ring. ``status``: only the groups' status, without stacks (a
+    dump's second look: did the rank move on). ``poll`` (the live view, every couple of
+    seconds): only the groups' status while the rank moves on, so a poll costs microseconds;
+    once the default group's sequence number has not moved since the previous poll (the rank
+    waits, or is elsewhere), the newest :data:`POLL_ENTRIES` entries are read, once for that number.
     """
     t0 = time.perf_counter()
+    if what == "status":
+        # A second look during a dump: has the rank moved on? No stacks, and the poll's memory
+        # is left alone.
+        fr, why = fr_trace(full=False)
+        return {"pid": os.getpid(), "fr": fr, "fr_error": why, "duration": time.perf_counter() - t0}
     if what == "dump":
         fr, why = fr_trace(full=True)
     else:

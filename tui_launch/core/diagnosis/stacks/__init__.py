@@ -10,6 +10,8 @@
 - ``sigdump``: :func:`dump_via_faulthandler`: the same without ptrace, for ranks started
   through the worker bootstrap with ``TUILAUNCH_FAULTHANDLER_SIGNAL`` set: signal, then cut
   the dump out of stderr.
+- ``waits``: :data:`~.waits.WAITS`: every torch function a rank waits for its peers in
+  (collectives, DDP's broadcasts, FSDP's all-gathers, ``Work.wait``), listed once.
 - ``verdict``: :func:`verdict`: which ranks wait in a collective and which is the odd one
   out; :func:`group_stacks`: identical main-thread stacks folded.
 - ``save``: :func:`save` / :func:`load`: ``<run_dir>/stacks/<timestamp>-<reason>/``

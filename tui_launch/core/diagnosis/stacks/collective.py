@@ -6,7 +6,9 @@ never issued the collective the others wait in ("rank 1 (it is at #40, in wander
 collective at one sequence number (op or size: "ranks disagree at #57: rank 2 called
 all_gather of 4 MB, the others all_reduce of 1 MB"), and every rank at the same collective,
 which names no rank ("all 8 ranks wait in all_reduce #9: not a rank out of step; suspect the
-network, a GPU or NCCL"). gloo records no completion (its entries stay ``scheduled``), so the
+network, a GPU or NCCL"). Ranks whose sequence numbers advance between two looks are moving:
+a skew of a collective between them is no culprit ("ranks 0, 1 move on (...): not a hang").
+gloo records no completion (its entries stay ``scheduled``), so the
 sequence numbers carry the verdict. Pure: no I/O.
 """
 
@@ -43,7 +45,8 @@ class CollectiveVerdict:
     """The collective-level verdict: ``text`` in one line, the ranks it names (``odd``), and
     ``kind``: ``behind`` (a rank never issued it), ``mismatch`` (ranks disagree), ``left`` (every
     record at one collective, but some ranks' stacks are elsewhere: they completed it and went
-    on), ``same`` (every rank at one collective: no culprit)."""
+    on), ``same`` (every rank at one collective: no culprit), ``moving`` (the ranks' sequence
+    numbers advanced between two looks: no culprit, whatever skew one look shows)."""
 
     text: str
     odd: tuple[int, ...]
@@ -59,8 +62,12 @@ def collective_verdict(
     (train.py:17)``), ``waiting`` the ranks whose stack waits (None: not known). None when no
     two ranks have a record to compare."""
     recs = list(records)
+    moving = {r.global_rank for r in recs if r.moved}
+    known = [r for r in recs if r.error is None]
+    if len(known) > 1 and all(r.global_rank in moving for r in known):
+        return _moving(recs, moving)
     pgs = sorted({c.pg for r in recs for c in r.collectives}, key=lambda pg: (pg != "0", pg))
-    found = [v for pg in pgs if (v := _judge_group(recs, pg, places, waiting)) is not None]
+    found = [v for pg in pgs if (v := _judge_group(recs, pg, places, waiting, moving)) is not None]
     for kinds in (("behind", "mismatch"), ("left",)):
         for v in found:
             if v.kind in kinds:
@@ -68,15 +75,36 @@ def collective_verdict(
     return found[0] if found else None
 
 
+def _moving(recs: list[RankRecord], moving: set[int]) -> CollectiveVerdict:
+    """Ranks whose sequence numbers advanced between two looks: no culprit, whatever skew
+    one look shows (a rank one collective behind a moving peer is simply later to it)."""
+    spans = []
+    for r in sorted(recs, key=lambda r: r.global_rank):
+        if r.global_rank in moving:
+            seen = sorted({n for n in (*r.looks, r.last_enqueued) if n >= 0})
+            spans.append(f"rank {r.global_rank} #{seen[0]} to #{seen[-1]}")
+    verb = "moves" if len(moving) == 1 else "move"
+    text = f"{_ranks(moving)} {verb} on ({', '.join(spans)} between two looks): not a hang"
+    return CollectiveVerdict(text, (), "moving")
+
+
 def _judge_group(
-    recs: list[RankRecord], pg: str, places: dict[int, str], waiting: Iterable[int] | None
+    recs: list[RankRecord],
+    pg: str,
+    places: dict[int, str],
+    waiting: Iterable[int] | None,
+    moving: set[int],
 ) -> CollectiveVerdict | None:
-    """One process group's verdict (see :func:`collective_verdict`)."""
+    """One process group's verdict (see :func:`collective_verdict`); a rank in ``moving``
+    (its sequence number advanced between two looks) is never the one named."""
     last = {r.global_rank: c for r in recs if (c := r.last_in(pg)) is not None}
     if len(last) < 2:
         return None
     top = max(c.seq for c in last.values())
     behind = sorted(r for r, c in last.items() if c.seq < top)
+    if behind and all(r in moving for r in behind):
+        return _moving(recs, moving)
+    behind = [r for r in behind if r not in moving]
     ahead = sorted(r for r, c in last.items() if c.seq == top)
     op = Counter(last[r].op for r in ahead).most_common(1)[0][0]
     if pg != "0":
@@ -110,6 +138,9 @@ def _judge_group(
         return CollectiveVerdict(text + tail, tuple(odd), "mismatch")
     stuck = set(waiting) if waiting is not None else set(ahead)
     idle = sorted(r for r in ahead if r not in stuck and r in places)
+    if idle and all(r in moving for r in idle):
+        return _moving(recs, moving)  # they went on past it, and on again
+    idle = [r for r in idle if r not in moving]
     if idle and len(idle) < len(ahead):
         # Every record is at #top, but some ranks' stacks are elsewhere: they completed it and
         # went on (gloo records no completion), the others still wait in it.

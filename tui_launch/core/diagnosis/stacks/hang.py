@@ -54,30 +54,54 @@ class Confirmation:
     text: str
 
 
+def _sequence_numbers(dump: StackDump) -> dict[int, int]:
+    """Each rank's last enqueued collective in the dump's Flight Recorder records (if any)."""
+    return {r.global_rank: r.last_enqueued for r in dump.records if r.last_enqueued >= 0}
+
+
 def confirm(first: StackDump, second: StackDump) -> Confirmation:
-    """Compare two dumps of the same ranks: hung when no rank's main-thread stack moved.
+    """Compare two dumps of the same ranks: hung when no rank moved, neither its main-thread
+    stack nor, with Flight Recorder records, its collectives (a loop whose stack is always
+    caught at the same all-reduce still moves on).
 
     Ranks without a stack in one of the dumps are left out of the judgement; when no rank can
     be compared, it is not confirmed (nothing proves a hang).
     """
     before = {r.global_rank: main_signature(r) for r in first.ranks}
+    seq_before, seq_after = _sequence_numbers(first), _sequence_numbers(second)
+    advanced = {
+        g
+        for g in seq_after
+        if (g in seq_before and seq_before[g] != seq_after[g])
+        or any(r.global_rank == g and r.moved for r in (*first.records, *second.records))
+    }
     still: list[int] = []
     moved: list[int] = []
+    by_records: list[int] = []
     unknown: list[int] = []
     for r in second.ranks:
         a, b = before.get(r.global_rank), main_signature(r)
-        if not a or not b:
-            unknown.append(r.global_rank)
-        elif a == b:
-            still.append(r.global_rank)
-        else:
+        if a and b and a != b:
             moved.append(r.global_rank)
+        elif r.global_rank in advanced:
+            moved.append(r.global_rank)
+            by_records.append(r.global_rank)
+        elif not a or not b:
+            unknown.append(r.global_rank)
+        else:
+            still.append(r.global_rank)
     interval = max(0.0, second.wall - first.wall)
     hung = bool(still) and not moved
     if hung:
         text = f"hung: no main-thread stack moved in {interval:.0f} s (ranks {rank_list(still)})"
     elif moved:
-        text = f"not hung: the stacks of ranks {rank_list(moved)} moved in {interval:.0f} s"
+        parts = []
+        stacks = [g for g in moved if g not in by_records]
+        if stacks:
+            parts.append(f"the stacks of ranks {rank_list(stacks)} moved")
+        if by_records:
+            parts.append(f"the collectives of ranks {rank_list(by_records)} advanced")
+        text = f"not hung: {' and '.join(parts)} in {interval:.0f} s"
     else:
         text = "not confirmed: no rank has a stack in both dumps"
     if unknown and still:

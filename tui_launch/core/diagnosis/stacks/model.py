@@ -134,6 +134,16 @@ class RankRecord:
     last_enqueued: int = -1
     last_completed: int = -1
     error: str | None = None
+    # The default group's last enqueued sequence number at other looks taken around this one
+    # (the live poll's before it, a status request after the stacks): a rank whose number
+    # differs between looks is moving, whatever a single look shows.
+    looks: tuple[int, ...] = ()
+
+    @property
+    def moved(self) -> bool:
+        """Whether the rank's sequence number advanced between two looks."""
+        seen = {n for n in (*self.looks, self.last_enqueued) if n >= 0}
+        return len(seen) > 1
 
     @property
     def last(self) -> Collective | None:
@@ -227,7 +237,7 @@ def dump_from_dict(data: dict[str, Any]) -> StackDump:
 
     def record(d: dict[str, Any]) -> RankRecord:
         colls = tuple(Collective(**c) for c in d.get("collectives", ()))
-        return RankRecord(**{**d, "collectives": colls})
+        return RankRecord(**{**d, "collectives": colls, "looks": tuple(d.get("looks", ()))})
 
     return StackDump(
         **{

@@ -4,10 +4,11 @@ In a distributed hang almost every rank sits in the same collective (``all_reduc
 ``barrier``, ...) waiting for a peer, and the culprit is the rank that is somewhere else: in its
 own data loading, a deadlock, a kernel wait. :func:`place_of` decides, from every thread of a
 rank, whether it waits: a thread in a collective (any thread, since DDP issues its gradient
-all-reduce from autograd's threads), a main thread in autograd's ``backward`` (where a DDP rank
-waits for that all-reduce), or a main thread whose innermost frame is the program's own line
-calling ``.wait()`` or ``synchronize()`` (an asynchronous collective: ``Work.wait`` is native,
-so no Python frame of torch's shows it). A stopped rank (``SIGSTOP``, state ``T``) never waits:
+all-reduce from autograd's threads; what is a collective is :mod:`.waits`'s one list), a main
+thread in autograd's ``backward`` (where a DDP rank waits for that all-reduce), or a main
+thread whose innermost frame is the program's own line calling ``.wait()`` or
+``synchronize()`` (an asynchronous collective: ``Work.wait`` is native, so no Python frame of
+torch's shows it). A stopped rank (``SIGSTOP``, state ``T``) never waits:
 it is the one the others wait for. :func:`verdict` names the ranks that do not wait, never one
 that does, or says that every rank is in the same place; :func:`group_stacks` folds identical
 main-thread stacks ("x 7 ranks").
@@ -26,20 +27,12 @@ from dataclasses import dataclass
 from tui_launch.core.diagnosis.stacks.collective import collective_verdict
 from tui_launch.core.diagnosis.stacks.lastwords import short_exception
 from tui_launch.core.diagnosis.stacks.model import WCHAN, Frame, RankStack, StackDump, ThreadStack
+from tui_launch.core.diagnosis.stacks.waits import wait_at
 from tui_launch.core.model.text import rank_list
 
-# Files whose frames are the collective machinery: torch.distributed (c10d, the functional
-# collectives, FSDP/DDP helpers) and any gloo/NCCL/c10d Python binding.
+# Files of the collective machinery and its bindings: a frame in one is the library's, not the
+# program's (which waits, and in what, is :mod:`.waits`'s list).
 _DIST_FILE = re.compile(r"(^|/)(torch/distributed/|.*c10d|.*gloo|.*nccl)", re.IGNORECASE)
-# torch.cuda's synchronize: an NCCL collective is asynchronous on the host, so a rank stuck in
-# one is usually seen waiting for the GPU here.
-_CUDA_SYNC_FILE = re.compile(r"(^|/)torch/cuda/")
-# Function names (the last part of a qualified name) that wait on peers.
-_COLLECTIVE = re.compile(
-    r"all_?reduce|all_?gather|reduce_?scatter|broadcast|barrier|all_?to_?all|"
-    r"gather|scatter|^_?reduce|send|recv|wait|synchronize|rendezvous|across_processes",
-    re.IGNORECASE,
-)
 # Autograd's entry into the C++ engine: a DDP rank whose peers have not reached the gradient
 # all-reduce waits here, on its main thread, while autograd's threads wait in the reducer.
 _BACKWARD_FILE = re.compile(r"(^|/)torch/autograd/")
@@ -100,20 +93,18 @@ def _is_library(frame: Frame) -> bool:
 def collective_of(frames: Iterable[Frame]) -> str | None:
     """The collective a thread waits in, from its frames (innermost first), or None.
 
-    Only the innermost run of library frames counts (torch.distributed, c10d, gloo, NCCL,
-    torch.cuda's synchronize): a ``wait`` in the user's own code is not a collective. Of the
-    matching frames the outermost is named, since that is the call the user wrote
-    (``all_reduce`` rather than a helper inside it).
+    Only the innermost run of library frames counts (a ``wait`` in the user's own code is not
+    a collective), and only a frame of :data:`~.waits.WAITS` is a wait. Of those the outermost
+    is named, since that is the call the user wrote (``all_reduce`` rather than a helper
+    inside it, DDP's buffer broadcast rather than the native call under it).
     """
     found = None
     for frame in frames:
         if not _is_library(frame):
             break
-        name = _bare(frame.function)
-        dist = _DIST_FILE.search(frame.path or frame.file) or _DIST_FILE.search(frame.file)
-        cuda = _CUDA_SYNC_FILE.search(frame.file) and "synchronize" in name
-        if (dist and _COLLECTIVE.search(name)) or cuda:
-            found = name
+        w = wait_at(frame)
+        if w is not None:
+            found = w.says
     return found
 
 

@@ -145,13 +145,16 @@ class HangDetected(Event):
 class HangCleared(Event):
     """The ranks a confirmed hang flagged (``ranks``) move again: ``why`` is ``output`` (a rank
     wrote again) or ``stacks`` (a later dump found a main-thread stack that moved). The
-    Workers table drops its ``HUNG?`` marks; the hang itself stays in the history."""
+    Workers table drops its ``HUNG?`` marks; the hang itself stays in the history.
+    ``suspected``: it was only a suspicion (the hang watch's first dump, announced with its
+    verdict), cleared before it was confirmed; ``ranks`` are the ones that dump named."""
 
     kind: ClassVar[str] = "hang_cleared"
     attempt: int
     ranks: tuple[int, ...]
     why: str
     detail: str = ""
+    suspected: bool = False
 
 
 @dataclass(frozen=True)
