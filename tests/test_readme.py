@@ -152,7 +152,8 @@ _TORCHRUN_CLAIM = re.compile(r"exit status is torchrun's|\(as torchrun\)", re.IG
 
 def _sentences(lines: list[str]) -> list[str]:
     """The sentences of prose lines (paragraphs joined; table rows and list items apart)."""
-    paragraphs, current = [], []
+    paragraphs: list[str] = []
+    current: list[str] = []
     for line in [*lines, ""]:
         text = line.strip()
         if not text or text.startswith(("|", "- ", "#")):
