@@ -408,6 +408,24 @@ def test_journal_is_a_directory(tuilaunch, tmp_path):
     _nothing_created(home)
 
 
+def test_journal_is_a_fifo(tuilaunch, tmp_path):
+    """A FIFO's open() waits for a reader: the launch hung, silent, before its first line."""
+    env, logs, home = _isolated(tmp_path)
+    fifo = tmp_path / "journal.fifo"
+    os.mkfifo(fifo)
+    launch = tuilaunch("--log-dir", str(logs), "--journal", str(fifo), NOOP, env=env)
+    check_refused(launch, launch.wait(timeout=60), "--journal", str(fifo), "named pipe (FIFO)")
+    _nothing_created(home)
+
+
+def test_journal_is_a_character_device(tuilaunch, tmp_path):
+    """A device other than /dev/null (a terminal, /dev/zero) is no journal either."""
+    env, logs, home = _isolated(tmp_path)
+    launch = tuilaunch("--log-dir", str(logs), "--journal", "/dev/zero", NOOP, env=env)
+    check_usage_error(launch, "--journal /dev/zero is a character device, not a regular file")
+    _nothing_created(home)
+
+
 def test_journal_in_a_missing_directory(tuilaunch, tmp_path):
     """torch-free and silent before: the directories were created; now they must exist."""
     env, logs, home = _isolated(tmp_path)

@@ -37,6 +37,10 @@ def test_without_the_sdk_one_line(
         monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
     assert cli.run(["mcp"]) == 2
     assert capsys.readouterr().err == mcp_app.MISSING + "\n"
+    # One line that names the command and what installs the extra from this checkout (the
+    # README's set-up command does not).
+    assert mcp_app.MISSING.startswith("tuilaunch mcp: error: ") and "\n" not in mcp_app.MISSING
+    assert "pip install -e '.[mcp]'" in mcp_app.MISSING
 
 
 def _text(result: Any) -> tuple[bool, str]:

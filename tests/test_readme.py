@@ -137,3 +137,80 @@ def test_readme_links_every_docs_page():
         for target in _LINK.findall(line)
     }
     assert [p.name for p in (ROOT / "docs").glob("*.md") if p.resolve() not in linked] == []
+
+
+# ------------------------------------------------------------ the exit status, said everywhere
+
+# A statement of the exit status: a sentence that starts so.
+_EXIT_STATEMENT = re.compile(r"^(\*\*)?(The exit status is|Exit codes|Exit status)\b")
+_NUMBER = re.compile(r"(?<![\w.+#/-])(\d{1,3})(?![\w.%:/-])")
+# What a statement may say of torchrun's own codes: "torchrun's (0, or 1 for every failure)".
+_TORCHRUNS = re.compile(r"torchrun's \([^)]*\)")
+# How the README said the wrong thing: the exit status is not torchrun's.
+_TORCHRUN_CLAIM = re.compile(r"exit status is torchrun's|\(as torchrun\)", re.IGNORECASE)
+
+
+def _sentences(lines: list[str]) -> list[str]:
+    """The sentences of prose lines (paragraphs joined; table rows and list items apart)."""
+    paragraphs: list[str] = []
+    current: list[str] = []
+    for line in [*lines, ""]:
+        text = line.strip()
+        if not text or text.startswith(("|", "- ", "#")):
+            paragraphs.append(" ".join(current))
+            current = [text] if text.startswith("- ") else []
+        else:
+            current.append(text)
+    return [s for p in paragraphs for s in re.split(r"(?<=\.)\s+(?=[A-Z`*])", p) if s]
+
+
+def _exit_texts() -> dict[str, list[str]]:
+    """The documents, the ``tuilaunch`` command's docstring and ``--help``, as prose lines."""
+    from tui_launch import cli
+    from tui_launch.core.run.args import build_parser
+
+    texts = {str(doc.relative_to(ROOT)): _prose(doc.read_text()) for doc in _documents()}
+    texts["tui_launch/cli.py"] = (cli.__doc__ or "").splitlines()
+    texts["tuilaunch --help"] = build_parser().format_help().splitlines()
+    return texts
+
+
+def test_exit_status_statements_match_the_table():
+    """Each statement of the exit status (the README's, the command line page's, the
+    command's docstring) lists the table of core/model/exitcodes.py: every code of it and no
+    other but 128 + N; torchrun's codes only named as torchrun's, in parentheses. Nowhere does
+    a text say the exit status is torchrun's."""
+    from tui_launch.core.model.exitcodes import MEANINGS
+
+    table = set(MEANINGS)
+    signals = {128 + n for n in range(1, 65)}
+    statements, claims = [], []
+    for where, lines in _exit_texts().items():
+        for sentence in _sentences(lines):
+            if _TORCHRUN_CLAIM.search(sentence):
+                claims.append(f"{where}: {sentence}")
+            if _EXIT_STATEMENT.match(sentence):
+                statements.append((where, sentence))
+    assert claims == []
+    assert {w for w, _ in statements} >= {"README.md", "docs/command-line.md", "tui_launch/cli.py"}
+    wrong = []
+    for where, sentence in statements:
+        said = re.sub(r"128 ?\+ ?N\b", "", _TORCHRUNS.sub("", sentence))
+        codes = {int(c) for c in _NUMBER.findall(said)}
+        if not table <= codes or not codes <= table | signals:
+            wrong.append(f"{where}: {sentence} (codes {sorted(codes)})")
+    assert wrong == []
+
+
+def test_on_hang_stop_transcripts_exit_75():
+    """A transcript of `--on-hang stop` in the docs ends with the table's code for a hang."""
+    from tui_launch.core.model.exitcodes import INFRASTRUCTURE
+
+    wrong = []
+    for doc in _documents():
+        for block in re.findall(r"```[^\n]*\n(.*?)```", doc.read_text(), re.DOTALL):
+            if "--on-hang stop" in block:
+                codes = {int(c) for c in re.findall(r"exit code (\d+)", block)}
+                if codes - {INFRASTRUCTURE}:
+                    wrong.append(f"{doc.name}: exit code {sorted(codes)}")
+    assert wrong == []

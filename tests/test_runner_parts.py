@@ -450,6 +450,24 @@ def test_rank_table_continue_stopped_lets_go_for_good():
         p.wait()
 
 
+def test_rank_table_continues_a_rank_stopped_by_someone_else():
+    """A rank SIGSTOPped from outside (``kill -STOP``) is continued too when torch is about to
+    terminate the group: stopped, it would leave the SIGTERM pending for the whole shutdown
+    timeout."""
+    p = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        t = RankTable()
+        t.begin_attempt({0: p.pid}, {0: 0}, 1)
+        os.kill(p.pid, signal.SIGSTOP)
+        _wait_state(p.pid, True)
+        assert not t.is_stopped(0)  # not tuilaunch's doing
+        t.continue_stopped()
+        _wait_state(p.pid, False)
+    finally:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+
+
 # ----------------------------------------------------------------------------- run state, config
 
 

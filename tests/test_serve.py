@@ -14,7 +14,11 @@ import contextlib
 import os
 import signal
 import subprocess
+<<<<<<< HEAD
 import time
+=======
+import sys
+>>>>>>> i32-procs
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -25,6 +29,7 @@ from cdp_client import Browser, chromium, open_page
 from conftest import PY, ROOT, WORKERS, base_env, live_journal, wait_for
 
 from tui_launch import cli
+from tui_launch.apps import serve as serve_app
 from tui_launch.apps.serve import is_loopback
 from tui_launch.core.remote import runindex
 
@@ -38,6 +43,19 @@ def test_bad_usage_and_loopback(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(err) == 4 and all(line.startswith("tuilaunch serve: error: ") for line in err)
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.2")
+
+
+def test_without_textual_serve_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the serve extra: one line naming the command and what installs the extra from
+    this checkout, exit 2, before any run is looked for (not "no such run")."""
+    for name in ("textual_serve", "textual_serve.server"):
+        monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
+    assert cli.run(["serve", "no-such-run-anywhere"]) == 2
+    assert capsys.readouterr().err == serve_app.MISSING + "\n"
+    assert serve_app.MISSING.startswith("tuilaunch serve: error: ")
+    assert "\n" not in serve_app.MISSING and "pip install -e '.[serve]'" in serve_app.MISSING
 
 
 def _children(pid: int) -> list[int]:

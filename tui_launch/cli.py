@@ -4,8 +4,10 @@
 :mod:`tui_launch.apps`; anything else is a launch (:mod:`tui_launch.apps.launch`),
 whose argv torch's own parser reads.
 
-Exit status: 0 when every worker succeeded, 1 when workers failed or torch reported an error
-(as torchrun), 2 for bad input, 128 + N when the launcher itself was stopped by signal N.
+Exit status: the table of :mod:`tui_launch.core.model.exitcodes` (``docs/restart-policy.md``):
+0 success, 1 a program failure, 2 bad input, 75 an infrastructure failure (a lost node, a hang,
+a kill from outside), 143 preempted, 128 + N when the launcher itself was stopped by another
+signal N; torchrun's (0, or 1 for every failure) with ``--exit-codes torchrun``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,10 @@ Worker output reaches the console as bytes, the way torchrun writes it (see
 :mod:`tui_launch.core.logs.console`): a stream torchrun leaves on the console is copied from its
 rank file by the kernel (``\r`` progress bars move in place on a terminal), a tee'd one is
 prefixed line by line (one line per ``\r`` update), and a console that is ``/dev/null`` is not
-fed at all.
+fed at all. A console that goes away (``| head``) is silenced at its first failed write
+(:class:`~tui_launch.core.logs.console.ConsoleStream`): its streams are no longer read for it,
+a notice says so once (on the other console if it is still there, and in the journal), and
+the run goes on.
 """
 
 from __future__ import annotations
@@ -21,9 +24,17 @@ import threading
 import time
 from typing import TextIO
 
-from tui_launch.core.logs.console import PrefixedLines, copy_range, is_devnull, write_all
+from tui_launch.core.logs.console import (
+    ConsoleStream,
+    PrefixedLines,
+    copy_range,
+    is_devnull,
+    lost_words,
+    silence,
+    write_all,
+)
 from tui_launch.core.logs.tail import STDOUT, LogSource
-from tui_launch.core.model.events import ExitBarrier, JobStacks, StacksDumped
+from tui_launch.core.model.events import ExitBarrier, JobStacks, Notice, StacksDumped
 from tui_launch.core.model.store import RunStore, Snapshot
 from tui_launch.core.model.text import clock, cluster_lines, describe
 from tui_launch.core.run.handle import RunHandle
@@ -84,6 +95,33 @@ class Headless:
         self._cluster_seen: object = None
         self._cluster_lines: dict[str, str] = {}
         self._cluster_error: str | None = None
+        # Consoles that went away (stdout, stderr: why), and their notices not yet posted.
+        self._gone: dict[str, str] = {}
+        self._gone_notes: list[str] = []
+        for stream in (self.out, self.err):
+            if isinstance(stream, ConsoleStream):
+                stream.on_gone = self._console_gone
+
+    def _console_gone(self, name: str, reason: str) -> None:
+        # Any thread, maybe under self._lock: the notice is posted by the main loop.
+        if name not in self._gone:
+            self._gone[name] = reason
+            self._gone_notes.append(
+                f"{name} went away ({reason}): the run goes on; what it showed is in the "
+                "run directory (the ranks' log files, agent.log, the journal)"
+            )
+
+    def _lost(self, name: str, stream: TextIO, fd: int, e: OSError) -> None:
+        """A write of worker bytes to the console's ``fd`` failed: it went away."""
+        if isinstance(stream, ConsoleStream):
+            stream.lost(e)
+        else:
+            silence(fd)
+            self._console_gone(name, lost_words(e))
+
+    def _post_gone(self) -> None:
+        while self._gone_notes:
+            self.store.post(Notice(level="warning", message=self._gone_notes.pop(0)))
 
     def attach_console(self) -> None:
         """Have the tailer hand this console the streams torchrun would show on it."""
@@ -93,7 +131,7 @@ class Headless:
         null = {k: fd is not None and is_devnull(fd) for k, fd in fds.items()}
 
         def shown(src: LogSource) -> bool:
-            return src.console and not null[src.stream]
+            return src.console and not null[src.stream] and src.stream not in self._gone
 
         self.runner.add_raw_sink(self.console_bytes, accepts=shown)
 
@@ -121,7 +159,10 @@ class Headless:
                     self._hide_status()
                     if out_fd is not None:
                         stream.flush()
-                        write_all(out_fd, text)
+                        try:
+                            write_all(out_fd, text)
+                        except OSError as e:
+                            self._lost(src.stream, stream, out_fd, e)
                     else:
                         stream.write(text.decode("utf-8", "replace"))
                         stream.flush()
@@ -168,7 +209,10 @@ class Headless:
                 self._hide_status()
                 if out_fd is not None:
                     stream.flush()
-                    copy_range(fd, out_fd, pos, cut)
+                    try:
+                        copy_range(fd, out_fd, pos, cut)
+                    except OSError as e:
+                        self._lost(src.stream, stream, out_fd, e)
                 else:
                     dec = self._decoders.setdefault(
                         key, codecs.getincrementaldecoder("utf-8")("replace")
@@ -229,6 +273,7 @@ class Headless:
             self._status_shown = True
 
     def _print_new_events(self) -> None:
+        self._post_gone()
         events = self.store.events(self._next_event)
         self._next_event += len(events)
         single = self._single_node()

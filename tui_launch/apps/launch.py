@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 # Everything that imports torch or Textual is imported inside main, so that cli.main can
 # switch the cyclic GC off before any of it loads (see main).
@@ -71,6 +71,33 @@ def quiet_own_imports() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run tuilaunch with ``argv`` and return the exit status."""
     quiet_own_imports()
+    saved = guard_consoles()
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def guard_consoles() -> tuple[TextIO, TextIO]:
+    """Make ``sys.stdout`` and ``sys.stderr`` consoles whose going away cannot break the run.
+
+    ``tuilaunch ... | head -2``: once ``head`` exits, every write to the pipe fails
+    (``EPIPE``). torchrun's workers, which write to that pipe themselves, die of it; here the
+    workers write to their files, and a console that went away costs nothing but the console
+    (:class:`~tui_launch.core.logs.console.ConsoleStream`): the run goes on, its journal and
+    its exit status are the run's. Returns the streams to put back.
+    """
+    from tui_launch.core.logs.console import ConsoleStream
+
+    saved = (sys.stdout, sys.stderr)
+    if sys.stdout is not None and not isinstance(sys.stdout, ConsoleStream):
+        sys.stdout = ConsoleStream(sys.stdout, "stdout")
+    if sys.stderr is not None and not isinstance(sys.stderr, ConsoleStream):
+        sys.stderr = ConsoleStream(sys.stderr, "stderr")
+    return saved
+
+
+def _main(argv: list[str] | None) -> int:
     given = sys.argv[1:] if argv is None else argv
     if _asks_version(given):
         # Without torch's parser: importing torch took 1 s (3.8 s on a busy machine).

@@ -1,8 +1,8 @@
 """``tuilaunch mcp [--control]``: an MCP server (stdio) for coding agents on this user's runs.
 
-The official ``mcp`` SDK (``pip install 'tuilaunch[mcp]'``), over stdio: the agent's client
-starts this command and talks to it on its stdin and stdout. The tools are the verbs of
-``ls``, ``status`` and ``ctl`` and read the same things (the run index, the journal, the
+The official ``mcp`` SDK (the ``mcp`` extra: ``pip install -e '.[mcp]'``), over stdio: the
+agent's client starts this command and talks to it on its stdin and stdout. The tools are the
+verbs of ``ls``, ``status`` and ``ctl`` and read the same things (the run index, the journal, the
 control socket); nothing here is a second copy of them:
 
 - ``list_runs``: this user's live and recent runs on this node;
@@ -39,11 +39,16 @@ USAGE_LINE = "usage: tuilaunch mcp [--control]"
 HELP = f"""{USAGE_LINE}
 
 An MCP server on stdio for coding agents: list_runs, status, why, tail_log; with --control
-also dump_stacks, restart and kill_rank (they act on a run). Needs the mcp package:
-pip install 'tuilaunch[mcp]'. A client configuration (e.g. Claude Code's .mcp.json):
+also dump_stacks, restart and kill_rank (they act on a run). Needs the mcp package, the mcp
+extra: pip install -e '.[mcp]' in tuilaunch's checkout. A client configuration (e.g. Claude
+Code's .mcp.json):
 
   {{"mcpServers": {{"tuilaunch": {{"command": "tuilaunch", "args": ["mcp"]}}}}}}"""
-MISSING = "tuilaunch mcp: error: the mcp package is not installed: pip install 'tuilaunch[mcp]'"
+# The README's set-up installs no extra: from the checkout, `pip install -e '.[mcp]'`.
+MISSING = (
+    "tuilaunch mcp: error: the mcp package is not installed (the mcp extra): "
+    "pip install -e '.[mcp]' in tuilaunch's checkout"
+)
 TAIL_MAX = 1000  # lines a tail_log may ask for
 TAIL_BYTES = 1 << 20  # read at most this much of a log's end
 

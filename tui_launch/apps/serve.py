@@ -1,11 +1,11 @@
 """``tuilaunch serve [RUN] [--port PORT] [--host HOST] [--control]``: the dashboard in a browser.
 
-Textual's own web server (``textual-serve``, ``pip install 'tuilaunch[serve]'``) runs one
-dashboard process per browser connection, over a websocket: ``tuilaunch attach RUN_DIR`` for a
-live run (``attach RUN_DIR --control`` with ``--control``), ``tuilaunch replay RUN_DIR`` for
-a finished one. ``RUN`` is named as ``status`` names it (a run id, a launcher pid, a run
-directory; default: the only or latest live run, else the latest ended one), once, at start:
-one ``serve`` serves one run.
+Textual's own web server (``textual-serve``, the ``serve`` extra: ``pip install -e
+'.[serve]'``) runs one dashboard process per browser connection, over a websocket: ``tuilaunch
+attach RUN_DIR`` for a live run (``attach RUN_DIR --control`` with ``--control``), ``tuilaunch
+replay RUN_DIR`` for a finished one. ``RUN`` is named as ``status`` names it (a run id, a
+launcher pid, a run directory; default: the only or latest live run, else the latest ended
+one), once, at start: one ``serve`` serves one run.
 
 What guards it:
 
@@ -64,11 +64,15 @@ every request is refused (403).
   --host HOST   listen on HOST instead of 127.0.0.1 (a warning: prefer an SSH tunnel)
   --control     the dashboard may act on the run (kill, restart, ...), as attach --control
 
-Needs textual-serve: pip install 'tuilaunch[serve]'."""
+Needs textual-serve, the serve extra: pip install -e '.[serve]' in tuilaunch's checkout."""
 DEFAULT_PORT = 8000
 LOOPBACK = "127.0.0.1"
 COOKIE = "tuilaunch_token"
-MISSING = "tuilaunch serve: error: textual-serve is not installed: pip install 'tuilaunch[serve]'"
+# The README's set-up installs no extra: from the checkout, `pip install -e '.[serve]'`.
+MISSING = (
+    "tuilaunch serve: error: textual-serve is not installed (the serve extra): "
+    "pip install -e '.[serve]' in tuilaunch's checkout"
+)
 REFUSED = "403: this page needs the token of the URL that tuilaunch serve printed\n"
 
 
@@ -122,6 +126,16 @@ def view_command(run_dir: str, live: bool, control: bool) -> str:
         return f"exec {replay}"  # one process per page, not a shell waiting on it
     attach = shlex.join([*me, "attach", run_dir, *(["--control"] if control else [])])
     return f"{attach} || {{ [ $? -eq 2 ] && exec {replay}; }}" if control else f"exec {attach}"
+
+
+def installed() -> bool:
+    """Whether the serve extra (textual-serve, and aiohttp under it) can be imported."""
+    try:
+        import aiohttp  # noqa: F401
+        import textual_serve.server  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 # How long a page's dashboard has to leave after the quit, then after SIGTERM, before its
@@ -341,6 +355,9 @@ def main(argv: list[str]) -> int:
         target, port, host, control = parse(argv)
     except Usage as e:
         print(f"tuilaunch serve: error: {e} ({USAGE_LINE})", file=sys.stderr)
+        return USAGE
+    if not installed():  # before the run is looked for: that is not what is wrong
+        print(MISSING, file=sys.stderr)
         return USAGE
     try:
         run = resolve(target)

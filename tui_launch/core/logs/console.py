@@ -15,13 +15,22 @@ What torchrun's console gets from a worker (checked by running torchrun to a pip
   splits a line still being written, and it ends a last unterminated line with ``\n``.
 
 A console that is ``/dev/null`` (:func:`is_devnull`) needs nothing at all: nothing is read.
+
+A console that goes away (``tuilaunch ... | head``: its reader exits, writes fail with
+``EPIPE``) costs nothing but the console: :class:`ConsoleStream` and :func:`silence` turn the
+descriptor into ``/dev/null`` at the first failed write, so no writer of it (the launcher's own
+lines, torch's log records, the workers' bytes, the summary) raises, and the run goes on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import io
 import os
 import stat
+from collections.abc import Callable
+from typing import TextIO
 
 COPY_CHUNK = 1 << 22
 
@@ -125,3 +134,101 @@ class PrefixedLines:
             rest = b""
         self._pending = rest + held
         return out
+
+
+def silence(fd: int) -> None:
+    """Make ``fd`` write to ``/dev/null`` from now on (its console went away).
+
+    ``dup2`` keeps the descriptor's number, so every holder of it (a text stream, torch's
+    logging handler, a copy loop) goes on writing without an error and without a word.
+    """
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.dup2(null, fd, inheritable=False)
+        finally:
+            os.close(null)
+    _SENDFILE_OK.discard(fd)
+    _NO_SENDFILE.discard(fd)
+
+
+def lost_words(e: OSError) -> str:
+    """Why a console went away, in words (``Broken pipe``: its reader exited)."""
+    return e.strerror or type(e).__name__
+
+
+class ConsoleStream(io.TextIOBase):
+    """A console text stream (the launcher's stdout or stderr) that cannot break the run.
+
+    The first write or flush that fails (``EPIPE``: the reader of the pipe exited; ``EIO``;
+    ``ENOSPC``: a file on a full disk) makes the descriptor ``/dev/null`` (:func:`silence`),
+    sets :attr:`gone` to the reason and calls ``on_gone(name, reason)`` once; from then on
+    writes are dropped. Anything else (``fileno``, ``isatty``, ``encoding``) is the stream's.
+
+    Args:
+        stream: the stream to write to.
+        name: ``stdout`` or ``stderr`` (for ``on_gone``).
+    """
+
+    def __init__(self, stream: TextIO, name: str) -> None:
+        super().__init__()
+        self.stream = stream
+        self.name = name
+        self.gone: str | None = None
+        self.on_gone: Callable[[str, str], None] | None = None
+
+    def write(self, s: str) -> int:
+        """Write ``s`` (dropped once the console is gone); never raises ``OSError``."""
+        if self.gone is None:
+            try:
+                self.stream.write(s)
+            except OSError as e:
+                self.lost(e)
+        return len(s)
+
+    def flush(self) -> None:
+        """Flush the stream; never raises ``OSError``."""
+        if self.gone is None:
+            try:
+                self.stream.flush()
+            except OSError as e:
+                self.lost(e)
+
+    def lost(self, e: OSError) -> None:
+        """The console went away with ``e``: silence it (also called by a writer of its fd)."""
+        if self.gone is not None:
+            return
+        self.gone = lost_words(e)
+        with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
+            silence(self.stream.fileno())
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.flush()  # what was buffered goes to /dev/null: no later flush fails
+        if self.on_gone is not None:
+            self.on_gone(self.name, self.gone)
+
+    def fileno(self) -> int:
+        """The descriptor under the stream."""
+        return self.stream.fileno()
+
+    def isatty(self) -> bool:
+        """Whether the stream is a terminal (False once it is gone)."""
+        if self.gone is not None:
+            return False
+        try:
+            return self.stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def writable(self) -> bool:
+        """Always: a gone console takes every write."""
+        return True
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        """The stream's encoding."""
+        return getattr(self.stream, "encoding", None) or "utf-8"
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        """The stream's error handler."""
+        return getattr(self.stream, "errors", None)

@@ -10,11 +10,14 @@ store client's retries as one line each in tuilaunch's words (``[tuilaunch]``-pr
 retry of the store client also becomes a :class:`~tui_launch.core.model.events.StoreRetry` for the
 front ends. ``sys.stderr`` and
 ``sys.__stderr__`` become a private copy of the original fd 2, so the launcher's own output
-goes straight to the terminal.
+goes straight to the terminal; that copy is a :class:`~tui_launch.core.logs.console.ConsoleStream`,
+so a console that went away (a closed pipe) silences it, and the pump goes on filling the agent
+log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -23,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from tui_launch.core.logs.console import ConsoleStream
 from tui_launch.core.model.events import Event, StoreRetry
 
 # glog-style lines of torch's C++ logging: "[W1124 00:23:20.014587443 TCPStore.cpp:340] msg".
@@ -115,7 +119,7 @@ class StderrPipe:
         self.post = post
         self.console = console
         self._to_terminal = to_terminal
-        self.terminal: TextIO | None = None
+        self.terminal: ConsoleStream | None = None
         self._reader: threading.Thread | None = None
         self._term_fd = -1
         self._saved: tuple[Any, Any] = (None, None)
@@ -123,14 +127,15 @@ class StderrPipe:
     def __enter__(self) -> StderrPipe:
         sys.stderr.flush()
         self._term_fd = os.dup(2)
-        self.terminal = os.fdopen(
+        stream: TextIO = os.fdopen(
             self._term_fd, "w", buffering=1, encoding=sys.stderr.encoding, errors="replace"
         )
+        self.terminal = ConsoleStream(stream, "stderr")
         read_fd, write_fd = os.pipe()
         os.dup2(write_fd, 2)
         os.close(write_fd)
         self._saved = (sys.__stderr__, sys.stderr)
-        sys.__stderr__ = sys.stderr = self.terminal  # type: ignore[misc]
+        sys.__stderr__ = sys.stderr = self.terminal  # type: ignore[misc,assignment]
         self._reader = threading.Thread(
             target=self._pump, args=(read_fd,), name="tuilaunch-stderr", daemon=True
         )
@@ -161,4 +166,5 @@ class StderrPipe:
         sys.__stderr__, sys.stderr = self._saved  # type: ignore[misc]
         if self._reader is not None:
             self._reader.join(timeout=1)
-        self.terminal.close()
+        with contextlib.suppress(OSError):
+            self.terminal.stream.close()  # flushes: a console gone meanwhile must not raise

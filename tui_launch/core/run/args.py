@@ -259,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("dump", "restart", "stop"),
         default="dump",
         help="What a confirmed hang does: dump (the stacks; flag the ranks; keep running), "
-        "restart (as a failure: spends the --max-restarts budget) or stop (exit 1).",
+        "restart (as a failure: spends the --max-restarts budget) or stop (exit 75, an "
+        "infrastructure failure).",
     )
     ours.add_argument(
         "--no-dump-on-failure",

@@ -237,14 +237,15 @@ class Runner:
 
     def _fix_restarts(self) -> None:
         # torch >= 2.5 shares the rendezvous TCPStore with the workers; stale keys and a reused
-        # MASTER_PORT make most restarts fail or hang (pytorch issues 135712, 167288).
+        # MASTER_PORT can make a restart fail or hang (pytorch issues 135712, 167288): with
+        # torch 2.13, 2 of 5 restarts of 2 gloo workers worked, 0 of 5 of 4 (docs/differences.md).
         if SHARE_STORE_ENV in os.environ:
             return
         os.environ[SHARE_STORE_ENV] = "1"
         self.supervisor.note(
             f"restarts: tuilaunch set {SHARE_STORE_ENV}=1 (a fresh rendezvous store per "
-            f"attempt; torch's shared store makes most restarts fail or hang). "
-            f"Opt out with {SHARE_STORE_ENV}=0."
+            "attempt; torch's shared store can make a restart of several workers fail or "
+            f"hang). Opt out with {SHARE_STORE_ENV}=0."
         )
 
     def _main(self) -> None:

@@ -7,6 +7,7 @@ Each raises :class:`UsageError` with one line; the CLI prints it and exits with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import ipaddress
 import math
@@ -94,8 +95,40 @@ def check_journal(path: str | None) -> None:
     if os.path.isdir(path):
         example = os.path.join(path, "journal.jsonl")
         raise UsageError(f"--journal {path} is a directory: give a file path (e.g. {example})")
+    kind = _special_file(path)
+    if kind is not None:
+        # A FIFO's open() waits for a reader (the launch hung before its first line); a
+        # terminal or a disk device would get JSON lines that replay, attach and status
+        # cannot read back. /dev/null stays allowed: a run whose journal is thrown away.
+        raise UsageError(
+            f"--journal {path} is a {kind}, not a regular file: give a file path "
+            "(the journal is read back by replay, attach and status)"
+        )
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"--journal {path}: directory {parent} is not writable")
+
+
+_SPECIAL = (
+    (stat.S_ISFIFO, "named pipe (FIFO)"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+)
+
+
+def _special_file(path: str) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor ``/dev/null``."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None  # not there (yet): the journal creates it
+    if stat.S_ISREG(st.st_mode):
+        return None
+    with contextlib.suppress(OSError):
+        null = os.stat(os.devnull)
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == null.st_rdev:
+            return None
+    return next((kind for test, kind in _SPECIAL if test(st.st_mode)), "special file")
 
 
 def warm_modules(text: str | None, warm_start: bool) -> tuple[str, ...]:

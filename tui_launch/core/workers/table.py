@@ -30,6 +30,18 @@ def signal_group(pid: int, sig: int) -> None:
         pass
 
 
+def stopped_by_signal(pid: int) -> bool:
+    """Whether ``pid`` is stopped by a signal (``/proc`` state ``T``: SIGSTOP, SIGTSTP, ...).
+
+    Not a process stopped by its tracer (``t``: a debugger's), which only its tracer resumes.
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as fp:
+            return fp.read().rsplit(")", 1)[-1].split()[0] == "T"
+    except (OSError, IndexError):
+        return False
+
+
 def process_alive(pid: int) -> bool:
     """Whether ``pid`` exists and is not a zombie."""
     try:
@@ -208,17 +220,19 @@ class RankTable:
                 self._stopped.discard(local_rank)
 
     def continue_stopped(self) -> None:
-        """SIGCONT every rank tuilaunch stopped, and stop no rank of this attempt again.
+        """SIGCONT every stopped rank, and stop no rank of this attempt again.
 
         A SIGSTOPped rank leaves torch's SIGTERM pending and would cost the whole shutdown
         timeout: let it run again so that it can die (and a ``slow`` injection may not stop it
-        again).
+        again). That is every rank tuilaunch stopped, and every live rank stopped by someone
+        else (``kill -STOP``, a debugger's SIGSTOP): torch is about to terminate them all.
         """
         with self._lock:
             self._thaw_attempt = self._attempt
-            pids = [self._pids[lr] for lr in self._stopped if lr in self._pids]
+            ours = {self._pids[lr] for lr in self._stopped if lr in self._pids}
+            live = [p for lr, p in self._pids.items() if lr not in self._exits]
             self._stopped.clear()
-        for pid in pids:
+        for pid in [*ours, *(p for p in live if p not in ours and stopped_by_signal(p))]:
             signal_group(pid, signal.SIGCONT)
 
     def still_hung(self, local_rank: int, pid: int, attempt: int) -> bool:
