@@ -14,11 +14,8 @@ import contextlib
 import os
 import signal
 import subprocess
-<<<<<<< HEAD
-import time
-=======
 import sys
->>>>>>> i32-procs
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
