@@ -3,9 +3,12 @@
 Each program runs under ``tuilaunch --no-tui --standalone --nproc-per-node 2`` as written:
 Lightning with its default bar (rich's, since rich imports next to tuilaunch), the Hugging Face
 Trainer's tqdm bar, nanoGPT's ``iter`` lines, the PyTorch DDP tutorial's epoch lines and a
-``step N/T`` log. The journal must hold a progress record taken while the program was training
-(a step short of the last one, with our rate, and an ETA where the run states its total), the
-counter must end where the program says it ends, and the summary's goodput must not be 0 %.
+``step N/T`` log, and the demo's trainer (``examples/train_ddp.py``). The journal must hold a
+progress record taken while the program was training (a step short of the last one, with our
+rate, and an ETA where the run states or declares its total), the counter must end where the
+program says it ends, and the summary's goodput must not be 0 %. The dashboard's progress (the
+header and the workers table's ETA cell), rendered from the journal at that record, shows the
+ETA or says why there is none.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, base_env, journal_path, read_journal
+
+from tui_launch.core.model import events as ev
+from tui_launch.core.model.store import Snapshot, reduce
+from tui_launch.tui.panels.progress import header_progress, progress_cells
 
 CORPUS = ROOT / "tests" / "corpus"
 
@@ -51,9 +58,11 @@ CASES = {
     "hf_trainer": Case(
         "hf_trainer.py", (), {"CORPUS_STEPS": "60", **STEP}, "tqdm", 60, 60, "transformers"
     ),
-    "nanogpt": Case("nanogpt.py", (), {"CORPUS_STEPS": "60", **STEP}, "nanogpt", 60, None),
+    # nanoGPT's configurator prints the override: "Overriding: max_iters = 60", the total
+    "nanogpt": Case("nanogpt.py", ("--max_iters=60",), STEP, "nanogpt", 60, 60),
     # the tutorial's own argv: 6 epochs of 32 steps, a snapshot every 3; its last line is
-    # "Epoch 5", printed when epoch 5 starts: 5 epochs of 32 steps done
+    # "Epoch 5", printed when epoch 5 starts: 5 epochs of 32 steps done. No line states the
+    # number of epochs (argv's 6): no total, and the ETA says so
     "ddp_tutorial": Case(
         "multigpu_torchrun.py",
         ("6", "3"),
@@ -64,6 +73,15 @@ CASES = {
     ),
     # "step N/T | loss L" is the shape of llm.c's lines
     "async": Case("async_collective.py", (), {"CORPUS_STEPS": "60", **STEP}, "llmc", 60, 60),
+    # the demo's trainer: "epochs=6" at its start, then epochs of 20 steps (6 x 20 in all)
+    "demo_trainer": Case(
+        str(ROOT / "examples" / "train_ddp.py"),
+        ("--epochs", "6", "--step-delay", "0.04"),
+        {},
+        "tuilaunch",
+        120,
+        120,
+    ),
 }
 
 
@@ -97,6 +115,30 @@ def test_corpus_program_shows_live_progress(name: str, tmp_path: Path, tuilaunch
     assert live, [(r["step"], r["rate"]) for r in ranks]
     if case.total is not None:
         assert live[0]["eta"] is not None and live[0]["eta"] > 0
+    else:
+        assert all(r["eta"] is None for r in ranks)
     assert records[-1]["progress_time"] > 0
     m = re.search(r"goodput: making progress (\d+)% of wall time", launch.output)
     assert m is not None and int(m.group(1)) > 0, launch.output[-2000:]
+
+    # The dashboard at that record: the header and rank 0's ETA cell.
+    snap = _snapshot_at(journal_path(launch.output), live[0])
+    header = header_progress(snap).plain
+    rank0 = next(r for r in snap.ranks if r.global_rank == 0)
+    eta_cell = progress_cells(rank0, snap.progress)[2].plain
+    if case.total is not None:
+        assert re.search(rf"step {live[0]['step']}/{case.total} \d+%.* ETA \d+s", header), header
+        assert re.fullmatch(r"\d+s", eta_cell), eta_cell
+    else:
+        assert "ETA ? no total" in header, header
+        assert eta_cell == "? no total"
+
+
+def _snapshot_at(journal: Path, rank: dict[str, object]) -> Snapshot:
+    """The run's snapshot right after the progress record holding ``rank``'s reading."""
+    s = Snapshot()
+    for d in read_journal(journal):
+        s = reduce(s, ev.from_dict(d))
+        if d.get("kind") == "progress" and rank in d["ranks"]:
+            return s
+    raise AssertionError("no such record")
