@@ -142,3 +142,84 @@ def _snapshot_at(journal: Path, rank: dict[str, object]) -> Snapshot:
         if d.get("kind") == "progress" and rank in d["ranks"]:
             return s
     raise AssertionError("no such record")
+
+
+def test_ddp_tutorial_killed_and_resumed_resumes_where_it_says(tmp_path: Path, tuilaunch) -> None:
+    """The tutorial killed mid-run and resumed from its snapshot: the summary's "resumed from"
+    is the step of the first line the resumed attempt printed ("Resuming training from
+    snapshot at Epoch E", then "Epoch E | ... | Steps: 32": E x 32 steps done), not the next
+    epoch's."""
+    launch = tuilaunch(
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "1",
+        "--inject",
+        "kill:rank=1,after=7s,attempt=0",
+        str(CORPUS / "multigpu_torchrun.py"),
+        "8",
+        "2",
+        cwd=tmp_path,
+        env=base_env(CORPUS_STEP_SECONDS="0.03"),
+    )
+    assert launch.wait(timeout=280) == 0, launch.output[-4000:]
+    events = read_journal(journal_path(launch.output))
+    logs = {e["attempt"]: Path(e["log_dir"]) for e in events if e["kind"] == "workers_started"}
+    resumed = (logs[1] / "0" / "stdout.log").read_text()
+    m = re.search(r"Resuming training from snapshot at Epoch (\d+)", resumed)
+    epoch = int(m.group(1)) if m else 0  # killed before the first snapshot: from scratch
+    assert f"[GPU0] Epoch {epoch} | Batchsize: 32 | Steps: 32" in resumed
+    line = re.search(r"attempt 1: reached step (\d+), resumed from (\d+)", launch.output)
+    assert line is not None, launch.output[-3000:]
+    assert (int(line.group(1)), int(line.group(2))) == (7 * 32, epoch * 32), line.group(0)
+
+
+@pytest.mark.parametrize("shape", ["rank", "of"])
+def test_a_trainer_that_prints_epochs_only(shape: str, tmp_path: Path, tuilaunch) -> None:
+    """A fault-tolerant trainer printing ``epoch E rank R`` (or ``Epoch [E/N], Loss: L``) and
+    no step line, whose rank 1 exits as epoch 2 starts: each attempt's epochs are its progress
+    (no "no step seen"), the resumed attempt starts where its snapshot was, and with the
+    number of epochs in the line there is an ETA."""
+    launch = tuilaunch(
+        "--journal-samples",
+        "1",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "1",
+        str(ROOT / "tests" / "programs" / "epoch_lines.py"),
+        "--shape",
+        shape,
+        "--epochs",
+        "8",
+        "--snapshot",
+        str(tmp_path / "snap"),
+        "--exit-rank",
+        "1",
+        "--exit-epoch",
+        "2",
+        cwd=tmp_path,
+        env=base_env(),
+    )
+    assert launch.wait(timeout=280) == 0, launch.output[-4000:]
+    out = launch.output
+    assert "no step seen" not in out, out[-3000:]
+    first, last = (1, 8) if shape == "of" else (0, 7)  # as printed: 1-based "of N"
+    m = re.search(r"attempt 0: reached epoch (\d+)", out)
+    assert m is not None and int(m.group(1)) == first + 1, out[-3000:]
+    # attempt 1 resumed from the snapshot of 2 epochs done ("resuming from epoch 2")
+    resumed = rf"attempt 1: reached epoch {last}, resumed from 2\b"
+    assert re.search(resumed, out), out[-3000:]
+    assert re.search(rf"printed epoch {last}", out), out[-3000:]
+    records = [e for e in read_journal(journal_path(out)) if e.get("kind") == "progress"]
+    ranks = [r for rec in records for r in rec["ranks"] if r["global_rank"] == 0]
+    assert {r["fmt"] for r in ranks} == {"epoch"}
+    live = [r for r in ranks if r["rate"] and r["step"] < last]
+    assert live, ranks
+    if shape == "of":
+        # (a record between "resuming from epoch 2" and the first "Epoch [3/8]" knows no total)
+        assert live[-1]["total"] == ranks[-1]["total"] == 8 and live[-1]["eta"] > 0
+    else:
+        assert all(r["total"] is None and r["eta"] is None for r in ranks)
