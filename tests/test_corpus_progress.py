@@ -14,12 +14,16 @@ ETA or says why there is none.
 from __future__ import annotations
 
 import importlib.util
+import os
+import pty
 import re
+import select
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, base_env, journal_path, read_journal
+from conftest import ROOT, base_env, journal_path, read_journal, tuilaunch_cmd, wait_gone
 
 from tui_launch.core.model import events as ev
 from tui_launch.core.model.store import Snapshot, reduce
@@ -223,3 +227,53 @@ def test_a_trainer_that_prints_epochs_only(shape: str, tmp_path: Path, tuilaunch
         assert live[-1]["total"] == ranks[-1]["total"] == 8 and live[-1]["eta"] > 0
     else:
         assert all(r["total"] is None and r["eta"] is None for r in ranks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "eta"),
+    [
+        ("nanogpt", r"step \d+/60 \d+% [\d.]+/s ETA \d+s"),
+        ("ddp_tutorial", r"step \d+ [\d.]+/s ETA \? no total"),
+    ],
+)
+def test_headless_status_line_shows_the_eta(name: str, eta: str, tmp_path: Path) -> None:
+    """``--no-tui`` on a terminal: the live status line has the job's step, rate and ETA (or
+    why there is none) while the program trains."""
+    case = CASES[name]
+    token = os.urandom(8).hex()
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        tuilaunch_cmd(
+            "--standalone", "--nproc-per-node", "2", str(CORPUS / case.program), *case.args
+        ),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        cwd=tmp_path,
+        env=base_env(TUILAUNCH_TEST_TOKEN=token, **case.env),
+        start_new_session=True,
+    )
+    os.close(slave)
+    out = bytearray()
+    try:
+        while True:  # to the end of the run: the pty reads EIO once the launcher is gone
+            if select.select([master], [], [], 1.0)[0]:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:
+                    break
+                if not data:
+                    break
+                out += data
+            elif proc.poll() is not None:
+                break
+        assert proc.wait(timeout=60) == 0, out[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+        assert not wait_gone(token, 10)
+    status = [seg for seg in out.decode(errors="replace").split("\r") if "| attempt 0 |" in seg]
+    assert any(re.search(eta, seg) for seg in status), status[-5:]
