@@ -400,7 +400,7 @@ def _progress_status(s: Snapshot) -> str:
     if job.total:
         text += f" {100 * job.step / job.total:.0f}%"
     text += f" {fmt_rate(job.rate)}/s"
-    if not job.finished:
+    if not job.finished and any(r.state == "running" for r in s.ranks):
         stalled = any(what == "stalled" for _, what in view.active)
         stuck = job.eta is not None and (stalled or bool(s.hung_ranks))
         text += f" ETA {'—' if stuck else fmt_eta(job)}"
