@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     log(
         f"[RANK {rank}] start: "
         f"restart_count={os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')} "
-        f"world_size={dist.get_world_size()} pid={os.getpid()}"
+        f"world_size={dist.get_world_size()} pid={os.getpid()} epochs={args.epochs}"
     )
 
     dataset = build_dataset()

@@ -139,8 +139,10 @@ def test_lightning_tqdm_tracked() -> None:
 
 
 def test_lightning_rich_piped_and_terminal() -> None:
-    # Piped (as under tuilaunch), rich prints the final bar once, metrics wrapped below it.
-    (final,) = readings("lightning_rich.txt")
+    # Piped (as under tuilaunch), rich prints the final bar once, metrics wrapped below it,
+    # after Lightning's "`max_epochs=2` reached" (a declared total).
+    declared, final = readings("lightning_rich.txt")
+    assert (declared.fmt, declared.step, declared.epoch_total) == ("declared", None, 2)
     assert final.fmt == "lightning_rich"
     assert (final.step, final.total, final.epoch, final.epoch_total) == (32, 32, 1.0, 2)
     assert final.rate == pytest.approx(61.71)
@@ -169,7 +171,7 @@ def test_lightning_rich_wrapped_at_80_columns() -> None:
 
 
 def test_tuilaunch_example_capture() -> None:
-    rs = readings("tuilaunch_example.txt")
+    rs = [r for r in readings("tuilaunch_example.txt") if r.step is not None]
     assert [(r.fmt, r.step, r.epoch) for r in rs[::2]] == [
         ("tuilaunch", 20, 0.0),
         ("tuilaunch", 40, 1.0),
@@ -570,7 +572,7 @@ def test_lightning_tqdm_bar_reset_is_not_a_step_back() -> None:
 
 def test_ddp_tutorial_epoch_lines() -> None:
     # printed when an epoch starts: "Epoch 3 | ... | Steps: 32" means 3 * 32 steps are done
-    rs = readings("corpus_ddp_tutorial.txt")
+    rs = [r for r in readings("corpus_ddp_tutorial.txt") if r.step is not None]
     assert {r.fmt for r in rs} == {"ddp_tutorial"}
     assert [(r.step, r.epoch) for r in rs[:3]] == [(0, 0.0), (32, 1.0), (64, 2.0)]
     assert all(r.total is None and r.loss is None for r in rs)
@@ -580,6 +582,156 @@ def test_ddp_tutorial_epoch_lines() -> None:
     st = tr.snapshot(100.0)
     assert (st.fmt, st.locked, st.step, st.epoch) == ("ddp_tutorial", True, 19 * 32, 19.0)
     assert st.rate is not None and st.rate > 0
-    # the snapshot line and a line of another program are not the tutorial's
-    assert parse_line("Epoch 10 | Training snapshot saved at /tmp/snapshot.pt") is None
-    assert parse_line("[GPU0] Epoch 1 | Batchsize: 32 | Steps: 32 | lr 0.1") is None
+    # the snapshot line and a line of another program are not the tutorial's: epoch lines
+    # with no step
+    for line in (
+        "Epoch 10 | Training snapshot saved at /tmp/snapshot.pt",
+        "[GPU0] Epoch 1 | Batchsize: 32 | Steps: 32 | lr 0.1",
+    ):
+        r = parse_line(line)
+        assert r is not None and (r.fmt, r.step) == ("epoch", None), line
+
+
+# --- epoch lines as the counter, declared totals, the step a restart resumed from --------------
+
+
+@pytest.mark.parametrize(
+    ("line", "epoch", "epoch_total"),
+    [
+        ("epoch 2 rank 1", 2.0, None),  # the trainer of issue 32
+        ("Epoch 3/10", 3.0, 10),  # Keras
+        ("Epoch [3/10], Loss: 0.1234", 3.0, 10),  # the PyTorch tutorials' print
+        ("epoch 3 of 10 done", 3.0, 10),
+        ("Epoch: 4 | train_loss: 0.512 | test_acc: 0.81", 4.0, None),
+        ("[epoch=5] lr 0.1", 5.0, None),
+        ("Resuming training from snapshot at Epoch 4", 4.0, None),
+    ],
+)
+def test_epoch_lines_of_common_shapes(line: str, epoch: float, epoch_total: int | None) -> None:
+    r = parse_line(line)
+    assert r is not None
+    assert (r.fmt, r.step, r.epoch, r.epoch_total) == ("epoch", None, epoch, epoch_total)
+
+
+@pytest.mark.parametrize(
+    "line", ["{'loss': 1.2, 'epoch': 0.25}", "Unix epoch 1732800000", "num_epochs", "epochs 3"]
+)
+def test_not_an_epoch_line(line: str) -> None:
+    r = parse_line(line)
+    assert r is None or r.epoch in (None, 0.25), r
+
+
+@pytest.mark.parametrize(
+    ("line", "total", "epoch_total"),
+    [
+        ("Overriding: max_iters = 5000", 5000, None),  # nanoGPT's configurator
+        ("max_iters = 1500", 1500, None),  # the config file it prints
+        ("Namespace(epochs=10, batch_size=32)", None, 10),
+        ("  Total optimization steps = 60", 60, None),  # the Hugging Face Trainer
+        ("  Num Epochs = 3", None, 3),
+        ("Training for 100 epochs", None, 100),
+        ("[RANK 0] start: restart_count=0 world_size=2 pid=7 epochs=100", None, 100),  # the demo
+    ],
+)
+def test_declared_totals(line: str, total: int | None, epoch_total: int | None) -> None:
+    r = parse_line(line)
+    assert r is not None
+    assert (r.fmt, r.step, r.total, r.epoch_total) == ("declared", None, total, epoch_total)
+    assert parse_line("max_steps=-1") is None
+
+
+def test_a_program_that_prints_only_epochs_counts_epochs() -> None:
+    tr = ProgressTracker()
+    for e in range(4):
+        for rank_line in (f"epoch {e} rank 0", f"epoch {e} rank 0 loss 0.5"):
+            tr.feed(rank_line, 10.0 * e)
+    st = tr.snapshot(31.0)
+    assert (st.fmt, st.step, st.total, st.eta, st.steps_done) == ("epoch", 3, None, None, 3)
+    assert st.rate == pytest.approx(0.1)
+    facts = tr.attempt_progress(0.0)
+    assert (facts.first_step, facts.steps_reached) == (0, 3)
+    # with the number of epochs: an ETA in epochs
+    tr = ProgressTracker()
+    for e in range(1, 4):
+        tr.feed(f"Epoch [{e}/10], Loss: 0.5", 10.0 * e)
+    st = tr.snapshot(31.0)
+    assert (st.step, st.total) == (3, 10)
+    assert st.eta == pytest.approx(70.0)
+
+
+def test_step_lines_take_over_from_epoch_lines() -> None:
+    # "Epoch 1/3" then per-step lines: the counter is the steps, counted from the first one
+    tr = ProgressTracker(min_interval=0)
+    tr.feed("Epoch 1/3", 0.0)
+    tr.feed("Epoch 2/3", 1.0)
+    for i in range(1, 11):
+        tr.feed(f"step {i} loss 0.5", 1.0 + i)
+    st = tr.snapshot(12.0)
+    assert (st.fmt, st.step, st.epoch, st.epoch_total, st.steps_done) == ("generic", 10, 2.0, 3, 9)
+    facts = tr.attempt_progress(0.0)
+    assert (facts.first_step, facts.steps_reached) == (1, 10)
+
+
+TUTORIAL_RESUMED = [
+    "Loading snapshot",
+    "Resuming training from snapshot at Epoch 4",
+    "[GPU0] Epoch 4 | Batchsize: 32 | Steps: 20",
+]
+
+
+def test_resumed_from_is_the_first_step_line_read_together_with_a_resume_message() -> None:
+    # The DDP tutorial resumed: its first lines come in one read of the log; the next epoch's
+    # line a second later. The attempt resumed from step 4 * 20, not from the next epoch's 100.
+    tr = ProgressTracker()
+    tr.feed_lines(TUTORIAL_RESUMED, 1.0)
+    for k, epoch in enumerate((5, 6)):
+        tr.feed_lines([f"[GPU0] Epoch {epoch} | Batchsize: 32 | Steps: 20"], 2.0 + k)
+    facts = tr.attempt_progress(0.0)
+    assert (facts.first_step, facts.steps_reached) == (80, 120)
+
+
+def test_resumed_from_is_the_first_step_line_fed_right_after_a_resume_message() -> None:
+    # the same lines one by one, the step line within the coalescing interval of the message
+    tr = ProgressTracker()
+    for i, line in enumerate(TUTORIAL_RESUMED):
+        tr.feed(line, 1.0 + 0.001 * i)
+    tr.feed("[GPU0] Epoch 5 | Batchsize: 32 | Steps: 20", 2.0)
+    assert tr.attempt_progress(0.0).first_step == 80
+
+
+def test_totals_inferred_from_what_the_program_declared() -> None:
+    # nanoGPT's configurator prints the override before the first iteration
+    tr = ProgressTracker(min_interval=0)
+    tr.feed("Overriding: max_iters = 60", 0.0)
+    for i in range(11):
+        tr.feed(f"iter {i}: loss 4.0000, time 100.00ms, mfu -100.00%", 1.0 + 0.1 * i)
+    st = tr.snapshot(2.0)
+    assert (st.step, st.total) == (10, 60) and st.eta == pytest.approx(5.0)
+    # the demo: "epochs=100" at the start, then epochs of 20 steps: 100 x 20 steps in all
+    tr = ProgressTracker(min_interval=0)
+    tr.feed("[RANK 0] start: restart_count=0 world_size=2 pid=7 epochs=100", 0.0)
+    for e in range(3):
+        tr.feed(f"[RANK 0] Epoch {e} | Batchsize: 32 | Steps: 20 | loss 1.0", 1.0 + e)
+    st = tr.snapshot(3.0)
+    assert (st.step, st.total) == (60, 2000) and st.eta == pytest.approx((2000 - 60) / 20)
+    # the DDP tutorial states no number of epochs: no total, no ETA
+    tr = ProgressTracker(min_interval=0)
+    for e in range(3):
+        tr.feed(f"[GPU0] Epoch {e} | Batchsize: 32 | Steps: 32", float(e))
+    st = tr.snapshot(3.0)
+    assert (st.step, st.total, st.eta) == (64, None, None)
+
+
+def test_eta_text_says_why_there_is_none() -> None:
+    from tui_launch.core.model.events import RankProgress
+    from tui_launch.core.model.progress import fmt_eta, fmt_step
+
+    def rank(**kw: object) -> RankProgress:
+        base: dict[str, object] = dict(global_rank=0, local_rank=0, stream="stdout", step=3)
+        return RankProgress(**{**base, **kw})  # type: ignore[arg-type]
+
+    assert fmt_eta(rank(total=10, rate=0.1, eta=70.0)) == "1m"
+    assert fmt_eta(rank(total=None, rate=0.1)) == "? no total"
+    assert fmt_eta(rank(total=10, rate=None)) == "? no rate yet"
+    assert fmt_step(rank(total=10, fmt="epoch")) == "epoch 3/10"
+    assert fmt_step(rank(total=10, fmt="generic")) == "3/10"

@@ -412,7 +412,8 @@ def _fileno(stream: object) -> int | None:
 
 
 def status_text(s: Snapshot) -> str:
-    """The one-line live status: phase, ranks, restarts, elapsed time."""
+    """The one-line live status: phase, ranks, restarts, elapsed time, and the job's progress
+    once a rank printed some (``step 120/500 24% 9.8/s ETA 39s``)."""
     running = sum(1 for r in s.ranks if r.state == "running")
     elapsed = run_duration(s)
     parts = [
@@ -422,4 +423,30 @@ def status_text(s: Snapshot) -> str:
         f"restarts {s.failure_restarts}/{s.max_restarts}",
         clock(elapsed),
     ]
+    progress = _progress_status(s)
+    if progress:
+        parts.append(progress)
     return " | ".join(parts)
+
+
+def _progress_status(s: Snapshot) -> str:
+    """The job's progress for the status line: the leading rank's counter, rate and ETA (or
+    why there is none); the dashboard's header says the same."""
+    from tui_launch.core.model.progress import fmt_eta, fmt_rate, fmt_step, unit_of
+
+    view = s.progress
+    if view is None or view.latest.attempt != s.attempt:
+        return ""
+    job = view.job
+    if job is None or job.step is None:
+        return ""
+    unit = unit_of(job)
+    text = fmt_step(job) if unit == "epoch" else f"step {fmt_step(job)}"
+    if job.total:
+        text += f" {100 * job.step / job.total:.0f}%"
+    text += f" {fmt_rate(job.rate)}/s"
+    if not job.finished and any(r.state == "running" for r in s.ranks):
+        stalled = any(what == "stalled" for _, what in view.active)
+        stuck = job.eta is not None and (stalled or bool(s.hung_ranks))
+        text += f" ETA {'—' if stuck else fmt_eta(job)}"
+    return text

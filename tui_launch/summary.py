@@ -237,7 +237,14 @@ def _print_resources(s: Snapshot, console: object) -> None:
 def _print_goodput(s: Snapshot, console: object) -> None:
     """Per attempt: steps reached, resumed from, work redone, time to first step; the share
     of wall time the job made progress (from the workers' own progress lines)."""
-    from tui_launch.core.model.progress import fmt_rate, goodput, goodput_lines, straggler_line
+    from tui_launch.core.model.progress import (
+        fmt_rate,
+        fmt_step,
+        goodput,
+        goodput_lines,
+        straggler_line,
+        unit_of,
+    )
 
     fin = s.finished
     if s.straggler is not None and s.straggler.global_rank is not None:
@@ -246,13 +253,13 @@ def _print_goodput(s: Snapshot, console: object) -> None:
     if summary is None or s.progress is None:
         return
     job = s.progress.job
+    unit = unit_of(job)
     head = "progress (from the logs)"
     if job is not None:
-        head += f": rank {job.global_rank} printed step {job.step}"
-        head += f"/{job.total}" if job.total else ""
-        head += f", last rate {fmt_rate(job.rate)} steps/s"
+        head += f": rank {job.global_rank} printed {unit} {fmt_step(job).removeprefix('epoch ')}"
+        head += f", last rate {fmt_rate(job.rate)} {unit}s/s"
     console.print(head, soft_wrap=True)  # type: ignore[attr-defined]
-    for line in goodput_lines(summary):
+    for line in goodput_lines(summary, unit):
         console.print("  " + line, soft_wrap=True)  # type: ignore[attr-defined]
     slow = [e for e in s.progress.slowdowns if e.active]
     if slow:

@@ -6,12 +6,17 @@ Like nanoGPT's ``train.py``: DDP when ``RANK`` is set, the master process prints
 ``eval_interval``. The model is one transformer block with a 64-token vocabulary; the data is
 random tokens made here. CPU and gloo only; nothing is downloaded.
 
-Environment: ``CORPUS_STEPS`` (``max_iters``, default 100); ``CORPUS_HANG_RANK/STEP`` and
-``CORPUS_RAISE_RANK/STEP`` (``_hooks.py``) act inside the loop body, before the forward pass.
+Arguments as nanoGPT's ``configurator.py`` takes them, on every rank: a config file
+(``Overriding config with FILE:`` and the file printed) or ``--key=value``
+(``Overriding: max_iters = 60``). Environment: ``CORPUS_STEPS`` (``max_iters``, default 100,
+unless an argument overrides it); ``CORPUS_HANG_RANK/STEP`` and ``CORPUS_RAISE_RANK/STEP``
+(``_hooks.py``) act inside the loop body, before the forward pass.
 """
 
 import os
+import sys
 import time
+from ast import literal_eval
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +35,37 @@ max_iters = env_int("CORPUS_STEPS", 100)
 log_interval = 1
 eval_interval = 50
 eval_iters = 2
+
+# nanoGPT's configurator.py, as it is (exec'd by its train.py on every rank)
+for arg in sys.argv[1:]:
+    if "=" not in arg:
+        # assume it's the name of a config file
+        assert not arg.startswith("--")
+        config_file = arg
+        print(f"Overriding config with {config_file}:")
+        with open(config_file) as f:
+            config = f.read()
+        print(config)
+        exec(config)
+    else:
+        # assume it's a --key=value argument
+        assert arg.startswith("--")
+        key, val = arg.split("=")
+        key = key[2:]
+        if key in globals():
+            try:
+                # attempt to eval it it (e.g. if bool, number, or etc)
+                attempt = literal_eval(val)
+            except (SyntaxError, ValueError):
+                # if that goes wrong, just use it as a string
+                attempt = val
+            # ensure the types match ok
+            assert type(attempt) is type(globals()[key])
+            # cross fingers
+            print(f"Overriding: {key} = {attempt}")
+            globals()[key] = attempt
+        else:
+            raise ValueError(f"Unknown config key: {key}")
 
 
 class Block(nn.Module):

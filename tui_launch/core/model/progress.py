@@ -180,11 +180,28 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
+def unit_of(r: RankProgress | None) -> str:
+    """What a rank's counter counts: ``epoch`` for a program that prints epoch lines and no
+    step line (the tracker's ``epoch`` format), else ``step``."""
+    return "epoch" if r is not None and r.fmt == "epoch" else "step"
+
+
 def fmt_step(r: RankProgress) -> str:
-    """``120/500`` (or ``120``, or ``-``)."""
+    """``120/500`` (or ``120``, or ``-``); ``epoch 3/10`` when the counter counts epochs."""
     if r.step is None:
         return "-"
-    return f"{r.step}/{r.total}" if r.total else str(r.step)
+    count = f"{r.step}/{r.total}" if r.total else str(r.step)
+    return f"epoch {count}" if unit_of(r) == "epoch" else count
+
+
+def fmt_eta(r: RankProgress) -> str:
+    """The time left (``39s``), or why there is none: ``? no total`` (no line states how far
+    the run goes), ``? no rate yet`` (the counter has not moved twice)."""
+    if r.eta is not None:
+        return fmt_duration(r.eta)
+    if not r.total:
+        return "? no total"
+    return "? no rate yet"
 
 
 def describe_slowdown(e: Slowdown) -> str:
@@ -222,17 +239,18 @@ def straggler_line(e: Straggler) -> str:
     return line
 
 
-def goodput_lines(summary: GoodputSummary) -> list[str]:
-    """The summary's goodput: one line per attempt, then the totals."""
+def goodput_lines(summary: GoodputSummary, unit: str = "step") -> list[str]:
+    """The summary's goodput: one line per attempt, then the totals (``unit``: what the
+    counter counts, :func:`unit_of` the job's progress)."""
     lines = []
     for a in summary.attempts:
-        parts = [f"attempt {a.index}: reached step {a.steps_reached}"]
+        parts = [f"attempt {a.index}: reached {unit} {a.steps_reached}"]
         if a.steps_reached is None:
             parts = [f"attempt {a.index}: no step seen"]
         if a.resumed_from is not None:
             parts.append(f"resumed from {a.resumed_from}")
         if a.redone:
-            parts.append(f"{a.redone} steps redone")
+            parts.append(f"{a.redone} {unit}s redone")
         if a.time_to_first_step is not None:
             parts.append(f"first step after {a.time_to_first_step:.1f}s")
         parts.append(f"progressing {a.progress_time:.1f}s of {a.wall:.1f}s")
@@ -241,7 +259,7 @@ def goodput_lines(summary: GoodputSummary) -> list[str]:
     total = f"goodput: making progress {100 * share:.0f}% of wall time" if share is not None else ""
     if total:
         total += f" ({summary.progress_time:.1f}s of {summary.wall:.1f}s)"
-        total += f", {summary.steps_redone} steps redone after restarts"
+        total += f", {summary.steps_redone} {unit}s redone after restarts"
         lines.append(total)
     return lines
 
@@ -252,6 +270,7 @@ __all__ = [
     "ProgressView",
     "describe_slowdown",
     "fmt_duration",
+    "fmt_eta",
     "fmt_rate",
     "fmt_step",
     "fold",
@@ -260,4 +279,5 @@ __all__ = [
     "goodput_lines",
     "progress_rows",
     "straggler_line",
+    "unit_of",
 ]

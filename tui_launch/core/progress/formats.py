@@ -375,7 +375,8 @@ def _parse_llmc(s: str) -> ProgressReading | None:
 # line without the loss, when the epoch *starts*: "[GPU0] Epoch 152 | Batchsize: 32 | Steps: 32"
 # means 152 epochs of 32 steps are done, so its counter is epoch * Steps. Neither line states
 # the number of epochs (the tutorial takes it as its first argument, a convention of that
-# script only), so there is no total and no ETA.
+# script only): the run's total is known only when the program states it elsewhere (see
+# :func:`_parse_declared`), as epochs x Steps.
 _TUILAUNCH = re.compile(
     rf"\bEpoch (\d+) \| Batchsize: \d+ \| Steps: (\d+)(?: \| loss ({_NUM}|nan))?\s*$"
 )
@@ -387,9 +388,15 @@ def _parse_tuilaunch(s: str) -> ProgressReading | None:
         return None
     epoch, steps = int(m.group(1)), int(m.group(2))
     if m.group(3) is None:
-        return ProgressReading(fmt="ddp_tutorial", step=epoch * steps, epoch=float(epoch))
+        return ProgressReading(
+            fmt="ddp_tutorial", step=epoch * steps, epoch=float(epoch), per_epoch=steps
+        )
     return ProgressReading(
-        fmt="tuilaunch", step=(epoch + 1) * steps, epoch=float(epoch), loss=_num(m.group(3))
+        fmt="tuilaunch",
+        step=(epoch + 1) * steps,
+        epoch=float(epoch),
+        loss=_num(m.group(3)),
+        per_epoch=steps,
     )
 
 
@@ -402,8 +409,12 @@ _GENERIC_LOSS = re.compile(rf"\bloss\b[\s:=]+({_NUM}|nan)", re.I)
 _EVAL_PREFIX = re.compile(
     r"\b(?:val|valid|validation|validating|eval|evaluation|evaluating|test|testing)\b", re.I
 )
-# "Epoch 3/10", "epoch: 3/10", "Epoch [3/10]": a line that only moves the epoch.
-_EPOCH_LINE = re.compile(r"\bepoch\b[\s:=\[]+(\d+)\s*/\s*(\d+)", re.I)
+# An epoch and maybe the number of epochs: "Epoch 3/10", "epoch: 3/10", "Epoch [3/10]",
+# "epoch 3 of 10", "Epoch 3", "epoch=3", "epoch 2 rank 1", "[epoch 3] loss 0.4". Not a
+# fraction ("epoch 0.25" is a step-less dict's) nor "epochs"/"num_epochs" (a declared total).
+_EPOCH_LINE = re.compile(r"\bepoch\b[\s:=#\[]*(\d+)(?!\d|\.\d)(?:\s*(?:/|\bof\b)\s*(\d+))?", re.I)
+# Above this an "epoch" is a Unix time ("epoch 1732800000"), not a training epoch.
+_EPOCH_MAX = 100_000
 
 
 def _parse_generic(s: str) -> ProgressReading | None:
@@ -412,12 +423,14 @@ def _parse_generic(s: str) -> ProgressReading | None:
         return _parse_epoch_line(s)
     lm = _GENERIC_LOSS.search(s)
     em = _EPOCH_LINE.search(s)
+    if em is not None and int(em.group(1)) > _EPOCH_MAX:
+        em = None
     return ProgressReading(
         fmt="generic",
         step=int(m.group(1)),
         total=_int(m.group(2)),
         epoch=float(em.group(1)) if em else None,
-        epoch_total=int(em.group(2)) if em else None,
+        epoch_total=_int(em.group(2)) if em else None,
         loss=_num(lm.group(1)) if lm else None,
         # only whole eval words: a log prefix holds names like "interval" or "retrieval"
         phase="eval" if _EVAL_PREFIX.search(s, 0, m.start()) else "train",
@@ -425,7 +438,48 @@ def _parse_generic(s: str) -> ProgressReading | None:
 
 
 def _parse_epoch_line(s: str) -> ProgressReading | None:
+    """An epoch line with no step: the tracker counts epochs when a stream has no step lines."""
     m = _EPOCH_LINE.search(s)
+    if m is None or int(m.group(1)) > _EPOCH_MAX:
+        return None
+    return ProgressReading(
+        fmt="epoch",
+        epoch=float(m.group(1)),
+        epoch_total=_int(m.group(2)),
+        phase="eval" if _EVAL_PREFIX.search(s, 0, m.start()) else "train",
+    )
+
+
+# A total the program declares, usually once at the start: nanoGPT's configurator
+# ("Overriding: max_iters = 5000", or the config file it prints), an argparse Namespace
+# ("Namespace(epochs=10, ...)"), a config dump ("max_steps: 1000"), the Hugging Face
+# Trainer's "Total optimization steps = 60" / "Num Epochs = 3", "Training for 100 epochs".
+_DECLARED_STEPS = (
+    r"max_iters?|max_steps|total_steps|num_steps|train_steps|training_steps|num_train_steps"
+    r"|max_train_steps|num_training_steps|total_iters|num_iters|num_iterations|max_iterations"
+    r"|total[ _]optimization[ _]steps"
+)
+_DECLARED_EPOCHS = (
+    r"epochs|max_epochs|num_epochs|n_epochs|total_epochs|num_train_epochs|num[ _]epochs"
+)
+_DECLARED = re.compile(
+    rf"\b(?:(?P<steps>{_DECLARED_STEPS})|(?P<epochs>{_DECLARED_EPOCHS}))\b['\"]?\s*[:=]\s*"
+    r"(?P<n>\d+)(?!\d|\.\d)",
+    re.I,
+)
+_TRAIN_FOR = re.compile(
+    r"\btrain(?:ing)?\s+for\s+(?P<n>\d+)\s+(?:(?P<epochs>epochs?)|steps?|iter(?:ation)?s?)\b",
+    re.I,
+)
+
+
+def _parse_declared(s: str) -> ProgressReading | None:
+    m = _DECLARED.search(s) or _TRAIN_FOR.search(s)
     if m is None:
         return None
-    return ProgressReading(fmt="epoch", epoch=float(m.group(1)), epoch_total=int(m.group(2)))
+    n = int(m.group("n"))
+    if n <= 0:
+        return None
+    if m.group("epochs"):
+        return ProgressReading(fmt="declared", epoch_total=n)
+    return ProgressReading(fmt="declared", total=n)

@@ -4,7 +4,8 @@ The formats are the ones real training programs print: tqdm bars (and
 the bars of the Hugging Face Trainer, PyTorch Lightning and torchtune, which are tqdm bars with
 their own description), the Trainer's ``{'loss': ...}`` dicts, Lightning's rich bar, torchtitan,
 Megatron-LM, DeepSpeed, nanoGPT, timm, the ImageNet example's ``ProgressMeter``, llm.c, the
-tuilaunch example and a generic ``step N`` / ``iter N`` / ``Epoch N/M``.
+tuilaunch example, a generic ``step N`` / ``iter N`` / ``Epoch N/M`` / ``epoch N``, and the
+totals a program declares (``max_iters = 5000``, ``epochs=10``).
 
 Cost matters more than elegance here: the launcher reads every line every rank prints, and
 most of them are not progress at all. :func:`maybe_progress` is a handful of substring tests
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tui_launch.core.progress.formats import (
+    _parse_declared,
     _parse_deepspeed,
     _parse_epoch_line,
     _parse_generic,
@@ -102,6 +104,11 @@ def _anchor_tuilaunch(s: str) -> bool:
     return "| Steps: " in s
 
 
+def _anchor_declared(s: str) -> bool:
+    # a name and a value ("max_iters = 60", "epochs: 10") or "training for 100 epochs"
+    return "=" in s or ":" in s or " for " in s
+
+
 def _anchor_generic(s: str) -> bool:
     # the words of the generic pattern, either case, without lower()-ing the line
     return "tep" in s or "ter" in s or "poch" in s or "TEP" in s or "TER" in s or "POCH" in s
@@ -122,6 +129,7 @@ _PARSERS: tuple[tuple[str, Callable[[str], bool], _Parser], ...] = (
     ("tuilaunch", _anchor_tuilaunch, _parse_tuilaunch),
     ("hf", _anchor_hf, _parse_hf_dict),
     ("generic", _anchor_generic, _parse_generic),
+    ("declared", _anchor_declared, _parse_declared),
 )
 _BY_FAMILY = {name: (anchor, parser) for name, anchor, parser in _PARSERS}
 
@@ -136,8 +144,8 @@ def parse_line(text: str, family: str | None = None) -> ProgressReading | None:
     """Parse one line (or the latest ``\\r``-segment of an unterminated one).
 
     ``family`` restricts the attempt to one format family (a locked stream): then only that
-    family's pattern runs, plus the step-less lines every stream accepts (the Trainer's dicts
-    and ``Epoch N/M`` lines). Returns None when the line states no progress.
+    family's pattern runs, plus the step-less lines every stream accepts (the Trainer's dicts,
+    epoch lines and declared totals). Returns None when the line states no progress.
     """
     s = _latest_segment(text)
     if not maybe_progress(s):
@@ -153,7 +161,11 @@ def parse_line(text: str, family: str | None = None) -> ProgressReading | None:
             reading = _parse_hf_dict(s)
             if reading is not None:
                 return reading
-        return _parse_epoch_line(s) if "poch" in s or "POCH" in s else None
+        if "poch" in s or "POCH" in s:
+            reading = _parse_epoch_line(s)
+            if reading is not None:
+                return reading
+        return _parse_declared(s) if _anchor_declared(s) else None
     for _name, anchor, parser in _PARSERS:
         if anchor(s):
             reading = parser(s)

@@ -35,7 +35,9 @@ class ProgressReading:
     ``n``/``total``); ``rate`` is the rate the line *claims* in steps per second (``s/it``
     converted), which for tqdm is an EMA and for Lightning a lifetime mean, so the tracker
     measures its own. ``phase`` is ``"train"``, ``"eval"`` (validation/test bars and eval
-    dicts) or ``"summary"`` (the Trainer's final ``train_runtime`` dict).
+    dicts) or ``"summary"`` (the Trainer's final ``train_runtime`` dict). ``per_epoch`` is
+    the number of steps in one epoch, when the line states it; ``total``/``epoch_total``
+    without a ``step`` are a total the program declared (``max_iters = 5000``).
     """
 
     fmt: str
@@ -53,6 +55,7 @@ class ProgressReading:
     grad_norm: float | None = None
     phase: str = "train"
     desc: str | None = None
+    per_epoch: int | None = None
 
     @property
     def family(self) -> str:
@@ -80,6 +83,7 @@ FAMILIES: dict[str, str] = {
     "ddp_tutorial": "tuilaunch",
     "generic": "generic",
     "epoch": "epoch",
+    "declared": "declared",
 }
 
 
@@ -192,4 +196,5 @@ def global_steps(r: ProgressReading) -> ProgressReading:
         r,
         step=int(r.epoch) * per_epoch + r.step,
         total=r.epoch_total * per_epoch if r.epoch_total else None,
+        per_epoch=per_epoch,
     )

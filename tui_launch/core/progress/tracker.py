@@ -117,6 +117,11 @@ class ProgressTracker:
         self._desc: str | None = None
         self.epoch: float | None = None
         self.epoch_total: int | None = None
+        self.declared_total: int | None = None  # a step total the program declared
+        self.per_epoch: int | None = None  # steps per epoch, where a line states it
+        # What the training counter counts: "step", or "epoch" while the stream has printed
+        # epoch lines and no step line (a step line takes over, see _count_steps).
+        self.unit: str | None = None
         self.loss: float | None = None
         self.claimed_rate: float | None = None
         self.step_time_claimed: float | None = None
@@ -179,6 +184,17 @@ class ProgressTracker:
         stopping once it has found every kind. A read of a thousand bar updates costs a
         few tests, not a thousand calls.
         """
+        if self.unit != "step":
+            # Before the first step every line counts, in order (the first step is where a
+            # restart resumed from), up to a bound: a stream may print no step at all.
+            start = 0
+            for i, line in enumerate(lines[:_FIRST_STEP_SCAN]):
+                start = i + 1
+                if _kind(line, self._anchor) is not None:
+                    self.feed(line, t)
+                    if self.unit == "step":
+                        break
+            lines = lines[start:]
         anchor = self._anchor
         kinds = 2 if anchor is None else 3  # dict and any | dict, fam and other
         last: dict[str, int] = {}  # kind -> its newest line
@@ -211,7 +227,10 @@ class ProgressTracker:
     def _feed_kind(self, text: str, t: float, kind: str) -> None:
         """Parse ``text`` of ``kind`` now, or keep it as its kind's newest (coalescing)."""
         last = self._last_parse.get(kind)
-        if last is not None and t - last < self.min_interval:
+        # Nothing is coalesced before the first step: the first step line of an attempt is
+        # where a restart resumed from, and the line just before it (a "Resuming from
+        # snapshot at Epoch 4" of the same kind) must not take its place.
+        if last is not None and t - last < self.min_interval and self.unit == "step":
             self._pending[kind] = (text, t)  # a newer line of this kind supersedes it
             return
         pending = self._pending
@@ -250,12 +269,16 @@ class ProgressTracker:
         if reading.step is None:
             if reading.phase == "summary":
                 self.finished = True
+            elif reading.fmt == "epoch" and reading.epoch is not None and reading.phase == "train":
+                self._count_epoch(int(reading.epoch), t)
             return True
         if not self._admit(family_of(reading.fmt)):
             return False
         if reading.phase != "train":
             self._move_other(reading, t)
             return True
+        if self.unit == "epoch":
+            self._count_steps()
         bar = self._train
         if bar is None:
             self._start_train(reading, t)
@@ -307,6 +330,28 @@ class ProgressTracker:
             return True
         return False
 
+    def _count_epoch(self, epoch: int, t: float) -> None:
+        """An epoch line: the training counter in epochs, while no step line was seen."""
+        if self.unit == "step":
+            return  # the epoch is metadata of the step counter
+        bar = self._train
+        if bar is None:
+            self._start_train(ProgressReading(fmt="epoch", step=epoch), t)
+        elif epoch > bar.step:
+            delta, bar.step = epoch - bar.step, epoch
+            self._advance(delta, t)
+
+    def _count_steps(self) -> None:
+        """The first step line after epoch lines: count in steps from here, as if the epoch
+        lines had not been counted (their first and last value are in another unit)."""
+        self._train = None
+        self._samples.clear()
+        self.steps_done = 0
+        self.best_rate = self._slow_since = self._last_move = None
+        self.first_seen = self.first_step = self.first_move_at = self.max_step = None
+        self.progress_time = 0.0
+        self.fmt = self.unit = None
+
     @staticmethod
     def _takes_over(bar: _Bar, reading: ProgressReading) -> bool:
         """A bar with another total replaces the training bar only once that bar is done and
@@ -323,6 +368,10 @@ class ProgressTracker:
             self.epoch = r.epoch
         if r.epoch_total is not None:
             self.epoch_total = r.epoch_total
+        if r.step is None and r.total:
+            self.declared_total = r.total
+        if r.per_epoch:
+            self.per_epoch = r.per_epoch
         if r.loss is not None:
             self.loss = r.loss
         if r.samples_per_s is not None:
@@ -337,6 +386,7 @@ class ProgressTracker:
     def _start_train(self, r: ProgressReading, t: float) -> None:
         assert r.step is not None
         self._train = _Bar(step=r.step, total=r.total, moved_at=t)
+        self.unit = "epoch" if r.fmt == "epoch" else "step"
         if self.first_seen is None:
             self.first_seen, self.first_step = t, r.step
             # A log line reports a finished step; tqdm's first draw ("0/30", or "80/1000" on
@@ -411,6 +461,23 @@ class ProgressTracker:
         """The training bar's total, when it states one."""
         return self._train.total if self._train else None
 
+    def run_total(self) -> int | None:
+        """The training counter's total: the bar's, else one inferred from what the stream
+        declared (``max_iters = 5000``; epochs x steps per epoch; epochs, when the counter
+        counts epochs). None when nothing states it."""
+        bar = self._train
+        if bar is None:
+            return None
+        if bar.total:
+            return bar.total
+        if self.unit == "epoch":
+            return self.epoch_total
+        if self.declared_total:
+            return self.declared_total
+        if self.epoch_total and self.per_epoch:
+            return self.epoch_total * self.per_epoch
+        return None
+
     def rate(self) -> float | None:
         """Our rate in steps/s over the window (None before two moves)."""
         return self._window_rate()
@@ -421,7 +488,7 @@ class ProgressTracker:
         bar = self._train
         rate = self._window_rate()
         step = bar.step if bar else None
-        total = bar.total if bar else None
+        total = self.run_total()
         percent = 100.0 * step / total if step is not None and total else None
         eta = None
         if step is not None and total and rate:
@@ -466,6 +533,10 @@ class ProgressTracker:
             steps_reached=self.max_step,
             progress_time=self.progress_time,
         )
+
+
+# Lines parsed one by one, in order, per read before the first step (feed_lines).
+_FIRST_STEP_SCAN = 256
 
 
 def _kind(text: str, anchor: Callable[[str], bool] | None) -> str | None:

@@ -15,9 +15,11 @@ from rich.text import Text
 from tui_launch.core.model.progress import (
     ProgressView,
     fmt_duration,
+    fmt_eta,
     fmt_rate,
     fmt_step,
     goodput,
+    unit_of,
 )
 from tui_launch.core.model.store import RankView, Snapshot
 
@@ -44,7 +46,7 @@ def progress_cells(
     """The ``step``, ``steps/s`` and ``ETA`` cells of one rank (``-`` if it prints none;
     ``straggler?`` in the step cell of the rank inferred to hold the others back). A rank
     that is stalled or ``hung`` has no ETA (``—``): the one computed from its last rate would
-    promise an end that is not coming."""
+    promise an end that is not coming. A rank with no ETA says why (``? no total``)."""
     dash = Text("-", style="dim")
     p = view.rank(r.global_rank, r.attempt) if view is not None else None
     if r.global_rank == straggler:
@@ -66,13 +68,17 @@ def progress_cells(
     done = r.exit_code is not None
     if (flag == "stalled" or hung) and not done:
         eta = Text("—", style="dim")
+    elif done or p.finished:
+        eta = Text("-")
     else:
-        eta = Text(fmt_duration(p.eta) if p.eta is not None and not done else "-")
+        eta = Text(fmt_eta(p), style="" if p.eta is not None else "dim")
     return step, rate, eta
 
 
 def header_progress(s: Snapshot) -> Text:
-    """``  step 120/500 24%  9.8/s  ETA 39s  (rank 0)`` while the job runs (empty otherwise)."""
+    """``  step 120/500 24%  9.8/s  ETA 39s  from rank 0`` while the job runs (empty
+    otherwise); ``epoch 3/10`` when the program prints epochs only, ``ETA ? no total`` when
+    nothing says how far the run goes."""
     view = s.progress
     t = Text()
     straggler = straggler_of(s)
@@ -83,15 +89,16 @@ def header_progress(s: Snapshot) -> Text:
     job = view.job
     if job is None or job.step is None:
         return t
-    t.append(f"   step {fmt_step(job)}", style="bold")
+    prefix = "" if unit_of(job) == "epoch" else "step "  # fmt_step says "epoch 3/10"
+    t.append(f"   {prefix}{fmt_step(job)}", style="bold")
     if job.total:
         t.append(f" {100 * job.step / job.total:.0f}%")
     t.append(f"  {fmt_rate(job.rate)}/s")
     flags = sorted({w for _, w in view.active})
-    if job.eta is not None:
+    if not job.finished and any(r.state == "running" for r in s.ranks):
         # No ETA while the job is stalled or hung: the last rate no longer predicts anything.
-        stuck = "stalled" in flags or bool(s.hung_ranks)
-        t.append(f"  ETA {'—' if stuck else fmt_duration(job.eta)}")
+        stuck = job.eta is not None and ("stalled" in flags or bool(s.hung_ranks))
+        t.append(f"  ETA {'—' if stuck else fmt_eta(job)}")
     t.append(f"  from rank {job.global_rank}", style="dim")
     if "stalled" in flags:
         t.append(f"  STALLED {fmt_duration(job.stalled_for)}", style="bold red")
