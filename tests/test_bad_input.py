@@ -338,6 +338,59 @@ ABSURD_VALUES = [
 ]
 
 
+# What torch checks only once the launch has started (its config_from_args, then the
+# rendezvous handler), where it failed as the program (exit 1) and left a run directory in the
+# temp directory: refused like the rest, with no --log-dir given (the run directory went to
+# TMPDIR, which must stay empty).
+TORCH_CONFIG_ERRORS = [
+    pytest.param(["--standalone", "--tee", "9"], ["--tee", "'9'", "3 (both)"], id="tee-9"),
+    pytest.param(["--standalone", "-r", "0:4"], ["--redirects", "'0:4'"], id="redirects-0:4"),
+    pytest.param(
+        ["--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:99999"],
+        ["--rdzv-endpoint 'localhost:99999'", "port", "65535"],
+        id="endpoint-port-99999",
+    ),
+    pytest.param(
+        ["--rdzv-backend", "c10d", "--rdzv-endpoint", "no host!:29400"],
+        ["--rdzv-endpoint 'no host!:29400'", "host"],
+        id="endpoint-host",
+    ),
+    pytest.param(
+        ["--rdzv-backend", "static", "--master-port", "99999"],
+        ["--master-port 99999", "port"],
+        id="static-master-port-99999",
+    ),
+    pytest.param(
+        ["--standalone", "--rdzv-conf", "foo"], ["--rdzv-conf 'foo'", "KEY=VALUE"], id="conf-foo"
+    ),
+    pytest.param(
+        ["--standalone", "--rdzv-conf", "is_host=1,=2"],
+        ["--rdzv-conf 'is_host=1,=2'", "'=2'"],
+        id="conf-no-key",
+    ),
+    pytest.param(
+        ["--standalone", "--rdzv-conf", "read_timeout=soon"],
+        ["--rdzv-conf read_timeout=soon", "whole number"],
+        id="conf-read-timeout",
+    ),
+    pytest.param(
+        ["--standalone", "--rdzv-conf", "join_timeout=0"],
+        ["--rdzv-conf join_timeout=0", "> 0"],
+        id="conf-join-timeout-0",
+    ),
+    pytest.param(
+        ["--standalone", "--rdzv-conf", "is_host=maybe"],
+        ["--rdzv-conf is_host=maybe", "true or false"],
+        id="conf-is-host",
+    ),
+    pytest.param(
+        ["--standalone", "--rdzv-conf", "store_type=redis"],
+        ["--rdzv-conf store_type=redis", "tcp or file"],
+        id="conf-store-type",
+    ),
+]
+
+
 class Refusal(NamedTuple):
     """One refusal case's run, finished (``code``) or not in time (``error``)."""
 
@@ -366,6 +419,10 @@ def refusals(
             own_env, logs, own_home = _isolated(tmp_path_factory.mktemp("absurd"))
             cmd = tuilaunch_cmd("--log-dir", str(logs), *argv, NOOP)
             cases.append((("absurd", *argv), cmd, ROOT, own_env, own_home))
+        elif item.name.startswith("test_torch_config_error["):
+            own_env, _, own_home = _isolated(tmp_path_factory.mktemp("config"))
+            cmd = tuilaunch_cmd(*argv, NOOP)
+            cases.append((("config", *argv), cmd, ROOT, own_env, own_home))
     done: dict[tuple[str, ...], Refusal] = {}
     for key, cmd, cwd, env, home in cases:
         launch = Launch(cmd, cwd, launch_env(env))
@@ -389,6 +446,14 @@ def test_absurd_value(refusals, argv, needles):
     check_refusal(refusal, *needles)
     assert refusal.home is not None
     _nothing_created(refusal.home)
+
+
+@pytest.mark.parametrize(("argv", "needles"), TORCH_CONFIG_ERRORS)
+def test_torch_config_error(refusals, argv, needles):
+    refusal = refusals[("config", *argv)]
+    check_refusal(refusal, *needles)
+    assert refusal.home is not None
+    _nothing_created(refusal.home)  # no run directory, no index entry
 
 
 def test_signals_to_handle_known_names_still_work(tuilaunch, tmp_path):
@@ -682,3 +747,51 @@ def test_second_launch_with_the_same_run_id(tuilaunch, tmp_path):
     assert second.stderr.count("none of them this one; this node waits as a spare") == 1, (
         second.stderr[-3000:]
     )
+
+
+RDZV_CONFS = [
+    "", "a=1", "a=1,b=2", " a = 1 , b=x ", "foo", "a=", "=1", "a=1,", ",a=1", "a=b=c",
+    "read_timeout=5", "read_timeout=x", "read_timeout=-3", "join_timeout=0", "join_timeout=1",
+    "last_call_timeout=x", "heartbeat_timeout=x", "keep_alive_interval=-1",
+    "keep_alive_max_attempt=y", "is_host=YES", "is_host=0", "is_host=2", "store_type=File",
+    "store_type=etcd",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("conf", RDZV_CONFS)
+def test_rdzv_conf_is_refused_exactly_where_torch_refuses_it(conf: str) -> None:
+    """The launcher's check of ``--rdzv-conf`` agrees with torch's own parse and the c10d
+    handler's reads of the options (torch's functions, called here as the handler does)."""
+    from datetime import timedelta
+
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousTimeout
+    from torch.distributed.elastic.rendezvous.utils import _parse_rendezvous_config
+
+    from tui_launch.core.run.args import parse
+    from tui_launch.core.run.validate import UsageError, validate
+
+    def torch_refuses() -> bool:
+        try:
+            params = RendezvousParameters("c10d", "", "x", 1, 1, **_parse_rendezvous_config(conf))
+            timeouts = {}
+            for name in ("join", "last_call", "close", "heartbeat"):
+                value = params.get_as_int(f"{name}_timeout")
+                timeouts[name] = None if value is None else timedelta(seconds=value)
+            RendezvousTimeout(**timeouts)
+            params.get_as_int("keep_alive_interval")
+            params.get_as_int("keep_alive_max_attempt")
+            params.get_as_bool("is_host")
+            if (params.get_as_int("read_timeout", 60) or 0) <= 0:
+                return True
+            return params.get("store_type", "tcp").strip().lower() not in ("tcp", "file")
+        except ValueError:
+            return True
+
+    args, _ = parse(["--standalone", "--rdzv-conf", conf, NOOP])
+    try:
+        validate(args)
+        refused = False
+    except UsageError:
+        refused = True
+    assert refused == torch_refuses(), conf

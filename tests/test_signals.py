@@ -101,6 +101,9 @@ def test_signal_while_running_stops_everything(tuilaunch, tmp_path, sig):
     outcome = "preempted" if sig == signal.SIGTERM else "stopped"
     assert fin["outcome"] == outcome and fin["exit_code"] == 128 + int(sig)
     assert f"tuilaunch summary: {outcome.upper()}" in launch.stderr
+    # The shutdown line names the signal once (it said "received SIGINT (SIGINT)").
+    said = [ln for ln in launch.output.splitlines() if "shutting down:" in ln]
+    assert said == [f"[tuilaunch] shutting down: a signal to the launcher ({sig.name})"], said
 
 
 @pytest.mark.parametrize("sig", STOP_SIGNALS, ids=lambda s: s.name)

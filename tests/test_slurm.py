@@ -11,6 +11,7 @@ import os
 import time
 
 import pytest
+from conftest import WORKERS, base_env
 
 from tui_launch.core.model.text import describe
 from tui_launch.core.remote.runindex import Entry, format_table
@@ -300,6 +301,35 @@ def test_outside_slurm_nothing_changes(monkeypatch):
     args, opts = parse_in(monkeypatch, {}, ["t.py"])
     assert (args.nnodes, args.rdzv_backend, args.rdzv_id) == ("1:1", "static", "none")
     assert opts.slurm_job is None
+
+
+@pytest.mark.parametrize("var", ["SLURM_JOB_ID", "SLURM_JOBID"])
+def test_a_job_id_alone_launches_as_torchrun_with_one_note(monkeypatch, var):
+    """A job id with nothing else of an allocation (a shell that kept it, no srun): torchrun's
+    options untouched, one note that says why."""
+    job = slurm.detect({var: "123", "SLURM_NTASKS": "1"})
+    assert job is not None and job.stray and not job.in_step
+    p = slurm.plan(job, set())
+    assert p.values == {} and p.rdzv_conf == ()
+    args, opts = parse_in(monkeypatch, {var: "123"}, ["t.py"])
+    alone, _ = parse_in(monkeypatch, {}, ["t.py"])
+    assert vars(args) == vars(alone)
+    assert len(opts.slurm_notes) == 1 and "\n" not in opts.slurm_notes[0]
+    assert "SLURM_JOB_ID=123" in opts.slurm_notes[0] and "as torchrun would" in opts.slurm_notes[0]
+
+
+@pytest.mark.slow
+def test_a_job_id_alone_runs_where_torchrun_runs(tuilaunch):
+    launch = tuilaunch(
+        "--nproc-per-node", "1", str(WORKERS / "noop.py"), env=base_env(SLURM_JOB_ID="123")
+    )
+    assert launch.wait(120) == 0, launch.output
+    notes = [ln for ln in launch.output.splitlines() if "SLURM_JOB_ID=123" in ln]
+    assert notes == [
+        "[tuilaunch] slurm: SLURM_JOB_ID=123 is set but nothing else of an allocation "
+        "(no node list, not a job step): launching as torchrun would"
+    ], launch.output
+    assert "error" not in launch.stderr.lower(), launch.stderr
 
 
 def test_refusal_is_one_line_and_exit_2(monkeypatch, capsys):

@@ -13,6 +13,7 @@ import signal
 from collections.abc import Awaitable, Callable
 
 import pytest
+from rich.cells import cell_len
 from rich.console import Console
 from textual.command import CommandList
 from textual.pilot import Pilot
@@ -44,13 +45,14 @@ def drive(
     confirm: bool = True,
     exit_on_finish: bool = False,
     refresh_hz: float = 20.0,
+    size: tuple[int, int] = SIZE,
 ) -> Dashboard:
     """Run the dashboard on a fake state under ``run_test`` and play ``scenario`` on it."""
     src = scenarios.STATES[state]() if isinstance(state, str) else state
     app = Dashboard(src, refresh_hz=refresh_hz, confirm=confirm, exit_on_finish=exit_on_finish)
 
     async def main() -> None:
-        async with app.run_test(size=SIZE) as pilot:
+        async with app.run_test(size=size) as pilot:
             await pilot.pause()
             await scenario(pilot, app, src)
 
@@ -480,6 +482,67 @@ def test_follow_pauses_when_scrolled_up_and_f_resumes() -> None:
         assert logview(app).lines[-1] == "[2] later still"
         await pilot.pause()
         assert logview(app).is_vertical_scroll_end
+
+    drive("healthy", check)
+
+
+def bar_fits(app: Dashboard) -> bool:
+    """The log bar's text fits its width, whole (no cell of it cut)."""
+    bar = app.query_one("#logbar", Static)
+    return 0 < cell_len(app.log_pane.bar_text) <= bar.content_size.width
+
+
+def last_line_is(app: Dashboard, line: str) -> Callable[[], bool]:
+    return lambda: logview(app).lines[-1:] == [line]
+
+
+def size_is(app: Dashboard, size: tuple[int, int]) -> Callable[[], bool]:
+    return lambda: tuple(app.size) == size
+
+
+async def still_following(pilot: Pilot, app: Dashboard, src: FakeSource, tag: str) -> None:
+    """Lines that arrive over several of the log's writes are all shown, at the bottom."""
+    for tick in range(3):
+        last = f"{tag} {tick} " + "x" * 150  # wider than the view
+        add_lines(src, tick % 2, [f"{tag} {tick}.{i}" for i in range(40)] + [last])
+        await wait_until(pilot, last_line_is(app, f"[{tick % 2}] {last}"))
+        await pilot.pause()
+        assert app.log_pane.following, app.log_pane.bar_text
+        assert logview(app).is_vertical_scroll_end
+        assert app.log_pane.bar_text.endswith("following")
+        assert bar_fits(app), app.log_pane.bar_text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [(80, 24), (100, 30)])
+def test_a_narrow_dashboard_follows_the_log_and_its_bar_fits(size: tuple[int, int]) -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        await still_following(pilot, app, src, "narrow")
+
+        logview(app).scroll_home(animate=False)
+        await pilot.pause()
+        add_lines(src, 1, [f"late line {i}" for i in range(603)])
+        await wait_until(pilot, lambda: "paused" in app.log_pane.bar_text)
+        bar = app.log_pane.bar_text
+        assert "paused, 603 new" in bar and bar.endswith("— f to follow"), bar
+        assert bar_fits(app), bar
+        await pilot.press("f")
+        assert app.log_pane.following
+        await pilot.pause()
+        assert logview(app).is_vertical_scroll_end
+
+    drive("healthy", check, size=size)
+
+
+@pytest.mark.slow
+def test_shrinking_a_running_dashboard_keeps_following_the_log() -> None:
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        await still_following(pilot, app, src, "wide")
+        for size in [(100, 30), (80, 24), (150, 42), (80, 24)]:
+            await pilot.resize_terminal(*size)
+            await wait_until(pilot, size_is(app, size))
+            await pilot.pause()
+            await still_following(pilot, app, src, f"at {size}")
 
     drive("healthy", check)
 

@@ -350,3 +350,69 @@ def test_a_workers_escapes_leave_the_terminal_alone() -> None:
         for pid in leftovers(token):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+TICK = re.compile(r"\[\d\] tick (\d+)\s*$")
+
+
+def log_following(screen: str) -> int | None:
+    """The tick on the log's bottom line while the log bar says it follows (None: it does not
+    say so, or says paused, or no tick is shown yet)."""
+    lines = screen.splitlines()
+    bar = [ln for ln in lines if "streams: both" in ln]
+    if len(bar) != 1 or not bar[0].rstrip().endswith("following"):
+        return None
+    ticks = [int(m.group(1)) for ln in lines if (m := TICK.search(ln))]
+    return ticks[-1] if ticks else None
+
+
+def keeps_following(tmux: Tmux, what: str) -> None:
+    """The log follows, and its bottom line moves on with the workers' output."""
+    first = poll(tmux, f"{what}: the log following", 120, log_following)
+    poll(tmux, f"{what}: newer lines at the bottom", 60, lambda s: (log_following(s) or 0) > first)
+
+
+@pytest.mark.timeout(600)
+def test_the_log_follows_at_80x24_and_100x30_and_through_resizes() -> None:
+    """Issue 32: below 120 columns the log paused by itself ("paused, 603 new line(s) — f to",
+    the hint cut). An attach at 80x24 and at 100x30, and a running dashboard shrunk and grown
+    again, follow the log, with the bar whole."""
+    token = uuid.uuid4().hex
+    env = base_env()
+    env.pop(TOKEN_VAR, None)
+    env.pop("TMUX", None)
+    env["TERM"] = "xterm-256color"
+    launch = [
+        PY, "-m", "tui_launch", "--standalone", "--nproc-per-node", "2",
+        str(WORKERS / "ticker.py"), "--ticks", "100000", "--interval", "0.05",
+    ]  # fmt: skip
+    command = shlex.join(["env", f"{TOKEN_VAR}={token}", "PYTHONUNBUFFERED=1", *launch])
+    dashboard = Tmux(command, env)
+    attached: list[Tmux] = []
+    try:
+        keeps_following(dashboard, "the dashboard at 160x45")
+        launcher = dashboard.pane("#{pane_pid}")
+        for width, height in [(80, 24), (100, 30)]:
+            attach = shlex.join([PY, "-m", "tui_launch", "attach", launcher])
+            attached.append(Tmux(attach, env, width=width, height=height))
+            keeps_following(attached[-1], f"attach at {width}x{height}")
+        first = attached[0]
+        for width, height in [(100, 30), (80, 24)]:
+            first.tmux("resize-window", "-t", first.session, "-x", str(width), "-y", str(height))
+            keeps_following(first, f"attach resized to {width}x{height}")
+        for width, height in [(80, 24), (100, 30), (160, 45)]:
+            dashboard.tmux(
+                "resize-window", "-t", dashboard.session, "-x", str(width), "-y", str(height)
+            )
+            keeps_following(dashboard, f"the dashboard resized to {width}x{height}")
+        dashboard.keys("q")
+        poll(dashboard, "the quit confirmation", 30, lambda s: "Stop the workers and quit?" in s)
+        dashboard.keys("y")
+        poll(dashboard, "the launcher to exit", 180, lambda s: dashboard.exit_status() is not None)
+        assert not wait_gone(token, 60)
+    finally:
+        for tmux in [dashboard, *attached]:
+            tmux.close()
+        for pid in leftovers(token):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)

@@ -229,6 +229,63 @@ def test_status_and_ctl_on_a_real_run(tuilaunch) -> None:
     assert gone.returncode == 3 and "no live run" in gone.stderr
 
 
+def _raw(path: str, *lines: bytes) -> list[dict[str, Any]]:
+    """Send ``lines`` on the control socket as they are; the answers, until it closes or goes
+    quiet."""
+    import socket
+
+    answers: list[dict[str, Any]] = []
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(path)
+        sock.settimeout(10)
+        sock.sendall(b"".join(line + b"\n" for line in lines))
+        with sock.makefile("rb") as replies:
+            for reply in replies:
+                answers.append(json.loads(reply))
+                if len(answers) == len(lines):
+                    break
+    return answers
+
+
+@pytest.mark.timeout(600)
+def test_ctl_on_garbage_a_gone_rank_and_a_dump(tuilaunch) -> None:
+    """Issue 32: malformed JSON on the socket is answered (no traceback on the launcher's
+    console); a second kill of a rank that already died is refused (exit 1), not done; a dump
+    from ctl is named for ctl. A slow monitor (5 s) keeps the killed rank unreaped a while."""
+    job = tuilaunch(
+        "--control-socket", "--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
+        "--monitor-interval", "5", str(WORKERS / "ticker.py"), "--ticks", "100000",
+    )  # fmt: skip
+    entry = _wait_listening(job.pid)
+    wait_for(lambda: _workers(str(entry.journal)), 120, what="workers started")
+    path = str(entry.control)
+
+    hello = json.dumps({"hello": "tuilaunch-control", "mode": "read"}).encode()
+    for garbage in (b"{not json", b"[1, 2]", b'"hello"'):
+        assert _raw(path, garbage) == [{"ok": False, "error": "not a tuilaunch control client"}]
+    answers = _raw(path, hello, b"not json", b"[1]", b'{"cmd": "status"}')
+    bad = {"ok": False, "detail": "bad request: not a JSON object"}
+    assert answers[0]["ok"] and answers[1:3] == [bad, bad], answers
+    assert answers[3]["ok"] and answers[3]["phase"] == "running", answers
+
+    dump = _tuilaunch("ctl", str(job.pid), "dump")
+    assert dump.returncode == 0, dump
+    folder = dump.stdout.split("(stacks: ")[1].rstrip().rstrip(")")
+    assert os.path.basename(folder).endswith("-ctl"), folder
+
+    assert _tuilaunch("ctl", str(job.pid), "kill", "--rank", "1").returncode == 0
+    again = _tuilaunch("ctl", str(job.pid), "kill", "--rank", "1")
+    assert again.returncode == 1 and again.stdout == "", again
+    assert again.stderr.startswith("tuilaunch ctl: refused: local rank 1 (pid "), again
+    assert "already gone" in again.stderr and again.stderr.count("\n") == 1, again
+    refused = [e for e in live_journal(str(entry.journal)) if e["kind"] == "control"][-1]
+    assert refused["action"] == "kill" and not refused["ok"], refused
+
+    assert _tuilaunch("ctl", str(job.pid), "term").returncode == 0
+    assert job.wait(120) == 143
+    assert "Traceback" not in job.output, job.output
+
+
 @pytest.mark.skipif(
     os.getuid() != 0 or not shutil.which("setpriv"),
     reason="needs root and setpriv to run the client as another user",

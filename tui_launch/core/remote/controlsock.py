@@ -286,12 +286,18 @@ class ControlServer:
     def _session(self, conn: socket.socket) -> None:
         pid, uid, _ = peer_cred(conn)
         lines = _lines(conn)
+        first = next(lines, None)
+        if first is None:
+            return  # connected and left without a word
         # The hello first, even from a peer about to be refused: the refusal is then an
         # answer it reads, not a connection reset under its first write.
-        hello = json.loads(next(lines))
-        # Which tool the client is only labels the journal line; who it is (pid, uid) is
-        # read from SO_PEERCRED, never taken from what it says.
-        client = hello.get("client") if hello.get("client") in CLIENTS else "attach"
+        hello = _request(first)
+        if hello is None:
+            _send(conn, {"ok": False, "error": "not a tuilaunch control client"})
+            return
+        # Which tool the client is only labels the journal line and names its dumps; who it
+        # is (pid, uid) is read from SO_PEERCRED, never taken from what it says.
+        client = next((c for c in CLIENTS if hello.get("client") == c), "attach")
         who = f"{client} pid {pid} uid {uid}"
         if not peer_allowed(uid):
             reason = f"refused: uid {uid} is not the run's owner (uid {os.getuid()})"
@@ -306,13 +312,20 @@ class ControlServer:
             who = f"{client} (read-only) pid {pid} uid {uid}"
         _send(conn, {"ok": True, "pid": os.getpid(), "run_dir": self.run.run_dir, "mode": mode})
         for line in lines:
-            request = json.loads(line)
-            _send(conn, self.handle(request, who, control=mode == "control"))
+            request = _request(line)
+            if request is None:  # answered, and the connection goes on: one bad line is not fatal
+                _send(conn, {"ok": False, "detail": "bad request: not a JSON object"})
+                continue
+            _send(conn, self.handle(request, who, control=mode == "control", client=client))
 
-    def handle(self, request: dict[str, Any], who: str, control: bool) -> dict[str, Any]:
+    def handle(
+        self, request: dict[str, Any], who: str, control: bool, client: str = "attach"
+    ) -> dict[str, Any]:
         """Answer one request from ``who`` (the journaled source): ``{"cmd": "status"}``, or
         ``{"cmd": {...}}``, a command as :func:`command_to_dict` writes it. ``control``: the
-        connection may act (else every command is refused, and journaled as refused)."""
+        connection may act (else every command is refused, and journaled as refused).
+        ``client``: the tool that asked (``attach``, ``ctl``, ``mcp``), the reason its dumps
+        give (their directory's name ends with it)."""
         raw = request.get("cmd")
         run = self.run
         if raw == "status":
@@ -348,8 +361,8 @@ class ControlServer:
             return {"ok": False, "detail": f"bad {cmd.kind} request: signal {cmd.sig}"}
         if isinstance(cmd, StopRun):  # the whole job, as q in the launcher's own dashboard
             cmd = replace(cmd, reason=f"stop from {who}")
-        elif isinstance(cmd, DumpStacks):  # the dump's directory and event say "attach"
-            cmd = replace(cmd, reason="attach")
+        elif isinstance(cmd, DumpStacks):  # the dump's directory and event name the tool
+            cmd = replace(cmd, reason=client)
         outcome = run.execute(cmd)
         if isinstance(cmd, Inject):
             # Scheduling journals nothing of its own (each firing is an Injected later): a
@@ -361,6 +374,15 @@ class ControlServer:
 
 def _send(conn: socket.socket, obj: dict[str, Any]) -> None:
     conn.sendall(json.dumps(obj).encode() + b"\n")
+
+
+def _request(line: str) -> dict[str, Any] | None:
+    """A line a peer sent, as the JSON object every message is; None when it is not one."""
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def _lines(conn: socket.socket) -> Any:

@@ -170,7 +170,11 @@ class Control:
         rank = self._ranks.info(local_rank)
         pid, grank = rank.pid, rank.global_rank
         ok, detail = False, "no running worker"
-        if rank.alive and pid is not None:
+        if rank.alive and pid is not None and _exited(pid):
+            # Dead but not reaped yet (torch notices at its next monitor tick): a signal would
+            # "succeed" and do nothing, so a second kill said done.
+            detail = f"local rank {local_rank} (pid {pid}) is already gone (exited, not reaped yet)"
+        elif rank.alive and pid is not None:
             ok, detail = True, ""
             try:
                 if sig in (signal.SIGSTOP, signal.SIGCONT):
@@ -230,3 +234,16 @@ class Control:
         for pid in self._ranks.pids():
             signal_group(pid, signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` has exited: gone, or a zombie its parent has not reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fp:
+            stat = fp.read()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # cannot tell: let the signal say
+    state = stat[stat.rfind(b")") + 2 :][:1]  # the field after "(comm)", which may hold ")"
+    return state in (b"Z", b"X")

@@ -36,13 +36,14 @@ def shutdown_timeout(args: argparse.Namespace) -> float:
         return 30.0
 
 
-RECEIVED = "tuilaunch received "
+RECEIVED = "a signal to the launcher"
 
 
 def received(sig: signal.Signals) -> str:
     """The reason of a stop asked for by a signal to the launcher (the only stop that can
-    be a preemption: a quit key or a control client is not)."""
-    return f"{RECEIVED}{sig.name}"
+    be a preemption: a quit key or a control client is not). It does not name ``sig``: the
+    stop carries its signal beside the reason (``shutting down: ... (SIGINT)``)."""
+    return RECEIVED
 
 
 def signal_exit_code(sig: int) -> int:

@@ -8,7 +8,9 @@ the variables Slurm sets for a job step into torchrun's options, and each option
   node runs one launcher (several tasks on a node would start several launchers, each starting
   every worker: refused). Outside a step (the batch script, an ``salloc`` shell) only a one-node
   allocation is taken as it is; a bigger one is refused unless ``--nnodes`` is given, since one
-  launcher would wait for nodes that never join.
+  launcher would wait for nodes that never join. A ``SLURM_JOB_ID`` with nothing else of an
+  allocation (no node list, no node name, not a step: a variable left over in a shell) is no
+  Slurm launch: the run goes on as torchrun's would, with a note that says so.
 - **nnodes**: the step's node count (``SLURM_STEP_NUM_NODES``; ``srun -N2`` inside a 4-node job
   runs 2 launchers).
 - **rendezvous**: c10d, its store on the first host of the step's node list
@@ -83,6 +85,11 @@ class SlurmJob:
     def in_step(self) -> bool:
         """Started by ``srun`` (a job step), not the batch script or an salloc shell."""
         return self.step_id is not None
+
+    @property
+    def stray(self) -> bool:
+        """Only the job id is set: no node list, no node name, not a job step."""
+        return not self.hosts
 
 
 @dataclass(frozen=True)
@@ -226,8 +233,19 @@ def detect(env: Mapping[str, str]) -> SlurmJob | None:
         tasks = _int(env, "SLURM_NTASKS") or 1
         node_id = 0
     hosts = tuple(expand_hostlist(nodelist))
+    name = env.get("SLURMD_NODENAME", "").strip()
+    if not hosts and not in_step and count in (None, 1) and not name:
+        # A job id alone (left over in a shell, copied into a container): torchrun ignores it.
+        return SlurmJob(
+            job_id=job_id,
+            step_id=None,
+            node_name=None,
+            node_id=0,
+            hosts=(),
+            tasks=tasks,
+            gpus_on_node=None,
+        )
     if not hosts:
-        name = env.get("SLURMD_NODENAME", "").strip()
         if count not in (None, 1) or not name:
             raise SlurmError(f"Slurm job {job_id} gives no node list (SLURM_JOB_NODELIST)")
         hosts = (name,)
@@ -272,6 +290,15 @@ def plan(job: SlurmJob, given: Collection[str], backend: str = "static") -> Slur
     values: dict[str, object] = {}
     conf_items: list[str] = []
     where = f"Slurm job {job.job_id}"
+    if job.stray:
+        return SlurmPlan(
+            job=job,
+            values={},
+            notes=(
+                f"slurm: SLURM_JOB_ID={job.job_id} is set but nothing else of an allocation "
+                "(no node list, not a job step): launching as torchrun would",
+            ),
+        )
     if "standalone" in given:
         return SlurmPlan(
             job=job, values={}, notes=(f"slurm: {where}; --standalone: this node alone",)

@@ -251,6 +251,7 @@ def validate(args: argparse.Namespace) -> None:
             )
     _check_backend(args.rdzv_backend, args.standalone)
     _check_logs_specs(getattr(args, "logs_specs", None))
+    _check_torch_config(args)
     _check_script(args)
 
 
@@ -386,6 +387,99 @@ def _check_backend(backend: str, standalone: bool) -> None:
             f"--rdzv-backend {backend} needs the python-etcd package: "
             "pip install 'tuilaunch[etcd]' (or pip install python-etcd)"
         )
+
+
+# --rdzv-conf options torch reads as numbers or words, by backend (torch's c10d and static
+# rendezvous handlers, created only once the launch has started): option -> (kind, rule).
+_POSITIVE, _INT, _BOOL = "a whole number of seconds > 0", "a whole number", "true or false"
+_RDZV_OPTIONS: dict[str, dict[str, str]] = {
+    "c10d": {
+        "read_timeout": _POSITIVE,
+        "join_timeout": _POSITIVE,
+        "last_call_timeout": _POSITIVE,
+        "close_timeout": _POSITIVE,
+        "heartbeat_timeout": _POSITIVE,
+        "keep_alive_interval": _INT,
+        "keep_alive_max_attempt": _INT,
+        "is_host": _BOOL,
+        "store_type": "tcp or file",
+    },
+    "static": {"timeout": _INT},
+}
+_STD = "0 (none), 1 (stdout), 2 (stderr), 3 (both), or per local rank such as 0:3,1:2"
+
+
+def _check_torch_config(args: argparse.Namespace) -> None:
+    """What torch checks of its configuration only once the launch has started (in
+    ``config_from_args`` and as it creates the rendezvous handler), where a mistake ends the
+    run as the program's failure (exit 1) and leaves a run directory: ``--redirects`` and
+    ``--tee``, ``--rdzv-conf`` and the options its backend reads, the endpoint's port and
+    host. Judged with torch's own parsers where they are public."""
+    from torch.distributed.elastic.multiprocessing import Std
+    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+
+    for option in ("redirects", "tee"):
+        value = getattr(args, option, None)
+        try:
+            Std.from_str(str(value if value is not None else "0"))
+        except ValueError:
+            raise UsageError(f"--{option} must be {_STD}; got {value!r}") from None
+    conf = _rdzv_conf(str(getattr(args, "rdzv_conf", "") or ""))
+    backend = "c10d" if args.standalone else args.rdzv_backend
+    rules = _RDZV_OPTIONS.get(backend, {})
+    for key, value in conf.items():
+        if not _fits(rules.get(key), value):
+            raise UsageError(f"--rdzv-conf {key}={value}: {key} must be {rules[key]}")
+    if args.standalone:  # torch puts its own endpoint (localhost:0) in place of the user's
+        return
+    given = f"--rdzv-endpoint {args.rdzv_endpoint!r}"
+    endpoint = args.rdzv_endpoint
+    if backend == "static" and not endpoint:
+        if getattr(args, "master_port", None) is None:
+            return
+        given, endpoint = (
+            f"--master-port {args.master_port}",
+            f"{args.master_addr}:{args.master_port}",
+        )
+    try:
+        parse_rendezvous_endpoint(endpoint, default_port=0)
+    except ValueError as e:
+        what = (
+            "port must be a number from 0 to 65535"
+            if "port" in str(e)
+            else ("host must be a name, an IPv4 address or an IPv6 address in brackets")
+        )
+        raise UsageError(f"{given}: the {what}") from None
+
+
+def _rdzv_conf(text: str) -> dict[str, str]:
+    """``--rdzv-conf KEY=VALUE,...`` as torch parses it, UsageError where torch would raise."""
+    conf: dict[str, str] = {}
+    if not text.strip():
+        return conf
+    for item in text.strip().split(","):
+        key, _, value = (part.strip() for part in item.partition("="))
+        if not key or not value:
+            raise UsageError(
+                f"--rdzv-conf {text!r}: every option must be KEY=VALUE, comma-separated "
+                f"({item.strip()!r} is not)"
+            )
+        conf[key] = value
+    return conf
+
+
+def _fits(rule: str | None, value: str) -> bool:
+    if rule in (_POSITIVE, _INT):
+        try:
+            number = int(value)
+        except ValueError:
+            return False
+        return number > 0 or rule == _INT
+    if rule == _BOOL:
+        return value.lower() in ("1", "true", "t", "yes", "y", "0", "false", "f", "no", "n")
+    if rule is not None:  # one of the words it names
+        return value.lower() in rule.split(" or ")
+    return True
 
 
 def _check_logs_specs(name: str | None) -> None:

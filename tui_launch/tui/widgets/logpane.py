@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rich.cells import cell_len, set_cell_size
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -224,7 +225,7 @@ class LogPane(Vertical):
             return
         self._written_at = now
         log = self.view
-        if self._follow and log.line_count and not log.is_vertical_scroll_end:
+        if self._follow and log.line_count and not log.pinned:
             self._follow = False  # the user scrolled up: pause, count what arrives
         seq = logs.seq  # first: a line that comes while this reads is shown next time
         new = [
@@ -249,19 +250,50 @@ class LogPane(Vertical):
             self._pending = len(new)
         self._update_bar()
 
+    def on_resize(self, event: events.Resize) -> None:
+        """Fit the bar to the new width."""
+        self._update_bar()
+
     def _update_bar(self) -> None:
-        who = (
-            "all ranks, merged"
-            if self._view_rank is None
-            else f"local rank {self._view_rank} (follows the selection)"
-        )
-        parts = [f"log: {who}", f"streams: {self._stream}"]
-        if self._filter:
-            parts.append(f"filter: {self._filter!r} (Esc clears)")
-        parts.append(
-            "following" if self._follow else f"paused, {self._pending} new line(s) — f to follow"
-        )
-        text = "  |  ".join(parts)
+        text = fit_bar(self._bar_parts(), self._bar.content_size.width)
         if text != self._bar_text:
             self._bar_text = text
             self._bar.update(text)
+
+    def _bar_parts(self) -> list[tuple[str, str]]:
+        """The bar's parts, each in its long and its short words; the follow state last."""
+        rank = self._view_rank
+        if rank is None:
+            parts = [("log: all ranks, merged", "all ranks")]
+        else:
+            parts = [(f"log: local rank {rank} (follows the selection)", f"rank {rank}")]
+        streams = f"streams: {self._stream}"
+        parts.append((streams, streams))
+        if self._filter:
+            parts.append((f"filter: {self._filter!r} (Esc clears)", f"filter: {self._filter!r}"))
+        if self._follow:
+            parts.append(("following", "following"))
+        else:
+            n = self._pending
+            parts.append(
+                (f"paused, {n} new line(s) — f to follow", f"paused, {n} new — f to follow")
+            )
+        return parts
+
+
+def fit_bar(parts: list[tuple[str, str]], width: int) -> str:
+    """The log bar in ``width`` cells: the long words when they fit, else the short ones, else
+    the short ones with the first parts cut, so that the last part (following, or paused and
+    the key that resumes) is always whole. ``width`` 0 (not laid out yet): the long words."""
+    text = "  |  ".join(long for long, _ in parts)
+    if not width or cell_len(text) <= width:
+        return text
+    text = " | ".join(short for _, short in parts)
+    if cell_len(text) <= width:
+        return text
+    last = parts[-1][1]
+    head = " | ".join(short for _, short in parts[:-1])
+    room = width - cell_len(last) - len(" | ")
+    if room < 2:
+        return set_cell_size(last, width).rstrip()
+    return f"{set_cell_size(head, room - 1)}… | {last}"

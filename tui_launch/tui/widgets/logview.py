@@ -12,6 +12,10 @@ Its ``rich_style`` (a walk up the DOM) is also taken once per repaint rather tha
 and a line's final strip (cropped to the view, with the offsets text selection needs) is kept,
 so a scroll costs a dictionary lookup per line already shown and one small strip per new line.
 
+The view is *pinned* to its bottom until the user scrolls away (:attr:`LogView.pinned`): a
+write, a resize of the terminal, or a neighbour that grows and takes rows from the log, keeps a
+pinned view on its last line, so that only the user's own scrolling can pause following.
+
 The last lines may be a *tail* (:meth:`LogView.set_tail`): lines still being written (a
 progress bar rewritten with ``\r``), replaced in place at each update and kept below whatever
 is appended after them.
@@ -20,7 +24,8 @@ Textual internals used here; checked against the pinned range (``textual>=8.2,<9
 
 - ``Log`` methods overridden or called: ``_render_line``, ``_render_line_strip``,
   ``_prune_max_lines``, ``_update_size``, ``_update_maximum_width``, ``_process_line``;
-  ``ScrollView._scroll_update``; ``Widget.render_lines`` (overridden for the plain path).
+  ``Widget._scroll_update`` (overridden: every size change of the view or its content goes
+  through it); ``Widget.render_lines`` (overridden for the plain path).
 - ``Log`` attributes read: ``_lines`` (the tail is removed from its end), ``_width``,
   ``_render_line_cache``.
 - ``Log.virtual_size`` redeclared as a reactive without ``layout=True``; the vertical
@@ -60,6 +65,18 @@ class LogView(Log):
         # Log empties its own cache (and on pruning, which renumbers the lines).
         self._painted: dict[int, tuple[tuple[int, int, Style], Strip]] = {}
         self._tail: list[str] = []  # the last len(_tail) lines of _lines: lines in progress
+        self._pinned = True
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the view stays on its last line: True until the user scrolls away from the
+        bottom, True again once a scroll reaches it.
+
+        Unlike ``is_vertical_scroll_end``, a change of size does not unpin the view: when rows
+        are taken from it (a smaller terminal, a panel above it that grows), the position it
+        had is no longer the end, but the user did not move it, so it is moved to the new end.
+        """
+        return self._pinned
 
     @property
     def tail(self) -> list[str]:
@@ -134,7 +151,16 @@ class LogView(Log):
         """
         if self.show_vertical_scrollbar and not self.styles.scrollbar_size_vertical:
             self.vertical_scrollbar.set_reactive(ScrollBar.position, new_value)
+        # Only a scroll moves scroll_y (a size change keeps it, clamped to the new end): a
+        # position short of the end is the user's, at the end the view follows again.
+        self._pinned = new_value >= self.max_scroll_y
         super().watch_scroll_y(old_value, new_value)
+
+    def _scroll_update(self, virtual_size: Size) -> None:
+        """The view or its content changed size: a pinned view moves to its new last line."""
+        super()._scroll_update(virtual_size)
+        if self._pinned and self.scroll_y < self.max_scroll_y:
+            self.scroll_target_y = self.scroll_y = self.max_scroll_y
 
     def render_lines(self, crop: Region) -> list[Strip]:
         """Render the visible lines (one ``rich_style`` lookup for all of them).
