@@ -372,3 +372,45 @@ def test_a_flood_of_marks_keeps_the_key_ones() -> None:
     kept = html.drawn(marks)
     assert len(kept) == html.MARKS_DRAWN and any(m.kind == "failure" for m in kept)
     assert [m.wall for m in kept] == sorted(m.wall for m in kept)
+
+
+def _tqdm_epoch(steps: int) -> bytes:
+    """One epoch of a tqdm bar as its log holds it: every redraw after a carriage return, no
+    newline until the bar closes."""
+    return b"".join(
+        b"\rEpoch 1: %3d%%|%-10s| %d/%d [00:%02d<00:00, 812.3it/s, loss=0.%03d]"
+        % (100 * k // steps, b"#" * (10 * k // steps), k, steps, k % 60, k % 1000)
+        for k in range(steps + 1)
+    )
+
+
+@pytest.mark.parametrize("closed", [False, True], ids=["bar-running", "bar-closed"])
+def test_a_last_line_longer_than_the_tail(tmp_path: Path, closed: bool) -> None:
+    # A tqdm bar redrawn for a whole epoch is one line of megabytes: the lines before it and
+    # the bar as the terminal last showed it are the rank's last lines, not nothing.
+    path = _write(tmp_path / "run", _run_events())
+    log = path.parent / "attempt_1" / "0" / "stdout.log"
+    log.parent.mkdir(parents=True)
+    bar = _tqdm_epoch(20_000)
+    assert len(bar) > 1_000_000
+    log.write_bytes(b"loading shards\nrank 0: 5000 batches\n" + bar + (b"\n" if closed else b""))
+    report = build(str(path.parent))
+    (got,) = [g for g in report.logs if g.path == "attempt_1/0/stdout.log"]
+    last = "Epoch 1: 100%|##########| 20000/20000 [00:20<00:00, 812.3it/s, loss=0.000]"
+    assert got.lines == ("loading shards", "rank 0: 5000 batches", last)
+    assert got.size == log.stat().st_size
+    page = html.render(report)
+    assert "last 3 lines: attempt_1/0/stdout.log" in page
+    assert last.replace("<", "&lt;") in page
+    assert last in markdown.render(report)
+
+
+def test_a_single_line_too_long_to_show_says_what_is_cut(tmp_path: Path) -> None:
+    from tui_launch.core.logs.lastlines import LINE_CHARS, tail_lines
+
+    log = tmp_path / "stdout.log"
+    log.write_bytes(b"first\n" + b"x" * 300_000 + b"END\nlast\n")
+    size, lines = tail_lines(str(log), 10) or (0, ())
+    assert size == log.stat().st_size and lines[0] == "first" and lines[2] == "last"
+    assert lines[1].startswith("[298,003 bytes of this line left out] x")
+    assert lines[1].endswith("xEND") and len(lines[1]) < LINE_CHARS + 60
