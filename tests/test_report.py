@@ -414,3 +414,37 @@ def test_a_single_line_too_long_to_show_says_what_is_cut(tmp_path: Path) -> None
     assert size == log.stat().st_size and lines[0] == "first" and lines[2] == "last"
     assert lines[1].startswith("[298,003 bytes of this line left out] x")
     assert lines[1].endswith("xEND") and len(lines[1]) < LINE_CHARS + 60
+
+
+HOSTILE = "<img src=x onerror=alert(1)> | `rm -rf /` [a](javascript:alert(2)) &amp; <!--\ncut"
+
+
+def test_markdown_shows_hostile_worker_output_as_text(tmp_path: Path) -> None:
+    # A worker's exception, its environment and a notice full of markup: rendered by a real
+    # Markdown parser (CommonMark with tables, raw HTML allowed as GitHub allows some), the
+    # report shows that text and nothing of it becomes a tag, a link, a code span or a cell.
+    from markdown_it import MarkdownIt
+
+    from tui_launch.core.model.events import AttemptFailed, Notice
+
+    events = _run_events()
+    started = dataclasses.replace(events[0], env=(("EVIL", HOSTILE), ("OK", "1")))
+    bad = builders.failure(0, 1, pid=5101, at=26.0, message=HOSTILE, traceback="T <b>x</b>")
+    hostile = [Notice("error", HOSTILE, **builders.at(27.0)), AttemptFailed(0, (bad,))]
+    events = [started, *events[1:-2], *hostile, *events[-2:]]
+    text = markdown.render(build(str(_write(tmp_path / "run", events))))
+    page = MarkdownIt("commonmark").enable("table").render(text)
+    for tag in ("<img", "<a ", "<!--", "<b>"):
+        assert tag not in page, tag
+    shown = "&lt;img src=x onerror=alert(1)&gt; | `rm -rf /` [a](javascript:alert(2)) &amp;amp;"
+    # The environment's row: the whole value in one cell, as text.
+    assert f"<td>EVIL</td>\n<td>{shown} &lt;!-- cut</td>" in page
+    assert f"<td>error: {shown} &lt;!-- cut</td>" in page  # the notice, in the events
+    assert "<strong>rank 1 (local 1, pid 5101) exit 1: " + shown in page
+    assert "<code>" not in page.split("<table>")[1]  # the header table: no code span
+    # Every table row has as many cells as its head.
+    for table in page.split("<table>")[1:]:
+        body = table.split("</table>")[0]
+        head = len(re.findall(r"<th[ >]", body))
+        rows = body.split("<tr>")[2:]
+        assert rows and all(len(re.findall(r"<td[ >]", r)) == head for r in rows), body[:500]
