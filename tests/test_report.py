@@ -448,3 +448,20 @@ def test_markdown_shows_hostile_worker_output_as_text(tmp_path: Path) -> None:
         head = len(re.findall(r"<th[ >]", body))
         rows = body.split("<tr>")[2:]
         assert rows and all(len(re.findall(r"<td[ >]", r)) == head for r in rows), body[:500]
+
+
+def test_the_step_rate_falls_to_zero_when_steps_stop(tmp_path: Path) -> None:
+    # A hang: the ranks' step counters stop for 60 s while every progress record repeats the
+    # tracker's last rate (10 steps/s). The plotted rate is the counters' own: 0 while hung.
+    events: list = [builders.run_started(2), *builders.attempt(0, 2, 0.5, 100)]
+    steps = [10 * k for k in range(10)] + [90] * 6 + [100, 110]  # a record every 1 s, then 10 s
+    walls = [1.0 + k for k in range(10)] + [20.0 + 10 * k for k in range(6)] + [71.0, 72.0]
+    for t, step in zip(walls, steps, strict=True):
+        events.append(_progress(0, t, step, 0.5))
+    report = build(str(_write(tmp_path / "run", events)))
+    rate = report.progress["rate"].column("rank 0")
+    assert rate[0] is None  # no earlier record to count from
+    assert rate[1:10] == (10.0,) * 9
+    assert rate[10] == pytest.approx(0.0) and rate[11:16] == (0.0,) * 5  # hung: 0, not 10
+    assert rate[16:] == (10.0, 10.0)  # moving again
+    assert "| rank 0 | 10 |" in markdown.render(report)

@@ -104,7 +104,12 @@ def render(report: Report) -> str:
     out += [f"- {_text(line)}" for line in common.goodput_text(report)]
     rate = report.progress.get("rate")
     if rate is not None:
-        out += ["", "Last step rate and loss per rank (from the journal's progress records):", ""]
+        out += [
+            "",
+            "Last step rate (steps advanced between the journal's last two progress records)"
+            " and loss per rank:",
+            "",
+        ]
         loss = report.progress.get("loss")
         out += _table(
             ("rank", "steps/s", "loss"),
