@@ -372,3 +372,96 @@ def test_a_flood_of_marks_keeps_the_key_ones() -> None:
     kept = html.drawn(marks)
     assert len(kept) == html.MARKS_DRAWN and any(m.kind == "failure" for m in kept)
     assert [m.wall for m in kept] == sorted(m.wall for m in kept)
+
+
+def _tqdm_epoch(steps: int) -> bytes:
+    """One epoch of a tqdm bar as its log holds it: every redraw after a carriage return, no
+    newline until the bar closes."""
+    return b"".join(
+        b"\rEpoch 1: %3d%%|%-10s| %d/%d [00:%02d<00:00, 812.3it/s, loss=0.%03d]"
+        % (100 * k // steps, b"#" * (10 * k // steps), k, steps, k % 60, k % 1000)
+        for k in range(steps + 1)
+    )
+
+
+@pytest.mark.parametrize("closed", [False, True], ids=["bar-running", "bar-closed"])
+def test_a_last_line_longer_than_the_tail(tmp_path: Path, closed: bool) -> None:
+    # A tqdm bar redrawn for a whole epoch is one line of megabytes: the lines before it and
+    # the bar as the terminal last showed it are the rank's last lines, not nothing.
+    path = _write(tmp_path / "run", _run_events())
+    log = path.parent / "attempt_1" / "0" / "stdout.log"
+    log.parent.mkdir(parents=True)
+    bar = _tqdm_epoch(20_000)
+    assert len(bar) > 1_000_000
+    log.write_bytes(b"loading shards\nrank 0: 5000 batches\n" + bar + (b"\n" if closed else b""))
+    report = build(str(path.parent))
+    (got,) = [g for g in report.logs if g.path == "attempt_1/0/stdout.log"]
+    last = "Epoch 1: 100%|##########| 20000/20000 [00:20<00:00, 812.3it/s, loss=0.000]"
+    assert got.lines == ("loading shards", "rank 0: 5000 batches", last)
+    assert got.size == log.stat().st_size
+    page = html.render(report)
+    assert "last 3 lines: attempt_1/0/stdout.log" in page
+    assert last.replace("<", "&lt;") in page
+    assert last in markdown.render(report)
+
+
+def test_a_single_line_too_long_to_show_says_what_is_cut(tmp_path: Path) -> None:
+    from tui_launch.core.logs.lastlines import LINE_CHARS, tail_lines
+
+    log = tmp_path / "stdout.log"
+    log.write_bytes(b"first\n" + b"x" * 300_000 + b"END\nlast\n")
+    size, lines = tail_lines(str(log), 10) or (0, ())
+    assert size == log.stat().st_size and lines[0] == "first" and lines[2] == "last"
+    assert lines[1].startswith("[298,003 bytes of this line left out] x")
+    assert lines[1].endswith("xEND") and len(lines[1]) < LINE_CHARS + 60
+
+
+HOSTILE = "<img src=x onerror=alert(1)> | `rm -rf /` [a](javascript:alert(2)) &amp; <!--\ncut"
+
+
+def test_markdown_shows_hostile_worker_output_as_text(tmp_path: Path) -> None:
+    # A worker's exception, its environment and a notice full of markup: rendered by a real
+    # Markdown parser (CommonMark with tables, raw HTML allowed as GitHub allows some), the
+    # report shows that text and nothing of it becomes a tag, a link, a code span or a cell.
+    from markdown_it import MarkdownIt
+
+    from tui_launch.core.model.events import AttemptFailed, Notice
+
+    events = _run_events()
+    started = dataclasses.replace(events[0], env=(("EVIL", HOSTILE), ("OK", "1")))
+    bad = builders.failure(0, 1, pid=5101, at=26.0, message=HOSTILE, traceback="T <b>x</b>")
+    hostile = [Notice("error", HOSTILE, **builders.at(27.0)), AttemptFailed(0, (bad,))]
+    events = [started, *events[1:-2], *hostile, *events[-2:]]
+    text = markdown.render(build(str(_write(tmp_path / "run", events))))
+    page = MarkdownIt("commonmark").enable("table").render(text)
+    for tag in ("<img", "<a ", "<!--", "<b>"):
+        assert tag not in page, tag
+    shown = "&lt;img src=x onerror=alert(1)&gt; | `rm -rf /` [a](javascript:alert(2)) &amp;amp;"
+    # The environment's row: the whole value in one cell, as text.
+    assert f"<td>EVIL</td>\n<td>{shown} &lt;!-- cut</td>" in page
+    assert f"<td>error: {shown} &lt;!-- cut</td>" in page  # the notice, in the events
+    assert "<strong>rank 1 (local 1, pid 5101) exit 1: " + shown in page
+    assert "<code>" not in page.split("<table>")[1]  # the header table: no code span
+    # Every table row has as many cells as its head.
+    for table in page.split("<table>")[1:]:
+        body = table.split("</table>")[0]
+        head = len(re.findall(r"<th[ >]", body))
+        rows = body.split("<tr>")[2:]
+        assert rows and all(len(re.findall(r"<td[ >]", r)) == head for r in rows), body[:500]
+
+
+def test_the_step_rate_falls_to_zero_when_steps_stop(tmp_path: Path) -> None:
+    # A hang: the ranks' step counters stop for 60 s while every progress record repeats the
+    # tracker's last rate (10 steps/s). The plotted rate is the counters' own: 0 while hung.
+    events: list = [builders.run_started(2), *builders.attempt(0, 2, 0.5, 100)]
+    steps = [10 * k for k in range(10)] + [90] * 6 + [100, 110]  # a record every 1 s, then 10 s
+    walls = [1.0 + k for k in range(10)] + [20.0 + 10 * k for k in range(6)] + [71.0, 72.0]
+    for t, step in zip(walls, steps, strict=True):
+        events.append(_progress(0, t, step, 0.5))
+    report = build(str(_write(tmp_path / "run", events)))
+    rate = report.progress["rate"].column("rank 0")
+    assert rate[0] is None  # no earlier record to count from
+    assert rate[1:10] == (10.0,) * 9
+    assert rate[10] == pytest.approx(0.0) and rate[11:16] == (0.0,) * 5  # hung: 0, not 10
+    assert rate[16:] == (10.0, 10.0)  # moving again
+    assert "| rank 0 | 10 |" in markdown.render(report)

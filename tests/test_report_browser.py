@@ -260,3 +260,127 @@ def test_report_of_a_running_run(tuilaunch, tmp_path: Path) -> None:
     assert "local rank 0, stdout" in made.stdout  # its log so far
     launch.proc.terminate()
     assert launch.wait(60) != 0
+
+
+# Every time-axis label's box, by row (uPlot's labels may have two), in the page's own font:
+# the pairs of neighbours closer than 4 px, and those the canvas's edges cut.
+AXIS_LABELS = r"""
+(() => {
+  const out = [];
+  for (const u of window.tuilaunchReport.plots) {
+    const ax = u.axes[0];
+    const ctx = document.createElement("canvas").getContext("2d");
+    ctx.font = ax.font[0];
+    const boxes = [];
+    ax._splits.forEach((v, i) => {
+      const x = u.valToPos(v, "x") + u.bbox.left / devicePixelRatio;  // from the canvas's left
+      String(ax._values[i] ?? "").split("\n").forEach((line, row) => {
+        const w = ctx.measureText(line).width;
+        if (line) boxes.push({row, line, l: x - w / 2, r: x + w / 2});
+      });
+    });
+    const overlaps = [];
+    for (const row of new Set(boxes.map(b => b.row))) {
+      const bs = boxes.filter(b => b.row === row).sort((a, b) => a.l - b.l);
+      for (let i = 1; i < bs.length; i++) {
+        if (bs[i].l < bs[i - 1].r + 4) overlaps.push(bs[i - 1].line + " / " + bs[i].line);
+      }
+    }
+    // Cut off by the canvas's edges.
+    boxes.filter(b => b.l < 0 || b.r > u.width).forEach(b => overlaps.push(b.line + " / edge"));
+    out.push({id: u.root.parentElement.id, labels: boxes.map(b => b.line), overlaps});
+  }
+  return out;
+})()
+"""
+
+
+def _journal_of(run_dir: Path, first: float, last: float) -> None:
+    """A run of 2 ranks with about 300 progress and telemetry records from ``first`` to
+    ``last`` seconds after the builders' start (14:13:20 UTC), and its end."""
+    import dataclasses
+
+    from tui_launch.core.journal.writer import Journal
+    from tui_launch.core.model.events import (
+        ProgressRecord,
+        RankProgress,
+        RunFinished,
+        TelemetryRecord,
+    )
+    from tui_launch.testing import builders
+
+    run_dir.mkdir(parents=True)
+    journal = Journal(str(run_dir / "journal.jsonl"))
+    for e in [builders.run_started(2), *builders.attempt(0, 2, 0.5, 100)]:
+        journal.write(e)
+    sample = builders.telemetry(0, 2, 100, first, 1, gpus=2)[0]
+    fields = {f.name: getattr(sample, f.name) for f in dataclasses.fields(sample)}
+    every = max(1.0, (last - first) / 300)
+    for k in range(int((last - first) / every) + 1):
+        t = first + k * every
+        journal.write(TelemetryRecord(**{**fields, **builders.at(t)}))
+        ranks = tuple(RankProgress(g, g, "stdout", 10 * k, None, rate=10.0) for g in range(2))
+        journal.write(
+            ProgressRecord(
+                attempt=0, leader=0, ranks=ranks, first_step=0, time_to_first_step=1.0,
+                steps_reached=10 * k, progress_time=t, **builders.at(t),
+            )
+        )  # fmt: skip
+    journal.write(RunFinished(outcome="succeeded", exit_code=0, message="", **builders.at(last)))
+    journal.close()
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "width"),
+    [
+        (34.0, 80.0, 1300),  # 46 s from 14:13:54: ticks 5 s apart across a minute
+        (34.0, 80.0, 700),  # the same, one plot per row
+        (5.0, 7200.0, 1300),  # two hours
+        (5.0, 26 * 3600.0, 1300),  # a day and more: across midnight
+    ],
+    ids=["46s", "46s-narrow", "2h", "26h"],
+)
+def test_time_labels_do_not_overlap(tmp_path: Path, first: float, last: float, width: int) -> None:
+    # uPlot draws the axes on a canvas: the labels' boxes are measured in the page, in the
+    # font uPlot draws them with. A screenshot of each case is left in tmp_path.
+    import asyncio
+    import base64
+
+    from cdp_client import Browser, open_page
+
+    run_dir = tmp_path / "run"
+    _journal_of(run_dir, first, last)
+    out = tmp_path / "report.html"
+    made = subprocess.run(
+        [sys.executable, "-m", "tui_launch", "report", str(run_dir), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+
+    async def measure(port: int) -> list[dict[str, object]]:
+        async with open_page(port, record=False) as page:
+            await page.send("Page.navigate", url=out.as_uri())
+            await page.wait("document.body && document.body.dataset.plots", 60, "the plots")
+            top = await page.evaluate("document.getElementById('plots').offsetTop")
+            shot = await page.send(
+                "Page.captureScreenshot",
+                format="png",
+                captureBeyondViewport=True,
+                clip={"x": 0, "y": top, "width": width, "height": 700, "scale": 1},
+            )
+            (tmp_path / "plots.png").write_bytes(base64.b64decode(shot["data"]))
+            result: list[dict[str, object]] = await page.evaluate(AXIS_LABELS)
+            return result
+
+    browser = Browser(chromium(), tmp_path / "profile", (width, 1000))
+    try:
+        plots = asyncio.run(asyncio.wait_for(measure(browser.port()), 120))
+    finally:
+        browser.close()
+    assert len(plots) >= 4, plots  # rate, loss, step, CPU, memory
+    for p in plots:
+        assert p["labels"], p
+        assert p["overlaps"] == [], p

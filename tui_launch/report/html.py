@@ -55,7 +55,14 @@ def drawn(marks: Sequence[Mark]) -> list[Mark]:
 
 # (metric table, id, title, axis label, unit, digits)
 PROGRESS_PLOTS = (
-    ("rate", "plot-rate", "step rate (steps/s, per rank)", "steps/s", " steps/s", 2),
+    (
+        "rate",
+        "plot-rate",
+        "step rate (steps/s per rank, from its step counter)",
+        "steps/s",
+        " steps/s",
+        2,
+    ),
     ("loss", "plot-loss", "loss (as the ranks print it)", "loss", "", 4),
     ("step", "plot-step", "step (per rank)", "step", "", 0),
 )

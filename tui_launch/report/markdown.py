@@ -13,13 +13,49 @@ LOG_LINES = 15
 STACK_LINES = 120
 
 
+# Text from the run (a worker's exception, its environment, a stack's ``<module>``) is shown
+# as text: markup in it neither renders nor breaks the page. HTML's specials become entities
+# (no tag, no comment, no autolink); a backslash, a backtick (no code span), a table's pipe
+# and an opening bracket (no link) are escaped with a backslash; a line break ends nothing.
+# Emphasis characters are left alone: they can only restyle a cell, and escaping them would
+# clutter every path and variable name for the terminal reader.
+_MD_SPECIAL = str.maketrans(
+    {
+        "&": "&amp;",
+        "<": "&lt;",
+        ">": "&gt;",
+        "\\": "\\\\",
+        "`": "\\`",
+        "|": "\\|",
+        "[": "\\[",
+        "\r": " ",
+        "\n": " ",
+    }
+)
+
+
+def _text(text: object) -> str:
+    """``text`` as inline Markdown that shows exactly it, on one line (a table cell, a list
+    item, a heading)."""
+    return str(text).translate(_MD_SPECIAL)
+
+
 def _cell(text: object) -> str:
-    # A table cell: one line, pipes escaped.
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    return _text(text)
+
+
+def _code(text: str) -> str:
+    """``text`` as an inline code span (on one line): delimited by more backticks than any
+    run of them inside it."""
+    text = text.replace("\r", " ").replace("\n", " ")
+    n = 1
+    while "`" * n in text:
+        n += 1
+    return f"{'`' * n} {text} {'`' * n}"
 
 
 def _table(head: tuple[str, ...], rows: Sequence[Sequence[str]]) -> list[str]:
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out = ["| " + " | ".join(_text(h) for h in head) + " |", "|" + "---|" * len(head)]
     out.extend("| " + " | ".join(_cell(c) for c in row) + " |" for row in rows)
     return out
 
@@ -42,7 +78,7 @@ def _last(table: Table | None, column: str) -> str:
 def render(report: Report) -> str:
     """The whole Markdown document."""
     s = report.snapshot
-    out = [f"# tuilaunch report: {common.title(report)}", ""]
+    out = [f"# tuilaunch report: {_text(common.title(report))}", ""]
     out += _table(("", ""), common.header_rows(report))
     out += ["", "## Attempts", ""]
     out += _table(
@@ -65,10 +101,15 @@ def render(report: Report) -> str:
     if len(report.marks) > MARKS_LISTED:
         out.append(f"\n({len(report.marks) - MARKS_LISTED} more not listed)")
     out += ["", "## Goodput", ""]
-    out += [f"- {line}" for line in common.goodput_text(report)]
+    out += [f"- {_text(line)}" for line in common.goodput_text(report)]
     rate = report.progress.get("rate")
     if rate is not None:
-        out += ["", "Last step rate and loss per rank (from the journal's progress records):", ""]
+        out += [
+            "",
+            "Last step rate (steps advanced between the journal's last two progress records)"
+            " and loss per rank:",
+            "",
+        ]
         loss = report.progress.get("loss")
         out += _table(
             ("rank", "steps/s", "loss"),
@@ -83,7 +124,7 @@ def render(report: Report) -> str:
     out += ["", "## Root cause", ""]
     rc = common.root_cause(report)
     if rc is not None:
-        out += [f"**{failure_headline(rc)}**", ""]
+        out += [f"**{_text(failure_headline(rc))}**", ""]
         out += _fence("\n".join(common.root_cause_lines(rc)))
         if rc.traceback:
             out += ["", "Traceback:", ""]
@@ -94,9 +135,11 @@ def render(report: Report) -> str:
     if others:
         out += ["", "Other failures:", ""]
         for f in others:
-            out.append(f"- attempt {f.attempt}: {failure_headline(f)}")
+            out.append(f"- attempt {f.attempt}: {_text(failure_headline(f))}")
             if f.traceback:
-                out += ["", *("  " + x for x in _fence(f.traceback.rstrip())), ""]
+                # Every line indented: the list item's fenced block ends where one is not.
+                fenced = "\n".join(_fence(f.traceback.rstrip())).splitlines()
+                out += ["", *("  " + x for x in fenced), ""]
     out += ["", "## Hang", ""]
     h = s.hang
     if h is None:
@@ -108,10 +151,10 @@ def render(report: Report) -> str:
     else:
         out += [
             f"- attempt {h.attempt}: no output for {h.silence:.0f}s",
-            f"- {h.confirmation}",
-            f"- **verdict**: {h.verdict}",
-            f"- action: {h.action}",
-            f"- stacks: `{report.hang_stacks_path or h.second_path}`",
+            f"- {_text(h.confirmation)}",
+            f"- **verdict**: {_text(h.verdict)}",
+            f"- action: {_text(h.action)}",
+            f"- stacks: {_code(report.hang_stacks_path or h.second_path)}",
         ]
         if report.hang_stacks:
             lines = report.hang_stacks.splitlines()
@@ -124,8 +167,8 @@ def render(report: Report) -> str:
         out.append("no rank log files in the run directory")
     for log in report.logs:
         out += [
-            f"attempt {log.attempt}, local rank {log.local_rank}, {log.stream} "
-            f"(`{log.path}`, {log.size:,} bytes):",
+            f"attempt {log.attempt}, local rank {log.local_rank}, {_text(log.stream)} "
+            f"({_code(log.path)}, {log.size:,} bytes):",
             "",
         ]
         out += _fence("\n".join(log.lines[-LOG_LINES:]) or "(empty)")

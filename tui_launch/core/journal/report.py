@@ -192,6 +192,7 @@ def _build(timeline: Timeline, path: str, points: int, now: float | None) -> Rep
     # series, read as JSON only: building and folding each as an event is what makes a full
     # replay of a day slow, and the snapshot needs few of them (pass 2).
     prog, tele = _Collector(), _Collector()
+    rates = _StepRates()
     progress_attempts: list[tuple[int, int]] = []  # (state index, attempt)
     for k, (_, line) in enumerate(timeline._state_lines(0, n_states)):
         kind = kinds[k]
@@ -202,8 +203,9 @@ def _build(timeline: Timeline, path: str, points: int, now: float | None) -> Rep
             if kind == TELEMETRY:
                 tele.add(float(data["wall"]), _telemetry_row(data["ranks"]))
             else:
-                prog.add(float(data["wall"]), _progress_row(data["ranks"]))
-                progress_attempts.append((k, int(data["attempt"])))
+                wall, attempt = float(data["wall"]), int(data["attempt"])
+                prog.add(wall, _progress_row(data["ranks"], rates, wall, attempt))
+                progress_attempts.append((k, attempt))
         except (KeyError, TypeError, ValueError):
             continue
     # Pass 2: every other state event and the records the final snapshot is made of, folded
@@ -306,17 +308,41 @@ def _telemetry_row(ranks: list[dict[str, Any]]) -> dict[str, float | None]:
     return row
 
 
-def _progress_row(ranks: list[dict[str, Any]]) -> dict[str, float | None]:
-    """One progress record by column (the record's JSON ``ranks``): per global rank steps/s,
-    loss and step."""
+def _progress_row(
+    ranks: list[dict[str, Any]], rates: _StepRates, wall: float, attempt: int
+) -> dict[str, float | None]:
+    """One progress record by column (the record's JSON ``ranks``): per global rank steps/s
+    (from the step counter, :class:`_StepRates`), loss and step."""
     row: dict[str, float | None] = {}
     for r in ranks:
-        name = f"rank {r['global_rank']}"
+        rank = int(r["global_rank"])
+        name = f"rank {rank}"
         step = r.get("step")
-        row[f"rate/{name}"] = r.get("rate")
+        row[f"rate/{name}"] = rates.rate(rank, attempt, wall, step)
         row[f"loss/{name}"] = r.get("loss")
         row[f"step/{name}"] = float(step) if step is not None else None
     return row
+
+
+class _StepRates:
+    """Each rank's step rate between two progress records: the steps it advanced over the
+    seconds between them. Not the record's own ``rate``: the tracker's rate is its last
+    window's and stays put while a rank prints nothing, so a hung job would plot as steady;
+    from the counter, a rank that stops advancing falls to 0. None (a gap) at a rank's first
+    record of an attempt and where its counter went back (a new epoch's bar)."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, tuple[int, float, int]] = {}  # rank: (attempt, wall, step)
+
+    def rate(self, rank: int, attempt: int, wall: float, step: object) -> float | None:
+        if not isinstance(step, int | float):
+            self.last.pop(rank, None)
+            return None
+        before = self.last.get(rank)
+        self.last[rank] = (attempt, wall, int(step))
+        if before is None or before[0] != attempt or wall <= before[1] or step < before[2]:
+            return None
+        return (step - before[2]) / (wall - before[1])
 
 
 def _progress_needed(records: list[tuple[int, int]], keep: int = PROGRESS_HISTORY) -> set[int]:

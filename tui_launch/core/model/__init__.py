@@ -7,6 +7,8 @@ all build on it, so it sits at the bottom of the core (beside ``workers``).
   and the registry that reads journal lines back.
 - ``store``: :class:`~tui_launch.core.model.store.RunStore` and the pure ``reduce``
   (snapshot, event) -> snapshot; the ``Snapshot`` and its ``Phase`` words.
+- ``history``: ``History``, the append-only sequence the snapshot's lists of events are:
+  each event appends in O(1), every earlier snapshot keeps its view.
 - ``telemetry``: the store's telemetry view: latest sample, short histories, per-rank totals.
 - ``progress``: the store's progress view: latest sample, rate histories, per-attempt facts.
 - ``goodput``: goodput across attempts, as pure functions.

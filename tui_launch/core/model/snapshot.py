@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from tui_launch.core.model.events import (
     ClusterSample,
@@ -33,8 +34,13 @@ from tui_launch.core.model.events import (
     Straggler,
     WorkersSaved,
 )
+from tui_launch.core.model.history import History
 from tui_launch.core.model.progress import ProgressView
 from tui_launch.core.model.telemetry import TelemetryView
+
+# The empty history every new snapshot starts from (its lists of events grow without copying:
+# :mod:`tui_launch.core.model.history`).
+NO_EVENTS: History[Any] = History()
 
 # Rank states shown to users.
 STARTING, RUNNING, STOPPED, EXITED, FAILED, RESTARTING = (
@@ -107,7 +113,12 @@ class RendezvousView:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The whole run at one version. Plain data: safe to read from any thread."""
+    """The whole run at one version. Plain data: safe to read from any thread.
+
+    Its lists of events (``failures``, ``notices``, ``controls``, ...) are
+    :class:`~tui_launch.core.model.history.History` views: read-only sequences that the next
+    snapshot extends without copying them.
+    """
 
     version: int = 0
     run: RunStarted | None = None
@@ -118,14 +129,14 @@ class Snapshot:
     rendezvous_live: RendezvousSample | None = None
     ranks: tuple[RankView, ...] = ()
     attempts: tuple[AttemptView, ...] = ()
-    failures: tuple[Failure, ...] = ()
+    failures: History[Failure] = NO_EVENTS
     root_cause: Failure | None = None
     failure_restarts: int = 0
     manual_restarts: int = 0
     membership_restarts: int = 0
     budget_left: int = 0
-    notices: tuple[Notice, ...] = ()
-    controls: tuple[ControlAction, ...] = ()
+    notices: History[Notice] = NO_EVENTS
+    controls: History[ControlAction] = NO_EVENTS
     shutdown: Shutdown | None = None
     finished: RunFinished | None = None
     started_wall: float | None = None
@@ -133,18 +144,18 @@ class Snapshot:
     events: int = 0
     telemetry: TelemetryView | None = None
     cluster: ClusterSample | None = None
-    node_changes: tuple[NodeChange, ...] = ()
+    node_changes: History[NodeChange] = NO_EVENTS
     connecting: Connecting | None = None  # while torch's rendezvous handler is being created
     store_retries: int = 0  # the TCPStore client's retries so far (torch's C++ warnings)
     launched_mono: float | None = None  # when the launcher began: durations count from here
-    dumps: tuple[StacksDumped, ...] = ()  # every stack dump of the run, oldest first
+    dumps: History[StacksDumped] = NO_EVENTS  # the run's stack dumps (the last 100), oldest first
     hang: HangDetected | None = None  # the latest confirmed hang of the current attempt
     hung_ranks: tuple[int, ...] = ()  # global ranks the Workers table marks as hanging
     hang_cleared: HangCleared | None = None  # the hang's ranks moved again (this attempt)
-    job_stacks: tuple[JobStacks, ...] = ()  # job-wide dumps (every node's ranks), oldest first
+    job_stacks: History[JobStacks] = NO_EVENTS  # job-wide dumps (every node's ranks), oldest
     progress: ProgressView | None = None
     straggler: Straggler | None = None  # the inferred straggler (global_rank None: none now)
-    decisions: tuple[PolicyDecision, ...] = ()  # the restart policy's, oldest first
+    decisions: History[PolicyDecision] = NO_EVENTS  # the restart policy's, oldest first
     preempted: Preempted | None = None  # the launcher was told it is being preempted
     saved: WorkersSaved | None = None  # how long the workers took to go after it
     # Each rank's newest collective (--flight-recorder polls), and the latest collective-level

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 
 from tui_launch.core.model.events import Event, LogMark
 from tui_launch.core.model.reducers import reducer_for
@@ -41,9 +40,25 @@ def reduce(s: Snapshot, e: Event) -> Snapshot:
         return s  # for replays (log cut points): not a change of state, no redraw
     # Every other event makes a new version; ``events`` counts those the journal keeps (a
     # sample is not one of them, its journaled twin is).
-    s = replace(s, version=s.version + 1, events=s.events + e.journaled)
+    s = _advanced(s, e.journaled)
     fn = reducer_for(type(e))
     return s if fn is None else fn(s, e)
+
+
+def _advanced(s: Snapshot, journaled: bool) -> Snapshot:
+    """``s`` one version on (and one journaled event more when ``journaled``).
+
+    ``dataclasses.replace`` without its per-field work (it reads and passes every one of the
+    snapshot's ~45 fields to ``__init__``): every event pays for this copy, and it was half of
+    folding a journal. The snapshot has no ``__post_init__`` and no slots, so a copy of its
+    ``__dict__`` with two values changed is the same snapshot ``replace`` would make.
+    """
+    new = object.__new__(Snapshot)
+    state = new.__dict__
+    state.update(s.__dict__)
+    state["version"] = s.version + 1
+    state["events"] = s.events + journaled
+    return new
 
 
 class RunStore:

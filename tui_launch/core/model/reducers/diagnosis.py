@@ -15,6 +15,7 @@ from tui_launch.core.model.events import (
     StacksDumped,
     Straggler,
 )
+from tui_launch.core.model.history import History
 from tui_launch.core.model.progress import fold as fold_progress
 from tui_launch.core.model.progress import fold_slowdown
 from tui_launch.core.model.reducers.base import reduces
@@ -42,7 +43,7 @@ def _straggler(s: Snapshot, e: Straggler) -> Snapshot:
 
 @reduces(StacksDumped)
 def _stacks_dumped(s: Snapshot, e: StacksDumped) -> Snapshot:
-    return replace(s, dumps=(*s.dumps, e)[-DUMPS_KEPT:])
+    return replace(s, dumps=History.of(s.dumps).appended(e, DUMPS_KEPT))
 
 
 @reduces(HangDetected)
@@ -60,7 +61,7 @@ def _hang_cleared(s: Snapshot, e: HangCleared) -> Snapshot:
 
 @reduces(JobStacks)
 def _job_stacks(s: Snapshot, e: JobStacks) -> Snapshot:
-    return replace(s, job_stacks=(*s.job_stacks, e)[-JOB_DUMPS_KEPT:])
+    return replace(s, job_stacks=History.of(s.job_stacks).appended(e, JOB_DUMPS_KEPT))
 
 
 @reduces(CollectiveSample)

@@ -27,6 +27,7 @@ from tui_launch.core.model.events import (
     WorkersSaved,
     WorkersStarted,
 )
+from tui_launch.core.model.history import History
 from tui_launch.core.model.reducers.base import reduces
 from tui_launch.core.model.snapshot import (
     EXITED,
@@ -83,7 +84,7 @@ def _cluster(s: Snapshot, e: ClusterSample) -> Snapshot:
 @reduces(NodeChange)
 def _node_change(s: Snapshot, e: NodeChange) -> Snapshot:
     # Shown in the attempt timeline: the attempt that starts next has these nodes.
-    return replace(s, node_changes=(*s.node_changes, e))
+    return replace(s, node_changes=History.of(s.node_changes).appended(e))
 
 
 @reduces(RunStarted)
@@ -178,7 +179,7 @@ def _group_state(s: Snapshot, e: GroupState) -> Snapshot:
 
 @reduces(AttemptFailed)
 def _attempt_failed(s: Snapshot, e: AttemptFailed) -> Snapshot:
-    failures = (*s.failures, *e.failures)
+    failures = History.of(s.failures).extended(e.failures)
     return replace(s, failures=failures, root_cause=pick_root_cause(e.failures))
 
 
@@ -205,7 +206,7 @@ def _restart(s: Snapshot, e: Restart) -> Snapshot:
 
 @reduces(ControlAction)
 def _control(s: Snapshot, e: ControlAction) -> Snapshot:
-    s = replace(s, controls=(*s.controls, e)[-CONTROLS_KEPT:])
+    s = replace(s, controls=History.of(s.controls).appended(e, CONTROLS_KEPT))
     if e.ok and e.local_rank is not None and e.action in ("stop", "continue"):
         new_state = STOPPED if e.action == "stop" else RUNNING
         ranks = tuple(
@@ -225,7 +226,7 @@ def _exit_barrier(s: Snapshot, e: ExitBarrier) -> Snapshot:
 
 @reduces(Notice)
 def _notice(s: Snapshot, e: Notice) -> Snapshot:
-    return replace(s, notices=(*s.notices, e))
+    return replace(s, notices=History.of(s.notices).appended(e))
 
 
 @reduces(Shutdown)
@@ -244,7 +245,7 @@ def _run_finished(s: Snapshot, e: RunFinished) -> Snapshot:
 
 @reduces(PolicyDecision)
 def _policy(s: Snapshot, e: PolicyDecision) -> Snapshot:
-    return replace(s, decisions=(*s.decisions, e))
+    return replace(s, decisions=History.of(s.decisions).appended(e))
 
 
 @reduces(Preempted)
