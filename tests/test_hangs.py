@@ -78,7 +78,12 @@ def test_hang_found_confirmed_and_stopped(tuilaunch, tmp_path):
     assert cause["hung"] and cause["global_rank"] == 1 and cause["stacks"] == hang["second_path"]
     assert "run failed (exit code 75): rank 1 (local 1, pid" in launch.stderr
     assert "hung: rank 1 is not in a collective" in launch.stderr
-    assert "exit       : none: hung" in launch.stderr
+    # The exit it really had (torch's SIGTERM), not the 0 of a process still running.
+    assert cause["exit_code"] == -15 and cause["signal"] == "SIGTERM", cause
+    assert (
+        "exit       : SIGTERM (-15)" in launch.stderr
+        and ": hung, ended by tuilaunch" in launch.stderr
+    )
     # Headless printed each distinct stack once per dump, with the verdict.
     assert "rank 1, main thread (innermost first):" in launch.stderr
 

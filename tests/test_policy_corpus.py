@@ -39,16 +39,7 @@ def test_the_label_is_what_the_program_did(seq: Sequence):
         assert len(attempts) == seq.max_restarts + 1
 
 
-@pytest.mark.parametrize(
-    "seq",
-    [
-        pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=s.false_stop))
-        if s.false_stop
-        else s
-        for s in SEQUENCES
-    ],
-    ids=lambda s: s.id,
-)
+@pytest.mark.parametrize("seq", SEQUENCES, ids=lambda s: s.id)
 def test_the_policy_decides_as_labelled(seq: Sequence):
     r = replay(seq)
     said = [(d.action, d.rule, d.reason) for d in r.decisions]

@@ -22,10 +22,6 @@ TYPO = "{tmp}/typo.py"  # written by capture.py: a SyntaxError can't live in the
 
 NO_TRACEBACK = "an exit code or a signal, no traceback: never proof"
 NO_STEP = "no step seen: never proof of no progress"
-# The progress watcher posts no sample of an attempt once its ranks exited, so the step the
-# policy reads is the last ~1 Hz sample: rank 1 stepped 6 -> 9 in 0.15 s after resuming and
-# failed, and read "6" like the attempt before (core/progress/watch.py's tick).
-STALE_STEP = "the failed rank's step is the last 1 Hz progress sample, stale after a resume"
 
 
 @dataclass(frozen=True)
@@ -38,8 +34,6 @@ class Sequence:
     expect: str  # "stop" or "retry"
     why: str
     missed: str = ""  # a deterministic bug whose evidence proves nothing, and why
-    # A transient failure the policy still stops, and why (a known false stop, counted).
-    false_stop: str = ""
     max_restarts: int = 3
     launch: tuple[str, ...] = field(default=())  # tuilaunch's own options
 
@@ -98,12 +92,11 @@ SEQUENCES: tuple[Sequence, ...] = (
     _loop("raise-first-step", "stop", "ValueError at the very first step", "--fail", "raise",
           "--at", "0", missed=NO_STEP),
     _loop("raise-before-steps", "stop", "a config error before the first step", "--fail",
-          "raise", "--exc", "KeyError", "--msg", "model.hidden_size", "--at", "-1",
-          missed=NO_STEP),
+          "raise", "--exc", "KeyError", "--msg", "model.hidden_size", "--at", "-1"),
     _loop("raise-no-lines", "stop", "ValueError at step 5 of a loop that prints nothing",
           "--fail", "raise", "--lines", "none", missed=NO_STEP),
     _loop("raise-epoch-lines", "stop", "ValueError at epoch 5 of `epoch E rank R` lines",
-          "--fail", "raise", "--lines", "epoch", missed=NO_STEP),
+          "--fail", "raise", "--lines", "epoch"),
     _loop("exit3", "stop", "os._exit(3) at step 5, every attempt", "--fail", "exit", "--code",
           "3", "--msg", "giving up", missed=NO_TRACEBACK),
     _loop("sysexit", "stop", "sys.exit('fatal: ...') at step 5", "--fail", "sysexit", "--msg",
@@ -171,7 +164,7 @@ SEQUENCES: tuple[Sequence, ...] = (
           "--fail", "race", *FIRST_TWO, "--at", "4"),
     Sequence("race-ckpt", LOOP, ("--fail", "race", *FIRST_TWO, "--at", "6", *CKPT,
              "--save-every", "3"), "retry", "a data race after resuming: the same line, "
-             "steps 6 and 9", false_stop=STALE_STEP),
+             "steps 6 and 9"),
     _loop("race-no-lines", "retry", "a data race, the same line twice, nothing printed",
           "--fail", "race", *FIRST_TWO, "--lines", "none"),
     _loop("race-epoch-lines", "retry", "a data race, the same line twice, `epoch E` lines",

@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import signal
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -40,7 +41,7 @@ from tui_launch.core.run import inject, reports
 from tui_launch.core.run.failures import classified, collect_failures, hang_failures, with_peers
 from tui_launch.core.run.membership import Membership, elastic, failed_here
 from tui_launch.core.run.rundir import RunFiles
-from tui_launch.core.run.shutdown import Stopper
+from tui_launch.core.run.shutdown import Stopper, shutdown_timeout
 from tui_launch.core.run.state import RunState
 from tui_launch.core.run.watchers import Diagnosis
 from tui_launch.core.seam import agent, rendezvous
@@ -309,6 +310,17 @@ class Supervisor:
     def _hang_failure(self, agent_obj: TorchAgent, hang: HangDetected) -> RunResult:
         """``--on-hang restart|stop``: fail the group as a crash would, the hang its cause."""
         failures = hang_failures(hang, self._ranks.view(), self._host)
+        # End the attempt's ranks now, as torch's stop would next (SIGTERM and SIGCONT, SIGKILL
+        # after the grace), so that the failure carries the exit the hung rank really had,
+        # not the 0 of a process that had not exited yet.
+        self._ranks.kill_all(signal.SIGTERM, grace=shutdown_timeout(self._args))
+        exits = self._poll_exits(agent_obj, by_agent=True)
+        failures = tuple(
+            dataclasses.replace(f, exit_code=code, signal=errors.signal_name(code))
+            if (code := exits.get(f.local_rank)) is not None
+            else f
+            for f in failures
+        )
         self._store.post(AttemptFailed(attempt=hang.attempt, failures=failures))
         self._pending_cause = "failure"
         if hang.action == "stop":
