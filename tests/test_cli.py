@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -348,3 +349,16 @@ def test_gc_off_while_loading_then_frozen(tmp_path):
     loading = [gen for gen, torch_in, frozen in state["collections"] if torch_in and not frozen]
     assert loading == [], f"collections while torch was loading: {loading}"
     assert any(frozen for _, _, frozen in state["collections"])  # and on again after
+
+
+@pytest.mark.parametrize("argv", [["ls"], ["ls", "--help"], ["status", "--help"]])
+def test_a_reader_that_left_costs_no_traceback(argv, tmp_path):
+    # `tuilaunch ls | head -1` with more lines than head reads: the write meets a closed pipe.
+    read, write = os.pipe()
+    os.close(read)
+    env = base_env(XDG_RUNTIME_DIR=str(tmp_path))
+    p = subprocess.run(
+        [PY, "-m", "tui_launch", *argv], stdout=write, stderr=subprocess.PIPE, text=True, env=env
+    )
+    os.close(write)
+    assert p.stderr == "" and p.returncode in (0, 141), (p.returncode, p.stderr)

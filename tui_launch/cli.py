@@ -25,12 +25,22 @@ from typing import NoReturn
 SUBCOMMANDS = ("ls", "replay", "attach", "report", "status", "ctl", "mcp", "serve")
 
 
+# 128 + SIGPIPE: what a shell reports for a command whose reader went away.
+SIGPIPE_EXIT = 141
+
+
 def run_subcommand(argv: list[str]) -> int:
     """Run one of ``SUBCOMMANDS`` (``argv[0]``) and return its exit code."""
     app = importlib.import_module(f"tui_launch.apps.{argv[0]}")
     if argv[0] not in ("ls", "report", "status", "ctl"):  # dashboards and servers stay up for hours
         _collect_from_here()
-    code: int = app.main(argv[1:])
+    try:
+        code: int = app.main(argv[1:])
+    except BrokenPipeError:
+        # `tuilaunch ls | head`: the reader left, which is no error of ours. Quiet, like
+        # `ls` killed by SIGPIPE; stdout goes to /dev/null so the flush at exit cannot raise.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return SIGPIPE_EXIT
     return code
 
 
