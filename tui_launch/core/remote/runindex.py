@@ -47,6 +47,7 @@ from tui_launch.core.model.events import (
 )
 from tui_launch.core.model.redact import redact_args
 from tui_launch.core.workers import stale
+from tui_launch.core.workers.env import start_time as proc_start_time
 
 KEEP_ENDED = 20
 # The events that carry the run id the launcher shows.
@@ -137,21 +138,6 @@ def _check_dir(path: Path) -> None:
         raise UnsafeIndexDir(f"{path} belongs to uid {st.st_uid}, not to you: refusing to use it")
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)  # ours, but made with a loose umask: close it before use
-
-
-def proc_start_time(pid: int) -> int | None:
-    """The start time of ``pid`` (clock ticks since boot), or None where /proc cannot say."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fp:
-            data = fp.read()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = data[data.rfind(b")") + 2 :].split()
-    try:
-        return int(fields[19])  # field 22 of the whole line
-    except (IndexError, ValueError):
-        return None
 
 
 def _write_atomic(directory: Path, name: str, text: str) -> str:

@@ -35,6 +35,8 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 
+from tui_launch.core.workers.env import start_time
+
 TOKEN_VAR = "TUILAUNCH_RUN_TOKEN"
 CONTAINMENT_VAR = "TUILAUNCH_CONTAINMENT"
 # The launcher's pid and its start time (clock ticks since boot): a later tuilaunch can tell
@@ -198,7 +200,7 @@ def _make_cgroup() -> tuple[str | None, str]:
     parent, why = _cgroup2_dir()
     if parent is None:
         return None, why
-    start = _start_time()
+    start = start_time(os.getpid())
     if start is None:
         return None, "cannot read this process's start time from /proc/self/stat"
     name = CGROUP_NAME.format(pid=os.getpid(), start=start, tag=uuid.uuid4().hex[:8])
@@ -212,16 +214,6 @@ def _make_cgroup() -> tuple[str | None, str]:
             os.rmdir(path)
         return None, "the kernel has no cgroup.kill (Linux < 5.14)"
     return path, ""
-
-
-def _start_time() -> int | None:
-    """This process's start time in clock ticks since boot (field 22 of its stat)."""
-    try:
-        with open("/proc/self/stat", "rb") as fp:
-            data = fp.read()
-        return int(data[data.rfind(b")") + 2 :].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _become_subreaper() -> bool:

@@ -17,7 +17,9 @@ import os
 import re
 import time
 
+from tui_launch.core.workers.env import start_time
 from tui_launch.core.workers.reaper import _cgroup2_dir
+from tui_launch.core.workers.table import process_alive
 
 # tuilaunch-<launcher pid>-<its start time in clock ticks since boot>-<tag>
 _NAME = re.compile(r"tuilaunch-(\d+)-(\d+)-[0-9a-f]{8}")
@@ -25,16 +27,11 @@ _NAME = re.compile(r"tuilaunch-(\d+)-(\d+)-[0-9a-f]{8}")
 
 def _alive(pid: int, start: int) -> bool:
     """Whether ``pid`` is still the process that started at ``start`` (a zombie is not)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fp:
-            data = fp.read()
-    except OSError:
-        return False
-    fields = data[data.rfind(b")") + 2 :].split()
-    try:
-        return fields[0] != b"Z" and int(fields[19]) == start
-    except (IndexError, ValueError):
-        return True  # unreadable: never kill on a doubt
+    began = start_time(pid)
+    if began is None:
+        # Gone; or there but unreadable, and then never killed on a doubt.
+        return os.path.exists(f"/proc/{pid}")
+    return began == start and process_alive(pid)
 
 
 def stale_cgroups(parent: str | None = None) -> list[str]:
