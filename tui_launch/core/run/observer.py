@@ -54,6 +54,9 @@ from tui_launch.core.workers.reaper import Reaper
 from tui_launch.core.workers.table import RankTable
 from tui_launch.core.workers.warm import WarmPool
 
+# How long the exit status of a rank that is gone may take to reach torch's Popen.
+EXIT_READ_SECONDS = 5.0
+
 
 class Supervisor:
     """The agent's observer (:class:`~tui_launch.core.seam.agent.AgentObserver`): what the run
@@ -314,7 +317,13 @@ class Supervisor:
         # after the grace), so that the failure carries the exit the hung rank really had,
         # not the 0 of a process that had not exited yet.
         self._ranks.kill_all(signal.SIGTERM, grace=shutdown_timeout(self._args))
+        # A dead rank's status is read by torch's Popen, which may be a moment behind /proc
+        # (another thread in its wait() holds the status until it returns).
+        deadline = time.monotonic() + EXIT_READ_SECONDS
         exits = self._poll_exits(agent_obj, by_agent=True)
+        while any(f.local_rank not in exits for f in failures) and time.monotonic() < deadline:
+            time.sleep(0.02)
+            exits = self._poll_exits(agent_obj, by_agent=True)
         failures = tuple(
             dataclasses.replace(f, exit_code=code, signal=errors.signal_name(code))
             if (code := exits.get(f.local_rank)) is not None
