@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tui_launch.apps.status import OK, USAGE
+from tui_launch.core.model import layout
 
 USAGE_LINE = "usage: tuilaunch mcp [--control]"
 HELP = f"""{USAGE_LINE}
@@ -165,7 +166,8 @@ def why(run: str = "") -> dict[str, Any]:
 def _stacks_summary(path: str, limit: int = 60) -> list[str]:
     """The first lines of a dump's ``stacks.txt`` (the verdict and the distinct stacks)."""
     try:
-        with open(os.path.join(path, "stacks.txt"), encoding="utf-8", errors="replace") as fp:
+        _, text = layout.dump_files(path)
+        with open(text, encoding="utf-8", errors="replace") as fp:
             return [line.rstrip("\n") for _, line in zip(range(limit), fp, strict=False)]
     except OSError:
         return []
@@ -176,7 +178,7 @@ def tail_log(
 ) -> str:
     """The last ``lines`` lines local rank ``rank`` wrote to ``stream`` in ``attempt``
     (-1: the current one)."""
-    if stream not in ("stdout", "stderr"):
+    if stream not in layout.STREAMS:
         raise ToolError(f"stream must be stdout or stderr, not {stream!r}")
     if not 1 <= lines <= TAIL_MAX:
         raise ToolError(f"lines must be between 1 and {TAIL_MAX}")
@@ -188,7 +190,7 @@ def tail_log(
         raise ToolError(str(e)) from None
     if attempt < 0:
         attempt = int(status.status(target, socket=False)["attempt"])
-    path = os.path.join(target.run_dir, f"attempt_{attempt}", str(rank), f"{stream}.log")
+    path = layout.RunDirLayout(target.run_dir).rank_log(attempt, rank, stream)
     try:
         with open(path, "rb") as fp:
             size = fp.seek(0, os.SEEK_END)

@@ -10,7 +10,7 @@ import sys
 import threading
 
 from tui_launch.core.journal.timeline import Timeline
-from tui_launch.core.journal.writer import JOURNAL_NAME
+from tui_launch.core.model import layout
 from tui_launch.tui.app import Dashboard
 from tui_launch.tui.modes import ReplayMode
 from tui_launch.tui.sources.replay import OPEN_AT_END, ReplaySource
@@ -18,7 +18,7 @@ from tui_launch.tui.sources.replay import OPEN_AT_END, ReplaySource
 
 def journal_of(target: str) -> str:
     """The journal a ``replay`` argument names (a run directory or the file); ValueError."""
-    path = os.path.join(target, JOURNAL_NAME) if os.path.isdir(target) else target
+    path = layout.journal_of(target)
     if not os.path.isfile(path):
         raise ValueError(f"no journal at {path}")
     return path

@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from tui_launch import __version__
 from tui_launch.core.model.events import Event, RankExited, WorkersStarted
+from tui_launch.core.model.layout import STREAMS, rank_log_in
 from tui_launch.core.model.store import (
     EXITED,
     FAILED,
@@ -158,9 +159,9 @@ def last_output_times(log_dir: str | None, local_ranks: Iterable[int]) -> dict[i
     if not log_dir:
         return out
     for lr in local_ranks:
-        for name in ("stdout.log", "stderr.log"):
+        for stream in STREAMS:
             with contextlib.suppress(OSError):
-                mtime = os.stat(os.path.join(log_dir, str(lr), name)).st_mtime
+                mtime = os.stat(rank_log_in(log_dir, lr, stream)).st_mtime
                 out[lr] = max(out.get(lr, 0.0), mtime)
     return out
 

@@ -33,6 +33,10 @@ from tui_launch.core.model.events import (
     WorkerInfo,
     WorkersStarted,
 )
+from tui_launch.core.model.layout import RunDirLayout
+
+# The run directory the built events name (nothing is written there).
+LOGS = RunDirLayout("/logs")
 
 TRACEBACK = """Traceback (most recent call last):
   File "examples/train_ddp.py", line 182, in main
@@ -93,7 +97,7 @@ def workers_started(
         for i in range(nproc)
     )
     return WorkersStarted(
-        attempt=attempt, workers=workers, log_dir=f"/logs/attempt_{attempt}", **_at(at)
+        attempt=attempt, workers=workers, log_dir=LOGS.attempt_dir(attempt), **_at(at)
     )
 
 
@@ -178,7 +182,7 @@ def failed_attempt(attempt: int, at: float) -> AttemptFailed:
         at=at,
         message="RuntimeError: CUDA error: an illegal memory access was encountered",
         traceback=TRACEBACK,
-        error_file=f"/logs/attempt_{attempt}/1/error.json",
+        error_file=LOGS.error_file(attempt, 1),
     )
     peer = failure(
         attempt,

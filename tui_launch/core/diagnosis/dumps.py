@@ -61,6 +61,7 @@ from tui_launch.core.model.events import (
     Event,
     StacksDumped,
 )
+from tui_launch.core.model.layout import dump_record, dump_records_dir
 from tui_launch.core.workers.table import RanksView, RankTable, process_alive
 
 DEFAULT_TIMEOUT = 5.0
@@ -411,8 +412,7 @@ def _save_records(directory: str, answers: dict[int, Answer]) -> None:
     raw = {g: a.raw for g, a in answers.items() if a.raw is not None}
     if not raw:
         return
-    folder = os.path.join(directory, "flightrec")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.makedirs(dump_records_dir(directory), mode=0o700, exist_ok=True)
     for g, data in raw.items():
-        with open(os.path.join(folder, f"rank{g}.json"), "w") as fp:
+        with open(dump_record(directory, g), "w") as fp:
             json.dump(data.get("fr") or {"error": data.get("fr_error")}, fp)

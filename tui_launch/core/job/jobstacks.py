@@ -48,6 +48,7 @@ from tui_launch.core.model.events import (
     from_dict,
     to_dict,
 )
+from tui_launch.core.model.layout import job_files
 from tui_launch.core.model.store import Phase, Snapshot
 
 GATHER_TIMEOUT = 15.0  # s the requesting node waits for every node's answer
@@ -236,10 +237,10 @@ def save_job(e: JobStacks, directory: str) -> None:
     """Write ``job.json`` and ``job.txt`` into the requesting node's dump directory."""
     if not directory:
         return
-    d = Path(directory)
+    json_file, text_file = job_files(directory)
     try:
-        (d / "job.json").write_text(json.dumps(asdict(e), indent=1) + "\n")
-        (d / "job.txt").write_text(job_text(e))
+        Path(json_file).write_text(json.dumps(asdict(e), indent=1) + "\n")
+        Path(text_file).write_text(job_text(e))
     except OSError:
         pass  # the journal keeps the record; a full disk must not stop the run
 

@@ -32,7 +32,6 @@ from typing import Any
 from tui_launch import __version__
 from tui_launch.core.journal.recent import window
 from tui_launch.core.journal.timeline import Timeline
-from tui_launch.core.journal.writer import JOURNAL_NAME
 from tui_launch.core.logs.lastlines import tail_lines
 from tui_launch.core.model.events import (
     AttemptFailed,
@@ -53,6 +52,7 @@ from tui_launch.core.model.events import (
     from_dict,
 )
 from tui_launch.core.model.goodput import GoodputSummary
+from tui_launch.core.model.layout import STREAMS, RunDirLayout, dump_files, journal_of
 from tui_launch.core.model.progress import HISTORY as PROGRESS_HISTORY
 from tui_launch.core.model.progress import describe_slowdown, goodput
 from tui_launch.core.model.redact import redact_args, redact_env
@@ -161,7 +161,7 @@ class Report:
 
 def journal_path(target: str) -> str:
     """The journal a report argument names (a run directory or the file); NotAJournal."""
-    path = os.path.join(target, JOURNAL_NAME) if os.path.isdir(target) else target
+    path = journal_of(target)
     if not os.path.isfile(path):
         raise NotAJournal(f"no journal at {path}")
     return path
@@ -461,14 +461,13 @@ def _logs(run_dir: str, s: Snapshot) -> list[RankLog]:
     failed = sorted({f.attempt for f in s.failures if f.attempt != s.attempt})
     attempts = [*failed[-(LOG_ATTEMPTS - 1) :], s.attempt]
     out = []
+    layout, relative = RunDirLayout(run_dir), RunDirLayout("")  # the report shows the latter
     for attempt in attempts:
-        base = os.path.join(run_dir, f"attempt_{attempt}")
         with contextlib.suppress(OSError):
-            ranks = sorted(int(d) for d in os.listdir(base) if d.isdigit())
-            for rank in ranks:
-                for stream in ("stdout", "stderr"):
-                    rel = os.path.join(f"attempt_{attempt}", str(rank), f"{stream}.log")
-                    tail = tail_lines(os.path.join(run_dir, rel), LOG_LINES)
+            for rank in layout.local_ranks(attempt):
+                for stream in STREAMS:
+                    rel = relative.rank_log(attempt, rank, stream)
+                    tail = tail_lines(layout.rank_log(attempt, rank, stream), LOG_LINES)
                     if tail is not None:
                         size, lines = tail
                         out.append(RankLog(attempt, rank, stream, rel, size, lines))
@@ -482,9 +481,9 @@ def _hang_stacks(hang: HangDetected | None, run_dir: str) -> tuple[str, str]:
         return "", ""
     for directory in (
         hang.second_path,
-        os.path.join(run_dir, "stacks", os.path.basename(hang.second_path.rstrip("/"))),
+        RunDirLayout(run_dir).dump_dir(os.path.basename(hang.second_path.rstrip("/"))),
     ):
-        path = os.path.join(directory, "stacks.txt")
+        _, path = dump_files(directory)
         with contextlib.suppress(OSError), open(path, "rb") as fp:
             data = fp.read(STACKS_BYTES + 1)
             text = data[:STACKS_BYTES].decode("utf-8", "replace")

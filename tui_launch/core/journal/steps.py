@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from tui_launch.core.model.events import ProgressSample, RankProgress
+from tui_launch.core.model.layout import STREAMS
 from tui_launch.core.model.progress import ProgressView
 from tui_launch.core.model.store import Snapshot
 from tui_launch.core.progress.parse import ProgressReading, family_of, maybe_progress, parse_line
@@ -49,7 +50,7 @@ def progress_at(snap: Snapshot, lines: Callable[[int, str], list[str]]) -> Snaps
             ranks.append(rp)
     else:
         for row in snap.ranks:
-            for stream in ("stdout", "stderr"):
+            for stream in STREAMS:
                 r = _last_step(lines(row.local_rank, stream), None, None)
                 if r is not None:
                     ranks.append(

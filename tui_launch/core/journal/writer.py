@@ -23,8 +23,8 @@ from typing import Any
 
 from tui_launch.core.model.diskspace import write_error
 from tui_launch.core.model.events import Event, from_dict, to_dict
+from tui_launch.core.model.layout import JOURNAL_NAME, RunDirLayout
 
-JOURNAL_NAME = "journal.jsonl"
 # Lines kept in memory while the file system refuses them; beyond this the journal gives up
 # (and says so): a launcher must not grow without bound because its disk is full.
 MAX_PENDING = 16 * 1024 * 1024
@@ -111,7 +111,7 @@ class Journal:
         with self._lock:
             failure = None
             if self._fd is None and self.path is None:
-                failure = self._open(os.path.join(directory, JOURNAL_NAME))
+                failure = self._open(RunDirLayout(directory).journal)
         self._report(failure)
 
     def write(self, event: Event) -> None:

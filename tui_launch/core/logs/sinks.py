@@ -21,6 +21,7 @@ from typing import Any
 
 from tui_launch.core.logs.tail import LogSource, last_segment
 from tui_launch.core.model.diskspace import write_error
+from tui_launch.core.model.layout import AGENT_LOG_NAME, RunDirLayout
 
 
 class DuplicateFilter:
@@ -233,7 +234,7 @@ class AgentLogCapture(logging.Handler):
             with contextlib.suppress(OSError, ValueError):
                 fp.close()
         if self.error is None:
-            self.error = write_error(e, self.path or "agent.log")
+            self.error = write_error(e, self.path or AGENT_LOG_NAME)
             if self.on_error is not None:
                 with contextlib.suppress(Exception):
                     self.on_error(self.error)
@@ -244,7 +245,7 @@ class AgentLogCapture(logging.Handler):
         try:
             if self._fp is not None:
                 return
-            self.path = os.path.join(directory, "agent.log")
+            self.path = RunDirLayout(directory).agent_log
             try:
                 self._fp = open(self.path, "a", buffering=1)  # noqa: SIM115
                 for line in self._pending:

@@ -35,9 +35,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+# The stream names are the log files' names too: the run directory's layout owns them.
+from tui_launch.core.model.layout import STDERR as STDERR
+from tui_launch.core.model.layout import STDOUT as STDOUT
 from tui_launch.core.periodic import Periodic
-
-STDOUT, STDERR = "stdout", "stderr"
 
 
 @dataclass

@@ -17,4 +17,5 @@ all build on it, so it sits at the bottom of the core (beside ``workers``).
 - ``diskspace``: a full file system, in words.
 - ``text``: plain-text renderings of events and failures (headless output, journal readers).
 - ``redact``: secrets replaced, by name and by value shape (every output of a run).
+- ``layout``: the run directory's layout: every file's path (``RunDirLayout``), said once.
 """

@@ -63,12 +63,12 @@ from tui_launch.core.model.commands import (
     refused_event,
 )
 from tui_launch.core.model.events import ControlAction, Event, WorkersStarted
+from tui_launch.core.model.layout import RunDirLayout
 from tui_launch.core.model.progress import progress_rows
 
 if TYPE_CHECKING:
     from tui_launch.core.run.handle import RunHandle
 
-SOCKET_NAME = "control.sock"
 HELLO = "tuilaunch-control"
 CLIENTS = ("attach", "ctl", "mcp")  # the tools that name themselves in their hello
 MAX_PATH = 107  # sun_path is 108 bytes with its NUL
@@ -121,7 +121,7 @@ def check_socket(path: str) -> None:
 def socket_path(run_dir: str, fallback_dir: str | None, pid: int | None = None) -> str | None:
     """``run_dir/control.sock`` when short enough, else ``fallback_dir/ctl-<pid>.sock``;
     None when neither fits in a Unix socket address."""
-    first = os.path.join(os.path.abspath(run_dir), SOCKET_NAME)
+    first = RunDirLayout(os.path.abspath(run_dir)).control_socket
     if len(os.fsencode(first)) <= MAX_PATH:
         return first
     if fallback_dir:

@@ -22,7 +22,8 @@ import sys
 import tempfile
 import threading
 
-CONSOLE_NAME = "console.log"
+from tui_launch.core.model.layout import CONSOLE_NAME, RunDirLayout
+
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
@@ -77,7 +78,7 @@ class Console:
         ignore_hangup()
         with self._lock:
             if run_dir:
-                self.path = os.path.join(run_dir, CONSOLE_NAME)
+                self.path = RunDirLayout(run_dir).console_log
             else:
                 fd, self.path = tempfile.mkstemp(
                     prefix=f"console-{os.getpid()}-", suffix=".log", dir=self.spare_dir
@@ -97,7 +98,7 @@ class Console:
         with self._lock:
             if not self._spare or self.path is None:
                 return
-            old, new = self.path, os.path.join(run_dir, CONSOLE_NAME)
+            old, new = self.path, RunDirLayout(run_dir).console_log
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
                     stream.flush()
@@ -178,7 +179,7 @@ def attach_hint(pid: int) -> str:
 
 def detach_message(pid: int, run_dir: str | None) -> str:
     """What ``D`` leaves on the terminal it releases."""
-    where = os.path.join(run_dir, CONSOLE_NAME) if run_dir else f"{CONSOLE_NAME} in the run dir"
+    where = RunDirLayout(run_dir).console_log if run_dir else f"{CONSOLE_NAME} in the run dir"
     return (
         f"tuilaunch: detached; the job goes on (pid {pid}) and this terminal may be closed.\n"
         f"  console output: {where}\n"

@@ -26,8 +26,8 @@ from typing import Any
 
 from tui_launch.core.journal.recent import recent_snapshot
 from tui_launch.core.journal.timeline import Timeline
-from tui_launch.core.journal.writer import JOURNAL_NAME
 from tui_launch.core.model.events import Failure, RankProgress
+from tui_launch.core.model.layout import journal_of, run_dir_of
 from tui_launch.core.model.progress import PROGRESS_FIELDS
 from tui_launch.core.model.redact import redact_args
 from tui_launch.core.model.store import Snapshot
@@ -62,7 +62,7 @@ class Target:
 
 
 def _dir(journal: str) -> str:
-    return os.path.dirname(os.path.abspath(journal))
+    return run_dir_of(os.path.abspath(journal))
 
 
 def resolve(target: str | None, live_only: bool = False) -> Target:
@@ -79,7 +79,7 @@ def resolve(target: str | None, live_only: bool = False) -> Target:
     ended = [] if live_only else [e for e in found if e.ended is not None]
     if target is not None and _exists(target):
         path = os.path.abspath(target)
-        journal = os.path.join(path, JOURNAL_NAME) if os.path.isdir(path) else path
+        journal = journal_of(path)
         if not _exists(journal):
             raise NoSuchRun(f"no journal at {journal}")
         _check_readable(journal)

@@ -5,6 +5,7 @@ torch decides the run directory when it first lays out an attempt's log files; t
 (:meth:`RunFiles.on_reify`), which points the log tailer at the new files, the duplicate
 filters at torch's filtered files, and the journal and agent log at the run directory. A run
 that ends before torch made one (a failed rendezvous) still gets a directory of its own.
+What the files below it are called is :mod:`tui_launch.core.model.layout`'s.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from tui_launch.core.journal.writer import Journal
 from tui_launch.core.logs.sinks import AgentLogCapture, DuplicateFilter
 from tui_launch.core.logs.tail import STDERR, STDOUT, LogTailer
+from tui_launch.core.model.layout import run_dir_of
 from tui_launch.core.progress.workerenv import worker_env_defaults
 from tui_launch.core.seam.logspecs import CapturingLogsSpecs, ReifiedLogs
 
@@ -75,7 +77,7 @@ class RunFiles:
     def on_reify(self, info: ReifiedLogs) -> None:
         """torch laid out the next attempt's files: tail them (on the agent thread)."""
         if self.run_dir is None:
-            self.set_run_dir(os.path.dirname(info.attempt_dir))
+            self.set_run_dir(run_dir_of(info.attempt_dir))
         attempt = self._next_attempt()
         log_paths: dict[int, list[str]] = {}
         for src in info.sources:

@@ -19,6 +19,8 @@ import stat
 import sys
 import tempfile
 
+from tui_launch.core.model.layout import RunDirLayout
+
 USAGE_ERROR = 2
 
 # The dashboard's redraw rate: a terminal shows no more than ~60 frames a second, and at
@@ -93,7 +95,7 @@ def check_journal(path: str | None) -> None:
                 f"you or the owner of {parent}: refused (it could point at any of your files)"
             )
     if os.path.isdir(path):
-        example = os.path.join(path, "journal.jsonl")
+        example = RunDirLayout(path).journal
         raise UsageError(f"--journal {path} is a directory: give a file path (e.g. {example})")
     kind = _special_file(path)
     if kind is not None:

@@ -30,6 +30,7 @@ from tui_launch.core.diagnosis.dumps import Dumper
 from tui_launch.core.diagnosis.hangwatch import HangWatch
 from tui_launch.core.diagnosis.straggler import StragglerSampler
 from tui_launch.core.model.events import HangDetected, StacksDumped, WorkerInfo
+from tui_launch.core.model.layout import RunDirLayout
 from tui_launch.core.model.store import RunStore
 from tui_launch.core.progress.watch import ProgressWatch
 from tui_launch.core.run.config import RunConfig
@@ -145,7 +146,7 @@ class Diagnosis:
             return
         dumps = glob.glob(os.path.join(directory, "nccl_trace_rank_*"))
         if dumps and self._files.run_dir:
-            target = os.path.join(self._files.run_dir, "flightrec")
+            target = RunDirLayout(self._files.run_dir).flightrec_dir
             with contextlib.suppress(OSError):
                 os.makedirs(target, mode=0o700, exist_ok=True)
                 for path in dumps:

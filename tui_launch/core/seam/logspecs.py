@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, Std, to_map
 
 from tui_launch.core.logs.tail import STDERR, STDOUT, LogSource
+from tui_launch.core.model.layout import RunDirLayout, attempt_dir_of, run_dir_of, stream_log
 from tui_launch.core.seam.names import TorchName
 
 _MP_MOD = "torch.distributed.elastic.multiprocessing.api"
@@ -109,11 +110,11 @@ class CapturingLogsSpecs(LogsSpecs):
             if err_file and err_file != os.devnull:
                 rank_dirs[lr] = os.path.dirname(err_file)
             else:
-                rank_dirs[lr] = os.path.join(self._fallback(run_id), f"attempt_{attempt}", str(lr))
+                rank_dirs[lr] = RunDirLayout(self._fallback(run_id)).rank_dir(attempt, lr)
                 os.makedirs(rank_dirs[lr], exist_ok=True)
-        attempt_dir = os.path.dirname(rank_dirs[0]) if nprocs else self._fallback(run_id)
+        attempt_dir = attempt_dir_of(rank_dirs[0]) if nprocs else self._fallback(run_id)
         if self.run_dir is None:
-            self.run_dir = os.path.dirname(attempt_dir)
+            self.run_dir = run_dir_of(attempt_dir)
 
         info = ReifiedLogs(
             attempt=attempt,
@@ -139,7 +140,7 @@ class CapturingLogsSpecs(LogsSpecs):
                     # torchrun: raw on the console when not redirected, dropped when filtered
                     # out. Either way the file keeps every line.
                     console = path == "" and not filtered
-                    path = os.path.join(rank_dirs[lr], f"{stream}.log")
+                    path = stream_log(rank_dirs[lr], stream)
                     paths[lr] = path
                 else:
                     console = bool(tee[lr] & std) and not filtered

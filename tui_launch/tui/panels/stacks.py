@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 from tui_launch.core.model.events import JobStacks, StacksDumped
+from tui_launch.core.model.layout import job_files
 from tui_launch.core.model.store import Snapshot
 from tui_launch.core.model.text import clock
 
@@ -71,7 +72,7 @@ def job_panel(s: Snapshot, now: float, frames: int = JOB_FRAMES_SHOWN) -> Text |
     for m in e.missing:
         out.append(f"  {m}: no answer\n", style="red")
     if e.path:
-        out.append(f"{e.path}/job.txt\n", style="dim")
+        out.append(job_files(e.path)[1] + "\n", style="dim")
     return out
 
 

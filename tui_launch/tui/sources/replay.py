@@ -27,6 +27,7 @@ from tui_launch.core.logs.sinks import LogBuffer
 from tui_launch.core.logs.tail import LogSource
 from tui_launch.core.model.commands import REPLAY_REFUSAL, Command, Outcome
 from tui_launch.core.model.events import WorkersStarted
+from tui_launch.core.model.layout import rank_log_in, run_dir_of
 from tui_launch.core.model.store import Snapshot
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ class ReplaySource:
         (``RUN_DIR/attempt_N``), where it is looked for then."""
         if os.path.isabs(log_dir) or os.path.isdir(log_dir):
             return log_dir
-        beside = os.path.join(os.path.dirname(os.path.abspath(self.timeline.path)), "")
+        beside = os.path.join(run_dir_of(os.path.abspath(self.timeline.path)), "")
         candidate = os.path.join(beside, os.path.basename(os.path.normpath(log_dir)))
         return candidate if os.path.isdir(candidate) else log_dir
 
@@ -235,7 +236,7 @@ class ReplaySource:
         d = self._log_dir(attempt)
         if d is None:
             return None
-        path = os.path.join(d, str(rank), f"{stream}.log")
+        path = rank_log_in(d, rank, stream)
         try:
             with open(path, "rb") as fp:
                 fp.seek(start)

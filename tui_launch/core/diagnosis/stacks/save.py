@@ -27,6 +27,7 @@ from tui_launch.core.diagnosis.stacks.model import (
 )
 from tui_launch.core.diagnosis.stacks.verdict import Verdict, group_stacks, verdict
 from tui_launch.core.model.events import StacksDumped
+from tui_launch.core.model.layout import RunDirLayout, dump_files
 from tui_launch.core.model.text import rank_list
 
 
@@ -129,10 +130,10 @@ def save(dump: StackDump, run_dir: str | os.PathLike[str], v: Verdict | None = N
     v = v or verdict(dump)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(dump.wall))
     stamp += f".{int(dump.wall * 1000) % 1000:03d}"
-    base = Path(run_dir) / "stacks"
-    base.mkdir(parents=True, exist_ok=True)
+    layout = RunDirLayout(os.fspath(run_dir))
+    Path(layout.stacks_dir).mkdir(parents=True, exist_ok=True)
     name = f"{stamp}-{_slug(dump.reason)}"
-    directory = base / name
+    directory = Path(layout.dump_dir(name))
     n = 1
     while True:
         try:
@@ -140,10 +141,10 @@ def save(dump: StackDump, run_dir: str | os.PathLike[str], v: Verdict | None = N
             break
         except FileExistsError:  # two dumps in the same millisecond: keep both
             n += 1
-            directory = base / f"{name}-{n}"
+            directory = Path(layout.dump_dir(f"{name}-{n}"))
     data = {"verdict": dataclasses.asdict(v), "dump": dump_to_dict(dump)}
-    json_path = directory / "stacks.json"
-    text_path = directory / "stacks.txt"
+    json_file, text_file = dump_files(str(directory))
+    json_path, text_path = Path(json_file), Path(text_file)
     json_path.write_text(json.dumps(data, indent=1) + "\n")
     text_path.write_text(render_text(dump, v))
     return SavedDump(str(directory), str(json_path), str(text_path))
@@ -153,7 +154,7 @@ def load(path: str | os.PathLike[str]) -> StackDump:
     """Read a dump back from a ``stacks.json`` (or the directory that holds it)."""
     p = Path(path)
     if p.is_dir():
-        p = p / "stacks.json"
+        p = Path(dump_files(str(p))[0])
     return dump_from_dict(json.loads(p.read_text())["dump"])
 
 
