@@ -48,7 +48,7 @@ from tui_launch.core.model.events import (
     from_dict,
     to_dict,
 )
-from tui_launch.core.model.store import Phase, Snapshot
+from tui_launch.core.model.store import OUTCOMES, Snapshot
 
 GATHER_TIMEOUT = 15.0  # s the requesting node waits for every node's answer
 FRAMES_KEPT = 8  # innermost main-thread frames published per rank
@@ -480,4 +480,4 @@ def _shared_event(raw: bytes) -> JobStacks | None:
 
 def _alive(n: NodeStatus) -> bool:
     # A node that finished or stopped publishing answers nobody: do not wait for it.
-    return n.state not in Phase.OUTCOMES and (n.age is None or n.age <= 10.0)
+    return n.state not in OUTCOMES and (n.age is None or n.age <= 10.0)
