@@ -6,7 +6,8 @@ import signal
 
 import pytest
 
-from tui_launch.core.model import exitcodes, failclass
+from tui_launch.core.model import exitcodes, failclass, policy
+from tui_launch.core.model.failclass import FailureClass
 from tui_launch.core.model.policy import AttemptRecord, PolicyConfig, RestartPolicy, parse_storm
 
 
@@ -267,6 +268,45 @@ def test_parse_storm():
 def test_exit_code_table(outcome, cls, torchrun, ours):
     assert exitcodes.exit_code(outcome, cls, torchrun, "tuilaunch") == ours
     assert exitcodes.exit_code(outcome, cls, torchrun, "torchrun") == torchrun
+
+
+@pytest.mark.parametrize("cls", list(FailureClass))
+def test_every_failure_class_has_a_policy_rule_an_exit_code_and_words(cls):
+    # A new class added to the enum fails here until policy, exitcodes and describe know it.
+    assert policy.RULES[cls] in ("startup", "same-failure", "teardown", "restart")
+    assert exitcodes.CLASS_MEANINGS[cls] in ("program", "infrastructure")
+    assert failclass.WORDS[cls] and failclass.describe(cls, "") == failclass.WORDS[cls]
+    # What each table says is what the policy and the exit code do, for the member and for
+    # the plain word a journal reads back.
+    code = exitcodes.exit_code("failed", cls, 1, "tuilaunch")
+    expected = exitcodes.INFRASTRUCTURE if exitcodes.CLASS_MEANINGS[cls] == "infrastructure" else 1
+    assert code == expected == exitcodes.exit_code("failed", cls.value, 1, "tuilaunch")
+    assert policy.rule_of(cls) == policy.rule_of(cls.value) == policy.RULES[cls]
+
+
+def test_the_tables_are_exactly_the_classes():
+    assert set(policy.RULES) == set(exitcodes.CLASS_MEANINGS) == set(failclass.WORDS)
+    assert set(policy.RULES) == set(FailureClass)
+    assert tuple(c.value for c in FailureClass) == failclass.CLASSES
+    # The class sets the rest of the launcher reads agree with the exit-code table.
+    infra = {c for c, m in exitcodes.CLASS_MEANINGS.items() if m == "infrastructure"}
+    assert infra == failclass.INFRASTRUCTURE | {FailureClass.OOM_OUTSIDE}
+    program = {c for c, m in exitcodes.CLASS_MEANINGS.items() if m == "program"}
+    assert program >= failclass.PROGRAM
+
+
+def test_unknown_or_no_class_is_a_program_failure_restarted_by_the_policy():
+    # "" (no class) and a word from a newer journal: as before the enum.
+    for cls in ("", "from-the-future"):
+        assert exitcodes.meaning("failed", cls) == "program"
+        assert policy.rule_of(cls) == "restart"
+        assert failclass.describe(cls, "x") == f"{cls} (x)"
+
+
+def test_the_options_choices_are_the_enums_words():
+    assert policy.POLICIES == ("smart", "torchrun") == tuple(p.value for p in policy.Policy)
+    assert exitcodes.STYLES == ("tuilaunch", "torchrun")
+    assert tuple(s.value for s in exitcodes.ExitStyle) == exitcodes.STYLES
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,7 @@ from tui_launch.core.logs.console import (
 )
 from tui_launch.core.logs.tail import STDOUT, LogSource
 from tui_launch.core.model.events import ExitBarrier, JobStacks, Notice, StacksDumped
-from tui_launch.core.model.store import RunStore, Snapshot
+from tui_launch.core.model.store import RankState, RunStore, Snapshot
 from tui_launch.core.model.text import clock, cluster_lines, describe
 from tui_launch.core.run.handle import RunHandle
 from tui_launch.summary import isatty, print_summary, run_duration
@@ -414,7 +414,7 @@ def _fileno(stream: object) -> int | None:
 def status_text(s: Snapshot) -> str:
     """The one-line live status: phase, ranks, restarts, elapsed time, and the job's progress
     once a rank printed some (``step 120/500 24% 9.8/s ETA 39s``)."""
-    running = sum(1 for r in s.ranks if r.state == "running")
+    running = sum(1 for r in s.ranks if r.state == RankState.RUNNING)
     elapsed = run_duration(s)
     parts = [
         f"{TAG} {s.phase}",
@@ -445,7 +445,7 @@ def _progress_status(s: Snapshot) -> str:
     if job.total:
         text += f" {100 * job.step / job.total:.0f}%"
     text += f" {fmt_rate(job.rate)}/s"
-    if not job.finished and any(r.state == "running" for r in s.ranks):
+    if not job.finished and any(r.state == RankState.RUNNING for r in s.ranks):
         stalled = any(what == "stalled" for _, what in view.active)
         stuck = job.eta is not None and (stalled or bool(s.hung_ranks))
         text += f" ETA {'—' if stuck else fmt_eta(job)}"

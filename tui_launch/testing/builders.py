@@ -20,6 +20,7 @@ from tui_launch.core.model.events import (
     AttemptFailed,
     Event,
     Failure,
+    GpuState,
     NodeStatus,
     Participant,
     RankExited,
@@ -229,7 +230,7 @@ def telemetry(
     gpus: int | None = None,
     cvd: str | None = None,
     d_state_rank: int | None = None,
-    gpu_state: str = "off",
+    gpu_state: str = GpuState.OFF,
     note: str = "",
     **fake: Any,
 ) -> list[Event]:
@@ -261,7 +262,7 @@ def telemetry(
             mapping = "pid" if gl else None
             if not gl and cvd is not None and sampler is not None:
                 dev = visible_device(cvd, i, sampler.uuid_index, len(sampler.gpus))
-                if dev is not None and by_index[dev].state == "ok":
+                if dev is not None and by_index[dev].state == GpuState.OK:
                     g = by_index[dev]
                     gl, mem, util, mapping = (dev,), g.mem_used, g.util, "inferred"
             stuck = i == d_state_rank and k >= ticks - 3

@@ -17,7 +17,7 @@ from enum import Enum
 
 from textual.binding import Binding, BindingType
 
-from tui_launch.core.model.store import Snapshot
+from tui_launch.core.model.store import LIVE_STATES, Phase, Snapshot
 
 
 class Needs(Enum):
@@ -396,6 +396,6 @@ def applies(
     if needs is Needs.LIVE:
         return not finished
     if needs is Needs.RUNNING:
-        return not finished and snap.phase == "running"
+        return not finished and snap.phase == Phase.RUNNING
     row = snap.rank(rank) if rank is not None else None
-    return not finished and row is not None and row.state in ("running", "stopped")
+    return not finished and row is not None and row.state in LIVE_STATES

@@ -49,7 +49,7 @@ from tui_launch.core.model.events import (
     to_dict,
 )
 from tui_launch.core.model.layout import job_files
-from tui_launch.core.model.store import Phase, Snapshot
+from tui_launch.core.model.store import OUTCOMES, Snapshot
 
 GATHER_TIMEOUT = 15.0  # s the requesting node waits for every node's answer
 FRAMES_KEPT = 8  # innermost main-thread frames published per rank
@@ -481,4 +481,4 @@ def _shared_event(raw: bytes) -> JobStacks | None:
 
 def _alive(n: NodeStatus) -> bool:
     # A node that finished or stopped publishing answers nobody: do not wait for it.
-    return n.state not in Phase.OUTCOMES and (n.age is None or n.age <= 10.0)
+    return n.state not in OUTCOMES and (n.age is None or n.age <= 10.0)

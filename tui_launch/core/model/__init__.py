@@ -6,7 +6,9 @@ all build on it, so it sits at the bottom of the core (beside ``workers``).
 - ``events``: the frozen event records, by family (``run``, ``telemetry``, ``diagnosis``),
   and the registry that reads journal lines back.
 - ``store``: :class:`~tui_launch.core.model.store.RunStore` and the pure ``reduce``
-  (snapshot, event) -> snapshot; the ``Snapshot`` and its ``Phase`` words.
+  (snapshot, event) -> snapshot.
+- ``snapshot``: the ``Snapshot`` and its views, its ``Phase`` and ``RankState`` words.
+- ``reducers``: how each event family changes the snapshot (``@reduces``).
 - ``history``: ``History``, the append-only sequence the snapshot's lists of events are:
   each event appends in O(1), every earlier snapshot keeps its view.
 - ``telemetry``: the store's telemetry view: latest sample, short histories, per-rank totals.
@@ -17,5 +19,9 @@ all build on it, so it sits at the bottom of the core (beside ``workers``).
 - ``diskspace``: a full file system, in words.
 - ``text``: plain-text renderings of events and failures (headless output, journal readers).
 - ``redact``: secrets replaced, by name and by value shape (every output of a run).
+- ``failclass``: a failure's class (``FailureClass``) from its evidence.
+- ``policy``: the restart policy (``Policy``, a rule per failure class): restart or stop.
+- ``exitcodes``: the exit-code table (``ExitStyle``, a code per failure class).
+- ``words``: ``Word``, the ``(str, Enum)`` every vocabulary is: a member is its string.
 - ``layout``: the run directory's layout: every file's path (``RunDirLayout``), said once.
 """

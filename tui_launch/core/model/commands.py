@@ -23,14 +23,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tui_launch.core.model.events import ControlAction, StacksDumped, from_dict, to_dict
+from tui_launch.core.model.snapshot import LIVE_STATES, Phase
 
 if TYPE_CHECKING:
     from tui_launch.core.model.store import Snapshot
 
 NO_WORKER = "no running worker"
 REPLAY_REFUSAL = "a replay acts on nothing"
-# The rank states (store.RUNNING, store.STOPPED) in which a worker process exists to act on.
-LIVE_STATES = ("running", "stopped")
 # The runner's names for what a signal does to a rank (ControlAction.action); others: "signal".
 SIGNAL_ACTIONS = {signal.SIGSTOP: "stop", signal.SIGCONT: "continue", signal.SIGKILL: "kill"}
 
@@ -216,7 +215,7 @@ def allowed(snap: Snapshot, cmd: Command) -> str | None:
             return NO_WORKER
         return None
     if isinstance(cmd, Restart):
-        if finished or snap.phase != "running":
+        if finished or snap.phase != Phase.RUNNING:
             return f"agent is {snap.phase}"
         return None
     if isinstance(cmd, DumpStacks):

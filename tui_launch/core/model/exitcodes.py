@@ -29,6 +29,8 @@ from __future__ import annotations
 import signal
 
 from tui_launch.core.model import failclass
+from tui_launch.core.model.failclass import FailureClass
+from tui_launch.core.model.words import Word
 
 SUCCESS = 0
 PROGRAM = 1
@@ -36,7 +38,16 @@ USAGE = 2
 INFRASTRUCTURE = 75  # sysexits.h EX_TEMPFAIL: "try again later"
 PREEMPTED = 128 + int(signal.SIGTERM)  # what a SIGTERMed container reports anyway
 
-STYLES = ("tuilaunch", "torchrun")
+
+class ExitStyle(Word):
+    """``--exit-codes``: the table above, or torchrun's codes."""
+
+    TUILAUNCH = "tuilaunch"
+    TORCHRUN = "torchrun"
+
+
+# The option's choices, in words.
+STYLES: tuple[str, ...] = tuple(s.value for s in ExitStyle)
 
 MEANINGS = {
     SUCCESS: "success",
@@ -44,6 +55,24 @@ MEANINGS = {
     USAGE: "bad usage",
     INFRASTRUCTURE: "infrastructure failure (a retry may fix it)",
     PREEMPTED: "preempted",
+}
+
+
+# What a failed run's class means in the table: a retry may fix it (infrastructure) or not
+# (program). Every class has its row: tests/test_failclass.py goes through the enum.
+CLASS_MEANINGS: dict[FailureClass, str] = {
+    FailureClass.STARTUP: "program",
+    FailureClass.EXCEPTION: "program",
+    FailureClass.CRASH: "program",
+    FailureClass.OOM: "program",  # inside the job's own limit: a retry outgrows it again
+    FailureClass.TEARDOWN: "program",
+    FailureClass.COLLATERAL: "program",
+    FailureClass.PREEMPTED: "program",  # a preempted run's outcome says so, not its class
+    FailureClass.SIGNAL: "infrastructure",
+    FailureClass.BACKEND: "infrastructure",
+    FailureClass.HANG: "infrastructure",
+    FailureClass.NODE_LOST: "infrastructure",
+    FailureClass.OOM_OUTSIDE: "infrastructure",
 }
 
 
@@ -58,9 +87,9 @@ def meaning(outcome: str, cls: str) -> str:
         return "stopped"
     if outcome == "usage":
         return "usage"
-    if cls in failclass.INFRASTRUCTURE or cls == failclass.OOM_OUTSIDE:
-        return "infrastructure"
-    return "program"
+    if cls in failclass.CLASSES:
+        return CLASS_MEANINGS[FailureClass(cls)]
+    return "program"  # no class (""), or a word this table does not know
 
 
 def exit_code(outcome: str, cls: str, torchrun_code: int, style: str) -> int:
@@ -72,7 +101,7 @@ def exit_code(outcome: str, cls: str, torchrun_code: int, style: str) -> int:
         torchrun_code: what torchrun would have returned (0, 1, 2 or 128+N).
         style: ``tuilaunch`` (the table above) or ``torchrun``.
     """
-    if style == "torchrun":
+    if style == ExitStyle.TORCHRUN:
         return torchrun_code
     what = meaning(outcome, cls)
     if what == "success":

@@ -17,36 +17,48 @@ import signal
 from dataclasses import dataclass
 
 from tui_launch.core.model import errors
+from tui_launch.core.model.words import Word
 
-# The classes, in the words the journal, the summary and the metrics use.
-STARTUP = "startup"  # before the first step: ImportError, SyntaxError, a missing file
-EXCEPTION = "exception"  # an exception (or an exit code) in the program
-CRASH = "crash"  # the program died of its own native fault (SIGSEGV, SIGABRT, ...)
-OOM = "oom"  # out of memory: the kernel's OOM killer, or CUDA's allocator
-SIGNAL = "signal"  # a signal from outside the program (the sender named when known)
-BACKEND = "backend"  # NCCL, gloo, the store: a collective or the store broke
-HANG = "hang"  # a confirmed hang (--on-hang restart|stop)
-NODE_LOST = "node-lost"  # another node went away
-PREEMPTED = "preempted"  # SIGTERM (or the scheduler's warning signal) to the launcher
-TEARDOWN = "teardown"  # main returned, then the process died on its way out
-COLLATERAL = "collateral"  # a peer the agent terminated because another rank failed
-# The detail of an OOM kill the job's own cgroup did not count: the node ran out, not the job.
-OOM_OUTSIDE = "oom-outside"
 
-CLASSES: tuple[str, ...] = (
-    STARTUP,
-    EXCEPTION,
-    CRASH,
-    OOM,
-    SIGNAL,
-    BACKEND,
-    HANG,
-    NODE_LOST,
-    PREEMPTED,
-    TEARDOWN,
-    COLLATERAL,
-    OOM_OUTSIDE,
-)
+class FailureClass(Word):
+    """The classes, in the words the journal, the summary and the metrics use.
+
+    A new class needs its rule in :data:`tui_launch.core.model.policy.RULES`, its row in
+    :data:`tui_launch.core.model.exitcodes.CLASS_MEANINGS` and its words in :data:`WORDS`;
+    ``tests/test_failclass.py`` goes through every member.
+    """
+
+    STARTUP = "startup"  # before the first step: ImportError, SyntaxError, a missing file
+    EXCEPTION = "exception"  # an exception (or an exit code) in the program
+    CRASH = "crash"  # the program died of its own native fault (SIGSEGV, SIGABRT, ...)
+    OOM = "oom"  # out of memory: the kernel's OOM killer, or CUDA's allocator
+    SIGNAL = "signal"  # a signal from outside the program (the sender named when known)
+    BACKEND = "backend"  # NCCL, gloo, the store: a collective or the store broke
+    HANG = "hang"  # a confirmed hang (--on-hang restart|stop)
+    NODE_LOST = "node-lost"  # another node went away
+    PREEMPTED = "preempted"  # SIGTERM (or the scheduler's warning signal) to the launcher
+    TEARDOWN = "teardown"  # main returned, then the process died on its way out
+    COLLATERAL = "collateral"  # a peer the agent terminated because another rank failed
+    # An OOM kill the job's own cgroup did not count: the node ran out, not the job.
+    OOM_OUTSIDE = "oom-outside"
+
+
+# The module's names for the classes, as the rest of the launcher has always used them.
+STARTUP = FailureClass.STARTUP
+EXCEPTION = FailureClass.EXCEPTION
+CRASH = FailureClass.CRASH
+OOM = FailureClass.OOM
+SIGNAL = FailureClass.SIGNAL
+BACKEND = FailureClass.BACKEND
+HANG = FailureClass.HANG
+NODE_LOST = FailureClass.NODE_LOST
+PREEMPTED = FailureClass.PREEMPTED
+TEARDOWN = FailureClass.TEARDOWN
+COLLATERAL = FailureClass.COLLATERAL
+OOM_OUTSIDE = FailureClass.OOM_OUTSIDE
+
+# Every class's word, in the enum's order (the choices of an option that names a class).
+CLASSES: tuple[str, ...] = tuple(c.value for c in FailureClass)
 
 # What a retry cannot fix (the program's own failures) and what it may (the infrastructure's).
 PROGRAM = frozenset({STARTUP, EXCEPTION, CRASH})
@@ -83,7 +95,7 @@ _OWN_SIGNALS = {
 class Classified:
     """A failure's class, a short detail (the exception type, the OOM's source, the sender)."""
 
-    cls: str
+    cls: FailureClass
     detail: str = ""
 
 
@@ -227,20 +239,25 @@ def fingerprint(message: str, traceback: str | None, stderr_tail: tuple[str, ...
     return f"{etype}: {mask(m.group(2) or '')} @ {path}:{line} in {func}"
 
 
+# Each class in words, for the summary and the log line.
+WORDS: dict[FailureClass, str] = {
+    STARTUP: "startup error",
+    EXCEPTION: "exception in the program",
+    CRASH: "native crash",
+    OOM: "out of memory",
+    OOM_OUTSIDE: "out of memory on the node (outside the job)",
+    SIGNAL: "signal from outside",
+    BACKEND: "backend error",
+    HANG: "hang",
+    NODE_LOST: "node lost",
+    PREEMPTED: "preempted",
+    TEARDOWN: "crash after the program finished",
+    COLLATERAL: "terminated by the agent",
+}
+
+
 def describe(cls: str, detail: str) -> str:
-    """A failure class in words, for the summary and the log line."""
-    words = {
-        STARTUP: "startup error",
-        EXCEPTION: "exception in the program",
-        CRASH: "native crash",
-        OOM: "out of memory",
-        OOM_OUTSIDE: "out of memory on the node (outside the job)",
-        SIGNAL: "signal from outside",
-        BACKEND: "backend error",
-        HANG: "hang",
-        NODE_LOST: "node lost",
-        PREEMPTED: "preempted",
-        TEARDOWN: "crash after the program finished",
-        COLLATERAL: "terminated by the agent",
-    }.get(cls, cls)
+    """A failure class in words, for the summary and the log line (a word it does not know,
+    from a newer journal, as itself)."""
+    words = WORDS[FailureClass(cls)] if cls in CLASSES else cls
     return f"{words} ({detail})" if detail else words

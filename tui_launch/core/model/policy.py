@@ -33,11 +33,38 @@ from dataclasses import dataclass
 
 from tui_launch.core.model import failclass
 from tui_launch.core.model.events import Failure
+from tui_launch.core.model.failclass import FailureClass
 from tui_launch.core.model.snapshot import pick_root_cause
+from tui_launch.core.model.words import Word
 
-SMART = "smart"
-TORCHRUN = "torchrun"
-POLICIES = (SMART, TORCHRUN)
+
+class Policy(Word):
+    """``--restart-policy``: tuilaunch's rules, or torchrun's (restart until the budget ends)."""
+
+    SMART = "smart"
+    TORCHRUN = "torchrun"
+
+
+SMART, TORCHRUN = Policy.SMART, Policy.TORCHRUN
+# The option's choices, in words.
+POLICIES: tuple[str, ...] = tuple(p.value for p in Policy)
+# Which of the smart policy's rules may stop a failure of each class before its budget is
+# spent ("restart": none of them; the budget and the storm rule apply to every class).
+# Every class has its row: tests/test_failclass.py goes through the enum.
+RULES: dict[FailureClass, str] = {
+    FailureClass.STARTUP: "startup",
+    FailureClass.EXCEPTION: "same-failure",
+    FailureClass.TEARDOWN: "teardown",
+    FailureClass.CRASH: "restart",
+    FailureClass.OOM: "restart",
+    FailureClass.OOM_OUTSIDE: "restart",
+    FailureClass.SIGNAL: "restart",
+    FailureClass.BACKEND: "restart",
+    FailureClass.HANG: "restart",
+    FailureClass.NODE_LOST: "restart",
+    FailureClass.PREEMPTED: "restart",
+    FailureClass.COLLATERAL: "restart",
+}
 STORM_FAILURES = 0  # the storm rule is off unless --restart-storm asks for it
 STORM_MINUTES = 10.0
 # A startup error that another rank or process may be about to fix (a file it writes): it
@@ -105,17 +132,18 @@ class RestartPolicy:
             if budget_left > 0:
                 return Decision("restart", "torchrun", "torchrun's policy: restart every failure")
             return Decision("stop", "budget", "--max-restarts spent")
-        if rec.cls == failclass.TEARDOWN and rec.all_returned:
+        rule = rule_of(rec.cls)
+        if rule == "teardown" and rec.all_returned:
             return Decision(
                 "stop", "teardown", "every rank's main returned: the work is done, not redone"
             )
         prev = self._history[-1] if self._history else None
-        if rec.cls == failclass.STARTUP:
+        if rule == "startup":
             if rec.etype not in RETRYABLE_STARTUP:
                 return Decision(
                     "stop", "startup", "a startup error: the next attempt would fail the same way"
                 )
-            if prev is not None and prev.cls == failclass.STARTUP and _same(prev, rec):
+            if prev is not None and prev.cls == rec.cls and _same(prev, rec):
                 return Decision(
                     "stop",
                     "startup",
@@ -197,6 +225,12 @@ def attempt_record(
     )
 
 
+def rule_of(cls: str) -> str:
+    """The rule of :data:`RULES` for a failure class ("restart" for none, or a word a newer
+    journal has and this table does not)."""
+    return RULES[FailureClass(cls)] if cls in failclass.CLASSES else "restart"
+
+
 def _same(a: AttemptRecord, b: AttemptRecord) -> bool:
     """Both failed with the same exception, proven by a traceback of the program's code."""
     return bool(a.signature) and a.signature == b.signature
@@ -214,7 +248,8 @@ def _proven_same(prev: AttemptRecord, rec: AttemptRecord) -> bool:
     OOM is never "the same failure"), and only with a step seen in both attempts.
     """
     return (
-        rec.cls == prev.cls == failclass.EXCEPTION
+        rec.cls == prev.cls
+        and rule_of(rec.cls) == "same-failure"
         and _same(prev, rec)
         # The failed rank's step (its peers may run on by a few steps before they are stopped,
         # more or fewer each time): the same step, no step gained by it between.

@@ -37,26 +37,41 @@ from tui_launch.core.model.events import (
 from tui_launch.core.model.history import History
 from tui_launch.core.model.progress import ProgressView
 from tui_launch.core.model.telemetry import TelemetryView
+from tui_launch.core.model.words import Word
 
 # The empty history every new snapshot starts from (its lists of events grow without copying:
 # :mod:`tui_launch.core.model.history`).
 NO_EVENTS: History[Any] = History()
 
-# Rank states shown to users.
+
+class RankState(Word):
+    """A rank's state as the front ends show it (:attr:`RankView.state`)."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPED = "stopped"  # SIGSTOPped by a control
+    EXITED = "exited"  # exit 0, or terminated by the agent (a peer failed, a shutdown)
+    FAILED = "failed"
+    RESTARTING = "restarting"
+
+
+# The names the reducers and tests have always used for the rank states.
 STARTING, RUNNING, STOPPED, EXITED, FAILED, RESTARTING = (
-    "starting",
-    "running",
-    "stopped",
-    "exited",
-    "failed",
-    "restarting",
+    RankState.STARTING,
+    RankState.RUNNING,
+    RankState.STOPPED,
+    RankState.EXITED,
+    RankState.FAILED,
+    RankState.RESTARTING,
 )
+# The states in which a rank's process is alive: a signal or a stop can still reach it.
+LIVE_STATES: tuple[RankState, ...] = (RankState.RUNNING, RankState.STOPPED)
 
 
-class Phase:
+class Phase(Word):
     """The run's phase, in the one vocabulary that the snapshot and the runner share.
 
-    Once the run is over the snapshot's phase is its outcome (one of :attr:`OUTCOMES`).
+    Once the run is over the snapshot's phase is its outcome (one of :data:`OUTCOMES`).
     """
 
     STARTING = "starting"  # before the first rendezvous; the runner: spawning workers
@@ -65,7 +80,22 @@ class Phase:
     RESTARTING = "restarting"
     FINISHING = "finishing"  # the workers succeeded; the exit barrier
     STOPPING = "stopping"
-    OUTCOMES = ("succeeded", "failed", "stopped", "preempted", "error")
+    # The outcomes: the run is over.
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    PREEMPTED = "preempted"
+    ERROR = "error"
+
+
+# The phases of a run that is over (a RunFinished's outcome).
+OUTCOMES: tuple[Phase, ...] = (
+    Phase.SUCCEEDED,
+    Phase.FAILED,
+    Phase.STOPPED,
+    Phase.PREEMPTED,
+    Phase.ERROR,
+)
 
 
 @dataclass(frozen=True)
@@ -76,7 +106,7 @@ class RankView:
     global_rank: int
     pid: int
     attempt: int
-    state: str
+    state: RankState
     started: float
     exit_code: int | None = None
     signal: str | None = None
@@ -122,7 +152,7 @@ class Snapshot:
 
     version: int = 0
     run: RunStarted | None = None
-    phase: str = Phase.STARTING
+    phase: Phase = Phase.STARTING
     attempt: int = 0
     group_state: str = "INIT"
     rendezvous: RendezvousView | None = None
@@ -199,12 +229,15 @@ def pick_root_cause(failures: Iterable[Failure]) -> Failure | None:
 __all__ = [
     "EXITED",
     "FAILED",
+    "LIVE_STATES",
+    "OUTCOMES",
     "RESTARTING",
     "RUNNING",
     "STARTING",
     "STOPPED",
     "AttemptView",
     "Phase",
+    "RankState",
     "RankView",
     "RendezvousView",
     "Snapshot",

@@ -39,6 +39,7 @@ from tui_launch.core.model.events import (
 )
 from tui_launch.core.model.progress import describe_slowdown, straggler_line
 from tui_launch.core.model.redact import redact_args
+from tui_launch.core.model.snapshot import Phase
 
 STDERR_CONTEXT = 3  # plain trailing stderr lines shown for context when they hold no error
 
@@ -263,7 +264,7 @@ def cluster_lines(nodes: tuple[NodeStatus, ...], stale_after: float) -> dict[str
         if n.gpu:
             line += f", gpu {n.gpu}"
         # A node that succeeded may still publish an error it recovered from: not current.
-        if n.error and n.state != "succeeded":
+        if n.error and n.state != Phase.SUCCEEDED:
             line += f", error: {n.error}"
         out[n.node] = " ".join(line.split())
     return out

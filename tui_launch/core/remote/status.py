@@ -30,7 +30,7 @@ from tui_launch.core.model.events import Failure, RankProgress
 from tui_launch.core.model.layout import journal_of, run_dir_of
 from tui_launch.core.model.progress import PROGRESS_FIELDS
 from tui_launch.core.model.redact import redact_args
-from tui_launch.core.model.store import Snapshot
+from tui_launch.core.model.store import RankState, Snapshot
 from tui_launch.core.remote import runindex
 from tui_launch.core.remote.controlsock import ControlClient, ControlError
 
@@ -39,7 +39,7 @@ SOCKET_TIMEOUT = 0.25  # status must answer within half a second, whatever the r
 # A rank's state when the journal cannot say: its launcher was killed (``lost``, as the run),
 # or the journal stopped before the run's end (``unknown``).
 LOST, UNKNOWN = "lost", "unknown"
-ALIVE = frozenset({"starting", "running", "stopped", "restarting"})
+ALIVE = frozenset({RankState.STARTING, RankState.RUNNING, RankState.STOPPED, RankState.RESTARTING})
 
 
 class NoSuchRun(Exception):
@@ -288,7 +288,7 @@ def _ranks(
     rows = []
     for r in snap.ranks:
         p = progress.get(r.global_rank, {})
-        state = "stopped" if r.local_rank in stopped else r.state
+        state: str = RankState.STOPPED if r.local_rank in stopped else r.state
         if rank_end is not None and state in ALIVE:
             state = rank_end  # the journal last saw it alive; nothing says it still is
         rows.append(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import signal
 import threading
 
-from tui_launch.core.model.store import Phase
+from tui_launch.core.model.store import OUTCOMES, Phase
 
 
 class RunState:
@@ -37,12 +37,12 @@ class RunState:
     # ------------------------------------------------------------------ the phase
 
     @property
-    def phase(self) -> str:
+    def phase(self) -> Phase:
         """Where the agent thread is, in the snapshot's words (:class:`~.store.Phase`)."""
         with self._lock:
             return self._phase
 
-    def set_phase(self, phase: str) -> None:
+    def set_phase(self, phase: Phase) -> None:
         """The agent thread moved on (a finished run's phase is its outcome, never changed)."""
         with self._lock:
             self._phase = phase
@@ -54,7 +54,7 @@ class RunState:
 
     def settled(self) -> bool:
         """Whether the agent picked a stop up (or the run is over)."""
-        return self.done.is_set() or self.phase in (Phase.STOPPING, *Phase.OUTCOMES)
+        return self.done.is_set() or self.phase in (Phase.STOPPING, *OUTCOMES)
 
     # ------------------------------------------------------------------ requests
 
@@ -105,7 +105,7 @@ class RunState:
             if self._finishing:
                 return False
             self._finishing = True
-            self._phase = outcome
+            self._phase = Phase(outcome)
             self.exit_code = code
             self.error_message = message if outcome == "error" else None
             return True

@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tui_launch.core.model.events import GpuReading
+from tui_launch.core.model.events import GpuReading, GpuState
 from tui_launch.core.telemetry.nvml import ProcOnGpu
 from tui_launch.core.telemetry.procs import TreeReading
 
@@ -171,7 +171,7 @@ def assign(
         if not on and by_index:
             cvd, lr = env_of(t)
             dev = visible_device(cvd, lr, uuid_index or {}, len(gpus))
-            if dev is not None and dev in foreign and by_index[dev].state == "ok":
+            if dev is not None and dev in foreign and by_index[dev].state == GpuState.OK:
                 inferred[k] = dev
                 on = (dev,)
         for i in on:

@@ -32,13 +32,23 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from tui_launch.core.model.events import GpuReading
+from tui_launch.core.model.events import GpuReading, GpuState
 
 FAKE_ENV = "TUILAUNCH_FAKE_NVML"
 
-# gpu_state values
-GPU_OK, GPU_OFF, GPU_NO_LIBRARY, GPU_NO_DRIVER = "ok", "off", "no-library", "no-driver"
-GPU_NO_DEVICES, GPU_PERMISSION, GPU_LOST, GPU_ERROR = "no-devices", "permission", "lost", "error"
+# gpu_state values (the model's vocabulary, by the names the samplers use)
+GPU_OK, GPU_OFF, GPU_NO_LIBRARY, GPU_NO_DRIVER = (
+    GpuState.OK,
+    GpuState.OFF,
+    GpuState.NO_LIBRARY,
+    GpuState.NO_DRIVER,
+)
+GPU_NO_DEVICES, GPU_PERMISSION, GPU_LOST, GPU_ERROR = (
+    GpuState.NO_DEVICES,
+    GpuState.PERMISSION,
+    GpuState.LOST,
+    GpuState.ERROR,
+)
 
 # NVML return codes (the same in every nvidia-ml-py release; the fake uses them too).
 _NOT_SUPPORTED, _NO_PERMISSION, _NOT_FOUND = 3, 4, 6
@@ -124,7 +134,7 @@ class GpuSampler:
         self._nvml = nvml
         self.fake = fake
         self.slow_every = max(1, slow_every)
-        self.state = GPU_ERROR
+        self.state: GpuState = GPU_ERROR
         self.note = "not started"
         self.simulated = False
         self.gpus: list[_Gpu] = []
@@ -327,7 +337,7 @@ def _lost(g: _Gpu) -> GpuReading:
         mem_used=None,
         mem_total=g.mem_total,
         power_limit=g.power_limit,
-        state="lost",
+        state=GPU_LOST,
     )
 
 

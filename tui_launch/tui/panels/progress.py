@@ -21,7 +21,7 @@ from tui_launch.core.model.progress import (
     goodput,
     unit_of,
 )
-from tui_launch.core.model.store import RankView, Snapshot
+from tui_launch.core.model.store import RankState, RankView, Snapshot
 
 PROGRESS_COLUMNS = ("step", "steps/s", "ETA")
 _SPARK = "▁▂▃▄▅▆▇█"
@@ -95,7 +95,7 @@ def header_progress(s: Snapshot) -> Text:
         t.append(f" {100 * job.step / job.total:.0f}%")
     t.append(f"  {fmt_rate(job.rate)}/s")
     flags = sorted({w for _, w in view.active})
-    if not job.finished and any(r.state == "running" for r in s.ranks):
+    if not job.finished and any(r.state == RankState.RUNNING for r in s.ranks):
         # No ETA while the job is stalled or hung: the last rate no longer predicts anything.
         stuck = job.eta is not None and ("stalled" in flags or bool(s.hung_ranks))
         t.append(f"  ETA {'—' if stuck else fmt_eta(job)}")

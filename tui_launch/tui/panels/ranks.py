@@ -13,9 +13,9 @@ from rich.measure import Measurement
 from rich.text import Text
 
 from tui_launch.core.model import errors
-from tui_launch.core.model.events import CollectiveSample, RankReading
+from tui_launch.core.model.events import CollectiveSample, GpuState, RankReading
 from tui_launch.core.model.progress import ProgressView
-from tui_launch.core.model.store import RankView, Snapshot
+from tui_launch.core.model.store import LIVE_STATES, RankState, RankView, Snapshot
 from tui_launch.core.model.telemetry import TelemetryView
 from tui_launch.core.model.text import fmt_bytes
 from tui_launch.tui.panels.progress import PROGRESS_COLUMNS, progress_cells
@@ -69,7 +69,11 @@ def gpu_panel(s: Snapshot) -> RenderableType:
         return Text("no telemetry yet", style="dim")
     latest = tel.latest
     if not latest.gpus:
-        style = "yellow" if latest.gpu_state in ("lost", "error", "permission") else "dim"
+        style = (
+            "yellow"
+            if latest.gpu_state in (GpuState.LOST, GpuState.ERROR, GpuState.PERMISSION)
+            else "dim"
+        )
         return Text(latest.gpu_note, style=style)
     return ByWidth(lambda width: _gpu_text(tel, width))
 
@@ -93,7 +97,7 @@ def _gpu_text(tel: TelemetryView, width: int) -> Text:
             out.append("\n")
         util_h = tel.gpu_util[pos] if pos < len(tel.gpu_util) else ()
         mem_h = tel.gpu_mem[pos] if pos < len(tel.gpu_mem) else ()
-        if g.state != "ok":
+        if g.state != GpuState.OK:
             out.append(f"{g.index} ", style="bold")
             out.append(f"{_short_name(g.name)}  ", style="dim")
             out.append(g.state.upper(), style="bold red")
@@ -138,7 +142,7 @@ def _gpu_text(tel: TelemetryView, width: int) -> Text:
         out.append(f"\n+{len(latest.gpus) - len(gpus)} more GPUs", style="dim")
     if not narrow and any(r.mapping == "inferred" for r in latest.ranks):
         out.append("\n~ inferred (pids in another namespace)", style="dim")
-    if latest.gpu_state != "ok" or ";" in latest.gpu_note:
+    if latest.gpu_state != GpuState.OK or ";" in latest.gpu_note:
         out.append("\n" + latest.gpu_note.split("; ", 1)[-1], style="yellow")
     return out
 
@@ -154,13 +158,13 @@ def _state_cell(r: RankView, tel: RankReading | None, hung: bool = False) -> Tex
     """The rank's state, with the process state when it needs attention (D, T, Z), and
     ``HUNG?`` for a rank a confirmed hang names (the Stacks tab says why)."""
     text, style = r.state, STATE_STYLE.get(r.state, "")
-    if hung and r.state in ("running", "stopped"):
+    if hung and r.state in LIVE_STATES:
         return Text(f"{text} HUNG?", style="bold red")
-    if tel is not None and r.state in ("running", "stopped"):
+    if tel is not None and r.state in LIVE_STATES:
         if tel.status == "disk-sleep" or tel.d_state:
             # Uninterruptible I/O (a hung NFS mount, a stuck driver): signals cannot reach it.
             return Text(f"{text} D", style="bold red")
-        if tel.status in ("stopped", "tracing-stop") and r.state != "stopped":
+        if tel.status in ("stopped", "tracing-stop") and r.state != RankState.STOPPED:
             return Text("stopped T", style="bold yellow")
         if tel.status == "zombie":
             return Text("zombie", style="red")

@@ -12,32 +12,32 @@ from rich.text import Text
 
 from tui_launch.core.model.events import Failure, NodeStatus
 from tui_launch.core.model.redact import redact_args
-from tui_launch.core.model.store import Snapshot
+from tui_launch.core.model.store import Phase, RankState, Snapshot
 from tui_launch.core.model.text import clock, failure_details, failure_headline
 from tui_launch.tui.panels.progress import attempt_steps, goodput_text, header_progress
 from tui_launch.tui.panels.stacks import job_panel
 
-PHASE_STYLE = {
-    "starting": ("starting", "bold cyan"),
-    "rendezvous": ("waiting for nodes", "bold yellow"),
-    "running": ("running", "bold green"),
-    "restarting": ("restarting", "bold magenta"),
-    "finishing": ("finishing", "bold green"),
-    "stopping": ("stopping", "bold yellow"),
-    "succeeded": ("succeeded", "bold green"),
-    "failed": ("failed", "bold red"),
-    "stopped": ("stopped", "bold yellow"),
-    "preempted": ("preempted", "bold yellow"),
-    "error": ("error", "bold red"),
+PHASE_STYLE: dict[Phase, tuple[str, str]] = {
+    Phase.STARTING: ("starting", "bold cyan"),
+    Phase.RENDEZVOUS: ("waiting for nodes", "bold yellow"),
+    Phase.RUNNING: ("running", "bold green"),
+    Phase.RESTARTING: ("restarting", "bold magenta"),
+    Phase.FINISHING: ("finishing", "bold green"),
+    Phase.STOPPING: ("stopping", "bold yellow"),
+    Phase.SUCCEEDED: ("succeeded", "bold green"),
+    Phase.FAILED: ("failed", "bold red"),
+    Phase.STOPPED: ("stopped", "bold yellow"),
+    Phase.PREEMPTED: ("preempted", "bold yellow"),
+    Phase.ERROR: ("error", "bold red"),
 }
 
-STATE_STYLE = {
-    "starting": "cyan",
-    "running": "green",
-    "stopped": "bold yellow",
-    "exited": "dim",
-    "failed": "bold red",
-    "restarting": "magenta",
+STATE_STYLE: dict[RankState, str] = {
+    RankState.STARTING: "cyan",
+    RankState.RUNNING: "green",
+    RankState.STOPPED: "bold yellow",
+    RankState.EXITED: "dim",
+    RankState.FAILED: "bold red",
+    RankState.RESTARTING: "magenta",
 }
 
 

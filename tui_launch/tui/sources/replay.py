@@ -28,7 +28,7 @@ from tui_launch.core.logs.tail import LogSource
 from tui_launch.core.model.commands import REPLAY_REFUSAL, Command, Outcome
 from tui_launch.core.model.events import WorkersStarted
 from tui_launch.core.model.layout import rank_log_in, run_dir_of
-from tui_launch.core.model.store import Snapshot
+from tui_launch.core.model.store import RankState, Snapshot
 
 if TYPE_CHECKING:
     from tui_launch.core.diagnosis.stacks import StackDump
@@ -278,7 +278,7 @@ class ReplaySource:
     def is_stopped(self, local_rank: int) -> bool:
         """Whether the rank is stopped at the cursor."""
         row = self._snap.rank(local_rank)
-        return row is not None and row.state == "stopped"
+        return row is not None and row.state == RankState.STOPPED
 
     def stop(self, sig: int = signal.SIGTERM, reason: str = "quit") -> None:
         """Nothing to stop."""

@@ -4,7 +4,9 @@ Producers (the agent thread, the runner, log tailers) create events and post the
 :class:`~tui_launch.core.model.store.RunStore`; the store folds them into snapshots and the journal
 writes each one as a JSON line. Events are plain frozen dataclasses made of str, int, float,
 bool, None and tuples of those (or of other frozen records), so that they serialise to JSON and
-back without a schema of their own (:func:`to_dict`, :func:`from_dict`).
+back without a schema of their own (:func:`to_dict`, :func:`from_dict`). A field that holds a
+word of a vocabulary (:class:`~tui_launch.core.model.words.Word`) is a ``str`` all the same: a
+member is written as its value and read back as the plain word, equal to it.
 
 The package is split by family (``base``: the base class and the registry; ``run``: the
 lifecycle; ``telemetry``; ``diagnosis``: progress, stacks, hangs, stragglers); every name is
@@ -63,6 +65,7 @@ from tui_launch.core.model.events.run import (
 )
 from tui_launch.core.model.events.telemetry import (
     GpuReading,
+    GpuState,
     RankReading,
     RankTotals,
     TelemetryRecord,
@@ -82,6 +85,7 @@ __all__ = [
     "ExitBarrier",
     "Failure",
     "GpuReading",
+    "GpuState",
     "GroupState",
     "HangCleared",
     "HangDetected",

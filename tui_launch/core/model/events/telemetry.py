@@ -6,6 +6,25 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from tui_launch.core.model.events.base import Event, register
+from tui_launch.core.model.words import Word
+
+
+class GpuState(Word):
+    """The GPU sampler's state (``TelemetrySample.gpu_state``) and one GPU's
+    (``GpuReading.state``: ``ok`` or ``lost``).
+
+    The events keep the field a ``str``: a journal read back holds the plain word, which
+    compares and hashes as its member.
+    """
+
+    OK = "ok"
+    OFF = "off"  # --no-gpu
+    NO_LIBRARY = "no-library"
+    NO_DRIVER = "no-driver"
+    NO_DEVICES = "no-devices"
+    PERMISSION = "permission"
+    LOST = "lost"  # NVML failed mid-run (a GPU: NVML said it is lost; no longer queried)
+    ERROR = "error"
 
 
 @dataclass(frozen=True)
@@ -25,7 +44,7 @@ class GpuReading:
     temp: int | None = None
     power: float | None = None
     power_limit: float | None = None
-    state: str = "ok"
+    state: str = GpuState.OK
 
 
 @dataclass(frozen=True)

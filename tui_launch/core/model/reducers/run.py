@@ -32,6 +32,7 @@ from tui_launch.core.model.reducers.base import reduces
 from tui_launch.core.model.snapshot import (
     EXITED,
     FAILED,
+    OUTCOMES,
     RESTARTING,
     RUNNING,
     STOPPED,
@@ -240,7 +241,9 @@ def _run_finished(s: Snapshot, e: RunFinished) -> Snapshot:
     closed = s.rendezvous
     if closed is not None and closed.state == "waiting":
         closed = replace(closed, state="closed")
-    return replace(s, finished=e, phase=e.outcome, attempts=attempts, rendezvous=closed)
+    # An outcome this version does not know (a newer journal's) reads as an error, not a crash.
+    phase = Phase(e.outcome) if e.outcome in OUTCOMES else Phase.ERROR
+    return replace(s, finished=e, phase=phase, attempts=attempts, rendezvous=closed)
 
 
 @reduces(PolicyDecision)
