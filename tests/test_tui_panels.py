@@ -70,6 +70,8 @@ def test_the_dashboard_is_composed_from_the_table() -> None:
         tabs = [p for p in PANELS if p.where is Where.TAB]
         assert app._tabs.tab_ids == tuple(p.pane for p in tabs)
         assert app._tabs._tabs == tuple((p.pane, p.title) for p in tabs)
+        # A drawn tab's scroller is styled by its class (dashboard.tcss), not by its id.
+        assert all(app.query_one(f"#{p.pane}").has_class("tab-panel") for p in tabs if p.render)
         assert app.screen.children[0] is app.panel("header")
 
     drive("healthy", check)

@@ -129,7 +129,9 @@ class Dashboard(App[int]):
                 yield self._table
                 tabs = [p for p in PANELS if p.where is Where.TAB]
                 panes = [
-                    own[p.id] if p.render is None else VerticalScroll(self.panel(p.id), id=p.pane)
+                    own[p.id]
+                    if p.render is None
+                    else VerticalScroll(self.panel(p.id), id=p.pane, classes="tab-panel")
                     for p in tabs
                 ]
                 self._tabs = TabBar([(p.pane, p.title) for p in tabs], panes, id="tabs")
