@@ -194,18 +194,19 @@ def test_a_store_nobody_serves_is_explained_on_the_dashboard():
     app = Dashboard(scenarios.connecting())
 
     async def waiting(pilot: Any) -> None:
-        header = _text(app._header)
+        header = _text(app.panel("header"))
         assert "10.0.0.7:29400" in header and "0:01:35" in header
-        rdzv = _text(app._rdzv)
+        rdzv = _text(app.panel("rendezvous"))
         assert "no answer yet" in rdzv and "60s a try" in rdzv and "retries" in rdzv
 
     _pilot(app, (80, 24), waiting)
     failed = Dashboard(scenarios.connect_failed())
 
     async def ended(pilot: Any) -> None:
-        assert "ERROR" in _text(failed._header) and "exit code 1" in _text(failed._header)
+        failed_header = _text(failed.panel("header"))
+        assert "ERROR" in failed_header and "exit code 1" in failed_header
         assert failed._tabs.active == "cause-tab"  # nothing ran: the reason is shown
-        cause = _text(failed._cause)
+        cause = _text(failed.panel("rootcause"))
         assert "10.0.0.7:29400" in cause and "(60s)" in cause
         await pilot.press("o")
         assert failed._tabs.active == "agent-tab"
@@ -263,11 +264,11 @@ def test_clocks_stop_when_the_job_ends():
 
     async def body(pilot: Any) -> None:
         rows = range(app._table.row_count)
-        before = (_text(app._header), [app._table.get_row_at(i) for i in rows])
+        before = (_text(app.panel("header")), [app._table.get_row_at(i) for i in rows])
         src.clock += 120
         app._tick()
         await pilot.pause()
-        after = (_text(app._header), [app._table.get_row_at(i) for i in rows])
+        after = (_text(app.panel("header")), [app._table.get_row_at(i) for i in rows])
         assert after == before
 
     _pilot(app, (150, 42), body)
@@ -281,7 +282,7 @@ def test_80x24_keeps_the_essentials():
         shown = app._table.shown_columns
         assert {"rank", "state", "exit", "last log"} <= set(shown)
         assert not app._footer.show_command_palette  # it covered the last keys
-        header = _text(app._header)
+        header = _text(app.panel("header"))
         assert header.index("RUNNING") < header.index("0:01:35") < header.index("examples/")
 
     _pilot(app, (80, 24), body)

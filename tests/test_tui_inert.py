@@ -95,9 +95,9 @@ def test_a_workers_escapes_are_shown_inert(tmp_path: Path, monkeypatch: pytest.M
             await pilot.pause(0.2)  # painted
             screens = [painted(app)]
             await pilot.press("c")  # the root cause: the exception's message and stderr
-            await wait_until(pilot, lambda: "boom" in text_of(app._cause))
+            await wait_until(pilot, lambda: "boom" in text_of(app.panel("rootcause")))
             await pilot.pause()
-            cause = text_of(app._cause)
+            cause = text_of(app.panel("rootcause"))
             # (rich drops a BEL from a panel's text itself: stripped there, visible in the logs)
             assert "boom ^[]0;pwned-title^[[2J^[[H after escapes" in cause, cause
             screens.append(painted(app))
@@ -131,7 +131,7 @@ def test_eta_hidden_while_stalled_or_hung() -> None:
     from tui_launch.testing.builders import at
 
     def header(app: Dashboard) -> str:
-        return text_of(app._header)
+        return text_of(app.panel("header"))
 
     async def healthy(pilot, app: Dashboard, src) -> None:
         assert re.search(r"ETA \d+m", header(app)), header(app)
@@ -170,7 +170,7 @@ def test_the_dump_leaves_the_stacks_tab_uncovered_at_80x24() -> None:
                 ("dumping every rank's stacks...", 2)
             ]
             await wait_until(pilot, lambda: app._tabs.active == "stacks-tab")
-            await wait_until(pilot, lambda: "load_batch" in text_of(app._stacks))
+            await wait_until(pilot, lambda: "load_batch" in text_of(app.panel("stacks")))
             await pilot.pause(0.3)
             # Only the short-lived "dumping" toast, if still there on a loaded machine.
             toasts = list(app._notifications)

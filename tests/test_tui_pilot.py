@@ -617,7 +617,8 @@ def test_tab_bar_mouse_and_keys() -> None:
             await pilot.pause()
             assert bar.active == tab_id and shown(app) == [tab_id]
             x += len(label) + 2
-        assert "No stack dump yet" in text_of(app._stacks)  # the stacks tab draws when shown
+        # the stacks tab draws when shown
+        assert "No stack dump yet" in text_of(app.panel("stacks"))
         await pilot.click("#tabs", offset=(x + 30, 0))  # past the labels: nothing changes
         assert bar.active == "stacks-tab"
         bar.focus()
@@ -635,16 +636,16 @@ def test_d_dumps_every_rank_off_the_ui_thread_and_shows_the_stacks_tab() -> None
         await pilot.press("d")
         await wait_until(pilot, lambda: app._tabs.active == "stacks-tab")
         assert src.actions == [("dump", None, None)]
-        await wait_until(pilot, lambda: "load_batch" in text_of(app._stacks))
-        text = text_of(app._stacks)
+        await wait_until(pilot, lambda: "load_batch" in text_of(app.panel("stacks")))
+        text = text_of(app.panel("stacks"))
         assert "stacks (key)" in text
         assert "rank 1 is not in a collective: data.py:41 in load_batch" in text
         assert "ranks 0, 2, 3  \u00d7 3 ranks" in text
         assert "rank 1  <- odd one out" in text
         assert text.index("rank 1  <- odd one out") < text.index("\u00d7 3 ranks")  # odd first
         await pilot.press("d")  # a second dump: the first is listed as an earlier one
-        await wait_until(pilot, lambda: "earlier dumps" in text_of(app._stacks))
-        assert "/runs/demo/stacks/000-key" in text_of(app._stacks)
+        await wait_until(pilot, lambda: "earlier dumps" in text_of(app.panel("stacks")))
+        assert "/runs/demo/stacks/000-key" in text_of(app.panel("stacks"))
 
     drive("healthy", check)
 
@@ -688,7 +689,7 @@ def test_hang_flags_the_rank_and_is_the_root_cause() -> None:
         rows = {r[0]: r[3] for r in row_texts(app._table)}
         assert rows["1"] == "running HUNG?" and rows["0"] == "running"
         await pilot.press("c")
-        cause = text_of(app._cause)
+        cause = text_of(app.panel("rootcause"))
         assert "hang" in cause and "hung: no main-thread stack moved in 10 s" in cause
         assert "rank 1 is not in a collective" in cause
 
@@ -705,7 +706,7 @@ def test_hung_flag_goes_when_the_ranks_move_again() -> None:
             pilot, lambda: {r[0]: r[3] for r in row_texts(app._table)}["1"] == "running"
         )
         await pilot.press("c")
-        cause = text_of(app._cause)
+        cause = text_of(app.panel("rootcause"))
         assert "over: the ranks move again (rank 1 wrote again)" in cause
 
     drive("hung", check)
@@ -825,7 +826,7 @@ def test_without_exit_on_finish_the_dashboard_stays() -> None:
         src.post(RunFinished(outcome="succeeded", exit_code=0, message="ok", mono=1096.0, wall=0))
         await pilot.pause(0.3)
         assert app.is_running
-        assert "SUCCEEDED" in text_of(app._header)
+        assert "SUCCEEDED" in text_of(app.panel("header"))
         assert not app.check_action("kill", ())
         assert "Kill" not in await shown_keys(pilot, app)
 

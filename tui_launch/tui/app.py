@@ -9,14 +9,16 @@ Every key, footer label, help row and palette entry, and when each applies, come
 action table (:mod:`tui_launch.tui.actions`). The keys that act on the run are the methods of a
 :class:`~tui_launch.tui.commands.RunCommands` the Dashboard holds; what a replay or an attach adds
 (the replay bar and cursor keys, following a live journal, the control client's errors) is the
-methods of its :class:`~tui_launch.tui.mode.Mode` (:mod:`tui_launch.tui.modes`). The Logs tab
-is a widget of its own (:mod:`tui_launch.tui.widgets.logpane`), and the panels cache what they
-show (:class:`CachedPanel`).
+methods of its :class:`~tui_launch.tui.mode.Mode` (:mod:`tui_launch.tui.modes`). Every panel,
+where it sits, its title and when it redraws, comes from the panel table
+(:data:`~tui_launch.tui.panels.board.PANELS`): the app composes, titles and redraws by looping
+over it, each panel in a :class:`CachedPanel` that draws only when the panel's key changed. The
+Logs tab is a widget of its own (:mod:`tui_launch.tui.widgets.logpane`), as is the agent log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +34,10 @@ from tui_launch.tui import actions
 from tui_launch.tui.commands import RunCommands
 from tui_launch.tui.mode import Mode
 from tui_launch.tui.panels import ranks as render_ranks
-from tui_launch.tui.panels import render
+from tui_launch.tui.panels.base import Frame, Panel, Where
+from tui_launch.tui.panels.board import PANELS
 from tui_launch.tui.panels.inert import inert
 from tui_launch.tui.panels.progress import straggler_of
-from tui_launch.tui.panels.stacks import stacks_panel
 from tui_launch.tui.sources.live import Source
 from tui_launch.tui.widgets.cached import CachedPanel, KeyFooter
 from tui_launch.tui.widgets.logpane import LogPane
@@ -98,52 +100,58 @@ class Dashboard(App[int]):
         self._keys_state: tuple[object, ...] = ()
         self._agent_key: tuple[int, str | None] = (-1, None)
         self._finished_seen = not self.mode.acts_on_finish
-        self._gpu_shape: tuple[object, ...] | None = None
+        self._shapes: dict[str, object] = {}  # what each paced panel last drew (Panel.shape)
 
     # ---------------------------------------------------------------- layout
 
     def compose(self) -> ComposeResult:
-        # Widgets are kept as attributes: a modal screen on top must not break the refresh.
-        self._header = CachedPanel(id="header", measure=False)
-        self._rdzv = CachedPanel(id="rendezvous", classes="panel")
-        self._restarts = CachedPanel(id="restarts", classes="panel")
-        self._gpus = CachedPanel(id="gpus", classes="panel")
+        # Every panel of the table (tui/panels/board.py) where it sits. Widgets are kept as
+        # attributes: a modal screen on top must not break the refresh.
+        self._panels = {
+            p.id: CachedPanel(
+                id=p.id,
+                classes="panel" if p.where is Where.SIDE else None,
+                measure=p.where is not Where.HEADER,  # the header's height is the CSS's
+            )
+            for p in PANELS
+            if p.render is not None
+        }
         self._table = WorkersTable(id="workers")
         self.log_pane = LogPane(lambda: self.source.logs, on_close=self._table.focus, id="logs-tab")
-        self._cause = CachedPanel(id="rootcause")
         self._agent_view = LogView(id="agentlog", max_lines=2000, highlight=False)
-        self._cluster = CachedPanel(id="cluster")
-        self._stacks = CachedPanel(id="stacks")
-        yield self._header
+        own = {"logs-tab": self.log_pane, "agent-tab": Vertical(self._agent_view, id="agent-tab")}
+        yield from self._placed(Where.HEADER)
         yield from self.mode.compose()
         with Horizontal(id="top"):
             with Vertical(id="side"):
-                yield self._rdzv
-                yield self._restarts
-                yield self._gpus
+                yield from self._placed(Where.SIDE)
             with Vertical(id="main"):
                 yield self._table
-                cause = VerticalScroll(self._cause, id="cause-tab")
-                agent = Vertical(self._agent_view, id="agent-tab")
-                cluster = VerticalScroll(self._cluster, id="cluster-tab")
-                stacks = VerticalScroll(self._stacks, id="stacks-tab")
-                panes = (self.log_pane, cause, agent, cluster, stacks)
-                labels = ("Logs", "Root cause", "Agent log", "Cluster", "Stacks")
-                self._tabs = TabBar(
-                    [(pane.id or "", label) for pane, label in zip(panes, labels, strict=True)],
-                    panes,
-                    id="tabs",
-                )
+                tabs = [p for p in PANELS if p.where is Where.TAB]
+                panes = [
+                    own[p.id]
+                    if p.render is None
+                    else VerticalScroll(self.panel(p.id), id=p.pane, classes="tab-panel")
+                    for p in tabs
+                ]
+                self._tabs = TabBar([(p.pane, p.title) for p in tabs], panes, id="tabs")
                 yield self._tabs
                 yield from panes
         self._footer = KeyFooter(compact=True)
         yield self._footer
 
+    def _placed(self, where: Where) -> Iterator[CachedPanel]:
+        return (self.panel(p.id) for p in PANELS if p.where is where)
+
+    def panel(self, id: str) -> CachedPanel:
+        """The widget of the panel ``id`` (:data:`~tui_launch.tui.panels.board.PANELS`)."""
+        return self._panels[id]
+
     def on_mount(self) -> None:
         self.mode.on_mount()
-        self._rdzv.border_title = "Rendezvous"
-        self._restarts.border_title = "Restarts"
-        self._gpus.border_title = "GPUs"
+        for p in PANELS:
+            if p.where is Where.SIDE:
+                self.panel(p.id).border_title = p.title
         self._table.border_title = "Workers"
         self._table.set_columns(render_ranks.WORKER_COLUMNS, render_ranks.WORKER_KEEP)
         self._table.focus()
@@ -187,54 +195,10 @@ class Dashboard(App[int]):
         clock = second != self._second
         self._second = second
         self._version = snap.version
-        # Each panel is redrawn only when what it shows changed: a Textual refresh costs far
-        # more than comparing a few fields.
-        self._header.show(
-            (snap.phase, snap.run, snap.connecting, snap.finished, second), render.header, snap, now
-        )
-        rdzv_key = (
-            snap.run,
-            snap.rendezvous,
-            snap.rendezvous_live,
-            snap.connecting,
-            snap.store_retries,
-            snap.finished,
-            second if render.waiting(snap) else 0,
-        )
-        self._rdzv.show(rdzv_key, render.rendezvous_panel, snap, now)
-        # GPU figures arrive mid-second: they wait for the clock's frame, as the table's do,
-        # unless what the panel shows changes shape (GPUs appear, go, or are lost).
-        tel = snap.telemetry
-        shape = None if tel is None else (tel.latest.gpu_state, len(tel.latest.gpus))
-        if clock or shape != self._gpu_shape:
-            self._gpu_shape = shape
-            self._gpus.show((tel,), render_ranks.gpu_panel, snap)
-        # "Simulated" labels readings; a fake NVML that failed to open has none to label.
-        simulated = tel is not None and tel.latest.simulated and bool(tel.latest.gpus)
-        title = "GPUs"
-        if simulated:  # the long title is cut where the narrow layout's panel ends
-            title += " (sim.)" if self.size.width < NARROW_BELOW else " (simulated: fake NVML)"
-        if self._gpus.border_title != title:
-            self._gpus.border_title = title
-        self._cause.show(
-            (snap.root_cause, len(snap.failures), snap.hang, snap.hang_cleared, snap.finished),
-            render.root_cause_panel,
-            snap,
-        )
-        if self._tabs.active == "cluster-tab":  # every node's row: only drawn when shown
-            self._cluster.show(
-                (snap.cluster, snap.job_stacks[-1:]), render.cluster_panel, snap, now
-            )
-        if self._tabs.active == "stacks-tab":
-            self._show_stacks(snap, now)
-        restarts_key = (
-            snap.attempts,
-            snap.budget_left,
-            snap.restarts_used,
-            snap.finished,
-            render.steps_key(snap, second),
-        )
-        self._restarts.show(restarts_key, render.restarts_panel, snap, now)
+        # Each panel is redrawn only when its key (what it shows) changed.
+        frame = self._frame(snap, now, clock)
+        for panel in PANELS:
+            self._draw(panel, frame)
         self._refresh_keys(snap)
         # The table's ages ("last log 0s/1s") would flicker on every tick that brings log
         # lines, and a repaint of the table is among the dashboard's costliest: once a
@@ -264,6 +228,29 @@ class Dashboard(App[int]):
                 )
             ):
                 self.leave(snap.finished.exit_code)
+
+    def _frame(self, snap: Snapshot, now: float, clock: bool = True) -> Frame:
+        narrow = self.size.width < NARROW_BELOW
+        return Frame(snap, now, int(now), clock, narrow, self.source.stack_dump)
+
+    def _draw(self, panel: Panel, frame: Frame) -> None:
+        """Draw ``panel`` if what it shows changed (its key) and it is due."""
+        render = panel.render
+        if render is None:
+            return  # the app's own widget (the Logs, the Agent log): drawn below
+        widget = self.panel(panel.id)
+        if panel.retitle is not None:
+            title = panel.retitle(frame)
+            if widget.border_title != title:
+                widget.border_title = title
+        if panel.while_shown and self._tabs.active != panel.pane:
+            return
+        if panel.shape is not None:
+            shape = panel.shape(frame.snap)
+            if not frame.clock and shape == self._shapes.get(panel.id):
+                return
+            self._shapes[panel.id] = shape
+        widget.show(panel.key(frame), render, frame)
 
     def _update_workers(self, snap: Snapshot, now: float) -> None:
         last_line_at = self.source.logs.last_line_at
@@ -378,12 +365,27 @@ class Dashboard(App[int]):
                 return True
         return await super().run_action(action, default_namespace, namespaces)
 
+    def show_tab(self, pane: str) -> None:
+        """Bring the tab ``pane`` (its pane's id) to the front, drawn at once."""
+        self._tabs.active = pane
+        self._draw_tab(pane)
+
+    def _draw_tab(self, pane: str) -> None:
+        # A panel drawn only while shown is drawn as its tab comes to the front, not at the
+        # next refresh (on the source's clock: a frame out of the refresh).
+        for panel in PANELS:
+            if panel.while_shown and panel.pane == pane:
+                self._draw(panel, self._frame(self.source.snapshot(), self.source.now()))
+
+    def on_tab_bar_activated(self, event: TabBar.Activated) -> None:
+        self._draw_tab(event.tab_id)
+
     def action_rank_log(self) -> None:
         """Show the selected rank's log."""
         rank = self.selected_rank()
         if rank is None:
             return
-        self._tabs.active = "logs-tab"
+        self.show_tab("logs-tab")
         self.log_pane.show_rank(rank)
 
     def on_workers_table_row_selected(self, event: WorkersTable.RowSelected) -> None:
@@ -391,7 +393,7 @@ class Dashboard(App[int]):
 
     def action_merged_log(self) -> None:
         """Show every rank's log, merged, with rank tags."""
-        self._tabs.active = "logs-tab"
+        self.show_tab("logs-tab")
         self.log_pane.show_all()
 
     def action_clear_filter(self) -> None:
@@ -401,7 +403,7 @@ class Dashboard(App[int]):
 
     def action_agent_log(self) -> None:
         """Show the agent log tab: torch's own messages."""
-        self._tabs.active = "agent-tab"
+        self.show_tab("agent-tab")
 
     def action_follow(self) -> None:
         """Resume following new lines (writes what arrived while paused)."""
@@ -413,39 +415,16 @@ class Dashboard(App[int]):
 
     def action_filter(self) -> None:
         """Open the log filter."""
-        self._tabs.active = "logs-tab"
+        self.show_tab("logs-tab")
         self.log_pane.open_filter()
 
     def action_root_cause(self) -> None:
         """Show the root-cause tab."""
-        self._tabs.active = "cause-tab"
+        self.show_tab("cause-tab")
 
     def action_cluster(self) -> None:
         """Show the cluster tab: every node of the job."""
-        self._tabs.active = "cluster-tab"
-        self._tick_cluster()
-
-    def _tick_cluster(self) -> None:
-        snap = self.source.snapshot()
-        key = (snap.cluster, snap.job_stacks[-1:])
-        self._cluster.show(key, render.cluster_panel, snap, self.source.now())
-
-    def on_tab_bar_activated(self, event: TabBar.Activated) -> None:
-        if event.tab_id == "cluster-tab":
-            self._tick_cluster()
-        if event.tab_id == "stacks-tab":
-            self._show_stacks(self.source.snapshot(), self.source.now())
-
-    def show_stacks_tab(self) -> None:
-        """Bring the Stacks tab to the front, showing the latest dump."""
-        self._tabs.active = "stacks-tab"
-        self._show_stacks(self.source.snapshot(), self.source.now())
-
-    def _show_stacks(self, snap: Snapshot, now: float) -> None:
-        latest = snap.dumps[-1] if snap.dumps else None
-        key = (len(snap.dumps), len(snap.job_stacks), snap.hang, int(now))
-        dump = self.source.stack_dump(latest.path) if latest is not None else None
-        self._stacks.show(key, stacks_panel, snap, dump, now)
+        self.show_tab("cluster-tab")
 
     def action_help(self) -> None:
         """Show every key."""

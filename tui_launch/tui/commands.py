@@ -34,7 +34,7 @@ class Host(Protocol):
 
     def selected_rank(self) -> int | None: ...
 
-    def show_stacks_tab(self) -> None: ...
+    def show_tab(self, pane: str) -> None: ...
 
     def leave(self, code: int) -> None: ...
 
@@ -167,7 +167,7 @@ class RunCommands:
             self.app.notify("no rank runs: nothing to dump", severity="error")
             return
         # The tab's first lines are the verdict: no toast repeating it over the stacks.
-        self.app.show_stacks_tab()
+        self.app.show_tab("stacks-tab")
 
     def action_quit_job(self) -> None:
         """Quit; a running job is stopped first (SIGTERM, then SIGKILL after the timeout)."""

@@ -18,6 +18,7 @@ from tui_launch.core.model.progress import ProgressView
 from tui_launch.core.model.store import LIVE_STATES, RankState, RankView, Snapshot
 from tui_launch.core.model.telemetry import TelemetryView
 from tui_launch.core.model.text import fmt_bytes
+from tui_launch.tui.panels.base import Frame, Panel, Where
 from tui_launch.tui.panels.progress import PROGRESS_COLUMNS, progress_cells
 from tui_launch.tui.panels.render import STATE_STYLE, ago
 
@@ -145,6 +146,33 @@ def _gpu_text(tel: TelemetryView, width: int) -> Text:
     if latest.gpu_state != GpuState.OK or ";" in latest.gpu_note:
         out.append("\n" + latest.gpu_note.split("; ", 1)[-1], style="yellow")
     return out
+
+
+def _gpu_shape(s: Snapshot) -> object:
+    tel = s.telemetry
+    return None if tel is None else (tel.latest.gpu_state, len(tel.latest.gpus))
+
+
+def _gpu_title(f: Frame) -> str:
+    # "Simulated" labels readings; a fake NVML that failed to open has none to label.
+    tel = f.snap.telemetry
+    if tel is not None and tel.latest.simulated and tel.latest.gpus:
+        # The long title is cut where the narrow layout's panel ends.
+        return "GPUs" + (" (sim.)" if f.narrow else " (simulated: fake NVML)")
+    return "GPUs"
+
+
+# GPU figures arrive mid-second: they wait for the clock's frame, as the table's do, unless what
+# the panel shows changes shape (GPUs appear, go, or are lost).
+GPUS = Panel(
+    "gpus",
+    Where.SIDE,
+    "GPUs",
+    key=lambda f: (f.snap.telemetry,),
+    render=lambda f: gpu_panel(f.snap),
+    shape=_gpu_shape,
+    retitle=_gpu_title,
+)
 
 
 def _short_name(name: str) -> str:

@@ -14,6 +14,7 @@ from tui_launch.core.model.events import Failure, NodeStatus
 from tui_launch.core.model.redact import redact_args
 from tui_launch.core.model.store import Phase, RankState, Snapshot
 from tui_launch.core.model.text import clock, failure_details, failure_headline
+from tui_launch.tui.panels.base import Panel, Where
 from tui_launch.tui.panels.progress import attempt_steps, goodput_text, header_progress
 from tui_launch.tui.panels.stacks import job_panel
 
@@ -395,3 +396,69 @@ def waiting(snap: Snapshot) -> bool:
     if snap.run is None and snap.connecting is not None:
         return True
     return snap.rendezvous is not None and snap.rendezvous.state == "waiting"
+
+
+# The panels these renderers draw (listed in order by tui/panels/board.py). Each key is what the
+# panel shows: a Textual refresh costs far more than comparing a few fields.
+
+HEADER = Panel(
+    "header",
+    Where.HEADER,
+    key=lambda f: (f.snap.phase, f.snap.run, f.snap.connecting, f.snap.finished, f.second),
+    render=lambda f: header(f.snap, f.now),
+)
+
+RENDEZVOUS = Panel(
+    "rendezvous",
+    Where.SIDE,
+    "Rendezvous",
+    key=lambda f: (
+        f.snap.run,
+        f.snap.rendezvous,
+        f.snap.rendezvous_live,
+        f.snap.connecting,
+        f.snap.store_retries,
+        f.snap.finished,
+        f.second if waiting(f.snap) else 0,  # a deadline counts down while it waits
+    ),
+    render=lambda f: rendezvous_panel(f.snap, f.now),
+)
+
+RESTARTS = Panel(
+    "restarts",
+    Where.SIDE,
+    "Restarts",
+    key=lambda f: (
+        f.snap.attempts,
+        f.snap.budget_left,
+        f.snap.restarts_used,
+        f.snap.finished,
+        steps_key(f.snap, f.second),
+    ),
+    render=lambda f: restarts_panel(f.snap, f.now),
+)
+
+ROOT_CAUSE = Panel(
+    "rootcause",
+    Where.TAB,
+    "Root cause",
+    tab="cause-tab",
+    key=lambda f: (
+        f.snap.root_cause,
+        len(f.snap.failures),
+        f.snap.hang,
+        f.snap.hang_cleared,
+        f.snap.finished,
+    ),
+    render=lambda f: root_cause_panel(f.snap),
+)
+
+CLUSTER = Panel(
+    "cluster",
+    Where.TAB,
+    "Cluster",
+    tab="cluster-tab",
+    while_shown=True,  # every node's row
+    key=lambda f: (f.snap.cluster, f.snap.job_stacks[-1:]),
+    render=lambda f: cluster_panel(f.snap, f.now),
+)

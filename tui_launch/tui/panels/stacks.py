@@ -20,6 +20,7 @@ from tui_launch.core.model.events import JobStacks, StacksDumped
 from tui_launch.core.model.layout import job_files
 from tui_launch.core.model.store import Snapshot
 from tui_launch.core.model.text import clock
+from tui_launch.tui.panels.base import Frame, Panel, Where
 
 if TYPE_CHECKING:
     from tui_launch.core.diagnosis.stacks import StackDump
@@ -164,3 +165,20 @@ def stacks_panel(s: Snapshot, dump: StackDump | None, now: float) -> Text:
             out.append(f"{o.verdict}\n")
             out.append(f"    {o.path}\n", style="dim")
     return out
+
+
+def _stacks_tab(f: Frame) -> Text:
+    latest = f.snap.dumps[-1] if f.snap.dumps else None
+    dump = f.stack_dump(latest.path) if latest is not None else None
+    return stacks_panel(f.snap, dump, f.now)
+
+
+STACKS = Panel(
+    "stacks",
+    Where.TAB,
+    "Stacks",
+    tab="stacks-tab",
+    while_shown=True,  # the dump is read (a replay: from its file) only to be shown
+    key=lambda f: (len(f.snap.dumps), len(f.snap.job_stacks), f.snap.hang, int(f.now)),
+    render=_stacks_tab,
+)
