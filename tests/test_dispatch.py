@@ -10,6 +10,7 @@ package tells event types apart by a chain of ``isinstance`` tests.
 from __future__ import annotations
 
 import ast
+import io
 
 import pytest
 from conftest import ROOT
@@ -18,6 +19,8 @@ from tui_launch.core.journal import marks
 from tui_launch.core.journal.timeline import MOMENTS
 from tui_launch.core.model import events as ev
 from tui_launch.core.model import text
+from tui_launch.core.model.store import RunStore
+from tui_launch.headless import Headless
 from tui_launch.testing import builders
 
 PACKAGE = ROOT / "tui_launch"
@@ -88,6 +91,38 @@ def test_marks_and_moments_name_real_event_types() -> None:
     assert m is not None
     assert (m.kind, m.text) == ("notice", "error: disk full")
     assert marks.mark_of(ev.LogMark(offsets=())) is None
+
+
+class _Runner:
+    """As much of a RunHandle as printing events needs: the dumps it is asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def stack_dump(self, path: str) -> None:
+        self.asked.append(path)
+
+
+@pytest.mark.parametrize("nodes", [(1, 1), (1, 2)])
+def test_headless_prints_by_type(nodes: tuple[int, int]) -> None:
+    """The exit barrier is said only when there are other nodes to wait for; a dump's stacks
+    are printed once (not for a suspicion: its confirmation brings them again)."""
+    store, runner, err = RunStore(), _Runner(), io.StringIO()
+    out = Headless(store, runner, out=io.StringIO(), err=err, status_line=False)  # type: ignore[arg-type]
+    store.post(builders.run_started(nodes=nodes))
+    store.post(ev.ExitBarrier(attempt=0, done=False))
+    for reason in ("hang-suspected", "hang-confirm"):
+        store.post(
+            ev.StacksDumped(
+                reason=reason, attempt=0, ranks=(0,), verdict="v", odd_ranks=(), path=reason
+            )
+        )
+    out._print_new_events()
+    text = err.getvalue()
+    assert text.startswith("[tuilaunch] launch ")
+    assert ("exit barrier" in text) == (nodes != (1, 1))
+    assert text.count("[tuilaunch] stacks (hang-") == 2
+    assert runner.asked == ["hang-confirm"]
 
 
 def _event_names(tree: ast.Module) -> set[str]:
