@@ -22,7 +22,8 @@ import os
 import sys
 import threading
 import time
-from typing import TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from tui_launch.core.logs.console import (
     ConsoleStream,
@@ -34,7 +35,14 @@ from tui_launch.core.logs.console import (
     write_all,
 )
 from tui_launch.core.logs.tail import STDOUT, LogSource
-from tui_launch.core.model.events import ExitBarrier, JobStacks, Notice, StacksDumped
+from tui_launch.core.model.events import (
+    Event,
+    EventTable,
+    ExitBarrier,
+    JobStacks,
+    Notice,
+    StacksDumped,
+)
 from tui_launch.core.model.store import RankState, RunStore, Snapshot
 from tui_launch.core.model.text import clock, cluster_lines, describe
 from tui_launch.core.run.handle import RunHandle
@@ -53,6 +61,10 @@ LINE_END_WINDOW = 1 << 12
 CLUSTER_LINES_MAX = 32
 STACK_FRAMES = 12  # innermost frames printed per distinct stack (the files keep all)
 _CLEAR = "\r\x1b[2K"
+# Events printed with more than their line (describe's), or not always: by type, as the store
+# reduces them. A printer is a method of Headless that gets the event and whether the run has
+# one node.
+_PRINTERS: EventTable[Callable[[Headless, Any, bool], None]] = EventTable("headless printer")
 
 
 class Headless:
@@ -278,17 +290,35 @@ class Headless:
         self._next_event += len(events)
         single = self._single_node()
         for e in events:
-            if isinstance(e, ExitBarrier) and single:
-                continue  # nobody else to wait for: the line would only puzzle
-            line = describe(e)
-            if line:
-                self._say(line)
-            if isinstance(e, StacksDumped) and e.reason != "hang-suspected":
-                # A suspicion's stacks come again with its confirmation: printed once, then.
-                self._print_stacks(e)
-            if isinstance(e, JobStacks):
-                self._print_job(e)
+            printer = _PRINTERS.get(type(e))
+            if printer is None:
+                self._print_line(e)
+            else:
+                printer(self, e, single)
         self._print_cluster()
+
+    def _print_line(self, e: Event) -> None:
+        """The event's line (``describe``), if it has one: how most events are printed."""
+        line = describe(e)
+        if line:
+            self._say(line)
+
+    @_PRINTERS.on(ExitBarrier)
+    def _print_barrier(self, e: ExitBarrier, single: bool) -> None:
+        if not single:  # alone, nobody else to wait for: the line would only puzzle
+            self._print_line(e)
+
+    @_PRINTERS.on(StacksDumped)
+    def _print_dump(self, e: StacksDumped, single: bool) -> None:
+        self._print_line(e)
+        if e.reason != "hang-suspected":
+            # A suspicion's stacks come again with its confirmation: printed once, then.
+            self._print_stacks(e)
+
+    @_PRINTERS.on(JobStacks)
+    def _print_job_stacks(self, e: JobStacks, single: bool) -> None:
+        self._print_line(e)
+        self._print_job(e)
 
     def _print_job(self, e: JobStacks) -> None:
         """Where every rank of the job is: each place once, with its ranks and nodes."""

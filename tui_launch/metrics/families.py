@@ -24,7 +24,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -34,7 +34,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from tui_launch import __version__
-from tui_launch.core.model.events import Event, RankExited, WorkersStarted
+from tui_launch.core.model.events import Event, EventTable, RankExited, WorkersStarted
 from tui_launch.core.model.layout import STREAMS, rank_log_in
 from tui_launch.core.model.store import (
     EXITED,
@@ -113,6 +113,11 @@ def exit_reason(exit_code: int, signal_name: str | None) -> str:
     return f"exit_{exit_code}"
 
 
+# What EventTally folds, by event type (as the store reduces them); any other event is no fact
+# for it.
+_TALLIES: EventTable[Callable[[EventTally, Any], None]] = EventTable("tally")
+
+
 class EventTally:
     """A store listener for the two things a snapshot does not keep.
 
@@ -131,16 +136,23 @@ class EventTally:
 
     def __call__(self, e: Event) -> None:
         """Fold one journaled event."""
-        if isinstance(e, RankExited):
-            with self._lock:
-                # The runner may report one exit twice (monitor, then reaper): count it once.
-                if (e.attempt, e.local_rank) in self._seen:
-                    return
-                self._seen.add((e.attempt, e.local_rank))
-                key = (e.global_rank, e.local_rank, exit_reason(e.exit_code, e.signal))
-                self._exits[key] = self._exits.get(key, 0) + 1
-        elif isinstance(e, WorkersStarted):
-            self._log_dir = e.log_dir
+        fold = _TALLIES.get(type(e))
+        if fold is not None:
+            fold(self, e)
+
+    @_TALLIES.on(RankExited)
+    def _exited(self, e: RankExited) -> None:
+        with self._lock:
+            # The runner may report one exit twice (monitor, then reaper): count it once.
+            if (e.attempt, e.local_rank) in self._seen:
+                return
+            self._seen.add((e.attempt, e.local_rank))
+            key = (e.global_rank, e.local_rank, exit_reason(e.exit_code, e.signal))
+            self._exits[key] = self._exits.get(key, 0) + 1
+
+    @_TALLIES.on(WorkersStarted)
+    def _started(self, e: WorkersStarted) -> None:
+        self._log_dir = e.log_dir
 
     def exits(self) -> dict[tuple[int, int, str], int]:
         """``(rank, local_rank, reason) -> count`` over the whole run."""

@@ -9,4 +9,6 @@
   telemetry records.
 - ``report``: a journal and its run directory as the model ``tuilaunch report`` renders: the
   final snapshot, the events on a time axis, the records as plot series, log tails, stacks.
+- ``marks``: the events the report puts on its time axis, and their words: a mark maker per
+  event type (``@marks``).
 """

@@ -30,34 +30,23 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tui_launch import __version__
+from tui_launch.core.journal.marks import Mark, mark_of
 from tui_launch.core.journal.recent import window
 from tui_launch.core.journal.timeline import Timeline
 from tui_launch.core.logs.lastlines import tail_lines
 from tui_launch.core.model.events import (
-    AttemptFailed,
-    ControlAction,
-    Event,
-    HangCleared,
     HangDetected,
-    Injected,
-    Notice,
     ProgressRecord,
-    Restart,
-    RunFinished,
     RunStarted,
-    Shutdown,
-    Slowdown,
-    StacksDumped,
     TelemetryRecord,
     from_dict,
 )
 from tui_launch.core.model.goodput import GoodputSummary
 from tui_launch.core.model.layout import STREAMS, RunDirLayout, dump_files, journal_of
 from tui_launch.core.model.progress import HISTORY as PROGRESS_HISTORY
-from tui_launch.core.model.progress import describe_slowdown, goodput
+from tui_launch.core.model.progress import goodput
 from tui_launch.core.model.redact import redact_args, redact_env
 from tui_launch.core.model.store import Snapshot, reduce
-from tui_launch.core.model.text import failure_headline
 
 POINTS = 600  # rows at most per plotted table
 LOG_LINES = 40  # last lines of each rank's stream
@@ -69,18 +58,6 @@ RECORDS = frozenset((TELEMETRY, PROGRESS))
 
 class NotAJournal(ValueError):
     """The path names no journal, or a file that holds no whole event."""
-
-
-@dataclass(frozen=True)
-class Mark:
-    """Something that happened, on the time axis: ``kind`` is ``failure``, ``restart``,
-    ``injection``, ``hang``, ``hang-cleared``, ``control``, ``slowdown``, ``stacks``,
-    ``shutdown``, ``notice`` or ``finished``; ``wall`` its wall-clock time."""
-
-    wall: float
-    kind: str
-    attempt: int | None
-    text: str
 
 
 @dataclass(frozen=True)
@@ -230,7 +207,7 @@ def _build(timeline: Timeline, path: str, points: int, now: float | None) -> Rep
         last_wall = max(last_wall, e.wall)
         if isinstance(e, RunStarted) and started is None:
             started = e
-        mark = _mark(e)
+        mark = mark_of(e)
         if mark is not None:
             marks.append(mark)
         snap = reduce(snap, e)
@@ -409,50 +386,6 @@ def _buckets(n: int, points: int) -> list[tuple[int, int]]:
 def _mean(values: Sequence[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return sum(known) / len(known) if known else None
-
-
-def _mark(e: Event) -> Mark | None:
-    """The event as a mark on the time axis, if it is one."""
-    if isinstance(e, AttemptFailed):
-        real = [f for f in e.failures if not f.collateral] or list(e.failures)
-        text = "; ".join(failure_headline(f) for f in real[:4])
-        if len(real) > 4:
-            text += f"; and {len(real) - 4} more"
-        return Mark(e.wall, "failure", e.attempt, text)
-    if isinstance(e, Restart):
-        text = (
-            f"restart ({e.cause}): attempt {e.from_attempt} -> {e.to_attempt}, "
-            f"{e.restarts_used} used, {e.budget_left} left"
-        )
-        return Mark(e.wall, "restart", e.to_attempt, text)
-    if isinstance(e, Injected):
-        done = "" if e.ok else f" (not done: {e.detail})"
-        who = f" on rank {e.global_rank}" if e.global_rank is not None else ""
-        return Mark(
-            e.wall, "injection", e.attempt, f"injected {e.spec}{who} ({e.count}/{e.times}){done}"
-        )
-    if isinstance(e, HangDetected):
-        return Mark(e.wall, "hang", e.attempt, f"hang: {e.confirmation}; {e.verdict}")
-    if isinstance(e, HangCleared):
-        return Mark(e.wall, "hang-cleared", e.attempt, f"hang cleared ({e.why}) {e.detail}")
-    if isinstance(e, ControlAction):
-        who = f" rank {e.global_rank}" if e.global_rank is not None else ""
-        ok = "" if e.ok else " (refused)"
-        detail = f": {e.detail}" if e.detail else ""
-        return Mark(e.wall, "control", None, f"{e.action}{who} by {e.source}{ok}{detail}")
-    if isinstance(e, Slowdown):
-        return Mark(e.wall, "slowdown", e.attempt, describe_slowdown(e))
-    if isinstance(e, StacksDumped):
-        return Mark(e.wall, "stacks", e.attempt, f"stacks dumped ({e.reason}): {e.verdict}")
-    if isinstance(e, Shutdown):
-        sig = f" ({e.signal})" if e.signal else ""
-        return Mark(e.wall, "shutdown", None, f"shutdown: {e.reason}{sig}")
-    if isinstance(e, Notice) and e.level in ("warning", "error"):
-        return Mark(e.wall, "notice", None, f"{e.level}: {e.message}")
-    if isinstance(e, RunFinished):
-        text = f"run {e.outcome}, exit code {e.exit_code}"
-        return Mark(e.wall, "finished", None, text + (f": {e.message}" if e.message else ""))
-    return None
 
 
 def _logs(run_dir: str, s: Snapshot) -> list[RankLog]:

@@ -56,11 +56,19 @@ from tui_launch.core.journal.text import (
     log_key,
     mark_name,
 )
-from tui_launch.core.model.events import Event, from_dict
+from tui_launch.core.model.events import (
+    AttemptFailed,
+    Event,
+    Injected,
+    Restart,
+    RunFinished,
+    from_dict,
+)
 from tui_launch.core.model.store import Snapshot, reduce
 
-# Where the replay's ]/[ keys stop: a failure, a restart, an injected fault, the end.
-MOMENTS = frozenset({"attempt_failed", "restart", "injection", "run_finished"})
+# Where the replay's ]/[ keys stop: a failure, a restart, an injected fault, the end. By the
+# types' kinds, as the index knows a state event (it parses none to find them).
+MOMENTS = frozenset(t.kind for t in (AttemptFailed, Restart, Injected, RunFinished))
 
 
 class Timeline:

@@ -4,7 +4,8 @@ No threads of its own and nothing of torch: the live run, the front ends and a r
 all build on it, so it sits at the bottom of the core (beside ``workers``).
 
 - ``events``: the frozen event records, by family (``run``, ``telemetry``, ``diagnosis``),
-  and the registry that reads journal lines back.
+  the registry that reads journal lines back, and ``EventTable``: the one way to dispatch on
+  an event's type (reducers, describers, marks, ...).
 - ``store``: :class:`~tui_launch.core.model.store.RunStore` and the pure ``reduce``
   (snapshot, event) -> snapshot.
 - ``snapshot``: the ``Snapshot`` and its views, its ``Phase`` and ``RankState`` words.
@@ -17,7 +18,8 @@ all build on it, so it sits at the bottom of the core (beside ``workers``).
 - ``commands``: commands as data: the command types, ``allowed(snapshot, cmd)``, their JSON.
 - ``errors``: explaining failures: signal names and hints, error files, the stderr tail.
 - ``diskspace``: a full file system, in words.
-- ``text``: plain-text renderings of events and failures (headless output, journal readers).
+- ``text``: plain-text renderings of events and failures (headless output, journal readers):
+  an event type's line, registered with ``@describes``, or silent (``SILENT``).
 - ``redact``: secrets replaced, by name and by value shape (every output of a run).
 - ``failclass``: a failure's class (``FailureClass``) from its evidence.
 - ``policy``: the restart policy (``Policy``, a rule per failure class): restart or stop.

@@ -1,17 +1,26 @@
 """Plain-text renderings of events and failures, shared by the headless output and the journal.
 
 Everything here takes store data and returns strings: no terminal, no colour, no I/O.
+:func:`describe` dispatches an event to its type's describer, registered with
+:func:`describes` (as a reducer is with ``@reduces``); the types that print nothing are named
+in :data:`SILENT`, so a new event type is either said or silent on purpose.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from tui_launch.core.model import errors, failclass
 from tui_launch.core.model.events import (
     AttemptFailed,
+    ClusterSample,
+    CollectiveSample,
+    CollectiveVerdictFound,
+    Connecting,
     ControlAction,
     Event,
+    EventTable,
     ExitBarrier,
     Failure,
     GroupState,
@@ -19,13 +28,16 @@ from tui_launch.core.model.events import (
     HangDetected,
     Injected,
     JobStacks,
+    LogMark,
     NodeChange,
     NodeStatus,
     Notice,
     PolicyDecision,
     Preempted,
+    ProgressSample,
     RankExited,
     RendezvousCompleted,
+    RendezvousSample,
     RendezvousStarted,
     Restart,
     RunFinished,
@@ -33,7 +45,10 @@ from tui_launch.core.model.events import (
     Shutdown,
     Slowdown,
     StacksDumped,
+    StoreRetry,
     Straggler,
+    TelemetrySample,
+    TelemetryTotals,
     WorkersSaved,
     WorkersStarted,
 )
@@ -42,6 +57,7 @@ from tui_launch.core.model.redact import redact_args
 from tui_launch.core.model.snapshot import Phase
 
 STDERR_CONTEXT = 3  # plain trailing stderr lines shown for context when they hold no error
+E = TypeVar("E", bound=Event)
 
 
 def clock(seconds: float | None) -> str:
@@ -67,118 +83,222 @@ def fmt_bytes(n: int | None) -> str:
 
 def describe(e: Event) -> str | None:
     """One line for an event, or None for events too fine-grained to print."""
-    if isinstance(e, NodeChange):
-        parts = [f"+{n}" for n in e.joined] + [f"-{n}" for n in e.left]
-        return f"nodes: attempt {e.attempt} has {e.group_world_size} node(s)" + (
-            f" ({', '.join(parts)})" if parts else ""
-        )
-    if isinstance(e, RunStarted):
-        script = " ".join(redact_args((e.entrypoint, *e.args)))  # an older journal's too
-        nodes = str(e.min_nodes) if e.min_nodes == e.max_nodes else f"{e.min_nodes}:{e.max_nodes}"
-        slurm = f" | slurm job {e.slurm_job}" if e.slurm_job else ""
-        return (
-            f"launch {script} | {e.nproc_per_node} worker(s) x {nodes} node(s) | "
-            f"{e.backend} {e.endpoint} run {e.run_id} | max restarts {e.max_restarts}{slurm}"
-        )
-    if isinstance(e, RendezvousStarted):
-        return f"rendezvous: joining ({e.backend} {e.endpoint})"
-    if isinstance(e, RendezvousCompleted):
-        rnd = f"round {e.round}, " if e.round is not None else ""
-        return (
-            f"rendezvous complete: {rnd}node {e.group_rank} of {e.group_world_size}, "
-            f"master {e.master_addr}:{e.master_port} ({e.duration:.2f}s)"
-        )
-    if isinstance(e, WorkersStarted):
-        ranks = ", ".join(f"rank {w.global_rank}=pid {w.pid}" for w in e.workers)
-        world = e.workers[0].world_size if e.workers else 0
-        return f"attempt {e.attempt}: started {ranks} (world size {world})"
-    if isinstance(e, RankExited):
-        if e.exit_code == 0 or e.by_agent:
-            return None
-        return (
-            f"rank {e.global_rank} (local {e.local_rank}, pid {e.pid}) exited: "
-            f"{errors.describe_exit(e.exit_code)}"
-        )
-    if isinstance(e, GroupState):
-        if e.state == "HEALTHY":
-            return None
-        return f"attempt {e.attempt}: worker group {e.state}"
-    if isinstance(e, AttemptFailed):
-        real = [f for f in e.failures if not f.collateral]
-        first = min(real or e.failures, key=lambda f: f.time)
-        # Ranks that failed by themselves are not "terminated by the agent": count each kind.
-        failed = sum(1 for f in e.failures if f is not first and not f.collateral)
-        terminated = sum(1 for f in e.failures if f is not first and f.collateral)
-        extra = [f"+{failed} more failed"] if failed else []
-        extra += [f"+{terminated} terminated by the agent"] if terminated else []
-        more = f" ({', '.join(extra)})" if extra else ""
-        return f"attempt {e.attempt} failed: {failure_headline(first)}{more}"
-    if isinstance(e, Restart):
-        budget = f"{e.budget_left} failure restart(s) left"
-        return f"restart ({e.cause}): attempt {e.from_attempt} -> {e.to_attempt}, {budget}"
-    if isinstance(e, ControlAction):
-        who = f"rank {e.global_rank}" if e.global_rank is not None else "group"
-        status = "" if e.ok else f" failed: {e.detail}"
-        sig = f" {e.signal}" if e.signal and e.action == "signal" else ""
-        return f"{e.action}{sig} {who} (from {e.source}){status}"
-    if isinstance(e, ExitBarrier):
-        return None if e.done else "workers done; waiting for the other nodes (exit barrier)"
-    if isinstance(e, Notice):
-        return e.message
-    if isinstance(e, Shutdown):
-        sig = f" ({e.signal})" if e.signal else ""
-        return f"shutting down: {e.reason}{sig}"
-    if isinstance(e, RunFinished):
-        return f"run {e.outcome} (exit code {e.exit_code}): {e.message}"
-    if isinstance(e, PolicyDecision):
-        saved = f"; saved {e.saved} restart(s) of --max-restarts" if e.saved else ""
-        what = failclass.describe(e.failure_class, "")
-        return f"restart policy: {e.action} after attempt {e.attempt} ({what}): {e.reason}{saved}"
-    if isinstance(e, Preempted):
-        return (
-            f"PREEMPTED ({e.signal}): the workers got {e.signal} and have {e.grace:g}s "
-            f"(--shutdown-timeout) to save before SIGKILL"
-        )
-    if isinstance(e, WorkersSaved):
-        ok = "all exited in time" if e.in_time else "not all in time: SIGKILLed"
-        return f"preempted: the workers took {e.seconds:.1f}s to save and exit ({ok})"
-    if isinstance(e, Injected):
-        return describe_injection(e)
-    if isinstance(e, StacksDumped):
-        note = f" ({e.note})" if e.note else ""
-        asked = ", asked by another node" if e.source == "remote" else ""
-        return (
-            f"stacks ({e.reason}{asked}) of ranks {_ranks(e.ranks)} in {e.duration:.2f}s: "
-            f"{e.verdict}{note} -> {e.path}"
-        )
-    if isinstance(e, HangDetected):
-        then = {"dump": "keeps running", "restart": "restarting", "stop": "stopping"}
-        return (
-            f"HANG attempt {e.attempt}: no output for {e.silence:.0f}s, {e.confirmation}; "
-            f"{e.verdict} (--on-hang {e.action}: {then.get(e.action, e.action)})"
-        )
-    if isinstance(e, HangCleared):
-        if e.suspected:
-            named = f", ranks {_ranks(e.ranks)}" if e.ranks else ""
-            return f"hang suspicion cleared (attempt {e.attempt}{named}): {e.detail or e.why}"
-        return f"hang over (attempt {e.attempt}, ranks {_ranks(e.ranks)}): {e.detail or e.why}"
-    if isinstance(e, JobStacks):
-        where = f" -> {e.path}" if e.path else ""
-        return (
-            f"stacks of the job ({e.reason}, asked by {e.requested_by}): {len(e.ranks)} ranks "
-            f"on {len(e.nodes)} node(s): {e.verdict}{where}"
-        )
-    if isinstance(e, Slowdown):
-        return describe_slowdown(e)
-    if isinstance(e, Straggler):
-        return straggler_line(e)
+    fn = DESCRIBERS.get(type(e))
+    return None if fn is None else fn(e)
+
+
+# An event type's line, registered with @describes as its reducer is with @reduces: every event
+# type has a describer or is named in SILENT (tests/test_dispatch.py checks it).
+Describer = Callable[[Any], str | None]
+DESCRIBERS: EventTable[Describer] = EventTable("describer")
+
+
+def describes(
+    kind: type[E],
+) -> Callable[[Callable[[E], str | None]], Callable[[E], str | None]]:
+    """Register the decorated function as the line of ``kind`` (and of its subclasses that
+    have none of their own)."""
+
+    def register(fn: Callable[[E], str | None]) -> Callable[[E], str | None]:
+        DESCRIBERS.add(kind, fn)
+        return fn
+
+    return register
+
+
+def _silent(e: Event) -> None:
     return None
+
+
+# Too fine-grained to print (samples, their journaled twins with them, log marks), or said by
+# another event's line (a verdict by its dump's, a store retry by the launcher's stderr).
+SILENT: tuple[type[Event], ...] = (
+    ClusterSample,
+    CollectiveSample,
+    CollectiveVerdictFound,
+    Connecting,
+    LogMark,
+    ProgressSample,
+    RendezvousSample,
+    StoreRetry,
+    TelemetrySample,
+    TelemetryTotals,
+)
+for _kind in SILENT:
+    DESCRIBERS.add(_kind, _silent)
+
+
+@describes(NodeChange)
+def _node_change(e: NodeChange) -> str:
+    parts = [f"+{n}" for n in e.joined] + [f"-{n}" for n in e.left]
+    return f"nodes: attempt {e.attempt} has {e.group_world_size} node(s)" + (
+        f" ({', '.join(parts)})" if parts else ""
+    )
+
+
+@describes(RunStarted)
+def _run_started(e: RunStarted) -> str:
+    script = " ".join(redact_args((e.entrypoint, *e.args)))  # an older journal's too
+    nodes = str(e.min_nodes) if e.min_nodes == e.max_nodes else f"{e.min_nodes}:{e.max_nodes}"
+    slurm = f" | slurm job {e.slurm_job}" if e.slurm_job else ""
+    return (
+        f"launch {script} | {e.nproc_per_node} worker(s) x {nodes} node(s) | "
+        f"{e.backend} {e.endpoint} run {e.run_id} | max restarts {e.max_restarts}{slurm}"
+    )
+
+
+@describes(RendezvousStarted)
+def _rendezvous_started(e: RendezvousStarted) -> str:
+    return f"rendezvous: joining ({e.backend} {e.endpoint})"
+
+
+@describes(RendezvousCompleted)
+def _rendezvous_completed(e: RendezvousCompleted) -> str:
+    rnd = f"round {e.round}, " if e.round is not None else ""
+    return (
+        f"rendezvous complete: {rnd}node {e.group_rank} of {e.group_world_size}, "
+        f"master {e.master_addr}:{e.master_port} ({e.duration:.2f}s)"
+    )
+
+
+@describes(WorkersStarted)
+def _workers_started(e: WorkersStarted) -> str:
+    ranks = ", ".join(f"rank {w.global_rank}=pid {w.pid}" for w in e.workers)
+    world = e.workers[0].world_size if e.workers else 0
+    return f"attempt {e.attempt}: started {ranks} (world size {world})"
+
+
+@describes(RankExited)
+def _rank_exited(e: RankExited) -> str | None:
+    if e.exit_code == 0 or e.by_agent:
+        return None
+    return (
+        f"rank {e.global_rank} (local {e.local_rank}, pid {e.pid}) exited: "
+        f"{errors.describe_exit(e.exit_code)}"
+    )
+
+
+@describes(GroupState)
+def _group_state(e: GroupState) -> str | None:
+    if e.state == "HEALTHY":
+        return None
+    return f"attempt {e.attempt}: worker group {e.state}"
+
+
+@describes(AttemptFailed)
+def _attempt_failed(e: AttemptFailed) -> str:
+    real = [f for f in e.failures if not f.collateral]
+    first = min(real or e.failures, key=lambda f: f.time)
+    # Ranks that failed by themselves are not "terminated by the agent": count each kind.
+    failed = sum(1 for f in e.failures if f is not first and not f.collateral)
+    terminated = sum(1 for f in e.failures if f is not first and f.collateral)
+    extra = [f"+{failed} more failed"] if failed else []
+    extra += [f"+{terminated} terminated by the agent"] if terminated else []
+    more = f" ({', '.join(extra)})" if extra else ""
+    return f"attempt {e.attempt} failed: {failure_headline(first)}{more}"
+
+
+@describes(Restart)
+def _restart(e: Restart) -> str:
+    budget = f"{e.budget_left} failure restart(s) left"
+    return f"restart ({e.cause}): attempt {e.from_attempt} -> {e.to_attempt}, {budget}"
+
+
+@describes(ControlAction)
+def _control(e: ControlAction) -> str:
+    who = f"rank {e.global_rank}" if e.global_rank is not None else "group"
+    status = "" if e.ok else f" failed: {e.detail}"
+    sig = f" {e.signal}" if e.signal and e.action == "signal" else ""
+    return f"{e.action}{sig} {who} (from {e.source}){status}"
+
+
+@describes(ExitBarrier)
+def _exit_barrier(e: ExitBarrier) -> str | None:
+    return None if e.done else "workers done; waiting for the other nodes (exit barrier)"
+
+
+@describes(Notice)
+def _notice(e: Notice) -> str:
+    return e.message
+
+
+@describes(Shutdown)
+def _shutdown(e: Shutdown) -> str:
+    sig = f" ({e.signal})" if e.signal else ""
+    return f"shutting down: {e.reason}{sig}"
+
+
+@describes(RunFinished)
+def _run_finished(e: RunFinished) -> str:
+    return f"run {e.outcome} (exit code {e.exit_code}): {e.message}"
+
+
+@describes(PolicyDecision)
+def _policy(e: PolicyDecision) -> str:
+    saved = f"; saved {e.saved} restart(s) of --max-restarts" if e.saved else ""
+    what = failclass.describe(e.failure_class, "")
+    return f"restart policy: {e.action} after attempt {e.attempt} ({what}): {e.reason}{saved}"
+
+
+@describes(Preempted)
+def _preempted(e: Preempted) -> str:
+    return (
+        f"PREEMPTED ({e.signal}): the workers got {e.signal} and have {e.grace:g}s "
+        f"(--shutdown-timeout) to save before SIGKILL"
+    )
+
+
+@describes(WorkersSaved)
+def _workers_saved(e: WorkersSaved) -> str:
+    ok = "all exited in time" if e.in_time else "not all in time: SIGKILLed"
+    return f"preempted: the workers took {e.seconds:.1f}s to save and exit ({ok})"
+
+
+@describes(StacksDumped)
+def _stacks_dumped(e: StacksDumped) -> str:
+    note = f" ({e.note})" if e.note else ""
+    asked = ", asked by another node" if e.source == "remote" else ""
+    return (
+        f"stacks ({e.reason}{asked}) of ranks {_ranks(e.ranks)} in {e.duration:.2f}s: "
+        f"{e.verdict}{note} -> {e.path}"
+    )
+
+
+@describes(HangDetected)
+def _hang(e: HangDetected) -> str:
+    then = {"dump": "keeps running", "restart": "restarting", "stop": "stopping"}
+    return (
+        f"HANG attempt {e.attempt}: no output for {e.silence:.0f}s, {e.confirmation}; "
+        f"{e.verdict} (--on-hang {e.action}: {then.get(e.action, e.action)})"
+    )
+
+
+@describes(HangCleared)
+def _hang_cleared(e: HangCleared) -> str:
+    if e.suspected:
+        named = f", ranks {_ranks(e.ranks)}" if e.ranks else ""
+        return f"hang suspicion cleared (attempt {e.attempt}{named}): {e.detail or e.why}"
+    return f"hang over (attempt {e.attempt}, ranks {_ranks(e.ranks)}): {e.detail or e.why}"
+
+
+@describes(JobStacks)
+def _job_stacks(e: JobStacks) -> str:
+    where = f" -> {e.path}" if e.path else ""
+    return (
+        f"stacks of the job ({e.reason}, asked by {e.requested_by}): {len(e.ranks)} ranks "
+        f"on {len(e.nodes)} node(s): {e.verdict}{where}"
+    )
+
+
+describes(Slowdown)(describe_slowdown)
+describes(Straggler)(straggler_line)
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:
     return rank_list(ranks)
 
 
+@describes(Injected)
 def describe_injection(e: Injected) -> str:
     """``inject kill:rank=1,after=2s (1 of 3): rank 1 (local 1, pid 42), attempt 0``."""
     n = f" ({e.count} of {e.times})" if e.times > 1 else ""

@@ -24,6 +24,7 @@ from typing import Any
 from tui_launch.core.model.events import (
     AttemptFailed,
     Event,
+    EventTable,
     GroupState,
     ProgressRecord,
     ProgressSample,
@@ -39,6 +40,10 @@ from tui_launch.core.progress.job import JobProgress
 from tui_launch.core.progress.tracker import ProgressState
 
 __all__ = ["ProgressWatch"]
+
+# What the watcher notes of the store's events, by type (as the store reduces them): True when
+# it noted something, so that the loop wakes to act on it.
+_NOTES: EventTable[Callable[[ProgressWatch, Any], bool]] = EventTable("progress note")
 
 
 @dataclass
@@ -130,28 +135,40 @@ class ProgressWatch:
 
     def on_event(self, e: Event) -> None:
         """A store listener: attempt starts and ends, rank exits (notes only, no posting)."""
-        if isinstance(e, WorkersStarted):
-            with self._lock:
-                a = self._attempt(e.attempt, e.mono)
-                a.start = min(a.start, e.mono)
-                a.local.update({w.global_rank: w.local_rank for w in e.workers})
-        elif isinstance(e, RankExited):
-            with self._lock:
-                gone = self._attempts.get(e.attempt)
-                if gone is not None:
-                    gone.exited.add(e.global_rank)
-        elif isinstance(e, (AttemptFailed, Restart, RunFinished)) or (
-            isinstance(e, GroupState) and e.state in ("SUCCEEDED", "FAILED")
-        ):
-            number = getattr(e, "attempt", getattr(e, "from_attempt", self._current))
-            with self._lock:
-                ended = self._attempts.get(number) if number is not None else None
-                if ended is not None and ended.end is None:
-                    ended.end = e.mono
-        else:
+        note = _NOTES.get(type(e))
+        if note is None or not note(self, e):
             return
         if self._loop is not None:
             self._loop.wake()
+
+    @_NOTES.on(WorkersStarted)
+    def _started(self, e: WorkersStarted) -> bool:
+        with self._lock:
+            a = self._attempt(e.attempt, e.mono)
+            a.start = min(a.start, e.mono)
+            a.local.update({w.global_rank: w.local_rank for w in e.workers})
+        return True
+
+    @_NOTES.on(RankExited)
+    def _exited(self, e: RankExited) -> bool:
+        with self._lock:
+            gone = self._attempts.get(e.attempt)
+            if gone is not None:
+                gone.exited.add(e.global_rank)
+        return True
+
+    @_NOTES.on(GroupState)
+    def _group_state(self, e: GroupState) -> bool:
+        return e.state in ("SUCCEEDED", "FAILED") and self._ended(e)
+
+    @_NOTES.on(AttemptFailed, Restart, RunFinished)
+    def _ended(self, e: Event) -> bool:
+        number = getattr(e, "attempt", getattr(e, "from_attempt", self._current))
+        with self._lock:
+            ended = self._attempts.get(number) if number is not None else None
+            if ended is not None and ended.end is None:
+                ended.end = e.mono
+        return True
 
     # ------------------------------------------------------------------ output
 

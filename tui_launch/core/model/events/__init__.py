@@ -8,16 +8,25 @@ back without a schema of their own (:func:`to_dict`, :func:`from_dict`). A field
 word of a vocabulary (:class:`~tui_launch.core.model.words.Word`) is a ``str`` all the same: a
 member is written as its value and read back as the plain word, equal to it.
 
-The package is split by family (``base``: the base class and the registry; ``run``: the
-lifecycle; ``telemetry``; ``diagnosis``: progress, stacks, hangs, stragglers); every name is
-importable from here, and importing this package registers every kind for :func:`from_dict`.
+The package is split by family (``base``: the base class, the registry, and
+:class:`~tui_launch.core.model.events.base.EventTable`, the dispatch on an event's type;
+``run``: the lifecycle; ``telemetry``; ``diagnosis``: progress, stacks, hangs, stragglers);
+every name is importable from here, and importing this package registers every kind for
+:func:`from_dict`.
 A new event: a frozen dataclass with a unique ``kind`` in the family's module, registered there
 with :func:`~tui_launch.core.model.events.base.register`, and added to the imports below.
 """
 
 from __future__ import annotations
 
-from tui_launch.core.model.events.base import EVENT_TYPES, Event, from_dict, register, to_dict
+from tui_launch.core.model.events.base import (
+    EVENT_TYPES,
+    Event,
+    EventTable,
+    from_dict,
+    register,
+    to_dict,
+)
 from tui_launch.core.model.events.diagnosis import (
     CollectiveSample,
     CollectiveVerdictFound,
@@ -82,6 +91,7 @@ __all__ = [
     "Connecting",
     "ControlAction",
     "Event",
+    "EventTable",
     "ExitBarrier",
     "Failure",
     "GpuReading",

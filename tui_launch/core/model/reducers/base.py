@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from tui_launch.core.model.events import Event
+from tui_launch.core.model.events import Event, EventTable
 from tui_launch.core.model.snapshot import Snapshot
 
 E = TypeVar("E", bound=Event)
@@ -21,7 +21,7 @@ E = TypeVar("E", bound=Event)
 # reducer_for() hands each one only the type it was registered for (or a subclass).
 Reducer = Callable[[Snapshot, Any], Snapshot]
 
-REDUCERS: dict[type[Event], Reducer] = {}
+REDUCERS: EventTable[Reducer] = EventTable("reducer")
 
 
 def reduces(
@@ -31,9 +31,7 @@ def reduces(
     that have none of their own, such as a sample's journaled twin)."""
 
     def register(fn: Callable[[Snapshot, E], Snapshot]) -> Callable[[Snapshot, E], Snapshot]:
-        if kind in REDUCERS:
-            raise ValueError(f"two reducers for {kind.__name__}")
-        REDUCERS[kind] = fn
+        REDUCERS.add(kind, fn)
         return fn
 
     return register
@@ -42,11 +40,7 @@ def reduces(
 def reducer_for(kind: type[Event]) -> Reducer | None:
     """The reducer of ``kind``: its own, else its nearest base class's; None when the event
     changes nothing but the snapshot's version."""
-    for cls in kind.__mro__:
-        fn = REDUCERS.get(cls)
-        if fn is not None:
-            return fn
-    return None
+    return REDUCERS.get(kind)
 
 
 __all__ = ["REDUCERS", "Reducer", "reducer_for", "reduces"]
