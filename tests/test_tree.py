@@ -1,14 +1,20 @@
-"""The tree is the map: what the import contracts and the module lists cannot see for themselves.
+"""The tree is the map: the checks that keep the contracts and the module map true to the files.
 
-``lint-imports`` (tests/test_static.py) checks every ``import`` statement against the layers of
-pyproject.toml, but an import by name (``importlib.import_module("tui_launch....")``,
-``__import__``) is a string to it: such an edge would climb the layers unseen. So an import by
-name is allowed only where a test below says why.
+- Imports by name: ``lint-imports`` (tests/test_static.py) checks every ``import`` statement
+  against the layers of pyproject.toml, but an import by name
+  (``importlib.import_module("tui_launch....")``, ``__import__``) is a string to it: such an
+  edge would climb the layers unseen. So an import by name is allowed only where
+  :data:`BY_NAME` says why.
+- The module map: docs/ARCHITECTURE.md lists every package (and the modules outside one), each
+  package's ``__init__`` docstring lists its modules; a module missing from either, or a name
+  there that is no longer a module, fails here.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+from pathlib import Path
 
 from conftest import ROOT
 
@@ -85,3 +91,79 @@ def test_the_check_sees_a_hidden_import() -> None:
         assert _names_ours(call)
     (call,) = _by_name(ast.parse("__import__(name)"))
     assert not _names_ours(call)
+
+
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+# A docstring's list item that names a module: "- ``name``: what it is".
+ITEM = re.compile(r"^\s*- ``([A-Za-z_][\w]*)``", re.MULTILINE)
+
+
+def _packages() -> list[Path]:
+    return sorted(p.parent for p in PACKAGE.rglob("__init__.py"))
+
+
+def _members(package: Path) -> set[str]:
+    """The modules and subpackages of ``package``, by the name an import uses."""
+    names = {p.stem for p in package.glob("*.py") if p.name != "__init__.py"}
+    return names | {p.name for p in package.iterdir() if (p / "__init__.py").is_file()}
+
+
+def _docstring(package: Path) -> str:
+    tree = ast.parse((package / "__init__.py").read_text(encoding="utf-8"))
+    return ast.get_docstring(tree) or ""
+
+
+def test_every_package_docstring_lists_its_modules() -> None:
+    missing = {
+        package.relative_to(ROOT).as_posix(): sorted(
+            m for m in _members(package) if f"``{m}``" not in _docstring(package)
+        )
+        for package in _packages()
+    }
+    missing = {k: v for k, v in missing.items() if v}
+    assert not missing, f"modules missing from their package's docstring (as ``name``): {missing}"
+
+
+def test_no_package_docstring_lists_a_module_that_is_gone() -> None:
+    gone = {
+        package.relative_to(ROOT).as_posix(): sorted(
+            set(ITEM.findall(_docstring(package))) - _members(package)
+        )
+        for package in _packages()
+    }
+    gone = {k: v for k, v in gone.items() if v}
+    assert not gone, f"package docstrings list modules that do not exist: {gone}"
+
+
+def _map_section() -> str:
+    """docs/ARCHITECTURE.md's "Packages" section, where every path is relative to tui_launch/."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    start = text.index("\n## Packages\n")
+    end = text.index("\n## ", start + 1)
+    return text[start:end]
+
+
+def test_architecture_lists_every_package() -> None:
+    section = _map_section()
+    named = set(re.findall(r"`([\w/]+/)`", section))
+    packages = {p.relative_to(PACKAGE).as_posix() + "/" for p in _packages() if p != PACKAGE}
+    assert packages <= named, f"packages missing from docs/ARCHITECTURE.md: {packages - named}"
+    assert named <= packages, (
+        f"docs/ARCHITECTURE.md names packages that are gone: {named - packages}"
+    )
+    # The modules that are in no package but the root (and core's own loop).
+    loose = {p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"}
+    loose |= {f"core/{p.name}" for p in (PACKAGE / "core").glob("*.py") if p.name != "__init__.py"}
+    files = set(re.findall(r"`([\w/]+\.py)`", section))
+    assert loose <= files, f"modules missing from docs/ARCHITECTURE.md: {loose - files}"
+    gone = {f for f in files if not (PACKAGE / f).is_file()}
+    assert not gone, f"docs/ARCHITECTURE.md names modules that are gone: {gone}"
+
+
+def test_the_map_checks_see_a_drift() -> None:
+    """Not vacuous: a list item is read as a module name, and the members include subpackages."""
+    assert ITEM.findall("Intro.\n\n- ``table``: the rank table.\n- ``shim``: the bootstrap.") == [
+        "table",
+        "shim",
+    ]
+    assert {"events", "reducers", "store"} <= _members(PACKAGE / "core" / "model")

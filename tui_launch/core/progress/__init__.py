@@ -9,6 +9,8 @@
 - ``job``: :class:`JobProgress`: the trackers of every rank, and the rank that prints.
 - ``watch``: the progress watcher (``tuilaunch-progress``): a sink on the log tailer and a
   listener on the store, posting progress events.
+- ``workerenv``: what the workers' environment gets so that their bars can be read
+  (``TTY_COMPATIBLE=1``; added by the log specs in :mod:`tui_launch.core.seam.logspecs`).
 
 All but ``watch`` are pure and standard-library only: time is always an argument. Goodput
 (:func:`summarize_goodput`) is re-exported from :mod:`tui_launch.core.model.goodput`, where the

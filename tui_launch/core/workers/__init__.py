@@ -12,4 +12,5 @@
 - ``reaper``: no orphans: the run's containment (cgroup v2 with ``cgroup.kill``, else a
   subreaper and a sweep by run token) and the reaper process that sweeps if the launcher dies.
 - ``stale``: the run cgroups of launchers that died with their reaper, emptied and removed.
+- ``oom``: was it the kernel's OOM killer: the memory cgroup's count, else the kernel log.
 """
