@@ -12,9 +12,8 @@ import errno
 import os
 
 # Errors that mean "this file system cannot take more": out of blocks, out of quota, out of
-# inodes (ENOSPC too), and a device that fails writes.
+# inodes (ENOSPC too).
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-WRITE_ERRNOS = FULL_ERRNOS | {errno.EIO, errno.EROFS, errno.EFBIG}
 
 
 def mount_point(path: str) -> str:
