@@ -19,8 +19,9 @@ import pytest
 from conftest import PY, free_port, journal_path, read_journal, wait_for
 
 from tui_launch.core.diagnosis.records import gather, parse_record
-from tui_launch.core.diagnosis.stacks.collective import collective_verdict, size_text
+from tui_launch.core.diagnosis.stacks.collective import collective_verdict
 from tui_launch.core.model.exitcodes import INFRASTRUCTURE  # a hang, a kill from outside
+from tui_launch.core.model.text import fmt_bytes
 from tui_launch.core.seam import flightrec
 from tui_launch.core.workers.shim import RESPONDER_ENV
 
@@ -95,7 +96,7 @@ def test_every_rank_at_one_collective_names_none():
         "suspect the network, a GPU or NCCL"
     )
     assert collective_verdict(recs[:1], {}, ()) is None
-    assert size_text(3 << 20) == "3 MB"
+    assert fmt_bytes(3 << 20, words=True) == "3 MB"
 
 
 def test_a_skew_between_moving_ranks_names_no_rank():
