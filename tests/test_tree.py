@@ -5,6 +5,8 @@
   (``importlib.import_module("tui_launch....")``, ``__import__``) is a string to it: such an
   edge would climb the layers unseen. So an import by name is allowed only where
   :data:`BY_NAME` says why.
+- Private names stay in their module: a module that imports another's ``_name`` shares an
+  implementation detail, which is a sign the two were cut by size rather than by concept.
 - The module map: docs/ARCHITECTURE.md lists every package (and the modules outside one), each
   package's ``__init__`` docstring lists its modules; a module missing from either, or a name
   there that is no longer a module, fails here.
@@ -91,6 +93,19 @@ def test_the_check_sees_a_hidden_import() -> None:
         assert _names_ours(call)
     (call,) = _by_name(ast.parse("__import__(name)"))
     assert not _names_ours(call)
+
+
+def test_no_private_name_crosses_a_module() -> None:
+    crossing = [
+        f"{path}: from {node.module} import {alias.name}"
+        for path, tree in _modules()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        and (node.level > 0 or (node.module or "").startswith("tui_launch"))
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__")
+    ]
+    assert not crossing, f"private names imported from another module: {crossing}"
 
 
 ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
