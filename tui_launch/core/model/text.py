@@ -221,8 +221,7 @@ def failure_details(f: Failure) -> list[str]:
         f"rank       : {f.global_rank} (local rank {f.local_rank}) on {f.host}, pid {f.pid}",
         f"exit       : {errors.describe_exit(f.exit_code)}"
         if not f.hung
-        else f"exit       : {errors.describe_exit(f.exit_code)}: hung, ended by tuilaunch"
-        " (--on-hang)"
+        else f"exit       : {errors.describe_exit(f.exit_code)}: hung, ended by tuilaunch (--on-hang)"
         if f.exit_code
         else "exit       : none: hung (ended by tuilaunch, --on-hang)",
     ]
