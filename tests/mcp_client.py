@@ -33,7 +33,7 @@ async def _session(calls: list[list[Any]], control: bool) -> dict[str, Any]:
             ClientSession(read, write) as session,
         ):
             init = await session.initialize()
-            info = getattr(init, "server_info", None) or init.serverInfo
+            info: Any = getattr(init, "server_info", None) or getattr(init, "serverInfo", None)
             names = sorted(t.name for t in (await session.list_tools()).tools)
             results = []
             for name, arguments in calls:

@@ -158,8 +158,11 @@ def _read(journal: str, rank: int) -> str:
 MCP1_SPEC = "mcp<2"
 
 
-def _mcp1_dir(cache: pytest.Cache) -> str | None:
-    target = cache.mkdir("mcp1-sdk")
+def _mcp1_dir(request: pytest.FixtureRequest, tmp_path: Path) -> str | None:
+    # pytest's cache keeps the install across runs; without it (-p no:cacheprovider), this test's
+    # own directory.
+    cache: pytest.Cache | None = getattr(request.config, "cache", None)
+    target = cache.mkdir("mcp1-sdk") if cache is not None else tmp_path / "mcp1-sdk"
     if (target / "mcp" / "server" / "fastmcp").is_dir():
         return str(target)
     done = subprocess.run(
@@ -181,7 +184,7 @@ def test_tool_errors_keep_their_reason(
     pytest.importorskip("mcp")
     env = base_env()
     if sdk != "installed":
-        where = _mcp1_dir(request.config.cache)
+        where = _mcp1_dir(request, tmp_path)
         if where is None:
             pytest.skip(f"pip could not install {sdk!r} (no package index?)")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (where, env.get("PYTHONPATH")) if p)

@@ -217,13 +217,14 @@ def failure_headline(f: Failure) -> str:
 
 def failure_details(f: Failure) -> list[str]:
     """Every line worth showing about one failure, traceback or stderr tail included."""
+    exit_text = errors.describe_exit(f.exit_code)
+    if f.hung:
+        # A hung rank's exit is the signal tuilaunch ended it with (0: it had not exited).
+        ended = "hung, ended by tuilaunch (--on-hang)"
+        exit_text = f"{exit_text}: {ended}" if f.exit_code else f"none: {ended}"
     lines = [
         f"rank       : {f.global_rank} (local rank {f.local_rank}) on {f.host}, pid {f.pid}",
-        f"exit       : {errors.describe_exit(f.exit_code)}"
-        if not f.hung
-        else f"exit       : {errors.describe_exit(f.exit_code)}: hung, ended by tuilaunch (--on-hang)"
-        if f.exit_code
-        else "exit       : none: hung (ended by tuilaunch, --on-hang)",
+        f"exit       : {exit_text}",
     ]
     if f.hint:
         lines.append(f"hint       : {f.hint}")
