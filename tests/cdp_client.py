@@ -13,7 +13,6 @@ import contextlib
 import itertools
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -39,11 +38,6 @@ window.WebSocket = function (...args) {
 };
 window.WebSocket.prototype = Native.prototype;
 """
-
-
-def chromium() -> str | None:
-    """The Chromium executable, if installed."""
-    return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 class Browser:

@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -304,6 +305,26 @@ def wait_for(predicate, timeout: float, interval: float = 0.1, what: str = "cond
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def journaled_hang(launch: Launch, timeout: float, only: bool = True) -> dict:
+    """The run's first ``hang`` event (``only``: and its only one), confirmed within
+    ``timeout`` (its ``--hang-timeout``) + 30 s of the last output."""
+    hangs = [e for e in read_journal(journal_path(launch.output)) if e["kind"] == "hang"]
+    assert hangs and (len(hangs) == 1 or not only), launch.output[-3000:]
+    assert hangs[0]["silence"] <= timeout + 30, hangs[0]
+    return hangs[0]
+
+
+def rich_text(renderable: object, width: int = 120) -> str:
+    """What a rich renderable shows, as plain text, on a console ``width`` cells wide."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
+
+
 def read_journal(path: Path) -> list[dict]:
     """The journal's JSON objects, in order."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -365,6 +386,7 @@ SLOW_FIXTURES = frozenset(
         "tuilaunch",
         "torchrun",
         "etcd_server",
+        "etcd_to_stop",
         "real_run",
         "recorded",
         "stepping",
@@ -457,7 +479,18 @@ def _uses_module_fixture(item: pytest.Item) -> bool:
     return any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
 
 
-def etcd_argv(exe: str, data_dir: Path, client: int, peer: int) -> list[str]:
+@pytest.fixture
+def chromium() -> str:
+    """Chromium's executable (Debian's ``chromium``, or a name it goes by elsewhere), or the
+    test skips, saying why (ask for it first, so that it skips before a run starts for it)."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("no chromium on PATH (Debian: apt-get install chromium; .ci/run installs it)")
+
+
+def _etcd_argv(exe: str, data_dir: Path, client: int, peer: int) -> list[str]:
     """A one-member etcd with the v2 API on (torch's etcd backends use it), on loopback."""
     return [
         exe,
@@ -475,6 +508,59 @@ def etcd_argv(exe: str, data_dir: Path, client: int, peer: int) -> list[str]:
         "--initial-cluster",
         f"default=http://127.0.0.1:{peer}",
     ]
+
+
+@contextlib.contextmanager
+def _etcd(directory: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """A real etcd on free loopback ports, its data and log in ``directory``: the process and
+    its client port, once it answers (skips where etcd or python-etcd is missing)."""
+    exe = shutil.which("etcd")
+    if exe is None:
+        pytest.skip("etcd is not installed (Debian: apt-get install etcd-server)")
+    pytest.importorskip("etcd", reason="python-etcd (the test extra) is not installed")
+    client, peer = free_port(), free_port()
+    with open(directory / "etcd.log", "w") as err:
+        proc = subprocess.Popen(
+            _etcd_argv(exe, directory / "data", client, peer),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        import etcd
+
+        def up() -> bool:
+            try:
+                etcd.Client(host="127.0.0.1", port=client).read("/")
+                return True
+            except Exception:
+                return False
+
+        wait_for(up, 20, what="etcd to answer")
+        yield proc, client
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    """One real etcd (v2 API on) for a module's tests: its host and client port."""
+    with _etcd(tmp_path_factory.mktemp("etcd")) as (_, port):
+        yield "127.0.0.1", port
+
+
+@pytest.fixture
+def etcd_to_stop(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A real etcd of the test's own, which it may stop: the process and its endpoint."""
+    directory = tmp_path / "etcd"
+    directory.mkdir()
+    with _etcd(directory) as (proc, port):
+        yield proc, f"127.0.0.1:{port}"
 
 
 # TUILAUNCH_TEST_CPU=FILE: append one line per test to FILE, "<cpu seconds> <wall seconds>

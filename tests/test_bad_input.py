@@ -18,9 +18,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import shutil
 import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -34,7 +32,6 @@ from conftest import (
     WORKERS,
     Launch,
     base_env,
-    etcd_argv,
     free_port,
     launch_env,
     leftovers,
@@ -647,41 +644,8 @@ def test_store_host_lost_mid_run(tuilaunch, tmp_path):
     assert 0 <= (told - said) % 86400 <= 60, (line, time.strftime("%H:%M:%S", seen))
 
 
-@pytest.fixture
-def etcd_server(tmp_path):
-    """A real etcd (v2 API on), on free loopback ports, that the test may stop."""
-    exe = shutil.which("etcd")
-    if exe is None:
-        pytest.skip("etcd is not installed (Debian: apt-get install etcd-server)")
-    pytest.importorskip("etcd", reason="python-etcd (the test extra) is not installed")
-    client, peer = free_port(), free_port()
-    data = tmp_path / "etcd"
-    with open(tmp_path / "etcd.log", "w") as err:
-        proc = subprocess.Popen(
-            etcd_argv(exe, data, client, peer),
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-        )
-    try:
-        import etcd
-
-        def up() -> bool:
-            try:
-                etcd.Client(host="127.0.0.1", port=client).read("/")
-                return True
-            except Exception:
-                return False
-
-        wait_for(up, 20, what="etcd to answer")
-        yield proc, f"127.0.0.1:{client}"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-
-
-def test_etcd_server_stopped_mid_run(tuilaunch, tmp_path, etcd_server):
-    proc, endpoint = etcd_server
+def test_etcd_server_stopped_mid_run(tuilaunch, tmp_path, etcd_to_stop):
+    proc, endpoint = etcd_to_stop
     log, stop = tmp_path / "ranks.log", tmp_path / "stop"
     log.touch()
     launch = tuilaunch(

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EXAMPLES, PY, ROOT, WORKERS, base_env, free_port
+from conftest import EXAMPLES, PY, ROOT, WORKERS, base_env, free_port, rich_text
 
 from tui_launch.core.logs.stderr import StderrFilter
 from tui_launch.core.model import errors
@@ -183,11 +183,7 @@ def _pilot(app: Dashboard, size: tuple[int, int], body: Callable[[Any], Awaitabl
 
 def _text(widget: object) -> str:
     """What a panel shows, as plain text (its rich renderable, rendered wide)."""
-    from rich.console import Console
-
-    console = Console(width=300, record=True, file=io.StringIO())
-    console.print(widget.content)  # type: ignore[attr-defined]
-    return console.export_text()
+    return rich_text(widget.content, width=300)  # type: ignore[attr-defined]
 
 
 def test_a_store_nobody_serves_is_explained_on_the_dashboard():

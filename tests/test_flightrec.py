@@ -1,4 +1,4 @@
-"""The Flight Recorder, armed and collected through the bootstrap's responder (issue 25).
+"""The Flight Recorder, armed and collected through the bootstrap's responder.
 
 The pure part (torch's record to a :class:`RankRecord`, the collective-level verdict) on
 records shaped as torch 2.13 dumps them; the real part on real gloo workers through the real
@@ -19,9 +19,11 @@ import pytest
 from conftest import PY, free_port, journal_path, read_journal, wait_for
 
 from tui_launch.core.diagnosis.records import gather, parse_record
-from tui_launch.core.diagnosis.stacks.collective import collective_verdict, size_text
+from tui_launch.core.diagnosis.stacks.collective import collective_verdict
 from tui_launch.core.model.exitcodes import INFRASTRUCTURE  # a hang, a kill from outside
+from tui_launch.core.model.text import fmt_bytes
 from tui_launch.core.seam import flightrec
+from tui_launch.core.workers.shim import RESPONDER_ENV
 
 PROGRAMS = Path(__file__).parent / "programs"
 DDP_LOOP = str(PROGRAMS / "ddp_loop.py")
@@ -94,7 +96,7 @@ def test_every_rank_at_one_collective_names_none():
         "suspect the network, a GPU or NCCL"
     )
     assert collective_verdict(recs[:1], {}, ()) is None
-    assert size_text(3 << 20) == "3 MB"
+    assert fmt_bytes(3 << 20, words=True) == "3 MB"
 
 
 def test_a_skew_between_moving_ranks_names_no_rank():
@@ -130,7 +132,7 @@ def test_a_skew_between_moving_ranks_names_no_rank():
 def test_user_setting_wins_and_zero_turns_it_off(tmp_path):
     env = {"TORCH_FR_BUFFER_SIZE": "50"}
     assert flightrec.arm(env, str(tmp_path), str(tmp_path))
-    assert env["TORCH_FR_BUFFER_SIZE"] == "50" and env[flightrec.SOCKET_ENV] == str(tmp_path)
+    assert env["TORCH_FR_BUFFER_SIZE"] == "50" and env[RESPONDER_ENV] == str(tmp_path)
     assert env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"].startswith(str(tmp_path))
     off = {"TORCH_FR_BUFFER_SIZE": "0"}
     assert not flightrec.arm(off, str(tmp_path), str(tmp_path))
@@ -148,7 +150,7 @@ def test_responder_answers_while_the_main_thread_waits_in_cpp(tmp_path):
         **os.environ,
         "MASTER_ADDR": "127.0.0.1",
         "WORLD_SIZE": "2",
-        flightrec.SOCKET_ENV: str(tmp_path),
+        RESPONDER_ENV: str(tmp_path),
     }
     env["MASTER_PORT"] = str(free_port())
     procs = [
@@ -268,15 +270,15 @@ def test_killed_rank_leaves_a_survivor_dump_with_frames(tuilaunch, tmp_path):
 POLL_PROBE = """
 import json, os, torch, torch.distributed as dist
 dist.init_process_group("gloo", init_method="file://%s", rank=0, world_size=1)
-from tui_launch.core.seam import flightrec
+from tui_launch.core.workers import responder
 from tui_launch.core.model.exitcodes import INFRASTRUCTURE  # a hang, a kill from outside
 t = torch.ones(4)
 out = []
 for _ in range(3):
     dist.all_reduce(t)
-    out.append(flightrec.answer("poll")["fr"])
-out.append(flightrec.answer("poll")["fr"])  # no collective since: the entries are read
-out.append(flightrec.answer("dump")["fr"])
+    out.append(responder.answer("poll")["fr"])
+out.append(responder.answer("poll")["fr"])  # no collective since: the entries are read
+out.append(responder.answer("dump")["fr"])
 print(json.dumps(out), flush=True)
 # Without it, gloo's threads are torn down by the interpreter's exit, which on a loaded machine
 # once aborted the probe after its output ("terminate called without an active exception").

@@ -30,7 +30,6 @@ from test_multinode import (
     RDZV_CONF,
     Job,
     c10d_args,
-    etcd_server,  # noqa: F401 - the fixture, for the etcd-v2 case
     free_port,
     node_env,
     wait_hosting,

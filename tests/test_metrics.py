@@ -13,6 +13,7 @@ tests/test_metrics_cli.py.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -21,7 +22,6 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -42,6 +42,7 @@ from tui_launch.core.model.store import RunStore
 from tui_launch.core.run.args import Options, parse
 from tui_launch.metrics import families as fam
 from tui_launch.metrics import serve
+from tui_launch.testing import builders
 from tui_launch.testing.builders import exited
 
 NODE = "node-a"
@@ -53,33 +54,15 @@ PROMTOOL = shutil.which("promtool")
 # ----------------------------------------------------------------------- event builders
 
 
-def _workers(attempt: int, pids: tuple[int, int] = (100, 101)) -> ev.WorkersStarted:
-    return ev.WorkersStarted(
-        attempt=attempt,
-        workers=tuple(
-            ev.WorkerInfo(local_rank=i, global_rank=i, role_rank=i, world_size=2, pid=pid)
-            for i, pid in enumerate(pids)
-        ),
-        log_dir=f"/nonexistent/attempt_{attempt}",
-    )
+def _workers(attempt: int, pid0: int = 100) -> ev.WorkersStarted:
+    """Attempt ``attempt``'s 2 workers (pids ``pid0``, ``pid0 + 1``), their logs nowhere."""
+    w = builders.workers_started(attempt, 2, pid0)
+    return dataclasses.replace(w, log_dir=f"/nonexistent/attempt_{attempt}")
 
 
 def _run_started() -> ev.RunStarted:
-    return ev.RunStarted(
-        entrypoint="train.py",
-        args=(),
-        role="default",
-        nproc_per_node=2,
-        min_nodes=1,
-        max_nodes=1,
-        max_restarts=3,
-        backend="c10d",
-        endpoint="localhost:29400",
-        run_id="job-42",
-        host=NODE,
-        launcher_pid=1,
-        torch_version="2.13.0",
-    )
+    """The run's first event (2 ranks, 3 restarts) on this node, as run ``job-42``."""
+    return dataclasses.replace(builders.run_started(2, 3, at=None), run_id="job-42", host=NODE)
 
 
 def _sample(attempt: int, cpu: float = 50.0) -> ev.TelemetrySample:
@@ -117,22 +100,10 @@ def _sample(attempt: int, cpu: float = 50.0) -> ev.TelemetrySample:
     )
 
 
-def _failure(local_rank: int, code: int, sig: str, collateral: bool) -> ev.Failure:
-    return ev.Failure(
-        attempt=0,
-        local_rank=local_rank,
-        global_rank=local_rank,
-        host=NODE,
-        pid=100 + local_rank,
-        exit_code=code,
-        signal=sig,
-        hint=None,
-        time=time.time(),
-        message="",
-        traceback=None,
-        stderr_tail=(),
-        error_file=None,
-        collateral=collateral,
+def _failure(local_rank: int, code: int, collateral: bool) -> ev.Failure:
+    """Attempt 0's ``local_rank`` killed by signal ``-code``, on this node."""
+    return builders.failure(
+        0, local_rank, pid=100 + local_rank, at=0.0, code=code, collateral=collateral, host=NODE
     )
 
 
@@ -143,13 +114,13 @@ def _kill_rank_1(store: RunStore) -> None:
     store.post(
         ev.AttemptFailed(
             attempt=0,
-            failures=(_failure(1, -9, "SIGKILL", False), _failure(0, -15, "SIGTERM", True)),
+            failures=(_failure(1, -9, False), _failure(0, -15, True)),
         )
     )
     store.post(
         ev.Restart(cause="failure", from_attempt=0, to_attempt=1, restarts_used=1, budget_left=2)
     )
-    store.post(_workers(1, (200, 201)))
+    store.post(_workers(1, 200))
 
 
 def _exporter(store: RunStore) -> tuple[fam.RunCollector, fam.EventTally]:
@@ -290,7 +261,7 @@ def test_after_a_kill_the_restart_and_exit_counters_move():
     store.post(
         ev.Restart(cause="manual", from_attempt=1, to_attempt=2, restarts_used=2, budget_left=2)
     )
-    store.post(_workers(2, (300, 301)))
+    store.post(_workers(2, 300))
     last = _samples(_text(collector))
     assert _value(last, "tuilaunch_restarts_total", cause="manual") == 1
     assert _value(last, "tuilaunch_rank_exits_total", rank="0", reason="exit_1") == 1
@@ -600,8 +571,11 @@ def test_textfile_waits_for_the_run_id_and_the_last_write_marks_finished(tmp_pat
     exporters = metrics.start_exporters(
         _options(metrics_textfile=str(tmp_path)), store, metrics.RunInfo(node=NODE)
     )
-    time.sleep(0.3)
-    assert list(tmp_path.iterdir()) == []  # no run id yet: no file named "unknown"
+    writer = exporters.textfile
+    assert writer is not None
+    # The writer has ticked (and finished the tick) without a run id: no file named "unknown".
+    wait_for(lambda: writer._loop.ticks >= 1, 10, what="the first tick")
+    assert list(tmp_path.iterdir()) == [] and writer.writes == 0
     store.post(_run_started())  # the rendezvous names the run
     path = tmp_path / f"tuilaunch_job-42_{NODE}.prom"
     wait_for(path.exists, 10, what="the first write")
@@ -624,7 +598,10 @@ def test_textfile_error_is_one_notice(tmp_path):
     exporters.textfile._loop.interval = 0.01
     exporters.textfile._loop.wake()
     wait_for(lambda: store.snapshot().notices, 10, what="the notice")
-    time.sleep(0.2)
+    # More failed writes after the first (every tick fails now): still one notice.
+    writer = exporters.textfile
+    failed = writer._loop.ticks
+    wait_for(lambda: writer._loop.ticks >= failed + 3, 10, what="three more ticks")
     exporters.close()
     notices = [n for n in store.snapshot().notices if "--metrics-textfile" in n.message]
     assert len(notices) == 1, notices

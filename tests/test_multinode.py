@@ -28,7 +28,6 @@ from conftest import (
     Launch,
     _launch,
     base_env,
-    etcd_argv,
     free_port,
     journal_path,
     read_journal,
@@ -191,40 +190,6 @@ def test_static_two_nodes(launches, tmp_path):
 
 
 # ----------------------------------------------------------------------------- etcd
-
-
-@pytest.fixture(scope="module")
-def etcd_server(tmp_path_factory) -> Iterator[tuple[str, int]]:
-    """A real etcd (v2 API on) on free loopback ports, for this module's tests."""
-    exe = shutil.which("etcd")
-    if exe is None:
-        pytest.skip("etcd is not installed (Debian: apt-get install etcd-server)")
-    pytest.importorskip("etcd", reason="python-etcd (the test extra) is not installed")
-    data = tmp_path_factory.mktemp("etcd")
-    client, peer = free_port(), free_port()
-    proc = subprocess.Popen(
-        etcd_argv(exe, data / "data", client, peer),
-        stdout=subprocess.DEVNULL,
-        stderr=open(data / "etcd.log", "w"),  # noqa: SIM115 - closed with the process
-    )
-    try:
-        import etcd
-
-        def up() -> bool:
-            try:
-                etcd.Client(host="127.0.0.1", port=client).read("/")
-                return True
-            except Exception:
-                return False
-
-        wait_for(up, 20, what="etcd to answer")
-        yield "127.0.0.1", client
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def _killed_and_said(nodes: list[Launch]) -> str:

@@ -207,7 +207,7 @@ def test_a_launcher_killed_with_its_reaper_leaves_a_cgroup_the_next_ls_ends(tuil
     )  # fmt: skip
     kids = _children(tmp_path, 2)
     reaper_pid = wait_for(lambda: _reaper_pid(launch.pid), 30, what="the reaper")
-    parent = Path(str(reaper._cgroup2_dir()[0]))
+    parent = Path(str(reaper.cgroup2_dir()[0]))
     cgroup = wait_for(
         lambda: next(iter(parent.glob(f"tuilaunch-{launch.pid}-*")), None), 30, what="cgroup"
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import itertools
 import os
 import signal
@@ -14,8 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PY, WARM, WORKERS, base_env, journal_path, wait_for
-from rich.console import Console
+from conftest import PY, WARM, WORKERS, base_env, journal_path, rich_text, wait_for
 
 from tui_launch.apps.attach import resolve_attach
 from tui_launch.apps.replay import journal_of
@@ -46,12 +44,6 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return journal_path(done.stdout + done.stderr)
 
 
-def _text(renderable: object) -> str:
-    console = Console(width=120, record=True, file=io.StringIO())
-    console.print(renderable)
-    return console.export_text()
-
-
 def _cursors(tl: Timeline) -> dict[str, int]:
     return {
         "failed": tl.kinds.index("attempt_failed") + 1,
@@ -70,8 +62,8 @@ def test_snapshots_at_three_cursors_match_the_journal_prefix(recorded: Path) -> 
         assert got == expected, name
         now = tl.mono[n - 1]
         for panel in (render.header, render.restarts_panel, render.rendezvous_panel):
-            shown = _text(panel(got, now))
-            assert shown == _text(panel(expected, now)), (name, panel.__name__)
+            shown = rich_text(panel(got, now))
+            assert shown == rich_text(panel(expected, now)), (name, panel.__name__)
     snap = tl.snapshot(_cursors(tl)["failed"])
     assert snap.root_cause is not None and snap.root_cause.global_rank == 1
     assert len(tl.snapshot(_cursors(tl)["restarted"]).attempts) == 1

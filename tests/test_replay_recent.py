@@ -1,15 +1,14 @@
-"""An attach's first frame (``core/recent.py``): the state at a long journal's end without
+"""An attach's first frame (``core/journal/recent.py``): the state at a long journal's end without
 its old telemetry records is what the full reduce gives, but for the telemetry totals (which
 no panel shows), and the exact state follows once the checkpoints are computed."""
 
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 from pathlib import Path
 
-from rich.console import Console
+from conftest import rich_text
 
 from tui_launch.core.journal.recent import recent_snapshot
 from tui_launch.core.journal.timeline import Timeline
@@ -85,9 +84,7 @@ def _journal(path: Path, records: int = 190, first: int = 0) -> None:
 
 
 def _text(renderable: object) -> str:
-    console = Console(width=160, record=True, file=io.StringIO())
-    console.print(renderable)
-    return console.export_text()
+    return rich_text(renderable, width=160)
 
 
 def _same_but_totals(fast: Snapshot, full: Snapshot) -> bool:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -32,15 +31,6 @@ pytestmark = pytest.mark.slow
 
 STEPPER = str(WORKERS / "stepper.py")
 SECRET = "abc123secret"
-
-
-def chromium() -> str:
-    """The Chromium executable, or skip the test with the reason."""
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.skip("no chromium on PATH (Debian: apt-get install chromium; .ci/run installs it)")
 
 
 # Chromium's own traffic, which flags do not all switch off (its component updater, the
@@ -89,10 +79,9 @@ class Proxy:
         return [r for r in self.requests if r and not CHROMIUM_OWN.match(r)]
 
 
-def browse(page: Path, tmp: Path, *action: str) -> tuple[str, list[bytes]]:
-    """Open ``page`` in headless Chromium with ``action`` (``--dump-dom``, ``--screenshot=``);
-    its output and the requests it made (Chromium's own left out)."""
-    exe = chromium()
+def browse(exe: str, page: Path, tmp: Path, *action: str) -> tuple[str, list[bytes]]:
+    """Open ``page`` in headless Chromium (``exe``) with ``action`` (``--dump-dom``,
+    ``--screenshot=``); its output and the requests it made (Chromium's own left out)."""
     proxy = Proxy()
     profile = tmp / "chromium-profile"
     cmd = [
@@ -127,13 +116,13 @@ def browse(page: Path, tmp: Path, *action: str) -> tuple[str, list[bytes]]:
     return out.stdout, proxy.pages()
 
 
-def test_the_counting_sees_a_page_that_loads(tmp_path: Path) -> None:
+def test_the_counting_sees_a_page_that_loads(chromium: str, tmp_path: Path) -> None:
     page = tmp_path / "loads.html"
     page.write_text(
         '<!DOCTYPE html><html><body><img src="http://example.invalid/a.png">'
         '<script src="https://cdn.example.invalid/x.js"></script></body></html>'
     )
-    _, requests = browse(page, tmp_path, "--dump-dom")
+    _, requests = browse(chromium, page, tmp_path, "--dump-dom")
     assert any(b"example.invalid" in r for r in requests), requests
 
 
@@ -170,7 +159,7 @@ def hung_run(tuilaunch, tmp_path: Path) -> Path:
     return journal_path(launch.output).parent
 
 
-def test_report_of_a_real_run_in_chromium(hung_run: Path, tmp_path: Path) -> None:
+def test_report_of_a_real_run_in_chromium(chromium: str, hung_run: Path, tmp_path: Path) -> None:
     out = tmp_path / "run.html"
     made = subprocess.run(
         [sys.executable, "-m", "tui_launch", "report", str(hung_run), "-o", str(out)],
@@ -184,7 +173,7 @@ def test_report_of_a_real_run_in_chromium(hung_run: Path, tmp_path: Path) -> Non
     assert SECRET not in page and "--token=***" in page
     assert len(page.encode()) < 5_000_000
 
-    dom, requests = browse(out, tmp_path, "--dump-dom")
+    dom, requests = browse(chromium, out, tmp_path, "--dump-dom")
     assert requests == [], "the report made a network request"
     # No Content-Security-Policy violation recorded by the page (a blocked load would be).
     violations = re.search(r'<ul id="csp-violations"([^>]*)>(.*?)</ul>', dom, re.S)
@@ -208,7 +197,7 @@ def test_report_of_a_real_run_in_chromium(hung_run: Path, tmp_path: Path) -> Non
     assert SECRET not in dom
 
     shot = tmp_path / "report.png"
-    browse(out, tmp_path, f"--screenshot={shot}")
+    browse(chromium, out, tmp_path, f"--screenshot={shot}")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
 
 
@@ -340,7 +329,9 @@ def _journal_of(run_dir: Path, first: float, last: float) -> None:
     ],
     ids=["46s", "46s-narrow", "2h", "26h"],
 )
-def test_time_labels_do_not_overlap(tmp_path: Path, first: float, last: float, width: int) -> None:
+def test_time_labels_do_not_overlap(
+    chromium: str, tmp_path: Path, first: float, last: float, width: int
+) -> None:
     # uPlot draws the axes on a canvas: the labels' boxes are measured in the page, in the
     # font uPlot draws them with. A screenshot of each case is left in tmp_path.
     import asyncio
@@ -375,7 +366,7 @@ def test_time_labels_do_not_overlap(tmp_path: Path, first: float, last: float, w
             result: list[dict[str, object]] = await page.evaluate(AXIS_LABELS)
             return result
 
-    browser = Browser(chromium(), tmp_path / "profile", (width, 1000))
+    browser = Browser(chromium, tmp_path / "profile", (width, 1000))
     try:
         plots = asyncio.run(asyncio.wait_for(measure(browser.port()), 120))
     finally:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cdp_client import Browser, chromium, open_page
+from cdp_client import Browser, open_page
 from conftest import PY, ROOT, WORKERS, base_env, live_journal, wait_for
 
 from tui_launch import cli
@@ -96,11 +96,8 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-@pytest.mark.skipif(
-    chromium() is None, reason="chromium is not installed (apt-get install chromium)"
-)
 @pytest.mark.timeout(900)
-def test_serve_in_headless_chromium(tuilaunch, tmp_path: Path) -> None:
+def test_serve_in_headless_chromium(chromium: str, tuilaunch, tmp_path: Path) -> None:
     pytest.importorskip("textual_serve")
     job = tuilaunch(
         "--control-socket", "--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
@@ -132,7 +129,7 @@ def test_serve_in_headless_chromium(tuilaunch, tmp_path: Path) -> None:
 
     out = tmp_path / "serve.out"
     serve = _serve(str(job.pid), "--control", "--port", "0", out=out)
-    browser = Browser(str(chromium()), tmp_path / "profile")
+    browser = Browser(chromium, tmp_path / "profile")
     try:
         line = wait_for(
             lambda: next((s for s in out.read_text().splitlines() if s.startswith("open: ")), ""),
@@ -263,11 +260,10 @@ def _gone(run_dir: str, what: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    chromium() is None, reason="chromium is not installed (apt-get install chromium)"
-)
 @pytest.mark.timeout(900)
-def test_page_processes_end_with_page_run_and_serve(tuilaunch, tmp_path: Path) -> None:
+def test_page_processes_end_with_page_run_and_serve(
+    chromium: str, tuilaunch, tmp_path: Path
+) -> None:
     """Issue 32: a page's ``attach``/``replay`` process ends with its page (a short-lived
     ``chromium --screenshot`` too), with ``serve`` (SIGTERM, SIGKILL) and with its run; an open
     page left idle does not spin."""
@@ -284,7 +280,7 @@ def test_page_processes_end_with_page_run_and_serve(tuilaunch, tmp_path: Path) -
         return None
 
     run_dir = str(wait_for(registered, 180, what="the run's directory").run_dir)
-    browser = Browser(str(chromium()), tmp_path / "profile")
+    browser = Browser(chromium, tmp_path / "profile")
     servers: list[subprocess.Popen[bytes]] = []
 
     def serve(name: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -296,7 +292,7 @@ def test_page_processes_end_with_page_run_and_serve(tuilaunch, tmp_path: Path) -
         # A page that lives a fraction of a second: its dashboard never read the quit.
         first, url = serve("screenshot")
         shot = subprocess.run(
-            [str(chromium()), "--headless=new", "--no-sandbox", "--disable-gpu",
+            [chromium, "--headless=new", "--no-sandbox", "--disable-gpu",
              f"--user-data-dir={tmp_path / 'shot-profile'}", f"--screenshot={tmp_path / 's.png'}",
              url],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120,

@@ -1,8 +1,8 @@
 """Every private torch name the seam uses still exists in the installed torch.
 
-The seam modules (core/agent.py, core/rendezvous.py, core/logspecs.py) each list the private
-names they rely on in ``PRIVATE_NAMES``; a torch upgrade that renames one fails here, with the
-name, instead of somewhere deep in a launch.
+The seam modules (core/seam/agent.py, rendezvous.py, logspecs.py) and the worker-side responder
+(core/workers/responder.py) each list the private names they rely on in ``PRIVATE_NAMES``; a
+torch upgrade that renames one fails here, with the name, instead of somewhere deep in a launch.
 """
 
 from __future__ import annotations
@@ -12,19 +12,22 @@ import importlib.util
 
 import pytest
 
-from tui_launch.core.seam import agent, flightrec, logspecs, rendezvous
+from tui_launch.core.seam import agent, logspecs, rendezvous
 from tui_launch.core.seam.names import SEAM_MODULES, TorchName
+from tui_launch.core.workers import responder
 
+# The responder sits below the seam and lists its names as plain tuples in TorchName's order.
+RESPONDER_NAMES = tuple(TorchName(*n) for n in responder.PRIVATE_NAMES)
 NAMES = (
     *agent.PRIVATE_NAMES,
     *rendezvous.PRIVATE_NAMES,
     *logspecs.PRIVATE_NAMES,
-    *flightrec.PRIVATE_NAMES,
+    *RESPONDER_NAMES,
 )
 
 
 def test_every_seam_module_is_checked() -> None:
-    assert tuple(m.__name__ for m in (agent, rendezvous, logspecs, flightrec)) == SEAM_MODULES
+    assert tuple(m.__name__ for m in (agent, rendezvous, logspecs, responder)) == SEAM_MODULES
 
 
 def _source(module: str) -> str:
@@ -61,7 +64,7 @@ def test_the_list_covers_every_seam_module() -> None:
         *agent.PRIVATE_NAMES,
         *rendezvous.PRIVATE_NAMES,
         *logspecs.PRIVATE_NAMES,
-        *flightrec.PRIVATE_NAMES,
+        *RESPONDER_NAMES,
     }
     names = {n.name for n in NAMES}
     # The hooks the observing agent overrides, and the attributes it reads and writes.

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import journal_path, read_journal
+from conftest import journal_path, journaled_hang, read_journal
 
 from tui_launch.core.model.exitcodes import INFRASTRUCTURE  # a hang, a kill from outside
 
@@ -25,13 +25,9 @@ TIMEOUT = 15.0  # the frameworks print nothing for a while between their own lin
 
 
 def _hang(launch) -> dict:
-    events = read_journal(journal_path(launch.output))
-    hangs = [e for e in events if e["kind"] == "hang"]
     # The first: Lightning's own SIGTERM handler moves a rank into a broadcast while the
     # group is being stopped, which can be judged as a second hang.
-    assert hangs, launch.output[-3000:]
-    assert hangs[0]["silence"] <= TIMEOUT + 30, hangs[0]
-    return hangs[0]
+    return journaled_hang(launch, TIMEOUT, only=False)
 
 
 def _run(tuilaunch, tmp_path, program: str, *extra: str):

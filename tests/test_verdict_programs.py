@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import journal_path, read_journal
+from conftest import journal_path, journaled_hang, read_journal
 
 from tui_launch.core.model.exitcodes import INFRASTRUCTURE  # a hang, a kill from outside
 
@@ -23,15 +23,6 @@ ASYNC = str(PROGRAMS / "async_sync.py")
 MISMATCH = str(PROGRAMS / "mismatch.py")
 BUFFERS = str(PROGRAMS / "ddp_buffers.py")
 TIMEOUT = 4.0
-
-
-def _hang(launch) -> dict:
-    events = read_journal(journal_path(launch.output))
-    hangs = [e for e in events if e["kind"] == "hang"]
-    assert len(hangs) == 1, launch.output[-3000:]
-    hang = hangs[0]
-    assert hang["silence"] <= TIMEOUT + 30, hang
-    return hang
 
 
 def _cause(launch) -> dict:
@@ -51,7 +42,7 @@ def _hung_run(tuilaunch, tmp_path, nproc: int, *program: str):
 
 def test_ddp_loop_rank_in_its_own_code_is_named(tuilaunch, tmp_path):
     launch = _hung_run(tuilaunch, tmp_path, 2, DDP_LOOP, "--wander-rank", "1", "--seconds", "200")
-    hang = _hang(launch)
+    hang = journaled_hang(launch, TIMEOUT)
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert "wandered_off" in hang["verdict"] and "rank 0 waits in backward" in hang["verdict"]
     assert _cause(launch)["global_rank"] == 1
@@ -77,7 +68,7 @@ def test_ddp_loop_stopped_rank_is_named(tuilaunch, tmp_path):
     )
     assert launch.wait(200) == INFRASTRUCTURE, launch.output[-3000:]
     assert "rank 1 step 3" in launch.output, launch.output[-3000:]
-    hang = _hang(launch)
+    hang = journaled_hang(launch, TIMEOUT)
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert "rank 1 is not in a collective: stopped" in hang["verdict"], hang["verdict"]
     assert _cause(launch)["global_rank"] == 1
@@ -87,7 +78,7 @@ def test_ddp_buffer_broadcast_is_a_wait_and_the_sleeper_is_named(tuilaunch, tmp_
     # Rank 0 sits in the forward's buffer broadcast (BatchNorm's running stats), whose
     # innermost Python frame calls the native dist._broadcast_coalesced.
     launch = _hung_run(tuilaunch, tmp_path, 2, BUFFERS, "--sleep-rank", "1", "--seconds", "200")
-    hang = _hang(launch)
+    hang = journaled_hang(launch, TIMEOUT)
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert hang["verdict"] == (
         "rank 1 is not in a collective: ddp_buffers.py:29 in asleep; "
@@ -112,7 +103,7 @@ def test_ddp_buffer_broadcast_kill_of_the_sleeper_is_the_root_cause(tuilaunch, t
 
 def test_async_wait_in_own_code_is_a_wait(tuilaunch, tmp_path):
     launch = _hung_run(tuilaunch, tmp_path, 2, ASYNC, "--wander-rank", "1", "--seconds", "200")
-    hang = _hang(launch)
+    hang = journaled_hang(launch, TIMEOUT)
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert "wandered_off" in hang["verdict"], hang["verdict"]
     assert "rank 0 waits in work.wait() at async_sync.py:" in hang["verdict"], hang["verdict"]
@@ -122,7 +113,7 @@ def test_async_wait_in_own_code_is_a_wait(tuilaunch, tmp_path):
 
 def test_mismatched_collectives_name_the_odd_rank(tuilaunch, tmp_path):
     launch = _hung_run(tuilaunch, tmp_path, 3, MISMATCH, "--odd", "2", "--seconds", "200")
-    hang = _hang(launch)
+    hang = journaled_hang(launch, TIMEOUT)
     assert hang["odd_ranks"] == [2], hang["verdict"]
     assert "all_gather" in hang["verdict"] and "all_reduce" in hang["verdict"]
     assert _cause(launch)["global_rank"] == 2

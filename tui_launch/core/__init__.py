@@ -11,7 +11,8 @@ without a UI stack. Its packages, lowest first (``pyproject.toml``'s ``layers`` 
 - ``telemetry``: GPU and process samplers, rank-to-GPU mapping, the fake NVML.
 - ``logs``: the log tailer, its sinks, the console copy, the launcher's own fd 2.
 - ``diagnosis``: stack dumps, verdicts, the hang watch, the straggler sampler.
-- ``seam``: every use of torch's private API, each name listed in ``PRIVATE_NAMES``.
+- ``seam``: the launcher's uses of torch's private API, each name listed in ``PRIVATE_NAMES``
+  (the worker-side responder, ``workers.responder``, lists its own).
 - ``journal``: the JSONL journal: writer, timeline for replay, an attach's first frame.
 - ``job``: the job across nodes: the cluster view and job-wide dumps.
 - ``run``: one run: the runner, its options, control, faults, failures, the run handle.

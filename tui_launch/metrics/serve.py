@@ -5,8 +5,9 @@
   anywhere else; :meth:`MetricsServer.bind` is apart from serving so that a port in use fails
   before any worker starts.
 - :class:`TextfileWriter` (``--metrics-textfile``): ``DIR/tuilaunch_<run-id>_<node>.prom``
-  every 10 s on a :class:`~tui_launch.core.periodic.Periodic`, temp file then ``os.replace``,
-  so node_exporter's textfile collector never reads half a file; the last write at close.
+  every 10 s on a :class:`~tui_launch.core.periodic.Periodic` (``tuilaunch-metrics-textfile``,
+  nice +5), temp file then ``os.replace``, so node_exporter's textfile collector never reads
+  half a file; the last write at close.
 
 Neither knows what is in the registry: :mod:`tui_launch.metrics.families` builds it.
 """

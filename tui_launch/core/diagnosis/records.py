@@ -1,7 +1,7 @@
 """Every rank's Flight Recorder, gathered through its responder, and the collective-level verdict.
 
 :func:`gather` asks each local rank's responder (a thread of the worker bootstrap, see
-:mod:`tui_launch.core.seam.flightrec`) over its Unix socket, all ranks in parallel, each under
+:mod:`tui_launch.core.workers.responder`) over its Unix socket, all ranks in parallel, each under
 a short time limit: a stopped rank, or one whose main thread holds the GIL, does not answer and
 gets a record that says so. :func:`parse_record` turns torch's Flight Recorder JSON into a
 :class:`~tui_launch.core.diagnosis.stacks.model.RankRecord`.

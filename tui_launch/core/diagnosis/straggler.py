@@ -185,7 +185,6 @@ class StragglerSampler:
         self._targets: tuple[tuple[int, int], ...] = ()  # (global rank, pid)
         self._named: int | None = None
         self._loop: Periodic | None = None
-        self.samples_taken = 0
 
     @property
     def enabled(self) -> bool:
@@ -235,7 +234,6 @@ class StragglerSampler:
         with self._lock:
             if attempt != self._attempt:
                 return self._delay  # the attempt changed meanwhile: these samples are stale
-            self.samples_taken += 1
             self.judge.add(found)
             named = self.judge.straggler()
             if self.judge.balanced() and not _lone_outsider(found):

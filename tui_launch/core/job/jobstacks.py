@@ -22,7 +22,8 @@ Dumps taken before a failed group's teardown (``before-kill``: every node tears 
 the hang watch's confirming dump (its suspicion already asked) and the answers themselves
 (``remote``) are not broadcast. A node that joins later answers only requests made after it
 joined. Requests, answers and gathers are small; the only steady cost is one counter read per
-cluster tick.
+cluster tick (every :data:`~tui_launch.core.job.view.RIDER_TICK`, 0.25 s, while a request is
+under way).
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ from tui_launch.core.model.store import OUTCOMES, Snapshot
 GATHER_TIMEOUT = 15.0  # s the requesting node waits for every node's answer
 FRAMES_KEPT = 8  # innermost main-thread frames published per rank
 REUSE_WITHIN = 2.0  # s: a dump this recent answers a request without dumping again
-FAST_TICK = 0.25  # s between cluster ticks while a job-wide dump is under way
 NOT_BROADCAST_SOURCES = frozenset({"remote", "before-kill"})
 NOT_BROADCAST_REASONS = frozenset({"hang-confirm"})
 REMOTE = "remote"  # the source of a dump taken because another node asked

@@ -50,7 +50,7 @@ _ERROR_CHARS = 160
 # called every tick with the client, the key prefix and the nodes last read; True asks for the
 # next tick soon.
 Rider = Callable[["KV", str, "tuple[NodeStatus, ...]"], bool]
-RIDER_TICK = 0.25
+RIDER_TICK = 0.25  # s between cluster ticks while a rider asks for them (a job-wide dump)
 
 
 def interval_from_env() -> float:

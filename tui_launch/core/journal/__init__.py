@@ -5,6 +5,8 @@
 - ``timeline``: a journal as a timeline: the snapshot and the logs' extent at any event,
   from an index and checkpoints computed in the background.
 - ``text``: the journal's text read without JSON: line prefixes, parsed blocks, log-mark folds.
+- ``steps``: a replayed rank's step as its log at the cursor shows it, not the journal's
+  last progress record.
 - ``recent``: an attach's first frame: the state at the journal's end without its old
   telemetry records.
 - ``report``: a journal and its run directory as the model ``tuilaunch report`` renders: the

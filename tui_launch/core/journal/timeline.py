@@ -27,7 +27,9 @@ the marks from the last kept cut (one every :attr:`Timeline.CUT_EVERY` events): 
 bytes, with the state lines among them cut out, go through one regex ``findall`` and one
 ``dict.update`` (the last offset of each stream wins) with no JSON parsed and no event built.
 :meth:`Timeline.precompute` fills both kinds of checkpoint (a replay does it in the background,
-after the first frame); until then a cursor move computes the checkpoints up to its place.
+on ``tuilaunch-replay`` or ``tuilaunch-attach``, started by ``apps/replay.py`` and
+``apps/attach.py`` once the first frame is up); until then a cursor move computes the
+checkpoints up to its place, and a jump past the indexed frontier waits for it.
 """
 
 from __future__ import annotations

@@ -7,9 +7,11 @@ all build on it, so it sits at the bottom of the core (beside ``workers``).
   the registry that reads journal lines back, and ``EventTable``: the one way to dispatch on
   an event's type (reducers, describers, marks, ...).
 - ``store``: :class:`~tui_launch.core.model.store.RunStore` and the pure ``reduce``
-  (snapshot, event) -> snapshot.
-- ``snapshot``: the ``Snapshot`` and its views, its ``Phase`` and ``RankState`` words.
-- ``reducers``: how each event family changes the snapshot (``@reduces``).
+  (snapshot, event) -> snapshot, which dispatches each event to its reducer.
+- ``snapshot``: the ``Snapshot`` (the run's state at one version, plain frozen data), the
+  views it is made of, and its ``Phase`` and ``RankState`` words.
+- ``reducers``: how each event changes the snapshot: one reducer per event type
+  (``@reduces``), by event family.
 - ``history``: ``History``, the append-only sequence the snapshot's lists of events are:
   each event appends in O(1), every earlier snapshot keeps its view.
 - ``telemetry``: the store's telemetry view: latest sample, short histories, per-rank totals.

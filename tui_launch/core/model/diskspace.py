@@ -11,10 +11,11 @@ from __future__ import annotations
 import errno
 import os
 
+from tui_launch.core.model.text import fmt_bytes
+
 # Errors that mean "this file system cannot take more": out of blocks, out of quota, out of
-# inodes (ENOSPC too), and a device that fails writes.
+# inodes (ENOSPC too).
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-WRITE_ERRNOS = FULL_ERRNOS | {errno.EIO, errno.EROFS, errno.EFBIG}
 
 
 def mount_point(path: str) -> str:
@@ -34,12 +35,9 @@ def mount_point(path: str) -> str:
     return p
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"  # pragma: no cover - the loop returns
+def _size(n: int) -> str:
+    """A file system's size or free space: ``2.0 MB``, ``512.0 kB``."""
+    return fmt_bytes(n, words=True, tenths=True)
 
 
 def free_space(path: str) -> tuple[int, int] | None:

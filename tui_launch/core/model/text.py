@@ -70,15 +70,30 @@ def clock(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}"
 
 
-def fmt_bytes(n: int | None) -> str:
-    """``512M``, ``12.3G`` (or ``-``)."""
+# Binary multiples, in the names people read them by (each step 1024).
+_BYTE_UNITS = (("TB", 1 << 40), ("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10))
+
+
+def fmt_bytes(n: float | None, words: bool = False, tenths: bool = False) -> str:
+    """Bytes for people (``-`` for unknown), the one formatter of sizes.
+
+    Compact, for a table's cell: ``512M``, ``12.3G``, ``3K``. In ``words``, for a sentence:
+    ``4 MB``, ``1.5 GB``, ``24 B``, with a tenth only below 10 of a unit and only when it is
+    not whole; with ``tenths`` always one (``2.0 MB, 512.0 kB free``: a file system's space).
+    """
     if n is None:
         return "-"
-    if n >= 1 << 30:
-        return f"{n / (1 << 30):.1f}G"
-    if n >= 1 << 20:
-        return f"{n / (1 << 20):.0f}M"
-    return f"{n / 1024:.0f}K"
+    if not words:
+        if n >= 1 << 30:
+            return f"{n / (1 << 30):.1f}G"
+        if n >= 1 << 20:
+            return f"{n / (1 << 20):.0f}M"
+        return f"{n / 1024:.0f}K"
+    for unit, scale in _BYTE_UNITS:
+        if n >= scale:
+            v = n / scale
+            return f"{v:.1f} {unit}" if tenths or (v < 10 and v != int(v)) else f"{v:.0f} {unit}"
+    return f"{n:.0f} B"
 
 
 def describe(e: Event) -> str | None:

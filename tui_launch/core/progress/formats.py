@@ -1,23 +1,87 @@
-"""The parsers of every format real training programs print.
+"""The formats real training programs print: each one's parser, its cheap anchor, its row.
 
-Each ``_parse_*`` takes one ANSI-free line (the latest ``\r``-segment) and returns a
-:class:`~.reading.ProgressReading` or None; :mod:`.parse` runs them behind their cheap anchors.
+The formats: tqdm bars (and the bars of the Hugging Face Trainer, PyTorch Lightning and
+torchtune, which are tqdm bars with their own description), the Trainer's ``{'loss': ...}``
+dicts, Lightning's rich bar, torchtitan, Megatron-LM, DeepSpeed, nanoGPT, timm, the ImageNet
+example's ``ProgressMeter``, llm.c, the tuilaunch example, a generic ``step N`` / ``iter N`` /
+``Epoch N/M`` / ``epoch N``, and the totals a program declares (``max_iters = 5000``,
+``epochs=10``).
+
+Each ``_parse_*`` takes one ANSI-free line (the latest ``\r``-segment, prepared by
+:mod:`.parse`) and returns a :class:`~.reading.ProgressReading` or None; each runs only behind
+its format's cheap anchor (a substring test, no regex), in the order of ``_PARSERS``,
+:func:`parse_segment` runs them. A new format: its parser, its anchor and its row of
+``_PARSERS`` here, its format name in :data:`~.reading.FAMILIES` when it locks with another
+family, a fixture in ``tests/fixtures/progress/``.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
-from tui_launch.core.progress.reading import (
-    _NUM,
-    _SIZED,
-    ProgressReading,
-    _int,
-    _num,
-    _phase_of,
-    _pick_loss,
-    _sized,
-)
+from tui_launch.core.progress.reading import ProgressReading
+
+__all__ = ["family_anchor", "parse_segment"]
+
+# --- what every parser shares: numbers as printed, a bar's phase, the training loss -------
+
+_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+# tqdm's format_sizeof: a number and an SI suffix when unit_scale is on ("1.23k", "12.3M").
+_SIZED = r"\d+(?:\.\d+)?[kMGTPEZY]?"
+_SCALE = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "Z": 1e21, "Y": 1e24}
+
+# Words in a bar's description (or a line's prefix) that say it is not the training loop:
+# evaluation bars, and the data-preparation bars that often come before training (datasets'
+# "Map", "Filter", "Generating train split", tokenisation, loading checkpoint shards).
+_EVAL_WORDS = ("val", "eval", "test", "sanity", "predict")
+_OTHER_WORDS = ("map", "filter", "generating", "download", "tokeniz", "loading", "shard")
+
+
+def _num(s: str | None) -> float | None:
+    if s is None:
+        return None
+    try:
+        return float(s.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def _int(s: str | None) -> int | None:
+    if s is None:
+        return None
+    try:
+        return int(s.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def _sized(s: str) -> float:
+    """tqdm's unit_scale notation back to a number: '1.23k' -> 1230.0."""
+    mult = _SCALE.get(s[-1])
+    return float(s[:-1]) * mult if mult else float(s)
+
+
+def _phase_of(prefix: str) -> str:
+    """``"eval"``, ``"other"`` (data preparation) or ``"train"`` from a bar's description."""
+    low = prefix.lower()
+    if any(w in low for w in _EVAL_WORDS):
+        return "eval"
+    if any(w in low for w in _OTHER_WORDS):
+        return "other"
+    return "train"
+
+
+def _pick_loss(pairs: dict[str, str]) -> float | None:
+    """The training loss among ``key=value`` metrics: ``loss``, ``train_loss``, then ``*loss*``."""
+    for key in ("loss", "train_loss", "train_loss_step", "train_loss_epoch"):
+        if key in pairs:
+            return _num(pairs[key])
+    for key, val in pairs.items():
+        if "loss" in key.lower() and not key.lower().startswith(("val", "eval", "test")):
+            return _num(val)
+    return None
+
 
 # --- tqdm and the frameworks that draw tqdm bars --------------------------------------------
 
@@ -483,3 +547,118 @@ def _parse_declared(s: str) -> ProgressReading | None:
     if m.group("epochs"):
         return ProgressReading(fmt="declared", epoch_total=n)
     return ProgressReading(fmt="declared", total=n)
+
+
+# --- the formats' cheap anchors, and the table that runs them -------------------------------
+
+_Parser = Callable[[str], "ProgressReading | None"]
+
+
+def _anchor_tqdm(s: str) -> bool:
+    return "[" in s and ("/s" in s or "s/" in s)
+
+
+def _anchor_rich(s: str) -> bool:
+    return "•" in s
+
+
+def _anchor_hf(s: str) -> bool:
+    return "{" in s and ":" in s
+
+
+def _anchor_titan(s: str) -> bool:
+    return "step:" in s and "loss:" in s
+
+
+def _anchor_megatron(s: str) -> bool:
+    return "iteration" in s and "|" in s
+
+
+def _anchor_deepspeed(s: str) -> bool:
+    return "step=" in s or "SamplesPerSec=" in s
+
+
+def _anchor_nanogpt(s: str) -> bool:
+    return ": loss " in s or ": train loss " in s
+
+
+def _anchor_timm(s: str) -> bool:
+    return "Train: " in s or "Test: [" in s
+
+
+def _anchor_imagenet(s: str) -> bool:
+    return "Epoch: [" in s or "Test: [" in s
+
+
+def _anchor_llmc(s: str) -> bool:
+    return " | loss " in s
+
+
+def _anchor_tuilaunch(s: str) -> bool:
+    return "| Steps: " in s
+
+
+def _anchor_declared(s: str) -> bool:
+    # a name and a value ("max_iters = 60", "epochs: 10") or "training for 100 epochs"
+    return "=" in s or ":" in s or " for " in s
+
+
+def _anchor_generic(s: str) -> bool:
+    # the words of the generic pattern, either case, without lower()-ing the line
+    return "tep" in s or "ter" in s or "poch" in s or "TEP" in s or "TER" in s or "POCH" in s
+
+
+# Most specific first: a tqdm bar may carry "loss=" and "step" words, llm.c's "step  1/74"
+# would also satisfy the generic pattern, and DeepSpeed's "global_step=" the generic one.
+_PARSERS: tuple[tuple[str, Callable[[str], bool], _Parser], ...] = (
+    ("tqdm", _anchor_tqdm, _parse_tqdm),
+    ("rich", _anchor_rich, _parse_rich),
+    ("megatron", _anchor_megatron, _parse_megatron),
+    ("deepspeed", _anchor_deepspeed, _parse_deepspeed),
+    ("torchtitan", _anchor_titan, _parse_torchtitan),
+    ("nanogpt", _anchor_nanogpt, _parse_nanogpt),
+    ("timm", _anchor_timm, _parse_timm),
+    ("imagenet", _anchor_imagenet, _parse_imagenet),
+    ("llmc", _anchor_llmc, _parse_llmc),
+    ("tuilaunch", _anchor_tuilaunch, _parse_tuilaunch),
+    ("hf", _anchor_hf, _parse_hf_dict),
+    ("generic", _anchor_generic, _parse_generic),
+    ("declared", _anchor_declared, _parse_declared),
+)
+_BY_FAMILY = {name: (anchor, parser) for name, anchor, parser in _PARSERS}
+
+
+def family_anchor(family: str) -> Callable[[str], bool] | None:
+    """The cheap substring test of a family's lines (None for an unknown family)."""
+    entry = _BY_FAMILY.get(family)
+    return entry[0] if entry is not None else None
+
+
+def parse_segment(s: str, family: str | None = None) -> ProgressReading | None:
+    """The reading of one prepared line (:func:`~.parse.parse_line` prepares it), or None.
+
+    ``family`` restricts the attempt to one format family (a locked stream): then only that
+    family's pattern runs, plus the step-less lines every stream accepts (the Trainer's dicts,
+    epoch lines and declared totals).
+    """
+    if family is not None:
+        entry = _BY_FAMILY.get(family)
+        if entry is not None and entry[0](s):
+            reading = entry[1](s)
+            if reading is not None:
+                return reading
+        if family != "hf" and _anchor_hf(s):
+            reading = _parse_hf_dict(s)
+            if reading is not None:
+                return reading
+        if "poch" in s or "POCH" in s:
+            reading = _parse_epoch_line(s)
+            if reading is not None:
+                return reading
+        return _parse_declared(s) if _anchor_declared(s) else None
+    for _name, anchor, parser in _PARSERS:
+        if anchor(s):
+            reading = parser(s)
+            if reading is not None:
+                return reading
+    return None

@@ -1,48 +1,19 @@
 """Turn one line of a rank's output into a progress reading, with no configuration.
 
-The formats are the ones real training programs print: tqdm bars (and
-the bars of the Hugging Face Trainer, PyTorch Lightning and torchtune, which are tqdm bars with
-their own description), the Trainer's ``{'loss': ...}`` dicts, Lightning's rich bar, torchtitan,
-Megatron-LM, DeepSpeed, nanoGPT, timm, the ImageNet example's ``ProgressMeter``, llm.c, the
-tuilaunch example, a generic ``step N`` / ``iter N`` / ``Epoch N/M`` / ``epoch N``, and the
-totals a program declares (``max_iters = 5000``, ``epochs=10``).
-
 Cost matters more than elegance here: the launcher reads every line every rank prints, and
-most of them are not progress at all. :func:`maybe_progress` is a handful of substring tests
-that rejects almost every other line before any regular expression runs, and each format has
-its own cheap anchor test before its pattern. Standard library only: this runs in the core.
-The parsers themselves are in :mod:`.formats`; the reading and their shared helpers in
-:mod:`.reading`. A new format: a parser there, an anchor and a row of ``_PARSERS`` here.
+most of them are not progress at all. :func:`parse_line` takes what a terminal would show of
+the line (its latest ``\\r``-segment), rejects almost every line that is not progress with
+:func:`maybe_progress` (a handful of substring tests) before any regular expression runs,
+strips ANSI sequences, and hands the rest to the formats (:mod:`.formats`), each behind its own
+cheap anchor. Standard library only: this runs in the core.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
 
-from tui_launch.core.progress.formats import (
-    _parse_declared,
-    _parse_deepspeed,
-    _parse_epoch_line,
-    _parse_generic,
-    _parse_hf_dict,
-    _parse_imagenet,
-    _parse_llmc,
-    _parse_megatron,
-    _parse_nanogpt,
-    _parse_rich,
-    _parse_timm,
-    _parse_torchtitan,
-    _parse_tqdm,
-    _parse_tuilaunch,
-)
-from tui_launch.core.progress.reading import (
-    FAMILIES,
-    ProgressReading,
-    _latest_segment,
-    family_of,
-    maybe_progress,
-    strip_ansi,
-)
+from tui_launch.core.progress.formats import family_anchor, parse_segment
+from tui_launch.core.progress.reading import FAMILIES, ProgressReading, family_of
 
 __all__ = [
     "FAMILIES",
@@ -55,89 +26,39 @@ __all__ = [
 ]
 
 
-# --- dispatch ------------------------------------------------------------------------------
-
-_Parser = Callable[[str], "ProgressReading | None"]
-
-
-def _anchor_tqdm(s: str) -> bool:
-    return "[" in s and ("/s" in s or "s/" in s)
+#: SGR colours and the other CSI sequences (cursor moves of rich/tqdm in a terminal).
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
-def _anchor_rich(s: str) -> bool:
-    return "•" in s
+def strip_ansi(text: str) -> str:
+    """Remove ANSI colour/cursor sequences (torchtitan colours every field)."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
 
 
-def _anchor_hf(s: str) -> bool:
-    return "{" in s and ":" in s
+def _latest_segment(text: str) -> str:
+    """The last non-blank ``\\r``-segment: what a terminal would show for a tqdm line.
+
+    tqdm redraws with ``'\\r' + bar`` and ends the line only at close, and ``tqdm.write``
+    clears the bar with ``'\\r' + spaces + '\\r'`` before the message, so blank segments
+    are skipped.
+    """
+    if "\r" not in text:
+        return text
+    for seg in reversed(text.split("\r")):
+        if seg.strip():
+            return seg
+    return ""
 
 
-def _anchor_titan(s: str) -> bool:
-    return "step:" in s and "loss:" in s
+def maybe_progress(text: str) -> bool:
+    """Cheap pre-filter: False means no format below can match ``text``.
 
-
-def _anchor_megatron(s: str) -> bool:
-    return "iteration" in s and "|" in s
-
-
-def _anchor_deepspeed(s: str) -> bool:
-    return "step=" in s or "SamplesPerSec=" in s
-
-
-def _anchor_nanogpt(s: str) -> bool:
-    return ": loss " in s or ": train loss " in s
-
-
-def _anchor_timm(s: str) -> bool:
-    return "Train: " in s or "Test: [" in s
-
-
-def _anchor_imagenet(s: str) -> bool:
-    return "Epoch: [" in s or "Test: [" in s
-
-
-def _anchor_llmc(s: str) -> bool:
-    return " | loss " in s
-
-
-def _anchor_tuilaunch(s: str) -> bool:
-    return "| Steps: " in s
-
-
-def _anchor_declared(s: str) -> bool:
-    # a name and a value ("max_iters = 60", "epochs: 10") or "training for 100 epochs"
-    return "=" in s or ":" in s or " for " in s
-
-
-def _anchor_generic(s: str) -> bool:
-    # the words of the generic pattern, either case, without lower()-ing the line
-    return "tep" in s or "ter" in s or "poch" in s or "TEP" in s or "TER" in s or "POCH" in s
-
-
-# Most specific first: a tqdm bar may carry "loss=" and "step" words, llm.c's "step  1/74"
-# would also satisfy the generic pattern, and DeepSpeed's "global_step=" the generic one.
-_PARSERS: tuple[tuple[str, Callable[[str], bool], _Parser], ...] = (
-    ("tqdm", _anchor_tqdm, _parse_tqdm),
-    ("rich", _anchor_rich, _parse_rich),
-    ("megatron", _anchor_megatron, _parse_megatron),
-    ("deepspeed", _anchor_deepspeed, _parse_deepspeed),
-    ("torchtitan", _anchor_titan, _parse_torchtitan),
-    ("nanogpt", _anchor_nanogpt, _parse_nanogpt),
-    ("timm", _anchor_timm, _parse_timm),
-    ("imagenet", _anchor_imagenet, _parse_imagenet),
-    ("llmc", _anchor_llmc, _parse_llmc),
-    ("tuilaunch", _anchor_tuilaunch, _parse_tuilaunch),
-    ("hf", _anchor_hf, _parse_hf_dict),
-    ("generic", _anchor_generic, _parse_generic),
-    ("declared", _anchor_declared, _parse_declared),
-)
-_BY_FAMILY = {name: (anchor, parser) for name, anchor, parser in _PARSERS}
-
-
-def family_anchor(family: str) -> Callable[[str], bool] | None:
-    """The cheap substring test of a family's lines (None for an unknown family)."""
-    entry = _BY_FAMILY.get(family)
-    return entry[0] if entry is not None else None
+    Five substring tests (C speed, no regex). Every format contains one of them: ``/`` (tqdm
+    ``n/total``, ``it/s``/``s/it``, Megatron ``N/ M``, timm/ImageNet ``[i/n]``, llm.c, DeepSpeed's
+    ``epoch=0/micro_step``, ``Epoch N/M``), ``tep`` (step, Step, global_step, Steps),
+    ``ter`` (iter, iteration), ``poch`` (Epoch, epoch) or ``{`` (the Trainer's dicts).
+    """
+    return "/" in text or "tep" in text or "ter" in text or "poch" in text or "{" in text
 
 
 def parse_line(text: str, family: str | None = None) -> ProgressReading | None:
@@ -150,25 +71,4 @@ def parse_line(text: str, family: str | None = None) -> ProgressReading | None:
     s = _latest_segment(text)
     if not maybe_progress(s):
         return None
-    s = strip_ansi(s)
-    if family is not None:
-        entry = _BY_FAMILY.get(family)
-        if entry is not None and entry[0](s):
-            reading = entry[1](s)
-            if reading is not None:
-                return reading
-        if family != "hf" and _anchor_hf(s):
-            reading = _parse_hf_dict(s)
-            if reading is not None:
-                return reading
-        if "poch" in s or "POCH" in s:
-            reading = _parse_epoch_line(s)
-            if reading is not None:
-                return reading
-        return _parse_declared(s) if _anchor_declared(s) else None
-    for _name, anchor, parser in _PARSERS:
-        if anchor(s):
-            reading = parser(s)
-            if reading is not None:
-                return reading
-    return None
+    return parse_segment(strip_ansi(s), family)

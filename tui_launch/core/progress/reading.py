@@ -1,30 +1,14 @@
-"""A progress reading and the helpers every format parser shares.
+"""A progress reading: what one line says, the family its format belongs to, global steps.
 
 :class:`ProgressReading` is what a parsed line says; :data:`FAMILIES` groups format names
-into the families a stream locks on to; :func:`maybe_progress` is the cheap pre-filter;
-the number and phase helpers are used by the parsers of :mod:`.formats`;
-:func:`global_steps` turns a per-epoch bar's reading into the run's steps. Standard library
-only.
+into the families a stream locks on to (:func:`family_of`); :func:`global_steps` turns a
+per-epoch bar's reading into the run's steps. The parsers that make readings are in
+:mod:`.formats`, the line they read is prepared by :mod:`.parse`. Standard library only.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
-
-#: SGR colours and the other CSI sequences (cursor moves of rich/tqdm in a terminal).
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
-
-_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-# tqdm's format_sizeof: a number and an SI suffix when unit_scale is on ("1.23k", "12.3M").
-_SIZED = r"\d+(?:\.\d+)?[kMGTPEZY]?"
-_SCALE = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "Z": 1e21, "Y": 1e24}
-
-# Words in a bar's description (or a line's prefix) that say it is not the training loop:
-# evaluation bars, and the data-preparation bars that often come before training (datasets'
-# "Map", "Filter", "Generating train split", tokenisation, loading checkpoint shards).
-_EVAL_WORDS = ("val", "eval", "test", "sanity", "predict")
-_OTHER_WORDS = ("map", "filter", "generating", "download", "tokeniz", "loading", "shard")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,82 +74,6 @@ FAMILIES: dict[str, str] = {
 def family_of(fmt: str) -> str:
     """The lock-on family of a format name (unknown names are their own family)."""
     return FAMILIES.get(fmt, fmt)
-
-
-def strip_ansi(text: str) -> str:
-    """Remove ANSI colour/cursor sequences (torchtitan colours every field)."""
-    return _ANSI.sub("", text) if "\x1b" in text else text
-
-
-def _latest_segment(text: str) -> str:
-    """The last non-blank ``\\r``-segment: what a terminal would show for a tqdm line.
-
-    tqdm redraws with ``'\\r' + bar`` and ends the line only at close, and ``tqdm.write``
-    clears the bar with ``'\\r' + spaces + '\\r'`` before the message, so blank segments
-    are skipped.
-    """
-    if "\r" not in text:
-        return text
-    for seg in reversed(text.split("\r")):
-        if seg.strip():
-            return seg
-    return ""
-
-
-def maybe_progress(text: str) -> bool:
-    """Cheap pre-filter: False means no format below can match ``text``.
-
-    Five substring tests (C speed, no regex). Every format contains one of them: ``/`` (tqdm
-    ``n/total``, ``it/s``/``s/it``, Megatron ``N/ M``, timm/ImageNet ``[i/n]``, llm.c, DeepSpeed's
-    ``epoch=0/micro_step``, ``Epoch N/M``), ``tep`` (step, Step, global_step, Steps),
-    ``ter`` (iter, iteration), ``poch`` (Epoch, epoch) or ``{`` (the Trainer's dicts).
-    """
-    return "/" in text or "tep" in text or "ter" in text or "poch" in text or "{" in text
-
-
-def _num(s: str | None) -> float | None:
-    if s is None:
-        return None
-    try:
-        return float(s.replace(",", ""))
-    except ValueError:
-        return None
-
-
-def _int(s: str | None) -> int | None:
-    if s is None:
-        return None
-    try:
-        return int(s.replace(",", ""))
-    except ValueError:
-        return None
-
-
-def _sized(s: str) -> float:
-    """tqdm's unit_scale notation back to a number: '1.23k' -> 1230.0."""
-    mult = _SCALE.get(s[-1])
-    return float(s[:-1]) * mult if mult else float(s)
-
-
-def _phase_of(prefix: str) -> str:
-    """``"eval"``, ``"other"`` (data preparation) or ``"train"`` from a bar's description."""
-    low = prefix.lower()
-    if any(w in low for w in _EVAL_WORDS):
-        return "eval"
-    if any(w in low for w in _OTHER_WORDS):
-        return "other"
-    return "train"
-
-
-def _pick_loss(pairs: dict[str, str]) -> float | None:
-    """The training loss among ``key=value`` metrics: ``loss``, ``train_loss``, then ``*loss*``."""
-    for key in ("loss", "train_loss", "train_loss_step", "train_loss_epoch"):
-        if key in pairs:
-            return _num(pairs[key])
-    for key, val in pairs.items():
-        if "loss" in key.lower() and not key.lower().startswith(("val", "eval", "test")):
-            return _num(val)
-    return None
 
 
 #: Formats whose training bar counts the batches of one epoch and states which epoch (0-based):

@@ -114,7 +114,6 @@ class ProgressTracker:
 
         self._train: _Bar | None = None
         self._other: _Bar | None = None
-        self._desc: str | None = None
         self.epoch: float | None = None
         self.epoch_total: int | None = None
         self.declared_total: int | None = None  # a step total the program declared
@@ -298,7 +297,6 @@ class ProgressTracker:
             self._move_other(reading, t)
             return True
         self.fmt = reading.fmt
-        self._desc = reading.desc
         if reading.rate is not None:
             self.claimed_rate = reading.rate
         self.step_time_claimed = reading.step_time
@@ -397,7 +395,7 @@ class ProgressTracker:
         if not self._samples:
             self._samples.append((t, self.steps_done))
         self._last_move = t if self._last_move is None else self._last_move
-        self.fmt, self._desc = r.fmt, r.desc
+        self.fmt = r.fmt
         if r.rate is not None:
             self.claimed_rate = r.rate
 

@@ -199,7 +199,6 @@ class ControlServer:
         self._sock: socket.socket | None = None
         self._closed = False
         self._clients = threading.BoundedSemaphore(MAX_CLIENTS)
-        self._threads: list[threading.Thread] = []
 
     def enable(self) -> None:
         """Listen as soon as the run directory is known (now, if it is)."""

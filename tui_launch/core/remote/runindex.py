@@ -8,6 +8,10 @@ symlink, belongs to another user, or is open to others; entries are 0600, writte
 temporary name opened with ``O_CREAT | O_EXCL | O_NOFOLLOW`` and renamed into place (a reader
 never sees half an entry, and no name is followed through a planted symlink, CWE-61).
 
+The launch (``apps/launch.py``, on the main thread) registers the run (:class:`Registration`),
+adds its run directory from a store listener once workers start, and closes the entry in its
+``finally`` (and before a ``node`` injection's SIGKILL).
+
 When the run ends (normally, with an error, or by a handled signal) its live entry is removed
 and an ``ended-`` record with the outcome takes its place; only the most recent
 :data:`KEEP_ENDED` records are kept. A SIGKILLed launcher cannot clean up: its live entry stays,

@@ -307,7 +307,7 @@ def _ranks(
                 "stalled": bool(p.get("stalled")),
                 "age_s": p.get("age_s"),
                 "hung": r.global_rank in snap.hung_ranks,
-                # The collective each rank last entered: the Flight Recorder's (issue 25);
+                # The collective each rank last entered: the Flight Recorder's;
                 # null until a run records one.
                 "last_collective": None,
             }

@@ -7,23 +7,9 @@ that reports every transition to the run's :class:`~.observer.Supervisor` (the c
 ``monitor``, the one decision point), which posts it to the
 :class:`~tui_launch.core.model.store.RunStore`. The runner creates the parts, hands each the
 run's shared :class:`~.state.RunState` and :class:`~.config.RunConfig` where it needs them, and
-sequences the run's start and end; each job has its own module:
-
-- :mod:`.state`: the phase, the stop and restart requests, the outcome, under one lock;
-- :mod:`.config`: tuilaunch's settings for the run, built once from the command line;
-- :mod:`.observer`: the agent's observer and the agent thread's own state;
-- :mod:`tui_launch.core.workers.table`: the rank table (pids, exits, stopped ranks, marks);
-- :mod:`.control`: the control API (signal, kill, stop, continue, restart, orders, node);
-- :mod:`.watchers`: stack dumps (``dump_stacks``, before teardown), the hang watch
-  (``--on-hang``), progress from the logs and the straggler sampler;
-- :mod:`.faults`: what a fired injection does;
-- :mod:`.membership`: rounds, lost nodes and the cluster view;
-- :mod:`.failures`: an attempt's failures, from what torch and the rank table say;
-- :mod:`.shutdown`: stopping the run, and the watchdog for when torch cannot be reached;
-- :mod:`.rundir`: the run directory and the log wiring;
-- :mod:`.reports`: torch's objects as events;
-- :mod:`.handle`: the surface the front ends use (:class:`~.handle.RunHandle`), which the
-  runner implements by forwarding each call to the part that owns it.
+sequences the run's start and end; each job has its own module (the package's docstring,
+:mod:`tui_launch.core.run`, lists them), and the runner implements the surface the front ends
+use (:class:`~.handle.RunHandle`) by forwarding each call to the part that owns it.
 
 Threads: the agent runs on ``tuilaunch-agent``, the only thread that acts on torch. Commands
 only set flags (in the :class:`~.state.RunState`) or send signals; the agent thread acts on the

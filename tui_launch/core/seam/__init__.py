@@ -1,7 +1,9 @@
-"""The torch seam: the only modules that use torch's private API.
+"""The torch seam: the launcher's modules that use torch's private API.
 
 Each lists the private names it uses in ``PRIVATE_NAMES``; ``tests/test_torch_seam.py`` checks
-every one against the installed torch, so an upgrade that renames one fails there, by name.
+every one against the installed torch, so an upgrade that renames one fails there, by name. The
+one other user of torch's private API runs inside the workers, not the launcher:
+:mod:`tui_launch.core.workers.responder`, checked the same way.
 
 - ``names``: :class:`~tui_launch.core.seam.names.TorchName`, how a private name is recorded.
 - ``agent``: torch's ``run`` with an observing ``LocalElasticAgent`` subclass, the worker
@@ -9,6 +11,6 @@ every one against the installed torch, so an upgrade that renames one fails ther
 - ``rendezvous``: a rendezvous handler's cached state without touching the network, the
   ``tuilaunch-sampler`` thread, who hosts the c10d store.
 - ``logspecs``: a ``LogsSpecs`` subclass that sends every stream to a file.
-- ``flightrec``: ``--flight-recorder``: the Flight Recorder armed for the workers, and the
-  responder thread that reads it inside each rank.
+- ``flightrec``: ``--flight-recorder``: the variables that arm the Flight Recorder in the
+  workers (the responder that reads it is ``core.workers.responder``).
 """

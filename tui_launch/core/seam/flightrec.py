@@ -1,45 +1,26 @@
-"""torch's Flight Recorder, armed for the workers and read from inside each one.
+"""torch's Flight Recorder, armed for the workers (``--flight-recorder``): the launcher's side.
 
-Two sides, one module, because both touch torch's private API:
+:func:`arm` sets the variables that arm the Flight Recorder in every worker
+(``TORCH_FR_BUFFER_SIZE``; for NCCL the dump-on-timeout, dump file and dump pipe variables,
+pointed into the directory it is given: a temporary one, whose files the run moves to
+``<run dir>/flightrec/`` at its end) and names the responders' directory. A value the user set
+wins; ``TORCH_FR_BUFFER_SIZE=0`` turns the recorder off and tuilaunch then falls back to stacks
+alone.
 
-- The launcher: :func:`arm` sets the variables that arm the Flight Recorder in every worker
-  (``TORCH_FR_BUFFER_SIZE``; for NCCL the dump-on-timeout, dump file and dump pipe variables,
-  pointed into the run's own directory). A value the user set wins; ``TORCH_FR_BUFFER_SIZE=0``
-  turns the recorder off and tuilaunch then falls back to stacks alone.
-- The worker: :func:`serve` starts the *responder*, a daemon thread listening on a Unix socket
-  (owner-only directory) that answers one request per connection with the rank's Flight
-  Recorder (``_dump_fr_trace_json``) and every thread's Python stack (``sys._current_frames``).
-  torch releases the GIL while a collective blocks in C++ (gloo, ``Work.wait``, autograd's
-  engine), so the thread answers while the main thread waits; a stopped rank, or one whose main
-  thread holds the GIL in native code, does not, and the launcher falls back to py-spy.
-
-The worker bootstrap (:mod:`tui_launch.core.workers.shim`) starts the responder when
-:data:`SOCKET_ENV` names a directory. The wire format (one JSON object) is read by
-:mod:`tui_launch.core.diagnosis.records`. Standard library only, except torch when the program
-has already imported it: the responder never imports torch into a program that did not.
+The worker's side, the responder that reads the recorder inside each rank, runs in the worker
+process and lives with the worker bootstrap: :mod:`tui_launch.core.workers.responder`. Only
+variables are set here, none of torch's private API is used.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import socket
-import sys
-import threading
-import time
-import traceback
 from collections.abc import MutableMapping
-from typing import Any
 
-from tui_launch.core.seam.names import TorchName
+from tui_launch.core.workers.shim import RESPONDER_ENV
 
-_C10D = "torch._C._distributed_c10d"
-PRIVATE_NAMES: tuple[TorchName, ...] = (TorchName(_C10D, None, "_dump_fr_trace_json"),)
+__all__ = ["BUFFER_ENV", "DEFAULT_BUFFER", "arm"]
 
-# The directory (set by the launcher, inherited by the workers) where each rank listens on
-# ``<global rank>.sock``.
-SOCKET_ENV = "TUILAUNCH_RESPONDER_DIR"
 BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
 # Entries each rank keeps: enough for a few steps of a model with many buckets, small in memory.
 DEFAULT_BUFFER = "2000"
@@ -49,8 +30,6 @@ NCCL_DUMP_ON_TIMEOUT = "TORCH_NCCL_DUMP_ON_TIMEOUT"
 NCCL_TEMP_FILE = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
 FR_TEMP_FILE = "TORCH_FR_DUMP_TEMP_FILE"
 NCCL_PIPE_FILE = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
-# Bytes one answer may have (a ring of 2000 entries is about 1 MB of JSON).
-MAX_ANSWER = 16 << 20
 
 
 def arm(env: MutableMapping[str, str], fr_dir: str, socket_dir: str | None) -> bool:
@@ -69,182 +48,5 @@ def arm(env: MutableMapping[str, str], fr_dir: str, socket_dir: str | None) -> b
     env.setdefault(FR_TEMP_FILE, stem)
     env.setdefault(NCCL_PIPE_FILE, os.path.join(fr_dir, "nccl_pipe_rank_"))
     if socket_dir:
-        env[SOCKET_ENV] = socket_dir
+        env[RESPONDER_ENV] = socket_dir
     return True
-
-
-def _dump_json(collectives: bool) -> dict[str, Any]:
-    from torch._C import _distributed_c10d as c10d
-    from torch._C._distributed_c10d import (  # type: ignore[attr-defined]
-        _dump_fr_trace_json,
-    )
-
-    # Every entry, completed ones too: the newest sequence number is what the verdict reads.
-    data: dict[str, Any] = json.loads(_dump_fr_trace_json(collectives, False))
-    # CUDA builds keep NCCL's collectives in a recorder of their own (absent from CPU wheels,
-    # so not in PRIVATE_NAMES: looked up, and merged when there).
-    nccl = getattr(c10d, "_dump_nccl_trace_json", None)
-    if nccl is not None:
-        more = json.loads(nccl(collectives, False))
-        data.setdefault("entries", []).extend(more.get("entries", ()))
-        for pg, status in more.get("pg_status", {}).items():
-            data.setdefault("pg_status", {}).setdefault(pg, status)
-    return data
-
-
-def fr_trace(full: bool = True) -> tuple[dict[str, Any] | None, str | None]:
-    """This process's Flight Recorder as data, or None and why not. ``full`` False: only each
-    process group's status (last sequence numbers enqueued and completed), which costs
-    microseconds where the whole ring costs tens of milliseconds."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is None:
-        return None, "torch.distributed is not imported"
-    try:
-        if not dist.is_initialized():
-            return None, "no process group yet"
-        return _dump_json(full), None
-    except ImportError:
-        return None, "this torch has no Flight Recorder dump"
-    except Exception as e:
-        return None, f"{type(e).__name__}: {e}"
-
-
-def thread_stacks() -> list[dict[str, Any]]:
-    """Every thread's Python stack, innermost frame first, the main thread marked."""
-    names = {t.ident: t.name for t in threading.enumerate()}
-    natives = {t.ident: getattr(t, "native_id", None) for t in threading.enumerate()}
-    main = threading.main_thread().ident
-    me = threading.get_ident()
-    out = []
-    for ident, frame in sys._current_frames().items():
-        if ident == me:
-            continue  # the responder itself
-        frames = [
-            [fs.name, fs.filename, fs.lineno or 0]
-            for fs in reversed(traceback.extract_stack(frame))
-        ]
-        out.append(
-            {
-                "thread_id": ident,
-                "native_id": natives.get(ident),
-                "name": names.get(ident),
-                "main": ident == main,
-                "frames": frames,
-            }
-        )
-    out.sort(key=lambda t: not t["main"])
-    return out
-
-
-# Entries a ``poll`` answer carries (the newest): the live view needs the last few, and a full
-# ring is about a megabyte of JSON.
-POLL_ENTRIES = 64
-# The poll's memory: the default group's last enqueued sequence number at the previous poll,
-# and the newest entries read for it (None: not read).
-_polled: dict[str, Any] = {"seq": None, "entries": None}
-
-
-def _seq(fr: dict[str, Any]) -> str | None:
-    return fr.get("pg_status", {}).get("0", {}).get("last_enqueued_collective")
-
-
-def answer(what: str) -> dict[str, Any]:
-    """The answer to one request, the rank's records and every thread's stack.
-
-    ``dump``: every entry of the ring. ``status``: only the groups' status, without stacks (a
-    dump's second look: did the rank move on). ``poll`` (the live view, every couple of
-    seconds): only the groups' status while the rank moves on, so a poll costs microseconds;
-    once the default group's sequence number has not moved since the previous poll (the rank
-    waits, or is elsewhere), the newest :data:`POLL_ENTRIES` entries are read, once for that number.
-    """
-    t0 = time.perf_counter()
-    if what == "status":
-        # A second look during a dump: has the rank moved on? No stacks, and the poll's memory
-        # is left alone.
-        fr, why = fr_trace(full=False)
-        return {"pid": os.getpid(), "fr": fr, "fr_error": why, "duration": time.perf_counter() - t0}
-    if what == "dump":
-        fr, why = fr_trace(full=True)
-    else:
-        fr, why = fr_trace(full=False)
-        if fr is not None:
-            seq = _seq(fr)
-            if seq != _polled["seq"]:
-                _polled["seq"], _polled["entries"] = seq, None
-            elif _polled["entries"] is None:
-                full, _ = fr_trace(full=True)
-                _polled["entries"] = (full or {}).get("entries", [])[-POLL_ENTRIES:]
-            if _polled["entries"] is not None:
-                fr["entries"] = _polled["entries"]
-    out: dict[str, Any] = {"pid": os.getpid(), "fr": fr, "fr_error": why}
-    out["threads"] = thread_stacks()
-    out["duration"] = time.perf_counter() - t0
-    return out
-
-
-def raw_dump_answer() -> bytes | None:
-    """A ``dump`` answer with torch's JSON spliced in as it is, never parsed here: a full ring
-    is about a megabyte, and parsing and writing it again would double the rank's cost. None
-    where this does not apply (no process group, a CUDA build whose NCCL recorder must be
-    merged): :func:`answer` then does it the slow way."""
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is None or not dist.is_initialized():
-            return None
-        from torch._C import _distributed_c10d as c10d
-        from torch._C._distributed_c10d import (  # type: ignore[attr-defined]
-            _dump_fr_trace_json,
-        )
-
-        if getattr(c10d, "_dump_nccl_trace_json", None) is not None:
-            return None
-        t0 = time.perf_counter()
-        raw = _dump_fr_trace_json(True, False)
-    except Exception:
-        return None
-    rest: dict[str, Any] = {"pid": os.getpid(), "fr_error": None, "threads": thread_stacks()}
-    rest["duration"] = time.perf_counter() - t0
-    return b'{"fr":' + bytes(raw) + b"," + json.dumps(rest).encode()[1:]
-
-
-def _serve_one(conn: socket.socket) -> None:
-    with conn:
-        conn.settimeout(5.0)
-        what = conn.recv(64).decode("ascii", "replace").strip() or "dump"
-        data = raw_dump_answer() if what == "dump" else None
-        if data is None:
-            data = json.dumps(answer(what)).encode()
-        conn.sendall(data[:MAX_ANSWER])
-
-
-def _loop(server: socket.socket) -> None:
-    while True:
-        try:
-            conn, _ = server.accept()
-        except OSError:
-            return
-        with contextlib.suppress(OSError, ValueError):
-            _serve_one(conn)
-
-
-def serve(directory: str, rank: str) -> str | None:
-    """Start the responder on ``<directory>/<rank>.sock``; its path, or None when it cannot
-    (the reason goes to stderr once: the program runs on regardless)."""
-    path = os.path.join(directory, f"{rank}.sock")
-    try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)  # the socket file: owner-only
-        try:
-            server.bind(path)
-        finally:
-            os.umask(old)
-        server.listen(8)
-    except OSError as e:
-        sys.stderr.write(f"tuilaunch: no responder for rank {rank} ({e})\n")
-        return None
-    thread = threading.Thread(target=_loop, args=(server,), name="tuilaunch-responder")
-    thread.daemon = True
-    thread.start()
-    return path

@@ -80,10 +80,10 @@ def export_token() -> str:
 
 def sweep_expected() -> bool:
     """Whether this run will fall back to the token sweep (no cgroup v2 to create one in)."""
-    return os.environ.get(CONTAINMENT_VAR) == "sweep" or _cgroup2_dir()[0] is None
+    return os.environ.get(CONTAINMENT_VAR) == "sweep" or cgroup2_dir()[0] is None
 
 
-def _cgroup2_dir() -> tuple[str | None, str]:
+def cgroup2_dir() -> tuple[str | None, str]:
     """This process's cgroup v2 directory, or None and why not."""
     try:
         with open("/proc/self/cgroup") as fp:
@@ -197,7 +197,7 @@ def contain(token: str) -> Containment:
 def _make_cgroup() -> tuple[str | None, str]:
     if os.environ.get(CONTAINMENT_VAR) == "sweep":  # the fallback, on purpose (tests, odd hosts)
         return None, f"{CONTAINMENT_VAR}=sweep"
-    parent, why = _cgroup2_dir()
+    parent, why = cgroup2_dir()
     if parent is None:
         return None, why
     start = start_time(os.getpid())
@@ -471,6 +471,7 @@ __all__ = [
     "TOKEN_VAR",
     "Containment",
     "Reaper",
+    "cgroup2_dir",
     "contain",
     "export_token",
     "kill_contained",

@@ -30,8 +30,9 @@ print every thread's stack to its stderr and carry on, even while the main threa
 in native code; :mod:`tui_launch.core.diagnosis.stacks` cuts the dump out of the rank's stderr log.
 
 The responder (``--flight-recorder``): when ``TUILAUNCH_RESPONDER_DIR`` names a directory, the
-bootstrap starts :func:`tui_launch.core.seam.flightrec.serve` before the program, a daemon thread
-that answers on ``<dir>/<RANK>.sock`` with the rank's Flight Recorder and every thread's stack.
+bootstrap starts :func:`tui_launch.core.workers.responder.serve` before the program, a daemon
+thread that answers on ``<dir>/<RANK>.sock`` with the rank's Flight Recorder and every thread's
+stack.
 """
 
 from __future__ import annotations
@@ -264,22 +265,19 @@ def _mark_returned(directory: str) -> None:
         pass
 
 
+# The directory (set by the launcher, inherited by the workers) where each rank's responder
+# listens on ``<global rank>.sock``.
 RESPONDER_ENV = "TUILAUNCH_RESPONDER_DIR"
 
 
 def start_responder() -> None:
-    """Start the Flight Recorder responder when the launcher asked for one.
-
-    Imported by name: the responder reads torch's private Flight Recorder dump, which only the
-    seam may name, and the seam sits above this package in the launcher's layers; in the
-    worker process the bootstrap is the entry point and nothing else of tuilaunch runs.
-    """
+    """Start the Flight Recorder responder when the launcher asked for one."""
     directory = os.environ.get(RESPONDER_ENV, "")
     if not directory:
         return
-    import importlib
+    # Imported only here: a worker of a run without --flight-recorder loads nothing more.
+    from tui_launch.core.workers import responder
 
-    responder = importlib.import_module("tui_launch.core.seam.flightrec")
     responder.serve(directory, os.environ.get("RANK", str(os.getpid())))
 
 

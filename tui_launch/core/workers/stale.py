@@ -18,7 +18,7 @@ import re
 import time
 
 from tui_launch.core.workers.env import start_time
-from tui_launch.core.workers.reaper import _cgroup2_dir
+from tui_launch.core.workers.reaper import cgroup2_dir
 from tui_launch.core.workers.table import process_alive
 
 # tuilaunch-<launcher pid>-<its start time in clock ticks since boot>-<tag>
@@ -37,7 +37,7 @@ def _alive(pid: int, start: int) -> bool:
 def stale_cgroups(parent: str | None = None) -> list[str]:
     """This user's run cgroups in ``parent`` (default: where this process would make one)
     whose launcher is gone."""
-    parent = parent or _cgroup2_dir()[0]
+    parent = parent or cgroup2_dir()[0]
     if parent is None:
         return []
     try:

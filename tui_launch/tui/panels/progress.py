@@ -1,4 +1,4 @@
-"""Progress in the dashboard (issue 15): the workers table's step/rate/ETA cells, the header's
+"""Progress in the dashboard: the workers table's step/rate/ETA cells, the header's
 job progress, the restarts timeline's steps, the finished run's goodput.
 
 Pure renderers of the snapshot's :class:`~tui_launch.core.model.progress.ProgressView`, like

@@ -19,21 +19,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tui_launch.core.diagnosis.stacks.model import Collective, RankRecord
-from tui_launch.core.model.text import rank_list
+from tui_launch.core.model.text import fmt_bytes, rank_list
 
 
 def _ranks(ranks: Iterable[int]) -> str:
     nums = sorted(set(ranks))
     return f"rank {nums[0]}" if len(nums) == 1 else f"ranks {rank_list(nums)}"
-
-
-def size_text(n: int) -> str:
-    """Bytes in words: ``4 MB``, ``512 kB``, ``24 B``."""
-    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
-        if n >= scale:
-            v = n / scale
-            return f"{v:.0f} {unit}" if v >= 10 or v == int(v) else f"{v:.1f} {unit}"
-    return f"{n} B"
 
 
 def _size(c: Collective) -> int:
@@ -128,12 +119,12 @@ def _judge_group(
         odd = sorted(r for r in ahead if (last[r].op, _size(last[r])) != common)
         others = [r for r in ahead if r not in odd]
         what = ", ".join(
-            f"rank {r} called {last[r].op} of {size_text(_size(last[r]))}" for r in odd
+            f"rank {r} called {last[r].op} of {fmt_bytes(_size(last[r]), words=True)}" for r in odd
         )
         text = (
             f"ranks disagree at #{top}: {what}, "
             f"{'the others' if len(others) > 1 else _ranks(others)} "
-            f"{common[0]} of {size_text(common[1])}"
+            f"{common[0]} of {fmt_bytes(common[1], words=True)}"
         )
         return CollectiveVerdict(text + tail, tuple(odd), "mismatch")
     stuck = set(waiting) if waiting is not None else set(ahead)

@@ -125,7 +125,6 @@ class HangDetector:
         self._since = 0.0  # silence is counted from here at the earliest (start, re-arm)
         self._first: StackDump | None = None
         self._first_at = 0.0
-        self.last_confirmation: Confirmation | None = None
 
     @property
     def enabled(self) -> bool:
@@ -177,7 +176,6 @@ class HangDetector:
         if self._first is None:
             raise RuntimeError("second() without first(): poll() did not ask for it")
         result = confirm(self._first, dump)
-        self.last_confirmation = result
         self._first = None
         if result.hung:
             self.state = HUNG

@@ -1,5 +1,4 @@
-"""Diagnosis: progress read from the logs (issue 15), stack dumps, hangs (issue 14) and
-stragglers."""
+"""Diagnosis: progress read from the logs, stack dumps, hangs and stragglers."""
 
 from __future__ import annotations
 
@@ -197,7 +196,7 @@ class JobNode:
 
 @dataclass(frozen=True)
 class JobStacks(Event):
-    """A dump of every rank of the job, on every node (many nodes, issue 14).
+    """A dump of every rank of the job, on every node (many nodes).
 
     A dump asked for on one node (``requested_by``: the ``d`` key, the control API, a hang
     suspicion) reached every node through the job's own store; each answered with
@@ -223,7 +222,7 @@ class JobStacks(Event):
 
 @dataclass(frozen=True)
 class Straggler(Event):
-    """The straggler inferred from stack samples changed (issue 15): ``global_rank`` is the
+    """The straggler inferred from stack samples changed: ``global_rank`` is the
     rank almost never found inside a collective while every other rank almost always is (None:
     no straggler any more). ``shares``: per global rank, the share of its recent samples inside
     a collective; ``samples``: the fewest samples of any rank; ``cpu``: each rank's CPU % from

@@ -43,7 +43,7 @@ class Failure:
     error_file: str | None
     collateral: bool = False
     caused_by: str | None = None
-    # The stacks of the other ranks, taken before torch terminated them (issue 14): the dump's
+    # The stacks of the other ranks, taken before torch terminated them: the dump's
     # directory and one line per rank ("rank 0: all_reduce (train.py:12 in step)").
     stacks: str = ""
     peers: tuple[str, ...] = ()

@@ -1,4 +1,4 @@
-"""Telemetry (issue 4): per-GPU and per-rank readings, their samples and end totals."""
+"""Telemetry: per-GPU and per-rank readings, their samples and end totals."""
 
 from __future__ import annotations
 
