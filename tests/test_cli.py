@@ -16,7 +16,7 @@ from torch.distributed.run import parse_args as torch_parse_args
 
 import tui_launch
 from tui_launch.cli import SUBCOMMANDS
-from tui_launch.core.run import args as tl_args
+from tui_launch.core.launch import args as tl_args
 
 HELP = {"-h", "--help"}
 OURS_EXPECTED = {"--no-tui", "--journal", "--version"}

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 
 from tui_launch.core.job.view import ClusterView, prefix
+from tui_launch.core.launch.args import parse
 from tui_launch.core.model import errors
 from tui_launch.core.model.events import Event, NodeChange
 from tui_launch.core.model.store import Phase, RunStore, Snapshot
 from tui_launch.core.model.text import cluster_lines
-from tui_launch.core.run.args import parse
 from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.failures import collect_failures, run_outcome
 from tui_launch.core.run.inject import Fired, Injector, InjectSpec, parse_spec

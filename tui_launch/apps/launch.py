@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, TextIO
 if TYPE_CHECKING:
     import argparse
 
+    from tui_launch.core.launch.args import Options
     from tui_launch.core.model.store import RunStore
     from tui_launch.core.remote.detach import Console
-    from tui_launch.core.run.args import Options
     from tui_launch.core.run.handle import RunHandle
     from tui_launch.core.workers.warm import WarmPool
 
@@ -130,17 +130,17 @@ def _asks_version(given: list[str]) -> bool:
 
 
 def _parse_and_run(argv: list[str] | None, given: list[str], pool: WarmPool | None) -> int:
-    from tui_launch.core.model.store import RunStore
-    from tui_launch.core.run.args import parse
-    from tui_launch.core.run.validate import (
+    from tui_launch.core.launch.args import parse
+    from tui_launch.core.launch.validate import (
         USAGE_ERROR,
         UsageError,
         validate,
         validate_dump_options,
-        validate_injections,
         validate_log_dir,
         validate_warm,
     )
+    from tui_launch.core.model.store import RunStore
+    from tui_launch.core.run.inject import validate_injections
 
     args, opts = parse(argv)
     try:
@@ -322,7 +322,7 @@ def _run(
         index.close(runner.phase, runner.exit_code)
         if opts.demo:
             # The demo's snapshot is the launcher's own file, not the user's: leave no litter.
-            from tui_launch.core.run.demo import demo_snapshot_path
+            from tui_launch.core.launch.demo import demo_snapshot_path
 
             with contextlib.suppress(OSError):
                 os.remove(demo_snapshot_path())

@@ -1,6 +1,6 @@
 """What a run is asked to do, beyond torchrun's own arguments: one frozen :class:`RunConfig`.
 
-Built once from tuilaunch's :class:`~tui_launch.core.run.args.Options`
+Built once from tuilaunch's :class:`~tui_launch.core.launch.args.Options`
 (:meth:`RunConfig.from_options`) and handed to the
 :class:`~tui_launch.core.run.runner.Runner`, which hands it on to the parts that read it (the
 watchers, the worker bootstrap's directory, the injections), so no option is relayed field by
@@ -14,13 +14,13 @@ import signal
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tui_launch.core.launch.signals import preempt_signals
 from tui_launch.core.model.policy import PolicyConfig
 from tui_launch.core.run import inject
 from tui_launch.core.run.inject import InjectSpec
-from tui_launch.core.run.signals import preempt_signals
 
 if TYPE_CHECKING:
-    from tui_launch.core.run.args import Options
+    from tui_launch.core.launch.args import Options
 
 
 @dataclass(frozen=True)

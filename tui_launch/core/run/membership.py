@@ -20,10 +20,10 @@ from typing import Any
 from tui_launch.core.diagnosis.dumps import Dumper
 from tui_launch.core.job.jobstacks import JobDumps
 from tui_launch.core.job.view import ClusterView, interval_from_env
+from tui_launch.core.launch.validate import min_max_nodes
 from tui_launch.core.model import errors
 from tui_launch.core.model.events import Event, Failure, NodeChange, Notice, RendezvousSample
 from tui_launch.core.model.store import Snapshot
-from tui_launch.core.run.validate import min_max_nodes
 from tui_launch.core.seam import agent, rendezvous
 
 SINGLE_NODE_CLUSTER_INTERVAL = 10.0  # s between cluster-view records when the job has one node

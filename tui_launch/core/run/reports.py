@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tui_launch import __version__
+from tui_launch.core.launch.validate import min_max_nodes
 from tui_launch.core.model import errors
 from tui_launch.core.model.events import (
     Connecting,
@@ -26,7 +27,6 @@ from tui_launch.core.model.events import (
     WorkerInfo,
 )
 from tui_launch.core.model.redact import redact_args, redact_env, redact_text, secret_name
-from tui_launch.core.run.validate import min_max_nodes
 from tui_launch.core.seam import rendezvous
 from tui_launch.core.seam.agent import WorkerGroup, WorkerSpec
 from tui_launch.core.workers.table import RankExit

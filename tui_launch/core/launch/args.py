@@ -17,17 +17,17 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from tui_launch import __version__
-from tui_launch.core.model.policy import parse_storm
-from tui_launch.core.run import slurm, validate
-from tui_launch.core.run.demo import DEMO_INJECT, demo_argv
-from tui_launch.core.run.signals import unknown_signals
-from tui_launch.core.run.slurm import SlurmError, SlurmPlan
-from tui_launch.core.run.validate import (
+from tui_launch.core.launch import slurm, validate
+from tui_launch.core.launch.demo import DEMO_INJECT, demo_argv
+from tui_launch.core.launch.signals import unknown_signals
+from tui_launch.core.launch.slurm import SlurmError, SlurmPlan
+from tui_launch.core.launch.validate import (
     USAGE_ERROR,
     UsageError,
     check_metrics_options,
     warm_modules,
 )
+from tui_launch.core.model.policy import parse_storm
 
 _OURS = "tl_"
 
