@@ -233,7 +233,7 @@ def _run(
     from tui_launch.core.remote import runindex
 
     index = runindex.Registration.register(
-        ["tuilaunch", *given], str(getattr(args, "rdzv_id", "")), opts.journal, opts.slurm_job
+        ["tuilaunch", *given], runner.torchrun.rdzv_id or "", opts.journal, opts.slurm_job
     )
     runindex.follow(
         index,
@@ -257,7 +257,7 @@ def _run(
         index.set_detached()
         ready()  # --detach's first process may return: `tuilaunch attach PID` finds the run
     # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.
-    handled = getattr(args, "signals_to_handle", None) or DEFAULT_SIGNALS
+    handled = runner.torchrun.signals_to_handle or DEFAULT_SIGNALS
     # The preemption signals too (--preempt-signals: SIGTERM and Slurm's SIGUSR1 warning),
     # which would otherwise kill the launcher and leave its workers behind.
     extra = [s.name for s in config.preempt_signals if s not in _signals(handled)]

@@ -164,8 +164,11 @@ def validate_warm(args: argparse.Namespace, warm_start: bool) -> None:
         )
 
 
-def check_metrics_options(port: int | None, bind: str | None, textfile: str | None) -> str:
-    """Check ``--metrics-port/-bind/-textfile`` before anything starts; return the bind address.
+def check_metrics_options(
+    port: int | None, bind: str | None, textfile: str | None, *, default_bind: str
+) -> str:
+    """Check ``--metrics-port/-bind/-textfile`` before anything starts; return the bind address
+    (``default_bind``, the option's default, when ``--metrics-bind`` is not given).
 
     The port is tried for real (bound, then closed at once) so that one already in use is a
     usage error here, not a failure after workers started. The exporter binds it again later
@@ -173,7 +176,7 @@ def check_metrics_options(port: int | None, bind: str | None, textfile: str | No
     """
     if bind is not None and port is None:
         raise UsageError("--metrics-bind needs --metrics-port")
-    bind = bind or "127.0.0.1"
+    bind = bind or default_bind
     if port is not None:
         if not 1 <= port <= 65535:
             raise UsageError(f"--metrics-port must be 1-65535, got {port}")
