@@ -40,9 +40,9 @@ sys.path.insert(0, str(ROOT))
 from prometheus_client.exposition import generate_latest  # noqa: E402
 
 from tui_launch import metrics  # noqa: E402
+from tui_launch.core.launch.args import Options  # noqa: E402
 from tui_launch.core.model import events as ev  # noqa: E402
 from tui_launch.core.model.store import RunStore  # noqa: E402
-from tui_launch.core.run.args import Options  # noqa: E402
 
 
 def fill(store: RunStore, n: int, log_root: Path) -> None:

@@ -124,10 +124,10 @@ def bench_tick(ticks: int, inferred: bool) -> dict[str, float]:
 
 def bench_share(seconds: float) -> dict[str, float]:
     """The telemetry thread's share of the launcher's CPU in a real 8-rank launch."""
-    from tui_launch.core.run.args import parse
+    from tui_launch.core.launch.args import parse
+    from tui_launch.core.launch.validate import validate
     from tui_launch.core.run.config import RunConfig
     from tui_launch.core.run.runner import Runner
-    from tui_launch.core.run.validate import validate
 
     os.environ[tm.FAKE_ENV] = str(N)
     args, _ = parse(

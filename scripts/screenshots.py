@@ -91,8 +91,8 @@ def fake_states(names: list[str]) -> list[Path]:
 
 def live_demo(timeout: float = 180.0) -> Path:
     """A screenshot of a real 2-rank run of tests/workers/steady.py."""
+    from tui_launch.core.launch.args import parse
     from tui_launch.core.model.store import RunStore
-    from tui_launch.core.run.args import parse
     from tui_launch.core.run.config import RunConfig
     from tui_launch.core.run.runner import Runner
     from tui_launch.tui.app import Dashboard

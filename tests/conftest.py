@@ -29,7 +29,7 @@ import pytest
 from prefork import OFF_VAR as FORK_OFF_VAR
 from prefork import Forked, Zygote
 
-from tui_launch.core.run.args import torch_option_strings
+from tui_launch.core.launch.args import torch_option_strings
 
 # Tests that use torchrun's --shutdown-timeout (torch >= 2.8) skip on the older torch we support.
 needs_shutdown_timeout = pytest.mark.skipif(

@@ -55,7 +55,7 @@ PRELOAD = (
     "tui_launch.cli",
     "tui_launch.apps.launch",
     "tui_launch.core.model.store",
-    "tui_launch.core.run.args",
+    "tui_launch.core.launch.args",
     "tui_launch.core.run.handle",
 )
 # Read while Python, the loader or torch start (the spare's list, and torch's own variables,

@@ -732,8 +732,8 @@ def test_rdzv_conf_is_refused_exactly_where_torch_refuses_it(conf: str) -> None:
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousTimeout
     from torch.distributed.elastic.rendezvous.utils import _parse_rendezvous_config
 
-    from tui_launch.core.run.args import parse
-    from tui_launch.core.run.validate import UsageError, validate
+    from tui_launch.core.launch.args import parse
+    from tui_launch.core.launch.validate import UsageError, validate
 
     def torch_refuses() -> bool:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -16,7 +17,12 @@ from torch.distributed.run import parse_args as torch_parse_args
 
 import tui_launch
 from tui_launch.cli import SUBCOMMANDS
-from tui_launch.core.run import args as tl_args
+from tui_launch.core.diagnosis import hangwatch
+from tui_launch.core.launch import args as tl_args
+from tui_launch.core.launch.options import Flag, Options, flag_of
+from tui_launch.core.launch.torchrun import TorchrunArgs
+from tui_launch.core.model import exitcodes, policy
+from tui_launch.core.run.config import RunConfig
 
 HELP = {"-h", "--help"}
 OURS_EXPECTED = {"--no-tui", "--journal", "--version"}
@@ -151,6 +157,74 @@ def test_own_option_after_script_belongs_to_script(opt):
     assert ours.training_script_args == script_args
     assert ours.nproc_per_node == "2"
     assert opts == tl_args.Options(no_tui=False, journal=None)
+
+
+def test_every_option_has_one_default():
+    """An option's default is declared once, as its field of Options: argparse stores that
+    default (or ``unset``, which parse turns into it), parse returns it, and RunConfig's
+    defaults are the ones a command line without tuilaunch's options gives."""
+    parser = tl_args.build_parser()
+    _, parsed = tl_args.parse(["train.py"])
+    declared = [f for f in dataclasses.fields(Options) if flag_of(f.name) is not None]
+    flags = {spec.flag for f in declared if (spec := flag_of(f.name)) is not None}
+    assert flags == option_strings(group(parser, "tuilaunch options")._group_actions) - {
+        "--version"
+    }
+    for f in declared:
+        spec = flag_of(f.name)
+        assert spec is not None
+        stored = parser.get_default("tl_" + f.name)
+        assert stored == (f.default if spec.unset is Flag.unset else spec.unset), f.name
+        assert getattr(parsed, f.name) == f.default, f.name
+    assert parsed == Options()
+    assert RunConfig.from_options(Options()) == RunConfig()
+    assert RunConfig().hang_timeout == Options.hang_timeout == 300.0
+
+
+def test_choices_are_the_models_tuples():
+    """A choice is the model's word list itself, not a copy typed again in the parser."""
+    by_dest = {a.dest: a for a in tl_args.build_parser()._actions}
+    assert by_dest["tl_restart_policy"].choices is policy.POLICIES
+    assert by_dest["tl_exit_codes"].choices is exitcodes.STYLES
+    assert by_dest["tl_on_hang"].choices is hangwatch.ACTIONS
+    for f in dataclasses.fields(Options):
+        spec = flag_of(f.name)
+        if spec is not None and spec.choices is not None:
+            assert f.default in spec.choices, f.name
+
+
+def test_torchrun_arguments_are_read_once_into_a_record(monkeypatch):
+    """What tuilaunch reads of torchrun's namespace is one typed record; an attribute an older
+    torch (or a test's namespace) lacks takes the record's default."""
+    monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
+    ns, _ = tl_args.parse(["--nnodes", "1:3", "--rdzv-id", "j", "--max-restarts", "2", "t.py"])
+    read = TorchrunArgs.read(ns)
+    assert read.namespace is ns and read.rdzv_id == "j" and read.max_restarts == 2
+    assert read.node_range == (1, 3) and read.elastic
+    assert read.monitor_interval == ns.monitor_interval
+    assert read.shutdown_timeout == float(getattr(ns, "shutdown_timeout", None) or 30.0)
+    bare = TorchrunArgs.read(argparse.Namespace(nnodes="2"))
+    assert (bare.rdzv_id, bare.signals_to_handle, bare.log_dir) == (None, None, None)
+    assert (bare.max_restarts, bare.monitor_interval, bare.shutdown_timeout) == (0, 0.1, 30.0)
+    assert bare.node_range == (2, 2) and not bare.elastic and not bare.no_python
+    monkeypatch.setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7")
+    assert TorchrunArgs.read(argparse.Namespace()).shutdown_timeout == 7.0
+
+
+def test_no_getattr_on_torchruns_namespace_outside_the_record():
+    """The run reads torchrun's arguments through TorchrunArgs, never ``getattr(args, ...)``
+    with a default of its own (the command line's checks and the seam read torch's namespace
+    before and beside the record)."""
+    package = Path(tui_launch.__file__).parent
+    allowed = {package / "core" / "launch", package / "core" / "seam"}
+    found = [
+        f"{path.relative_to(package)}:{n}"
+        for path in package.rglob("*.py")
+        if not any(path.is_relative_to(a) for a in allowed)
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "getattr(args," in line or "getattr(self._args," in line
+    ]
+    assert not found
 
 
 def test_pet_environment_defaults(monkeypatch):

@@ -24,11 +24,11 @@ from conftest import (
     wait_gone,
 )
 
+from tui_launch.core.launch.args import parse
 from tui_launch.core.model import commands
 from tui_launch.core.model.commands import SignalRank
 from tui_launch.core.model.events import RankExited, Restart, WorkersStarted
 from tui_launch.core.model.store import RunStore
-from tui_launch.core.run.args import parse
 from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 

@@ -32,7 +32,7 @@ EXPECTED = {
     "tui_launch.core.model.events",
     "tui_launch.core.logs.tail",
     "tui_launch.core.journal.writer",
-    "tui_launch.core.run.args",
+    "tui_launch.core.launch.args",
     "tui_launch.core.model.errors",
     "tui_launch.core.model.text",
     "tui_launch.core.workers.reaper",

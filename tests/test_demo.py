@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import base_env, read_journal, wait_for
 
-from tui_launch.core.run.demo import DEMO_EPOCHS
+from tui_launch.core.launch.demo import DEMO_EPOCHS
 
 
 def _journal(path: Path) -> list[dict]:

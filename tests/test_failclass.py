@@ -320,7 +320,7 @@ def test_the_options_choices_are_the_enums_words():
     ],
 )
 def test_bad_policy_options_are_one_line_usage_errors(capsys, argv, words):
-    from tui_launch.core.run.args import parse
+    from tui_launch.core.launch.args import parse
 
     with pytest.raises(SystemExit) as e:
         parse([*argv, "train.py"])
@@ -330,7 +330,7 @@ def test_bad_policy_options_are_one_line_usage_errors(capsys, argv, words):
 
 
 def test_policy_options_reach_the_run_configuration():
-    from tui_launch.core.run.args import parse
+    from tui_launch.core.launch.args import parse
     from tui_launch.core.run.config import RunConfig
 
     _, opts = parse(

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from conftest import TOKEN_VAR, WORKERS, wait_for, wait_gone
 
+from tui_launch.core.launch.args import parse
 from tui_launch.core.model.commands import Command, DumpStacks, Restart, SignalRank, allowed
 from tui_launch.core.model.events import ControlAction, Event
 from tui_launch.core.model.store import RunStore, Snapshot
-from tui_launch.core.run.args import parse
 from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 from tui_launch.testing.fake_source import FakeSource

@@ -215,7 +215,7 @@ def test_pyspy_that_fails_says_why_in_one_line(tmp_path):
 def test_bad_hang_options_are_one_line_and_exit_2(capsys) -> None:
     import pytest
 
-    from tui_launch.core.run.args import parse
+    from tui_launch.core.launch.args import parse
 
     for argv, message in (
         (["--hang-timeout", "-1"], "--hang-timeout must be a finite number of seconds >= 0"),

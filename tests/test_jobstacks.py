@@ -35,11 +35,11 @@ from test_multinode import (
     wait_hosting,
 )
 
+from tui_launch.core.launch.args import parse
 from tui_launch.core.model.commands import DumpStacks
 from tui_launch.core.model.events import JobStacks, StacksDumped
 from tui_launch.core.model.exitcodes import INFRASTRUCTURE  # a hang, a kill from outside
 from tui_launch.core.model.store import RunStore
-from tui_launch.core.run.args import parse
 from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 

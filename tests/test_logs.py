@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import WORKERS, journal_path, read_journal, wait_for
 
-from tui_launch.core.run.args import torch_option_strings
+from tui_launch.core.launch.args import torch_option_strings
 
 CHATTY = str(WORKERS / "chatty.py")
 LINES = 20000

@@ -36,10 +36,10 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from tui_launch import metrics
+from tui_launch.core.launch.args import Options, parse
 from tui_launch.core.model import events as ev
 from tui_launch.core.model.commands import SignalRank
 from tui_launch.core.model.store import RunStore
-from tui_launch.core.run.args import Options, parse
 from tui_launch.metrics import families as fam
 from tui_launch.metrics import serve
 from tui_launch.testing import builders

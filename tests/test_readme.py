@@ -167,7 +167,7 @@ def _sentences(lines: list[str]) -> list[str]:
 def _exit_texts() -> dict[str, list[str]]:
     """The documents, the ``tuilaunch`` command's docstring and ``--help``, as prose lines."""
     from tui_launch import cli
-    from tui_launch.core.run.args import build_parser
+    from tui_launch.core.launch.args import build_parser
 
     texts = {str(doc.relative_to(ROOT)): _prose(doc.read_text()) for doc in _documents()}
     texts["tui_launch/cli.py"] = (cli.__doc__ or "").splitlines()

@@ -21,11 +21,13 @@ from typing import Any
 import pytest
 
 from tui_launch.core.job.view import ClusterView, prefix
+from tui_launch.core.launch.args import parse
+from tui_launch.core.launch.options import Options
+from tui_launch.core.launch.torchrun import TorchrunArgs
 from tui_launch.core.model import errors
 from tui_launch.core.model.events import Event, NodeChange
 from tui_launch.core.model.store import Phase, RunStore, Snapshot
 from tui_launch.core.model.text import cluster_lines
-from tui_launch.core.run.args import parse
 from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.failures import collect_failures, run_outcome
 from tui_launch.core.run.inject import Fired, Injector, InjectSpec, parse_spec
@@ -156,7 +158,7 @@ def _handler(
 
 def _membership(events: list[Event]) -> Membership:
     args = argparse.Namespace(nnodes="1:3", rdzv_id="job")
-    m = Membership(events.append, Snapshot, "host", args)
+    m = Membership(events.append, Snapshot, "host", TorchrunArgs.read(args))
     m.note(2, rendezvous.sample(_handler()), next_attempt=0)
     return m
 
@@ -195,7 +197,9 @@ def test_node_lost_dead_waiting_and_newer_rounds():
 
 
 def test_node_lost_needs_a_group_and_a_handler_state():
-    m = Membership([].append, Snapshot, "h", argparse.Namespace(nnodes="1", rdzv_id="j"))
+    m = Membership(
+        [].append, Snapshot, "h", TorchrunArgs.read(argparse.Namespace(nnodes="1", rdzv_id="j"))
+    )
     m.note(1, rendezvous.sample(_handler(("a",))), next_attempt=0)
     assert m.node_lost(_handler(("a",), age={"a": 60.0})) == []  # one node: nothing to lose
     m = _membership([])
@@ -510,4 +514,5 @@ def test_run_config_from_options():
     assert [s.kind for s in config.inject] == ["exit"] and config.inject_seed == 3
     assert config.journal_path == "j.jsonl" and config.mute_agent_console
     assert config.bootstrap  # an exit spec needs the worker bootstrap
-    assert not RunConfig().bootstrap and RunConfig().hang_timeout == 0
+    # RunConfig's defaults are the options' (one default each: tests/test_cli.py).
+    assert not RunConfig().bootstrap and RunConfig().hang_timeout == Options().hang_timeout

@@ -13,11 +13,11 @@ import time
 import pytest
 from conftest import WORKERS, base_env
 
+from tui_launch.core.launch import args as tl_args
+from tui_launch.core.launch import slurm
+from tui_launch.core.launch.slurm import SlurmError, SlurmJob, expand_hostlist
 from tui_launch.core.model.text import describe
 from tui_launch.core.remote.runindex import Entry, format_table
-from tui_launch.core.run import args as tl_args
-from tui_launch.core.run import slurm
-from tui_launch.core.run.slurm import SlurmError, SlurmJob, expand_hostlist
 from tui_launch.testing.builders import run_started
 
 

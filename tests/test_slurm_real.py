@@ -28,7 +28,7 @@ import pytest
 from conftest import PY, ROOT, WORKERS, base_env, read_journal, wait_for, wait_gone
 from slurm_cluster import ClusterUnavailable, SlurmCluster, start_cluster
 
-from tui_launch.core.run.slurm import expand_hostlist, rendezvous_port
+from tui_launch.core.launch.slurm import expand_hostlist, rendezvous_port
 
 pytestmark = pytest.mark.slow
 

@@ -753,7 +753,7 @@ def test_no_gpu_never_initialises_nvml(sleepers: list[subprocess.Popen[bytes]]) 
 def test_bad_telemetry_options(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tui_launch.core.run.args import parse
+    from tui_launch.core.launch.args import parse
 
     with pytest.raises(SystemExit) as exc:
         parse([*argv, str(WORKERS / "noop.py")])
@@ -780,7 +780,7 @@ def test_live_dashboard_shows_telemetry_of_a_real_run(
 
     from textual.widgets import Static
 
-    from tui_launch.core.run.args import parse
+    from tui_launch.core.launch.args import parse
     from tui_launch.core.run.config import RunConfig
     from tui_launch.core.run.runner import Runner
     from tui_launch.tui.app import Dashboard

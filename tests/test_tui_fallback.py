@@ -14,8 +14,8 @@ import os
 import pytest
 from conftest import WORKERS, leftovers, wait_for
 
+from tui_launch.core.launch.args import parse
 from tui_launch.core.model.store import RunStore
-from tui_launch.core.run.args import parse
 from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 from tui_launch.headless import Headless

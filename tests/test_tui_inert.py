@@ -24,8 +24,8 @@ from rich.text import Text
 from test_tui_pilot import text_of, wait_until
 from textual._compositor import LayoutUpdate
 
+from tui_launch.core.launch.args import parse
 from tui_launch.core.model.store import RunStore
-from tui_launch.core.run.args import parse
 from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner
 from tui_launch.testing import scenarios

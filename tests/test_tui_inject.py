@@ -18,9 +18,9 @@ from test_tui_pilot import drive, row_texts, wait_until
 from textual.pilot import Pilot
 from textual.widgets import Input, OptionList, Static
 
+from tui_launch.core.launch.args import parse
 from tui_launch.core.model.commands import Inject
 from tui_launch.core.model.store import RunStore
-from tui_launch.core.run.args import parse
 from tui_launch.core.run.config import RunConfig
 from tui_launch.core.run.inject import KINDS
 from tui_launch.core.run.runner import SHARE_STORE_ENV, Runner

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, TextIO
 if TYPE_CHECKING:
     import argparse
 
+    from tui_launch.core.launch.args import Options
     from tui_launch.core.model.store import RunStore
     from tui_launch.core.remote.detach import Console
-    from tui_launch.core.run.args import Options
     from tui_launch.core.run.handle import RunHandle
     from tui_launch.core.workers.warm import WarmPool
 
@@ -130,17 +130,17 @@ def _asks_version(given: list[str]) -> bool:
 
 
 def _parse_and_run(argv: list[str] | None, given: list[str], pool: WarmPool | None) -> int:
-    from tui_launch.core.model.store import RunStore
-    from tui_launch.core.run.args import parse
-    from tui_launch.core.run.validate import (
+    from tui_launch.core.launch.args import parse
+    from tui_launch.core.launch.validate import (
         USAGE_ERROR,
         UsageError,
         validate,
         validate_dump_options,
-        validate_injections,
         validate_log_dir,
         validate_warm,
     )
+    from tui_launch.core.model.store import RunStore
+    from tui_launch.core.run.inject import validate_injections
 
     args, opts = parse(argv)
     try:
@@ -233,7 +233,7 @@ def _run(
     from tui_launch.core.remote import runindex
 
     index = runindex.Registration.register(
-        ["tuilaunch", *given], str(getattr(args, "rdzv_id", "")), opts.journal, opts.slurm_job
+        ["tuilaunch", *given], runner.torchrun.rdzv_id or "", opts.journal, opts.slurm_job
     )
     runindex.follow(
         index,
@@ -257,7 +257,7 @@ def _run(
         index.set_detached()
         ready()  # --detach's first process may return: `tuilaunch attach PID` finds the run
     # --signals-to-handle appeared in torch 2.8; before it torchrun handled these four.
-    handled = getattr(args, "signals_to_handle", None) or DEFAULT_SIGNALS
+    handled = runner.torchrun.signals_to_handle or DEFAULT_SIGNALS
     # The preemption signals too (--preempt-signals: SIGTERM and Slurm's SIGUSR1 warning),
     # which would otherwise kill the launcher and leave its workers behind.
     extra = [s.name for s in config.preempt_signals if s not in _signals(handled)]
@@ -322,7 +322,7 @@ def _run(
         index.close(runner.phase, runner.exit_code)
         if opts.demo:
             # The demo's snapshot is the launcher's own file, not the user's: leave no litter.
-            from tui_launch.core.run.demo import demo_snapshot_path
+            from tui_launch.core.launch.demo import demo_snapshot_path
 
             with contextlib.suppress(OSError):
                 os.remove(demo_snapshot_path())

@@ -68,7 +68,7 @@ def view_args(argv: list[str], ignore: tuple[str, ...] = ()) -> tuple[str | None
     """The target and the dashboard's own options of ``replay`` and ``attach``:
     ``(target, --refresh-hz, not --no-confirm)``; ``ignore`` lists flags taken here and handled
     by the caller (``--control``). Raises ValueError, in one line, on anything else."""
-    from tui_launch.core.run import validate
+    from tui_launch.core.launch import validate
 
     target, refresh_hz, confirm, rest = None, 4.0, True, list(argv)
     while rest:

@@ -15,7 +15,9 @@ without a UI stack. Its packages, lowest first (``pyproject.toml``'s ``layers`` 
   (the worker-side responder, ``workers.responder``, lists its own).
 - ``journal``: the JSONL journal: writer, timeline for replay, an attach's first frame.
 - ``job``: the job across nodes: the cluster view and job-wide dumps.
-- ``run``: one run: the runner, its options, control, faults, failures, the run handle.
+- ``launch``: the command line: tuilaunch's options declared once, torchrun's parser, the
+  checks before anything starts, Slurm, ``--demo``.
+- ``run``: one run: the runner, its configuration, control, faults, failures, the run handle.
 - ``remote``: reaching a run from outside: control socket, run index, detach.
 
 docs/ARCHITECTURE.md explains the layers, the threads and where to add what.

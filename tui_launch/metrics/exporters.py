@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from tui_launch.core.launch.args import Options
     from tui_launch.core.model.store import RunStore
-    from tui_launch.core.run.args import Options
     from tui_launch.metrics.families import (
         ExtraProvider,
         RunCollector,

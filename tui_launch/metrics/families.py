@@ -55,7 +55,7 @@ from tui_launch.metrics.progress import (
 )
 
 if TYPE_CHECKING:
-    from tui_launch.core.run.args import Options
+    from tui_launch.core.launch.args import Options
 
 RANK_STATES = (STARTING, RUNNING, STOPPED, EXITED, FAILED, RESTARTING)
 RESTART_CAUSES = ("failure", "manual", "membership")

@@ -2,7 +2,8 @@
 
 - ``runner``: the runner: creates the parts, sequences the run's start and end, and is the
   live run handle (each call forwarded to the part that owns it).
-- ``config``: tuilaunch's settings for one run, built once from the command line (frozen).
+- ``config``: tuilaunch's settings for one run, built once from the command line (frozen;
+  the command line itself is :mod:`tui_launch.core.launch`).
 - ``state``: the run's shared state under one lock: phase, stop and restart requests, outcome.
 - ``observer``: the agent's observer: what happens at each of the agent's transitions;
   ``monitor``, the one decision point.
@@ -17,9 +18,4 @@
 - ``shutdown``: stopping a run, and the watchdog for when torch cannot be reached.
 - ``rundir``: the run directory and the log wiring.
 - ``reports``: torch's objects as events.
-- ``args``: tuilaunch's command line: torchrun's own parser plus tuilaunch's options.
-- ``demo``: ``--demo``'s trainer, its length and the failure it injects.
-- ``signals``: signal names on the command line (``--preempt-signals``) as signals.
-- ``validate``: checks of the command line that torchrun would only make after starting.
-- ``slurm``: a Slurm allocation read from the environment, as the rendezvous options it implies.
 """

@@ -1,26 +1,29 @@
 """What a run is asked to do, beyond torchrun's own arguments: one frozen :class:`RunConfig`.
 
-Built once from tuilaunch's :class:`~tui_launch.core.run.args.Options`
+Built once from tuilaunch's :class:`~tui_launch.core.launch.options.Options`
 (:meth:`RunConfig.from_options`) and handed to the
 :class:`~tui_launch.core.run.runner.Runner`, which hands it on to the parts that read it (the
 watchers, the worker bootstrap's directory, the injections), so no option is relayed field by
-field. Tests build one directly; its defaults are those of a plain torchrun run (no hang
-detection, no injection, worker output echoed).
+field. Tests build one directly; a field that an option sets takes its default from that
+option's field of ``Options``, so ``RunConfig()`` is the run a command line without tuilaunch's
+options asks for (worker output echoed).
 """
 
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
+from tui_launch.core.launch.options import Options
+from tui_launch.core.launch.signals import preempt_signals
 from tui_launch.core.model.policy import PolicyConfig
 from tui_launch.core.run import inject
 from tui_launch.core.run.inject import InjectSpec
-from tui_launch.core.run.signals import preempt_signals
 
-if TYPE_CHECKING:
-    from tui_launch.core.run.args import Options
+# The defaults of the fields whose option's text becomes another type: its default, converted.
+_INJECT = inject.parse_specs(Options.inject)
+_POLICY = PolicyConfig(Options.restart_policy, *Options.restart_storm)
+_PREEMPT_SIGNALS = preempt_signals(Options.preempt_signals)
 
 
 @dataclass(frozen=True)
@@ -57,23 +60,23 @@ class RunConfig:
     """
 
     echo: bool = True
-    journal_path: str | None = None
+    journal_path: str | None = Options.journal
     mute_agent_console: bool = False
-    inject: tuple[InjectSpec, ...] = ()
-    inject_seed: int | None = None
-    inject_ready: bool = False
-    hang_timeout: float = 0.0
-    on_hang: str = "dump"
-    dump_on_failure: bool = True
-    dump_via_faulthandler: bool = False
-    stack_samples: float = 5.0
-    journal_samples: float = 10.0
-    slurm_job: str | None = None
-    notes: tuple[str, ...] = ()
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
-    exit_codes: str = "tuilaunch"
-    preempt_signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGUSR1)
-    flight_recorder: bool = False
+    inject: tuple[InjectSpec, ...] = _INJECT
+    inject_seed: int | None = Options.inject_seed
+    inject_ready: bool = Options.inject_ready
+    hang_timeout: float = Options.hang_timeout
+    on_hang: str = Options.on_hang
+    dump_on_failure: bool = not Options.no_dump_on_failure
+    dump_via_faulthandler: bool = Options.dump_via_faulthandler
+    stack_samples: float = Options.stack_samples
+    journal_samples: float = Options.journal_samples
+    slurm_job: str | None = Options.slurm_job
+    notes: tuple[str, ...] = Options.slurm_notes
+    policy: PolicyConfig = _POLICY
+    exit_codes: str = Options.exit_codes
+    preempt_signals: tuple[signal.Signals, ...] = _PREEMPT_SIGNALS
+    flight_recorder: bool = Options.flight_recorder
 
     @classmethod
     def from_options(cls, opts: Options, *, mute_agent_console: bool = False) -> RunConfig:

@@ -16,6 +16,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
 
+from tui_launch.core.launch.validate import min_max_nodes
 from tui_launch.core.model import diskspace, errors, failclass
 from tui_launch.core.model.events import (
     Connecting,
@@ -26,7 +27,6 @@ from tui_launch.core.model.events import (
 )
 from tui_launch.core.run import inject
 from tui_launch.core.run.shutdown import signal_exit_code
-from tui_launch.core.run.validate import min_max_nodes
 from tui_launch.core.seam import rendezvous
 from tui_launch.core.seam.agent import ProcessFailure, Worker
 from tui_launch.core.workers.table import RanksView

@@ -22,6 +22,7 @@ provides without any change to the user's program (see there).
 
 from __future__ import annotations
 
+import argparse
 import random
 import re
 import signal
@@ -30,6 +31,8 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from tui_launch.core.launch.validate import MAX_SECONDS, UsageError, min_max_nodes
 
 KINDS = ("kill", "hang", "slow", "exit", "exception", "node")
 COMMON_KEYS: dict[str, str] = {"rank": "0", "after": "0s", "attempt": "any", "times": "1"}
@@ -57,11 +60,6 @@ RANDOM = -1
 
 _DURATION = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-# The longest delay or interval any option takes (here, not in validate, which imports this
-# module). Longer ones are typing mistakes (1e20s, inf) that used to reach a timer and kill its
-# thread with an OverflowError, the feature gone silently; a year is longer than any run and
-# far below threading.TIMEOUT_MAX.
-MAX_SECONDS = 365 * 24 * 3600.0
 
 
 class InjectError(ValueError):
@@ -262,6 +260,30 @@ def check_world_size(specs: Iterable[InjectSpec], world_size: int) -> None:
                 f"--inject {s.text or s.canonical()!r}: rank {s.rank} is out of range "
                 f"(world size {world_size}: ranks 0-{world_size - 1})"
             )
+
+
+def validate_injections(args: argparse.Namespace, texts: tuple[str, ...]) -> None:
+    """Check every ``--inject`` before anything starts. Raises
+    :class:`~tui_launch.core.launch.validate.UsageError`.
+
+    Ranks are checked against the world size here when it is already certain (a fixed
+    number of nodes and workers); otherwise the runner checks them once the rendezvous is done.
+    """
+    try:
+        specs = parse_specs(texts)
+        if args.no_python:
+            for s in specs:
+                if s.kind in SHIM_KINDS:
+                    raise InjectError(
+                        f"--inject {s.text!r}: {s.kind} needs a Python worker, and --no-python "
+                        f"runs {args.training_script} as a plain program (use kill, hang, slow "
+                        f"or node)"
+                    )
+        lo, hi = min_max_nodes(args.nnodes)
+        if lo == hi and str(args.nproc_per_node).isdigit():
+            check_world_size(specs, hi * int(args.nproc_per_node))
+    except InjectError as e:
+        raise UsageError(str(e)) from None
 
 
 def needs_shim(specs: Iterable[InjectSpec]) -> bool:

@@ -12,7 +12,6 @@ starts this node's :class:`~tui_launch.core.job.view.ClusterView`.
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -20,10 +19,10 @@ from typing import Any
 from tui_launch.core.diagnosis.dumps import Dumper
 from tui_launch.core.job.jobstacks import JobDumps
 from tui_launch.core.job.view import ClusterView, interval_from_env
+from tui_launch.core.launch.torchrun import TorchrunArgs
 from tui_launch.core.model import errors
 from tui_launch.core.model.events import Event, Failure, NodeChange, Notice, RendezvousSample
 from tui_launch.core.model.store import Snapshot
-from tui_launch.core.run.validate import min_max_nodes
 from tui_launch.core.seam import agent, rendezvous
 
 SINGLE_NODE_CLUSTER_INTERVAL = 10.0  # s between cluster-view records when the job has one node
@@ -33,12 +32,6 @@ SINGLE_NODE_CLUSTER_INTERVAL = 10.0  # s between cluster-view records when the j
 # more than one monitor tick (torch syncs the state every tick, so two ticks were not enough).
 # A node that is really gone was already missing a heartbeat window: this adds little.
 ABSENCE_CONFIRM_SECONDS = 3.0
-
-
-def elastic(nnodes: str) -> bool:
-    """Whether ``--nnodes`` is a range (MIN < MAX): nodes may come and go."""
-    lo, hi = min_max_nodes(nnodes)
-    return lo < hi
 
 
 def failed_here(failures: Iterable[Failure]) -> bool:
@@ -59,7 +52,7 @@ class Membership:
         post: the run store's ``post``.
         snapshot: the run store's ``snapshot`` (for the cluster view's records).
         host: this node's host name.
-        args: torchrun's arguments (``--nnodes``, the rendezvous flags).
+        torchrun: torchrun's arguments (``--nnodes``, the rendezvous flags).
         dumper: this node's stack dumper; with more than one node, its dumps for a person or
             a hang are asked of every node through the cluster view's store (:mod:`.jobstacks`).
     """
@@ -69,7 +62,7 @@ class Membership:
         post: Callable[[Event], object],
         snapshot: Callable[[], Snapshot],
         host: str,
-        args: argparse.Namespace,
+        torchrun: TorchrunArgs,
         dumper: Dumper | None = None,
     ) -> None:
         self._post = post
@@ -77,7 +70,7 @@ class Membership:
         self.jobs: JobDumps | None = None  # job-wide stack dumps (jobs of more than one node)
         self._snapshot = snapshot
         self._host = host
-        self._args = args
+        self._torchrun = torchrun
         # The round and group size this node joined, and who was in it.
         self.round: int | None = None
         self.group_world = 1
@@ -187,19 +180,19 @@ class Membership:
         interval = interval_from_env()
         if interval <= 0:
             return
-        many = min_max_nodes(self._args.nnodes)[1] > 1
+        many = self._torchrun.node_range[1] > 1
         if not many:
             # A job of one node: its Cluster tab repeats this node's own panels, so a store
             # round trip every few seconds buys nothing (and was a tenth of the steady CPU).
             interval = max(interval, SINGLE_NODE_CLUSTER_INTERVAL)
-        args = self._args
+        args = self._torchrun.namespace
         self.cluster = ClusterView(
             post=self._post,
             snapshot=self._snapshot,
             host=self._host,
             handler=handler,
             endpoint=lambda h: rendezvous.endpoint(h, args),
-            run_id=rendezvous.call(handler, "get_run_id") or str(getattr(args, "rdzv_id", "none")),
+            run_id=rendezvous.call(handler, "get_run_id") or (self._torchrun.rdzv_id or "none"),
             interval=interval,
         )
         if many and self._dumper is not None:

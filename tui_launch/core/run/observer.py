@@ -13,7 +13,6 @@ it takes are in the run's shared :class:`~tui_launch.core.run.state.RunState`.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import os
@@ -22,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tui_launch.core.launch.torchrun import TorchrunArgs
 from tui_launch.core.model import errors
 from tui_launch.core.model.events import (
     AttemptFailed,
@@ -39,9 +39,9 @@ from tui_launch.core.model.policy import RestartPolicy, attempt_record
 from tui_launch.core.model.store import Phase, RunStore
 from tui_launch.core.run import inject, reports
 from tui_launch.core.run.failures import classified, collect_failures, hang_failures, with_peers
-from tui_launch.core.run.membership import Membership, elastic, failed_here
+from tui_launch.core.run.membership import Membership, failed_here
 from tui_launch.core.run.rundir import RunFiles
-from tui_launch.core.run.shutdown import Stopper, shutdown_timeout
+from tui_launch.core.run.shutdown import Stopper
 from tui_launch.core.run.state import RunState
 from tui_launch.core.run.watchers import Diagnosis
 from tui_launch.core.seam import agent, rendezvous
@@ -63,7 +63,7 @@ class Supervisor:
     does at each of torch's transitions, and the agent thread's own state.
 
     Args:
-        args: torchrun's parsed arguments.
+        torchrun: torchrun's arguments, read once (torch's namespace in ``namespace``).
         store: where events go.
         host: this node's host name.
         state: the run's shared state (the phase it moves on, the requests it takes).
@@ -86,7 +86,7 @@ class Supervisor:
 
     def __init__(
         self,
-        args: argparse.Namespace,
+        torchrun: TorchrunArgs,
         store: RunStore,
         host: str,
         state: RunState,
@@ -103,7 +103,8 @@ class Supervisor:
         policy: RestartPolicy | None = None,
         marks: Callable[[], str | None] = lambda: None,
     ) -> None:
-        self._args = args
+        self._torchrun = torchrun
+        self._args = torchrun.namespace
         self._store = store
         self._host = host
         self._state = state
@@ -126,7 +127,7 @@ class Supervisor:
         self._agent: TorchAgent = None
         self._pending_cause: str | None = None  # why the next restart happens
         self._failure_restarts = 0
-        self._user_max_restarts = int(getattr(args, "max_restarts", 0))
+        self._user_max_restarts = torchrun.max_restarts
         self._rdzv_t0 = 0.0
         self._last_group_state: str | None = None
         self._notes: tuple[str, ...] = ()  # said with RunStarted
@@ -300,7 +301,7 @@ class Supervisor:
             # A rank of this node failed by itself: this node is alive and the failure is real.
             # Re-rendezvous at once (no lost-node wait): the other nodes, which only saw their
             # collectives break, see this node on the wait list and restart too.
-            multi = elastic(self._args.nnodes) and self._membership.group_world > 1
+            multi = self._torchrun.elastic and self._membership.group_world > 1
             if multi and not failed_here(failures):
                 lost = self._membership.wait_node_loss(handler, lambda: self._state.stop_requested)
                 if lost:
@@ -316,7 +317,7 @@ class Supervisor:
         # End the attempt's ranks now, as torch's stop would next (SIGTERM and SIGCONT, SIGKILL
         # after the grace), so that the failure carries the exit the hung rank really had,
         # not the 0 of a process that had not exited yet.
-        self._ranks.kill_all(signal.SIGTERM, grace=shutdown_timeout(self._args))
+        self._ranks.kill_all(signal.SIGTERM, grace=self._torchrun.shutdown_timeout)
         # A dead rank's status is read by torch's Popen, which may be a moment behind /proc
         # (another thread in its wait() holds the status until it returns).
         deadline = time.monotonic() + EXIT_READ_SECONDS

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tui_launch import __version__
+from tui_launch.core.launch.torchrun import TorchrunArgs
+from tui_launch.core.launch.validate import min_max_nodes
 from tui_launch.core.model import errors
 from tui_launch.core.model.events import (
     Connecting,
@@ -26,16 +28,15 @@ from tui_launch.core.model.events import (
     WorkerInfo,
 )
 from tui_launch.core.model.redact import redact_args, redact_env, redact_text, secret_name
-from tui_launch.core.run.validate import min_max_nodes
 from tui_launch.core.seam import rendezvous
 from tui_launch.core.seam.agent import WorkerGroup, WorkerSpec
 from tui_launch.core.workers.table import RankExit
 
 
-def rdzv_conf(args: argparse.Namespace) -> dict[str, str]:
+def rdzv_conf(torchrun: TorchrunArgs) -> dict[str, str]:
     """``--rdzv-conf key=value,key=value`` as a dict (what torch would parse, leniently)."""
     out = {}
-    for item in str(getattr(args, "rdzv_conf", "") or "").split(","):
+    for item in torchrun.rdzv_conf.split(","):
         key, sep, value = item.partition("=")
         if sep and key.strip():
             out[key.strip()] = value.strip()
@@ -49,15 +50,16 @@ def _seconds(value: str | None, default: float | None) -> float | None:
         return default
 
 
-def connecting(args: argparse.Namespace) -> Connecting:
+def connecting(torchrun: TorchrunArgs) -> Connecting:
     """What the launcher contacts first, and for how long torch will try (before any agent)."""
-    conf = rdzv_conf(args)
-    standalone = bool(getattr(args, "standalone", False))
-    backend = "c10d" if standalone else str(args.rdzv_backend)
-    endpoint = "localhost:0" if standalone else str(getattr(args, "rdzv_endpoint", "") or "")
+    conf = rdzv_conf(torchrun)
+    standalone = torchrun.standalone
+    backend = "c10d" if standalone else torchrun.rdzv_backend
+    endpoint = "localhost:0" if standalone else torchrun.rdzv_endpoint
     if backend == "static" and not endpoint:
+        args = torchrun.namespace
         endpoint = f"{args.master_addr}:{args.master_port}"
-    lo, hi = min_max_nodes(args.nnodes)
+    lo, hi = torchrun.node_range
     # torch's defaults: c10d's TCPStore waits read_timeout (60 s) for its store; every round
     # waits join_timeout (600 s) for MIN nodes.
     timeout = _seconds(conf.get("read_timeout"), 60.0) if backend == "c10d" else None

@@ -10,13 +10,13 @@ What the files below it are called is :mod:`tui_launch.core.model.layout`'s.
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 from collections.abc import Callable
 from typing import Any
 
 from tui_launch.core.journal.writer import Journal
+from tui_launch.core.launch.torchrun import TorchrunArgs
 from tui_launch.core.logs.sinks import AgentLogCapture, DuplicateFilter
 from tui_launch.core.logs.tail import STDERR, STDOUT, LogTailer
 from tui_launch.core.model.layout import run_dir_of
@@ -28,7 +28,7 @@ class RunFiles:
     """A run's directory, journal, agent log, log tailer and per-rank file paths.
 
     Args:
-        args: torchrun's arguments (``--log-dir``, ``--rdzv-id``, duplicate filters).
+        torchrun: torchrun's arguments (``--log-dir``, ``--rdzv-id``, duplicate filters).
         journal_path: ``--journal``; default: ``journal.jsonl`` in the run directory.
         echo: whether worker output that torchrun would print goes to the console sinks.
         next_attempt: the number of the attempt whose files torch lays out next.
@@ -36,19 +36,19 @@ class RunFiles:
 
     def __init__(
         self,
-        args: argparse.Namespace,
+        torchrun: TorchrunArgs,
         journal_path: str | None,
         echo: bool,
         next_attempt: Callable[[], int],
     ) -> None:
-        self._args = args
+        self._torchrun = torchrun
         self._echo = echo
         self._next_attempt = next_attempt
         self.tailer = LogTailer()
         self.duplicates = DuplicateFilter(
             {
-                STDOUT: list(getattr(args, "duplicate_stdout_filters", None) or []),
-                STDERR: list(getattr(args, "duplicate_stderr_filters", None) or []),
+                STDOUT: list(torchrun.duplicate_stdout_filters),
+                STDERR: list(torchrun.duplicate_stderr_filters),
             }
         )
         if self.duplicates:
@@ -97,13 +97,14 @@ class RunFiles:
         """Make a run directory if torch did not (the journal and agent log need a home)."""
         if self.run_dir is not None:
             return
-        root = getattr(self._args, "log_dir", None)
+        root = self._torchrun.log_dir
         if not root or root == os.devnull:
             root = None
         try:
             if root:
                 os.makedirs(root, exist_ok=True)
-            d = tempfile.mkdtemp(prefix=f"{getattr(self._args, 'rdzv_id', 'run')}_", dir=root)
+            run_id = self._torchrun.rdzv_id
+            d = tempfile.mkdtemp(prefix=f"{'run' if run_id is None else run_id}_", dir=root)
         except OSError:
             d = tempfile.mkdtemp(prefix="tuilaunch_")
         self.set_run_dir(d)

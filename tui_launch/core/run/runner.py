@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tui_launch.core.diagnosis.stacks import StackDump
+from tui_launch.core.launch.torchrun import TorchrunArgs
 from tui_launch.core.logs.sinks import AgentLogCapture
 from tui_launch.core.logs.tail import Accepts, LineSink, PartialSink, RawSink
 from tui_launch.core.model import exitcodes, failclass
@@ -90,6 +91,8 @@ class Runner:
     ) -> None:
         config = config if config is not None else RunConfig()
         self.args = args
+        # torchrun's arguments as tuilaunch reads them, read once; torch gets ``args`` itself.
+        self.torchrun = TorchrunArgs.read(args)
         self.config = config
         self.warm = warm
         self.store = store
@@ -102,19 +105,19 @@ class Runner:
 
         self.ranks = RankTable()
         self.files = RunFiles(
-            args, config.journal_path, config.echo, lambda: self.ranks.attempt + 1
+            self.torchrun, config.journal_path, config.echo, lambda: self.ranks.attempt + 1
         )
         self.files.journal.on_error = self._say
         self.files.agent_log.on_error = self._say
         self.injector = inject.Injector(config.inject, seed=config.inject_seed)
-        self.shim = ShimDir(config.bootstrap, bool(getattr(args, "no_python", False)))
+        self.shim = ShimDir(config.bootstrap, self.torchrun.no_python)
         self.diagnosis = Diagnosis(
             store, self.ranks, self.files, self.state, config, self.shim, self._rank_cpu
         )
         self.dumper = self.diagnosis.dumper  # the handle's dump_stacks and load_dump
         # The stop watchdog and a second stop end the run themselves: the runner's last steps.
         self.stopper = Stopper(
-            args, self.ranks, store.post, self.state, self._finish, config.preempt_signals
+            self.torchrun, self.ranks, store.post, self.state, self._finish, config.preempt_signals
         )
         # Late-bound: the fault executor (an Inject's scheduler) needs the control API too.
         self.control = Control(
@@ -132,10 +135,10 @@ class Runner:
         )
         self.injector.bind(self.faults)
         self.membership = Membership(
-            store.post, store.snapshot, self.host, args, dumper=self.dumper
+            store.post, store.snapshot, self.host, self.torchrun, dumper=self.dumper
         )
         self.supervisor = Supervisor(
-            args,
+            self.torchrun,
             store,
             self.host,
             self.state,
@@ -182,7 +185,7 @@ class Runner:
         self.files.tailer.start()
         # Before torch's rendezvous handler exists: creating it can block a whole connect
         # timeout (a c10d store nobody serves), and the front ends say what it waits for.
-        connecting = reports.connecting(self.args)
+        connecting = reports.connecting(self.torchrun)
         self.supervisor.begin(self.reaper, connecting)
         self.store.post(connecting)
         self._thread = threading.Thread(target=self._main, name="tuilaunch-agent", daemon=True)
@@ -255,7 +258,7 @@ class Runner:
             snap = self.store.snapshot()
             with contextlib.suppress(Exception):
                 self._error_class = error_class(
-                    error, snap.rendezvous_live, self.args.nnodes, self.supervisor.connecting
+                    error, snap.rendezvous_live, self.torchrun.nnodes, self.supervisor.connecting
                 )
             self._finish(
                 *run_outcome(
@@ -263,7 +266,7 @@ class Runner:
                     self.state.stop_signal,
                     snap.root_cause,
                     snap.rendezvous_live,
-                    self.args.nnodes,
+                    self.torchrun.nnodes,
                     self.supervisor.connecting,
                 )
             )

@@ -9,32 +9,17 @@ what outlives the shutdown timeout. A second stop kills every worker at once.
 
 from __future__ import annotations
 
-import argparse
-import os
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
 
+from tui_launch.core.launch.torchrun import TorchrunArgs
 from tui_launch.core.model.events import Event, Preempted, Shutdown
 from tui_launch.core.model.store import Phase
 from tui_launch.core.periodic import Periodic
 from tui_launch.core.run.state import RunState
 from tui_launch.core.seam import agent
 from tui_launch.core.workers.table import RankTable
-
-
-def shutdown_timeout(args: argparse.Namespace) -> float:
-    """Seconds between torch's SIGTERM and its SIGKILL (``--shutdown-timeout`` where torch has
-    it, else ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``, else 30)."""
-    t: Any = getattr(args, "shutdown_timeout", None)
-    if t is None:
-        t = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30")
-    try:
-        return float(t)
-    except ValueError:
-        return 30.0
-
 
 RECEIVED = "a signal to the launcher"
 
@@ -55,7 +40,7 @@ class Stopper:
     """Carries out the stop request of one run (the request itself is in the run's state).
 
     Args:
-        args: torchrun's arguments (monitor interval, shutdown timeout).
+        torchrun: torchrun's arguments (monitor interval, shutdown timeout).
         ranks: the rank table (its process groups are killed when torch cannot be reached).
         post: the run store's ``post``.
         state: the run's state: the stop request, the phase (``stopping`` once the agent picks
@@ -68,7 +53,7 @@ class Stopper:
 
     def __init__(
         self,
-        args: argparse.Namespace,
+        torchrun: TorchrunArgs,
         ranks: RankTable,
         post: Callable[[Event], object],
         state: RunState,
@@ -77,7 +62,7 @@ class Stopper:
     ) -> None:
         self._preempt = preempt
         self.preempted = False  # a preemption signal to the launcher asked for the stop
-        self._args = args
+        self._torchrun = torchrun
         self._ranks = ranks
         self._post = post
         self._state = state
@@ -100,7 +85,7 @@ class Stopper:
         self._post(Shutdown(reason=reason, signal=sig.name))
         if sig in self._preempt and reason.startswith(RECEIVED):
             self.preempted = True
-            grace = shutdown_timeout(self._args)
+            grace = self._torchrun.shutdown_timeout
             self._post(Preempted(signal=sig.name, grace=grace, deadline=time.time() + grace))
         self._start_watchdog(sig)
 
@@ -113,7 +98,7 @@ class Stopper:
 
     def _start_watchdog(self, sig: signal.Signals) -> None:
         # Give the agent a few monitor ticks to pick the stop up through torch's own path.
-        interval = float(getattr(self._args, "monitor_interval", 0.1) or 0.1)
+        interval = self._torchrun.monitor_interval
         deadline = time.monotonic() + max(1.0, 5 * interval)
 
         def tick() -> None:
@@ -123,7 +108,7 @@ class Stopper:
                 loop.stop()
                 # The agent is stuck where torch cannot be interrupted (rendezvous, exit
                 # barrier, a slow start): stop the workers ourselves and end the run.
-                self._ranks.kill_all(sig, grace=shutdown_timeout(self._args))
+                self._ranks.kill_all(sig, grace=self._torchrun.shutdown_timeout)
                 self._finish("stopped", signal_exit_code(sig), f"stopped by {sig.name}")
 
         loop = Periodic("tuilaunch-stop", 0.02, tick)

@@ -29,6 +29,11 @@ MAX_REFRESH_HZ = 60.0
 # torch keeps ranks and world sizes in 32-bit C ints: a larger world fails deep inside a
 # C++ binding (pybind's TypeError) instead of as bad input.
 MAX_WORLD_SIZE = 2**31 - 1
+# The longest delay or interval any option takes (``--inject`` durations too). Longer ones are
+# typing mistakes (1e20s, inf) that used to reach a timer and kill its thread with an
+# OverflowError, the feature gone silently; a year is longer than any run and far below
+# threading.TIMEOUT_MAX.
+MAX_SECONDS = 365 * 24 * 3600.0
 
 
 class UsageError(Exception):
@@ -38,10 +43,6 @@ class UsageError(Exception):
 def seconds(option: str, value: float, *, zero: bool) -> float:
     """``value`` if it is a finite number of seconds within ``MAX_SECONDS`` (and > 0 unless
     ``zero`` allows 0, which means off); :class:`UsageError` otherwise."""
-    # (Imported here: replay and attach check --refresh-hz with this module and must not load
-    # the injection machinery before their first frame.)
-    from tui_launch.core.run.inject import MAX_SECONDS
-
     low = ">= 0" if zero else "> 0"
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
         raise UsageError(f"{option} must be a finite number of seconds {low}, got {value:g}")
@@ -165,8 +166,11 @@ def validate_warm(args: argparse.Namespace, warm_start: bool) -> None:
         )
 
 
-def check_metrics_options(port: int | None, bind: str | None, textfile: str | None) -> str:
-    """Check ``--metrics-port/-bind/-textfile`` before anything starts; return the bind address.
+def check_metrics_options(
+    port: int | None, bind: str | None, textfile: str | None, *, default_bind: str
+) -> str:
+    """Check ``--metrics-port/-bind/-textfile`` before anything starts; return the bind address
+    (``default_bind``, the option's default, when ``--metrics-bind`` is not given).
 
     The port is tried for real (bound, then closed at once) so that one already in use is a
     usage error here, not a failure after workers started. The exporter binds it again later
@@ -174,7 +178,7 @@ def check_metrics_options(port: int | None, bind: str | None, textfile: str | No
     """
     if bind is not None and port is None:
         raise UsageError("--metrics-bind needs --metrics-port")
-    bind = bind or "127.0.0.1"
+    bind = bind or default_bind
     if port is not None:
         if not 1 <= port <= 65535:
             raise UsageError(f"--metrics-port must be 1-65535, got {port}")
@@ -275,31 +279,6 @@ def validate_dump_options(args: argparse.Namespace, via_faulthandler: bool) -> N
             f"{args.training_script} as a plain program (drop --dump-via-faulthandler: stacks "
             f"are then taken with py-spy, which needs ptrace)"
         )
-
-
-def validate_injections(args: argparse.Namespace, texts: tuple[str, ...]) -> None:
-    """Check every ``--inject`` before anything starts. Raises UsageError.
-
-    Ranks are checked against the world size here when it is already certain (a fixed
-    number of nodes and workers); otherwise the runner checks them once the rendezvous is done.
-    """
-    from tui_launch.core.run import inject
-
-    try:
-        specs = inject.parse_specs(texts)
-        if args.no_python:
-            for s in specs:
-                if s.kind in inject.SHIM_KINDS:
-                    raise inject.InjectError(
-                        f"--inject {s.text!r}: {s.kind} needs a Python worker, and --no-python "
-                        f"runs {args.training_script} as a plain program (use kill, hang, slow "
-                        f"or node)"
-                    )
-        lo, hi = min_max_nodes(args.nnodes)
-        if lo == hi and str(args.nproc_per_node).isdigit():
-            inject.check_world_size(specs, hi * int(args.nproc_per_node))
-    except inject.InjectError as e:
-        raise UsageError(str(e)) from None
 
 
 def max_nproc() -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-# tui_launch/examples/train_ddp.py (this file is tui_launch/core/run/demo.py)
+# tui_launch/examples/train_ddp.py (this file is tui_launch/core/launch/demo.py)
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO_SCRIPT = os.path.join(_PACKAGE, "examples", "train_ddp.py")
 
