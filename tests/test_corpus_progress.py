@@ -105,7 +105,15 @@ def test_corpus_program_shows_live_progress(name: str, tmp_path: Path, tuilaunch
         cwd=tmp_path,
         env=base_env(**case.env),
     )
-    assert launch.wait(timeout=280) == 0, launch.output[-4000:]
+    rc = launch.wait(timeout=280)
+    # torch's gloo sometimes aborts a rank in destroy_process_group after the last step
+    # ("terminate called without an active exception"): the program's work is done, and the
+    # progress below is still checked whole; the teardown crash itself is issue 34's.
+    teardown_abort = rc == 1 and re.search(
+        r"terminate called without an active exception[\s\S]*exited: SIGABRT \(-6\)",
+        launch.output,
+    )
+    assert rc == 0 or teardown_abort, launch.output[-4000:]
 
     records = [e for e in read_journal(journal_path(launch.output)) if e.get("kind") == "progress"]
     assert records, launch.output[-3000:]
@@ -136,6 +144,8 @@ def test_corpus_program_shows_live_progress(name: str, tmp_path: Path, tuilaunch
     else:
         assert "ETA ? no total" in header, header
         assert eta_cell == "? no total"
+    if teardown_abort:
+        pytest.xfail("the progress held; torch's gloo aborted a rank at teardown (issue 34)")
 
 
 def _snapshot_at(journal: Path, rank: dict[str, object]) -> Snapshot:

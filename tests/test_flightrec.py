@@ -363,8 +363,11 @@ def test_quiet_healthy_loop_gets_no_culprit_and_each_suspicion_clears(tuilaunch,
         if cv is None:
             continue  # before the first collective (torch still importing): stacks alone
         judged += 1
-        assert cv["odd_ranks"] == [] and cv["verdict_kind"] == "moving", cv
+        # No culprit: the ranks moved between two looks, or (a look that caught them both at
+        # one collective, the dump itself pausing them) every rank is at the same one.
+        assert cv["odd_ranks"] == [] and cv["verdict_kind"] in ("moving", "same"), cv
         assert dump["odd_ranks"] == [], dump["verdict"]
-        assert " move on (" in dump["verdict"], dump["verdict"]
+        if cv["verdict_kind"] == "moving":
+            assert " move on (" in dump["verdict"], dump["verdict"]
     assert judged, [events[i]["verdict"] for i in suspected]
     assert "hang suspicion cleared (attempt 0" in launch.stderr, launch.stderr[-3000:]

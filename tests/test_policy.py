@@ -310,5 +310,7 @@ def test_rank_exiting_in_two_attempts_then_finishing_finishes_like_torchrun(
         root = next(f for f in failed["failures"] if not f["collateral"])
         assert (root["global_rank"], root["exit_code"]) == (1, 1), root
     assert events[-1]["outcome"] == "succeeded"
-    theirs = torchrun(*args, TRAINER)
+    # torchrun with a fresh store per attempt, as tuilaunch runs it: torch's shared store makes
+    # some restarts of 2 workers hang (docs/differences.md), which is not what this compares.
+    theirs = torchrun(*args, TRAINER, env=base_env(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1"))
     assert theirs.wait(180) == 0, theirs.output[-4000:]
