@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import WORKERS, _launch, read_journal, tuilaunch_cmd, wait_for
+from conftest import WORKERS, _launch, base_env, read_journal, tuilaunch_cmd, wait_for
 
 WORKER = str(WORKERS / "policy_worker.py")
 MISSING = str(WORKERS / "missing_module.py")
