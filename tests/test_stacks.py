@@ -602,6 +602,17 @@ def test_confirm_compares_main_thread_stacks() -> None:
     assert not c.hung and c.unknown == (0, 1)
 
 
+def test_confirm_takes_a_rank_stopped_in_both_dumps_as_still() -> None:
+    # SIGSTOPped while its interpreter started: no Python frame to read in either dump, and
+    # it has not moved (before, it was never confirmed: a suspicion every few seconds, forever).
+    first = _dump(_rank(0, None, state="T"), wall=100.0)
+    c = confirm(first, _dump(_rank(0, None, state="T"), wall=104.0))
+    assert c.hung and c.still == (0,) and c.unknown == ()
+    # Continued between the dumps: nothing proves a hang.
+    c = confirm(first, _dump(_rank(0, None, state="S"), wall=104.0))
+    assert not c.hung and c.unknown == (0,)
+
+
 def test_confirm_counts_collectives_that_advanced_as_moving() -> None:
     # A loop caught at the same all-reduce line in both dumps still moves: its Flight
     # Recorder numbers advanced between them.

@@ -68,6 +68,9 @@ def confirm(first: StackDump, second: StackDump) -> Confirmation:
     be compared, it is not confirmed (nothing proves a hang).
     """
     before = {r.global_rank: main_signature(r) for r in first.ranks}
+    # A rank stopped by a signal in both dumps (SIGSTOP before its interpreter had a Python
+    # frame to read) has not moved, whatever could be read of it.
+    stopped_before = {r.global_rank for r in first.ranks if r.process.state in ("T", "t")}
     seq_before, seq_after = _sequence_numbers(first), _sequence_numbers(second)
     advanced = {
         g
@@ -86,6 +89,8 @@ def confirm(first: StackDump, second: StackDump) -> Confirmation:
         elif r.global_rank in advanced:
             moved.append(r.global_rank)
             by_records.append(r.global_rank)
+        elif r.global_rank in stopped_before and r.process.state in ("T", "t"):
+            still.append(r.global_rank)
         elif not a or not b:
             unknown.append(r.global_rank)
         else:
