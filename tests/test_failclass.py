@@ -273,7 +273,7 @@ def test_exit_code_table(outcome, cls, torchrun, ours):
 @pytest.mark.parametrize("cls", list(FailureClass))
 def test_every_failure_class_has_a_policy_rule_an_exit_code_and_words(cls):
     # A new class added to the enum fails here until policy, exitcodes and describe know it.
-    assert policy.RULES[cls] in ("startup", "same-failure", "teardown", "restart")
+    assert policy.RULES[cls] in ("startup", "same-failure", "teardown", "gpu-fault", "restart")
     assert exitcodes.CLASS_MEANINGS[cls] in ("program", "infrastructure")
     assert failclass.WORDS[cls] and failclass.describe(cls, "") == failclass.WORDS[cls]
     # What each table says is what the policy and the exit code do, for the member and for

@@ -66,5 +66,7 @@ def test_a_gpu_fault_exits_as_infrastructure_and_stops_when_it_repeats():
     assert policy.rule_of(failclass.GPU_FAULT) == "gpu-fault"
     # torchrun's policy restarts it until the budget is spent, as torchrun does.
     tr = policy.RestartPolicy(policy.PolicyConfig("torchrun"))
-    rec = policy.AttemptRecord(attempt=0, time=0.0, cls=failclass.GPU_FAULT, signature="", step=None)
+    rec = policy.AttemptRecord(
+        attempt=0, time=0.0, cls=failclass.GPU_FAULT, signature="", step=None
+    )
     assert tr.decide(rec, 3).action == tr.decide(rec, 2).action == "restart"

@@ -113,14 +113,25 @@ def drop_harmless(lines: tuple[str, ...] | list[str]) -> list[str]:
     return out
 
 
+# A frame of a native backtrace printed after a fatal signal, which says where the process
+# died (in libnccl, say): Open MPI's and glibc's "[ 4] /lib/libnccl.so.2(+0xbd72c)[0x...]",
+# UCX's " 1 0x00000000000bde56 pncclReduceScatter()  ???:0" and " 3  /lib/libnccl.so(+0x..)",
+# c10's "frame #3: ...".
+_NATIVE_FRAME = re.compile(
+    r"\[\s*\d+\]\s+/\S+\(|^\s*\d+\s+(?:0x[0-9a-fA-F]+\s+\S+\(|/\S+\()|^\s*frame #\d+:"
+)
+
+
 def evidence_tail(path: str | None, n: int = 30) -> tuple[str, ...]:
     """A failed rank's last stderr lines as evidence: known harmless warnings left out; with
-    no traceback, the lines up to its last error line (what follows it is not why it died)."""
+    no traceback, the lines up to its last error line, or to the end of the native backtrace
+    printed after it (what follows is not why it died)."""
     lines = drop_harmless(tail_lines(path, n + 20))
     if not any("Traceback (most recent call last)" in ln or _FRAME_LINE.match(ln) for ln in lines):
         last = next((i for i in range(len(lines) - 1, -1, -1) if is_error_line(lines[i])), None)
         if last is not None:
-            lines = lines[: last + 1]
+            frames = [i for i in range(last + 1, len(lines)) if _NATIVE_FRAME.search(lines[i])]
+            lines = lines[: (frames[-1] if frames else last) + 1]
     return tuple(lines[-n:])
 
 

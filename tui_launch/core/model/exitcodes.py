@@ -73,6 +73,8 @@ CLASS_MEANINGS: dict[FailureClass, str] = {
     FailureClass.HANG: "infrastructure",
     FailureClass.NODE_LOST: "infrastructure",
     FailureClass.OOM_OUTSIDE: "infrastructure",
+    # The GPU failed, not the program: the scheduler may run the job on a healthy node.
+    FailureClass.GPU_FAULT: "infrastructure",
 }
 
 

@@ -41,6 +41,9 @@ class FailureClass(Word):
     COLLATERAL = "collateral"  # a peer the agent terminated because another rank failed
     # An OOM kill the job's own cgroup did not count: the node ran out, not the job.
     OOM_OUTSIDE = "oom-outside"
+    # The GPU itself failed (an uncorrectable ECC or NVLink error, fallen off the bus): not the
+    # program, and not something a restart on the same GPU is sure to fix.
+    GPU_FAULT = "gpu-fault"
 
 
 # The module's names for the classes, as the rest of the launcher has always used them.
@@ -56,13 +59,14 @@ PREEMPTED = FailureClass.PREEMPTED
 TEARDOWN = FailureClass.TEARDOWN
 COLLATERAL = FailureClass.COLLATERAL
 OOM_OUTSIDE = FailureClass.OOM_OUTSIDE
+GPU_FAULT = FailureClass.GPU_FAULT
 
 # Every class's word, in the enum's order (the choices of an option that names a class).
 CLASSES: tuple[str, ...] = tuple(c.value for c in FailureClass)
 
 # What a retry cannot fix (the program's own failures) and what it may (the infrastructure's).
 PROGRAM = frozenset({STARTUP, EXCEPTION, CRASH})
-INFRASTRUCTURE = frozenset({SIGNAL, BACKEND, HANG, NODE_LOST})
+INFRASTRUCTURE = frozenset({SIGNAL, BACKEND, HANG, NODE_LOST, GPU_FAULT})
 
 _STARTUP_TYPES = re.compile(
     r"^(?:[\w.]*\.)?(ImportError|ModuleNotFoundError|SyntaxError|IndentationError|TabError"
@@ -80,6 +84,44 @@ _BACKEND = re.compile(
     r"|DistNetworkError|TCPStore|c10d",
     re.I,
 )
+# What the CUDA runtime, the driver and NCCL say when the GPU itself failed: an uncorrectable
+# ECC error (the kernel log's Xid 48, 94 or 95), an uncorrectable NVLink error (Xid 74), a GPU
+# fallen off the bus (Xid 79), and the kernel log's Xid line for those, where a job's output
+# carries it (Xid 13, 31 and 43 are the program's own faults, and are not here).
+_GPU_FAULT = re.compile(
+    r"uncorrectable ECC error|ECC_UNCORRECTABLE|cudaErrorECCUncorrectable"
+    r"|uncorrectable NVLink error|NVLINK_UNCORRECTABLE|cudaErrorNvlinkUncorrectable"
+    r"|fallen off the bus|GPU is lost"
+    r"|\bXid\b[^:\n]*:\s*(?:48|61|62|74|79|94|95|119|120)\b",
+    re.I,
+)
+# A DataLoader worker the kernel killed (its OOM killer's SIGKILL) or that ran out of shared
+# memory (a bus error in /dev/shm): the host's memory, raised in the rank as a RuntimeError.
+_WORKER_OOM = re.compile(
+    r"DataLoader worker \(pid[^)]*\) is killed by signal: Killed"
+    r"|out of shared memory|insufficient shared memory"
+)
+# A fault of the program's own GPU code, whoever reports it: the CUDA runtime in the program's
+# thread, or NCCL's watchdog, which only finds the broken CUDA context and aborts the process.
+_CUDA_FAULT = re.compile(
+    r"(?:CUDA error|Triton Error \[CUDA\]|cuda runtime error \(\d+\))\s*:\s*"
+    r"(?:an illegal memory access|device-side assert|unspecified launch failure"
+    r"|misaligned address|an illegal instruction)",
+    re.I,
+)
+# NCCL's own errors (its result codes, torch's "NCCL error in: ...", its WARN lines), named
+# anywhere in the rank's last words: the line that ends them is often NCCL's "Last error:".
+_NCCL_FAILURE = re.compile(
+    r"\bnccl(?:UnhandledCuda|System|Internal|Remote|InvalidArgument|InvalidUsage)Error\b"
+    r"|\bNCCL error\b|\bNCCL WARN\b",
+    re.I,
+)
+# torch's words for a collective that did not finish within the process group's timeout.
+_NCCL_TIMEOUT = re.compile(
+    r"Watchdog caught collective operation timeout|timed out in blocking wait", re.I
+)
+# A native backtrace through NCCL's library: a segfault or an abort inside NCCL.
+_NCCL_NATIVE = re.compile(r"libnccl\.so|\bpnccl\w*\(")
 _EXC_TYPE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Warning))\b")
 _OWN_SIGNALS = {
     signal.SIGSEGV,
@@ -154,6 +196,9 @@ def classify(
     text = "\n".join([message, traceback or "", *stderr_tail])
     etype = exception_type(last)
     sig = -exit_code if exit_code < 0 else None
+    gpu = _GPU_FAULT.search(text)
+    if gpu:
+        return Classified(GPU_FAULT, _line_of(text, gpu)[:200])
     if _CUDA_OOM.search(text):
         return Classified(OOM, "CUDA out of memory")
     if sig == signal.SIGKILL and oom_kill:
@@ -165,6 +210,9 @@ def classify(
         return Classified(OOM, "MemoryError (host memory)")
     if _CPU_OOM.search(last):
         return Classified(OOM, "torch's CPU allocator (host memory)")
+    worker = _WORKER_OOM.search(text)
+    if worker:
+        return Classified(OOM, f"a DataLoader worker (host memory): {_line_of(text, worker)[:160]}")
     if sig is not None and caused_by:
         # sig is set, so the exit code names a signal
         name = errors.signal_name(exit_code) or f"signal {sig}"
@@ -173,7 +221,30 @@ def classify(
         return Classified(SIGNAL, detail)
     if sig is not None and sig not in _OWN_SIGNALS:
         return Classified(SIGNAL, f"{errors.signal_name(exit_code)} from outside (sender unknown)")
-    if errors.peer_failure(message, traceback, *stderr_tail) or _BACKEND.search(last):
+    fault = _CUDA_FAULT.search(text)
+    if fault:
+        # Before the peer signs below: NCCL's watchdog reports the program's own CUDA fault
+        # as "Process group watchdog thread terminated with exception: CUDA error: ...".
+        what = _line_of(text, fault)[:200]
+        if sig is not None:
+            return Classified(CRASH, f"{errors.signal_name(exit_code)}: {what}")
+        return Classified(EXCEPTION, what)
+    # An exception of the program's own (not torch's backend errors) that ends the last words.
+    own_exception = bool(etype) and not _BACKEND.search(last) and not _NCCL_FAILURE.search(last)
+    nccl = _NCCL_FAILURE.search(text)
+    if (
+        errors.peer_failure(message, traceback, *stderr_tail)
+        or _BACKEND.search(last)
+        or (nccl and not own_exception)
+        or (sig is not None and sig in _OWN_SIGNALS and _NCCL_NATIVE.search(text))
+    ):
+        timeout = _NCCL_TIMEOUT.search(text)
+        if timeout:  # the line that says which collective, not the C++ frame below it
+            return Classified(BACKEND, _line_of(text, timeout)[:200])
+        if nccl and not _BACKEND.search(last):
+            return Classified(BACKEND, _line_of(text, nccl)[:200])
+        if sig is not None and not _BACKEND.search(last) and _NCCL_NATIVE.search(text):
+            return Classified(BACKEND, f"{errors.signal_name(exit_code)} in NCCL (libnccl)")
         return Classified(BACKEND, last[:200])
     if step is None and (_STARTUP_TYPES.match(last) or _NO_SCRIPT.search(text)):
         return Classified(STARTUP, last[:200])
@@ -183,6 +254,14 @@ def classify(
         return Classified(CRASH, errors.signal_name(exit_code) or "")
     where = f" at step {step}" if step is not None else ""
     return Classified(EXCEPTION, f"{etype or errors.describe_exit(exit_code)}{where}")
+
+
+def _line_of(text: str, match: re.Match[str]) -> str:
+    """The whole line of ``text`` that ``match`` is on, stripped (torch's rank prefix too)."""
+    start = text.rfind("\n", 0, match.start()) + 1
+    end = text.find("\n", match.end())
+    line = text[start : end if end >= 0 else len(text)]
+    return re.sub(r"^\[rank\d+\]:\s*", "", line.strip())
 
 
 # A frame line of a traceback, torch's "[rankN]: " prefix allowed: file, line, function.
@@ -246,6 +325,7 @@ WORDS: dict[FailureClass, str] = {
     CRASH: "native crash",
     OOM: "out of memory",
     OOM_OUTSIDE: "out of memory on the node (outside the job)",
+    GPU_FAULT: "GPU hardware fault",
     SIGNAL: "signal from outside",
     BACKEND: "backend error",
     HANG: "hang",

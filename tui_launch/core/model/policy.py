@@ -16,7 +16,12 @@ default) stops early where a restart cannot help, in this order:
    step, with no step gained between. Both attempts must have shown a step: "no step seen"
    is never "no progress". An exit code or a signal without a traceback, a backend or store
    error, a hang, an OOM is never "the same failure".
-5. ``storm`` (off unless ``--restart-storm N,MINUTES`` asks for it): N failures within MINUTES
+5. ``gpu-fault``: a GPU hardware fault (an uncorrectable ECC or NVLink error, a GPU fallen
+   off the bus) in this attempt and in the one before it: the GPU did not recover across a
+   restart, so the next attempt on this node fails the same way; the run ends with exit 75
+   (infrastructure), and the scheduler can run it on a healthy node. One GPU fault is
+   restarted: an ECC error the driver contained (Xid 94) needs only a new process.
+6. ``storm`` (off unless ``--restart-storm N,MINUTES`` asks for it): N failures within MINUTES
    minutes with no step gained over them (every one of those attempts printed steps, and none
    got further than the first). It stops on a pattern, not on proof, so only on request.
 
@@ -58,6 +63,7 @@ RULES: dict[FailureClass, str] = {
     FailureClass.CRASH: "restart",
     FailureClass.OOM: "restart",
     FailureClass.OOM_OUTSIDE: "restart",
+    FailureClass.GPU_FAULT: "gpu-fault",
     FailureClass.SIGNAL: "restart",
     FailureClass.BACKEND: "restart",
     FailureClass.HANG: "restart",
@@ -153,6 +159,13 @@ class RestartPolicy:
             return Decision("stop", "budget", "--max-restarts spent")
         if rec.deliberate:
             return Decision("restart", "deliberate", "tuilaunch caused this failure itself")
+        if rule == "gpu-fault" and prev is not None and prev.cls == rec.cls:
+            return Decision(
+                "stop",
+                "gpu-fault",
+                f"a GPU hardware fault again, as in attempt {prev.attempt}: the GPU did not "
+                "recover across a restart (exit 75: run the job on another node)",
+            )
         if prev is not None and _proven_same(prev, rec):
             return Decision(
                 "stop",
