@@ -14,11 +14,13 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from gpu_failures.corpus import Excerpt, excerpts, replay
+from conftest import WORKERS, read_journal
+from gpu_failures.corpus import HERE, Excerpt, excerpts, replay
 
 from tui_launch.core.model import exitcodes, failclass, policy
 
 EXCERPTS = excerpts()
+WORKER = WORKERS / "gpu_excerpt.py"
 
 
 def test_the_corpus_covers_the_gpu_failure_kinds():
@@ -70,3 +72,54 @@ def test_a_gpu_fault_exits_as_infrastructure_and_stops_when_it_repeats():
         attempt=0, time=0.0, cls=failclass.GPU_FAULT, signature="", step=None
     )
     assert tr.decide(rec, 3).action == tr.decide(rec, 2).action == "restart"
+
+
+def _kind(events: list[dict], kind: str) -> list[dict]:
+    return [e for e in events if e["kind"] == kind]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "cls", "code", "decisions"),
+    [
+        # A GPU that faults again after a restart: stopped after the second attempt, exit 75.
+        ("ecc-jade-hpc-194", "gpu-fault", 75, [("restart", "restart"), ("stop", "gpu-fault")]),
+        # A segfault in libnccl (SIGSEGV): NCCL's, restarted until the budget is spent.
+        (
+            "nccl-segfault-nccl-1050",
+            "backend",
+            75,
+            [("restart", "restart"), ("restart", "restart"), ("stop", "budget")],
+        ),
+    ],
+)
+def test_a_real_launch_classifies_a_posted_excerpt_as_the_corpus_does(
+    tuilaunch, tmp_path, name, cls, code, decisions
+):
+    journal = tmp_path / "j.jsonl"
+    ex = HERE / f"{name}.txt"
+    args = ["--standalone", "--nproc-per-node", "2", "--max-restarts", "2"]
+    launch = tuilaunch(*args, "--journal", str(journal), str(WORKER), str(ex))
+    assert launch.wait(120) == code, launch.output[-4000:]
+    events = read_journal(journal)
+    assert [(d["action"], d["rule"]) for d in _kind(events, "policy_decision")] == decisions
+    fin = events[-1]
+    assert fin["kind"] == "run_finished" and fin["failure_class"] == cls
+    assert fin["meaning"] == "infrastructure"
+
+
+@pytest.mark.slow
+def test_a_gpu_fault_under_torchruns_policy_and_exit_codes_spends_the_budget_and_exits_1(
+    tuilaunch, tmp_path
+):
+    journal = tmp_path / "j.jsonl"
+    ex = HERE / "ecc-jade-hpc-194.txt"
+    launch = tuilaunch(
+        *["--standalone", "--nproc-per-node", "2", "--max-restarts", "1"],
+        *["--restart-policy", "torchrun", "--exit-codes", "torchrun"],
+        *["--journal", str(journal), str(WORKER), str(ex)],
+    )
+    assert launch.wait(120) == 1, launch.output[-4000:]
+    events = read_journal(journal)
+    assert [d["rule"] for d in _kind(events, "policy_decision")] == ["torchrun", "budget"]
+    assert events[-1]["failure_class"] == "gpu-fault"
