@@ -58,6 +58,76 @@ def test_classify(kw, cls):
     assert classify(**kw).cls == cls
 
 
+# What the GPU rules must not take (tests/gpu_failures/ has the posted text they must take).
+NCCL_INFO = "host:1:2 [0] NCCL WARN NET/Plugin: could not find libnccl-net.so, using internal"
+
+
+@pytest.mark.parametrize(
+    ("kw", "cls"),
+    [
+        # The program's own exception after a harmless NCCL WARN at init stays the program's.
+        ({"stderr_tail": (NCCL_INFO, *TB.splitlines(), "ValueError: bad batch")}, "exception"),
+        # Xid 13 and 43 are the program's faults in the kernel log; 48 (ECC) is the GPU's.
+        (
+            {"stderr_tail": ("NVRM: Xid (PCI:0000:01:00): 13, pid=7, Graphics Exception",)},
+            "exception",
+        ),
+        (
+            {
+                "stderr_tail": (
+                    "NVRM: Xid (PCI:0000:3b:00): 48, pid=9, name=python, "
+                    "An uncorrectable double bit error",
+                )
+            },
+            "gpu-fault",
+        ),
+        # A segfault whose backtrace is not in NCCL is the program's crash.
+        ({"exit_code": -11, "stderr_tail": ("[ 1] /x/myext.so(+0x12)[0x7f]",)}, "crash"),
+        # A worker that segfaulted is not out of memory.
+        (
+            {
+                "stderr_tail": (
+                    "RuntimeError: DataLoader worker (pid 7) is killed by signal: "
+                    "Segmentation fault.",
+                )
+            },
+            "exception",
+        ),
+        # The watchdog's timeout alone is NCCL's; with the program's CUDA fault, the program's.
+        (
+            {
+                "exit_code": -6,
+                "stderr_tail": (
+                    "[E ProcessGroupNCCL.cpp:1] [Rank 0] NCCL "
+                    "watchdog thread terminated with exception: CUDA "
+                    "error: an illegal memory access was encountered",
+                ),
+            },
+            "crash",
+        ),
+    ],
+)
+def test_gpu_rules_take_only_their_own(kw, cls):
+    assert classify(**kw).cls == cls
+
+
+def test_gpu_fault_stops_only_when_the_next_attempt_faults_again():
+    def rec(attempt, cls, deliberate=False):
+        return AttemptRecord(attempt, float(attempt), cls, "", 5, deliberate=deliberate)
+
+    p = RestartPolicy()
+    assert p.decide(rec(0, "gpu-fault"), 3).action == "restart"
+    assert p.decide(rec(1, "backend"), 2).action == "restart"  # not the GPU this time
+    assert p.decide(rec(2, "gpu-fault"), 1).action == "restart"
+    d = p.decide(rec(3, "gpu-fault"), 1)
+    assert (d.action, d.rule) == ("stop", "gpu-fault") and "attempt 2" in d.reason
+    # An injected failure between two faults does not count, as for every rule.
+    p = RestartPolicy()
+    p.decide(rec(0, "gpu-fault"), 3)
+    assert p.decide(rec(1, "signal", deliberate=True), 2).action == "restart"
+    assert p.decide(rec(2, "gpu-fault"), 2).rule == "gpu-fault"
+
+
 def test_exception_detail_names_type_and_step():
     c = classify(traceback=TB + "ValueError: bad batch", step=7)
     assert c.detail == "ValueError at step 7"

@@ -92,7 +92,7 @@ _GPU_FAULT = re.compile(
     r"uncorrectable ECC error|ECC_UNCORRECTABLE|cudaErrorECCUncorrectable"
     r"|uncorrectable NVLink error|NVLINK_UNCORRECTABLE|cudaErrorNvlinkUncorrectable"
     r"|fallen off the bus|GPU is lost"
-    r"|\bXid\b[^:\n]*:\s*(?:48|61|62|74|79|94|95|119|120)\b",
+    r"|\bXid\b(?:\s*\([^)]*\))?:?\s*(?:48|61|62|74|79|94|95|119|120)\b",
     re.I,
 )
 # A DataLoader worker the kernel killed (its OOM killer's SIGKILL) or that ran out of shared
