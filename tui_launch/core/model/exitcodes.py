@@ -13,7 +13,8 @@ code   meaning          when
 2      usage            bad input to tuilaunch (nothing started)
 75     infrastructure   a failure a retry may fix: a node lost, a backend error (NCCL,
                         gloo, the store), a hang, a signal or an OOM kill from outside
-                        the job, a rendezvous that never completed (``EX_TEMPFAIL``)
+                        the job, a GPU hardware fault (on another node), a rendezvous
+                        that never completed (``EX_TEMPFAIL``)
 143    preempted        the launcher got SIGTERM or the scheduler's warning signal
                         (``--preempt-signals``); the workers were told and given
                         ``--shutdown-timeout`` to save
