@@ -81,6 +81,8 @@ NCCL_INFO = "host:1:2 [0] NCCL WARN NET/Plugin: could not find libnccl-net.so, u
             },
             "gpu-fault",
         ),
+        # A program that logs the GPU's ECC counters has not had a GPU fault.
+        ({"stderr_tail": ("gpu0 uncorrectable ECC errors: 0", "ValueError: x")}, "exception"),
         # A segfault whose backtrace is not in NCCL is the program's crash.
         ({"exit_code": -11, "stderr_tail": ("[ 1] /x/myext.so(+0x12)[0x7f]",)}, "crash"),
         # A worker that segfaulted is not out of memory.

@@ -84,13 +84,14 @@ _BACKEND = re.compile(
     r"|DistNetworkError|TCPStore|c10d",
     re.I,
 )
-# What the CUDA runtime, the driver and NCCL say when the GPU itself failed: an uncorrectable
+# What the CUDA runtime, the driver and NCCL say when the GPU itself failed (CUDA's own words,
+# so that a program logging its "uncorrectable ECC errors: 0" is not one): an uncorrectable
 # ECC error (the kernel log's Xid 48, 94 or 95), an uncorrectable NVLink error (Xid 74), a GPU
 # fallen off the bus (Xid 79), and the kernel log's Xid line for those, where a job's output
 # carries it (Xid 13, 31 and 43 are the program's own faults, and are not here).
 _GPU_FAULT = re.compile(
-    r"uncorrectable ECC error|ECC_UNCORRECTABLE|cudaErrorECCUncorrectable"
-    r"|uncorrectable NVLink error|NVLINK_UNCORRECTABLE|cudaErrorNvlinkUncorrectable"
+    r"uncorrectable ECC error encountered|ECC_UNCORRECTABLE|cudaErrorECCUncorrectable"
+    r"|uncorrectable NVLink error detected|NVLINK_UNCORRECTABLE|cudaErrorNvlinkUncorrectable"
     r"|fallen off the bus|GPU is lost"
     r"|\bXid\b(?:\s*\([^)]*\))?:?\s*(?:48|61|62|74|79|94|95|119|120)\b",
     re.I,
