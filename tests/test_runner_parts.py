@@ -357,7 +357,6 @@ def _run_attempts(injector: Injector, rec: Recorder, per_attempt: list[int]) -> 
     waits for the firings it expects; then a sentinel firing (added last, due at once) shows
     that nothing else was due at the attempt's start before the attempt is ended.
     """
-    injector.bind(rec)
     for attempt, n in enumerate(per_attempt):
         before = len(rec.fired)
         injector.attempt_started(attempt, {g: g for g in range(8)}, 8)
@@ -376,7 +375,7 @@ def test_injector_same_seed_same_ranks():
     runs = []
     for _ in range(2):
         rec = Recorder()
-        got = _run_attempts(Injector(specs, seed=1234), rec, [2, 2, 2])
+        got = _run_attempts(Injector(specs, seed=1234, target=rec), rec, [2, 2, 2])
         runs.append(sorted((f.attempt, f.spec.kind, f.global_rank) for f in got))
     assert runs[0] == runs[1]
     assert all(0 <= g < 8 for _, _, g in runs[0])
@@ -386,7 +385,7 @@ def test_injector_same_seed_same_ranks():
 def test_injector_attempt_and_times():
     rec = Recorder()
     specs = [parse_spec("kill:rank=2,attempt=1"), parse_spec("exit:rank=3,times=2")]
-    got = _run_attempts(Injector(specs, seed=0), rec, [1, 2, 0, 0])
+    got = _run_attempts(Injector(specs, seed=0, target=rec), rec, [1, 2, 0, 0])
     assert sorted((f.attempt, f.spec.kind, f.global_rank, f.count) for f in got) == [
         (0, "exit", 3, 1),
         (1, "exit", 3, 2),  # times=2: once per attempt, then never again
