@@ -15,7 +15,9 @@ attempt; default any), ``times`` (how many times in all, at most once per attemp
 
 :func:`parse_spec` checks a spec completely before anything starts (one :class:`InjectError`
 naming the bad field); :class:`Injector` schedules the specs against each attempt and fires them
-through the runner's control API, so every injection is an event in the store and the journal.
+through its target, the run's fault executor (:mod:`.faults`, built before it, acting through
+the control API's actions), so every injection is an event in the store and the journal;
+:meth:`Injector.schedule` adds a spec given while the run goes on (the ``Inject`` command).
 ``exit`` and ``exception`` need the worker's cooperation, which :mod:`tui_launch.core.workers.shim`
 provides without any change to the user's program (see there).
 """
