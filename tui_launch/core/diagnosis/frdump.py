@@ -145,11 +145,13 @@ class Entry:
 
 @dataclass(frozen=True, slots=True)
 class GroupInfo:
-    """A process group as a dump's ``pg_config`` says it."""
+    """A process group as a dump's ``pg_config`` says it (``members``: its ranks as a set,
+    shared by every dump that lists the same ranks)."""
 
     name: str
     desc: str
     ranks: tuple[int, ...]
+    members: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,9 +186,12 @@ class DumpSet:
     def world(self) -> tuple[int, ...]:
         """Every global rank a dump's groups name (so a rank with no dump is seen too)."""
         ranks: set[int] = set(self.dumps) | set(self.unreadable)
+        seen: set[int] = set()
         for d in self.dumps.values():
             for g in d.groups.values():
-                ranks.update(g.ranks)
+                if id(g.ranks) not in seen:  # one shared list per group, read once
+                    seen.add(id(g.ranks))
+                    ranks.update(g.ranks)
         return tuple(sorted(ranks))
 
 
@@ -225,12 +230,26 @@ def _frame(frames: Any) -> str:
     return ""
 
 
-def _ranks(value: Any) -> tuple[int, ...]:
+# Every member of a job's big groups lists the same ranks (the default group's 4,096 ranks, in
+# every one of 4,096 dumps): parsed once, one tuple and one frozenset shared by all.
+_RANKS_SEEN: dict[str, tuple[tuple[int, ...], frozenset[int]]] = {}
+
+
+def _ranks(value: Any) -> tuple[tuple[int, ...], frozenset[int]]:
+    key = value if isinstance(value, str) else repr(value)
+    hit = _RANKS_SEEN.get(key)
+    if hit is not None:
+        return hit
     if isinstance(value, str):
-        return tuple(int(n) for n in re.findall(r"-?\d+", value))
-    if isinstance(value, list | tuple):
-        return tuple(_int(n) for n in value)
-    return ()
+        ranks = tuple(int(n) for n in re.findall(r"-?\d+", value))
+    elif isinstance(value, list | tuple):
+        ranks = tuple(_int(n) for n in value)
+    else:
+        ranks = ()
+    if len(_RANKS_SEEN) > 100_000:
+        _RANKS_SEEN.clear()
+    hit = _RANKS_SEEN[key] = (ranks, frozenset(ranks))
+    return hit
 
 
 def entry_from_dict(e: dict[str, Any]) -> Entry:
@@ -310,9 +329,8 @@ def dump_from_dict(rank: int, path: str, obj: dict[str, Any]) -> RankDump:
         for key, g in config.items():
             if isinstance(g, dict):
                 name = str(g.get("name", key))
-                groups[name] = GroupInfo(
-                    name, str(g.get("desc", "undefined")), _ranks(g.get("ranks"))
-                )
+                ranks, members = _ranks(g.get("ranks"))
+                groups[name] = GroupInfo(name, str(g.get("desc", "undefined")), ranks, members)
     raw_entries = obj.get("entries") or []
     entries = [entry_from_dict(e) for e in raw_entries if isinstance(e, dict)]
     status = _status_by_name(obj.get("pg_status") or {}, groups, entries)

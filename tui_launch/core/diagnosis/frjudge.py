@@ -44,6 +44,10 @@ __all__ = [
 ]
 
 SCHEMA = 1
+# The blockers kept per waiter and group (the most behind first).
+_BLOCKERS = 64
+# A list of ranks longer than this many runs is said by its count, its ends and an ellipsis.
+_LIST_RUNS = 8
 
 
 class MatchClass(str, Enum):
@@ -142,6 +146,7 @@ class Mismatch:
     reference: int
     reference_op: str
     record_id: int
+    ambiguous: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """For ``--json``."""
@@ -153,6 +158,7 @@ class Mismatch:
             "reference_rank": self.reference,
             "reference_op": self.reference_op,
             "record_id": self.record_id,
+            "ambiguous": self.ambiguous,
         }
 
 
@@ -290,8 +296,16 @@ def _name_key(name: str) -> tuple[int, str]:
 
 
 def _ranks(ranks: Iterable[int]) -> str:
+    """``rank 3``, ``ranks 0-2, 7``; a long scattered list as ``64 ranks (8, 16, ..., 512)``
+    (the JSON keeps every rank)."""
     nums = sorted(set(ranks))
-    return f"rank {nums[0]}" if len(nums) == 1 else f"ranks {rank_list(nums)}"
+    if len(nums) == 1:
+        return f"rank {nums[0]}"
+    text = rank_list(nums)
+    runs = text.split(", ")
+    if len(runs) > _LIST_RUNS:
+        return f"{len(nums)} ranks ({', '.join(runs[:3])}, ..., {runs[-1]})"
+    return f"ranks {text}"
 
 
 @dataclass
@@ -374,18 +388,21 @@ def _groups(dumps: DumpSet) -> list[_Group]:
             if e.p2p:
                 p2p_names.add(e.group)
         by_rank_entries[r] = per
-    groups: dict[tuple[str, tuple[int, ...]], _Group] = {}
+    # Keyed by the ranks tuple's identity: dumps that list the same ranks share one tuple
+    # (frdump parses each list once), and hashing a 4,096-rank tuple per dump would cost more
+    # than the rest of the verdict.
+    groups: dict[tuple[str, int], _Group] = {}
     for r, d in sorted(dumps.dumps.items()):
         per = by_rank_entries[r]
         infos = dict(d.groups)
         for name in per:
             if name not in infos:  # an entry whose group the config does not list
-                infos[name] = GroupInfo(name, per[name][0].desc, (r,))
+                infos[name] = GroupInfo(name, per[name][0].desc, (r,), frozenset((r,)))
         for name, info in infos.items():
             ranks = info.ranks or (r,)
-            if r not in ranks:
+            if r not in (info.members or ranks):
                 continue
-            key = (name, ranks)
+            key = (name, id(ranks))
             g = groups.get(key)
             if g is None:
                 desc = info.desc
@@ -393,7 +410,12 @@ def _groups(dumps: DumpSet) -> list[_Group]:
                     desc = per[name][0].desc
                 g = groups[key] = _Group(name, desc, ranks, p2p=name in p2p_names)
             g.members[r] = _member(d, name, per.get(name, []), g.p2p)
-    return sorted(groups.values(), key=lambda g: (_name_key(g.name), g.ranks))
+    merged: dict[tuple[str, tuple[int, ...]], _Group] = {}
+    for g in groups.values():  # equal lists that are not one tuple (a dump's own list)
+        same = merged.setdefault((g.name, g.ranks), g)
+        if same is not g:
+            same.members.update(g.members)
+    return sorted(merged.values(), key=lambda g: (_name_key(g.name), g.ranks))
 
 
 def _op_at(g: _Group, seq: int, ranks: Iterable[int]) -> tuple[str, int]:
@@ -409,47 +431,53 @@ def _op_at(g: _Group, seq: int, ranks: Iterable[int]) -> tuple[str, int]:
     return (ops.most_common(1)[0][0] if ops else "collective"), created
 
 
+def _signature(entries: list[Entry]) -> tuple[Any, ...]:
+    return tuple(
+        (e.op, e.input_sizes, e.output_sizes, str(e.input_dtypes), str(e.output_dtypes))
+        for e in entries
+    )
+
+
 def _mismatches(g: _Group) -> list[Mismatch]:
     """Members that disagree with the majority at a sequence number both recorded (entries
-    of one coalesced call share it: compared position by position)."""
-    seqs: set[int] = set()
-    for m in g.members.values():
-        seqs.update(m.colls)
+    of one coalesced call share it: compared position by position). ``ambiguous`` when no
+    majority says which side is odd (two members, or a tie)."""
+    by_seq: dict[int, dict[int, list[Entry]]] = {}
+    for r, m in g.members.items():
+        for seq, es in m.colls.items():
+            by_seq.setdefault(seq, {})[r] = es
     out: list[Mismatch] = []
     size = len(g.ranks)
-    for seq in sorted(seqs):
-        have = {r: m.colls[seq] for r, m in g.members.items() if seq in m.colls}
+    for seq in sorted(by_seq):
+        have = by_seq[seq]
         if len(have) < 2:
             continue
-        sig = Counter(
-            tuple(
-                (e.op, e.input_sizes, e.output_sizes, str(e.input_dtypes), str(e.output_dtypes))
-                for e in es
-            )
-            for es in have.values()
-        )
-        common = sig.most_common(1)[0][1]
-        ref_rank = min(
-            r
-            for r, es in have.items()
-            if sig[
-                tuple(
-                    (e.op, e.input_sizes, e.output_sizes, str(e.input_dtypes), str(e.output_dtypes))
-                    for e in es
-                )
-            ]
-            == common
-        )
+        sigs = {r: _signature(es) for r, es in have.items()}
+        counts = Counter(sigs.values())
+        if len(counts) == 1:
+            continue  # every member recorded the same call (the usual case)
+        (common, n), *rest = counts.most_common()
+        ambiguous = bool(rest) and rest[0][1] == n
+        ref_rank = min(r for r, sg in sigs.items() if sg == common)
         ref = have[ref_rank]
         for r, es in sorted(have.items()):
-            if r == ref_rank:
+            if sigs[r] == common:
                 continue
             for a, b in zip(ref, es, strict=False):
                 cls = match(a, b, size)
                 if cls in _DISAGREE:
-                    out.append(Mismatch(r, seq, cls, b.op, ref_rank, a.op, b.record_id))
+                    out.append(
+                        Mismatch(r, seq, cls, _call(b), ref_rank, _call(a), b.record_id, ambiguous)
+                    )
                     break
     return out
+
+
+def _call(e: Entry) -> str:
+    """``all_reduce of [[1024]] BFloat16``: what a rank called, for a mismatch's line."""
+    sizes = ",".join("x".join(str(d) for d in s) for s in e.input_sizes) or "-"
+    dtypes = e.input_dtypes if isinstance(e.input_dtypes, str) else ",".join(e.input_dtypes)
+    return f"{e.op} of [{sizes}] {dtypes}".rstrip()
 
 
 @dataclass
@@ -497,11 +525,17 @@ def _judge_group(g: _Group, absent: dict[int, str], edges: dict[int, list[_Edge]
         if waiting:
             culprits = sorted(r for r, i in known.items() if i == lag)
             op, created = _op_at(g, seq, waiting)
+    # Each waiter waits on the members that never issued the collective it waits in: the
+    # most-behind ones first, at most _BLOCKERS of them (a 4,096-rank group where half are
+    # behind must not make 4 million edges).
+    behind_first = sorted(known.items(), key=lambda kv: kv[1])
     for w, s in waiting_at.items():
-        for r, i in known.items():
-            if r != w and i < s:
+        for r, i in behind_first[:_BLOCKERS]:
+            if i >= s:
+                break
+            if r != w:
                 edges.setdefault(w, []).append(_Edge(r, g.name, "never_issued"))
-        for r in missing:
+        for r in missing[:_BLOCKERS]:
             edges.setdefault(w, []).append(_Edge(r, g.name, "no_dump"))
     # Point to point: a send or recv whose peer has posted nothing toward it.
     p2p_blockers: dict[int, set[int]] = {}
@@ -628,7 +662,15 @@ def judge(dumps: DumpSet) -> FrVerdict:
     edges: dict[int, list[_Edge]] = {}
     verdicts = [_judge_group(g, absent_reason, edges) for g in groups]
     stalled = {r for v in verdicts for r in v.stalled}
-    mismatched = {m.rank for v in verdicts for m in v.mismatches if m.cls in _DISAGREE}
+    odd = [m for v in verdicts for m in v.mismatches if m.cls in _DISAGREE]
+    # A majority names the odd rank; where none does (two members), the rank a majority
+    # elsewhere named is the odd one, else the one compared with the lower rank.
+    mismatched = {m.rank for m in odd if not m.ambiguous}
+    mismatched |= {
+        m.reference if m.reference in mismatched else m.rank
+        for m in odd
+        if m.ambiguous and m.rank not in mismatched
+    }
     blockers = {e.blocker for es in edges.values() for e in es}
     absent = set(absent_reason)
     suspects = blockers | stalled
@@ -722,11 +764,11 @@ def judge(dumps: DumpSet) -> FrVerdict:
         parts.append(culprits[-1].text)
     kind = "culprit" if culprits else "same"
     if not culprits:
-        disagree = [v for v in verdicts if v.kind == "mismatch"]
-        if disagree:
+        if odd:
             kind = "mismatch"
-            v = disagree[0]
-            m = next(m for m in v.mismatches if m.cls in _DISAGREE)
+            first = sorted(odd, key=lambda m: (m.ambiguous, m.seq))[0]
+            v = next(v for v in verdicts if first in v.mismatches)
+            m = first
             parts.append(
                 f"ranks disagree in {v.label} at #{m.seq}: rank {m.rank} called {m.op}, "
                 f"rank {m.reference} {m.reference_op} ({m.cls.value})"
