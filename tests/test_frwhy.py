@@ -93,9 +93,13 @@ def test_gpu_error_first_set_one_culprit_per_cause():
     assert len(by_rank[12].groups) == 5
     assert by_rank[14].why == ("stalled",)
     assert "rank 14's work stopped completing while it kept issuing" in v.text
-    assert "21 outstanding, peers 8" in v.text
+    assert (
+        "rank 14's work stopped completing while it kept issuing: _all_gather_base #42806 of "
+        "TENSOR_MODEL_PARALLEL_GROUP pg 42 is outstanding on it and rank 15 completed it "
+        "(21 outstanding on it, 8 on its peers): a GPU or stream fault, not a program path"
+    ) in v.text
     # The twelve ranks of the other pipeline stages wait behind them: symptoms, not culprits.
-    assert v.text.endswith("ranks 0-11, 13, 15 wait behind them"), v.text
+    assert v.text.endswith("; ranks 0-11 wait behind them"), v.text
     pg42 = next(g for g in v.groups if g.name == "42")
     assert pg42.kind == "stalled" and pg42.stalled == (14,)
 
@@ -234,6 +238,13 @@ def test_why_json_for_scripts():
     assert g74["kind"] == "never_issued" and g74["culprits"] == [12]
     assert g74["waiting"] == [13, 14, 15] and g74["seq"] == 20537 and g74["op"] == "all_to_all"
     assert g74["stalled"] == [12, 14]
+    assert g74["stall"]["14"] == {
+        "seq": 20530,
+        "op": "all_to_all",
+        "completed_by": [13, 15],
+        "outstanding": 9,
+        "peers_outstanding": 2,
+    }
 
 
 def test_why_reads_one_dump_file():

@@ -62,6 +62,8 @@ __all__ = [
 MAX_BYTES = 256 << 20
 # A rank is the number a file's name ends with (``nccl_trace_rank_12``, ``_dump_12``,
 # ``rank12.json``), before an optional extension.
+# The newest stack dumps of a run looked at for records.
+RUN_DUMPS = 20
 # No job has this many ranks: a longer number ending a file's name is a timestamp or an id.
 MAX_RANK = 1 << 22
 # Files that end in a number and are never dumps (logs, sockets beside the dumps).
@@ -333,6 +335,14 @@ def dump_from_dict(rank: int, path: str, obj: dict[str, Any]) -> RankDump:
                 groups[name] = GroupInfo(name, str(g.get("desc", "undefined")), ranks, members)
     raw_entries = obj.get("entries") or []
     entries = [entry_from_dict(e) for e in raw_entries if isinstance(e, dict)]
+    # torch's generic recorder (gloo, 2.13) writes its one group's config with an empty name
+    # while its entries say ("0", "default_pg"): one nameless group and one unnamed in the
+    # config are the same group.
+    unnamed = [n for n in dict.fromkeys(e.group for e in entries) if n not in groups]
+    if len(unnamed) == 1 and "" in groups and len(groups) == 1:
+        blank = groups.pop("")
+        desc = next(e.desc for e in entries if e.group == unnamed[0])
+        groups[unnamed[0]] = GroupInfo(unnamed[0], desc, blank.ranks, blank.members)
     status = _status_by_name(obj.get("pg_status") or {}, groups, entries)
     return RankDump(rank, path, str(obj.get("version", "")), groups, status, entries)
 
@@ -427,20 +437,23 @@ def is_run_dir(path: str) -> bool:
 
 def load_run(run_dir: str) -> DumpSet:
     """A run's dumps: NCCL's own in ``<run dir>/flightrec/`` when there are any, else the
-    newest stack dump's records (``stacks/<dump>/flightrec/``, the responders' answers)."""
+    records of the stack dump (``stacks/<dump>/flightrec/``, the responders' answers) that
+    has the most ranks, the newest of those: a rank that did not answer the last dump before
+    the teardown is no suspect when an earlier dump of the hang has its answer."""
     layout = RunDirLayout(run_dir)
     if os.path.isdir(layout.flightrec_dir):
         found = load_dir(layout.flightrec_dir)
         if found.dumps or found.unreadable:
             return found
     try:
-        names = sorted(os.listdir(layout.stacks_dir), reverse=True)
+        names = sorted(os.listdir(layout.stacks_dir), reverse=True)[:RUN_DUMPS]
     except OSError:
         names = []
+    best = DumpSet(layout.flightrec_dir)
     for name in names:
         records = dump_records_dir(layout.dump_dir(name))
         if os.path.isdir(records):
             found = load_dir(records)
-            if found.dumps or found.unreadable:
-                return found
-    return DumpSet(layout.flightrec_dir)
+            if len(found.dumps) > len(best.dumps):
+                best = found
+    return best

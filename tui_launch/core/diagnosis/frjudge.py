@@ -162,6 +162,27 @@ class Mismatch:
         }
 
 
+@dataclass(frozen=True)
+class Stall:
+    """Why a rank's work stopped completing in one group."""
+
+    seq: int
+    op: str
+    completed_by: tuple[int, ...]
+    outstanding: int
+    peers: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """For ``--json``."""
+        return {
+            "seq": self.seq,
+            "op": self.op,
+            "completed_by": list(self.completed_by),
+            "outstanding": self.outstanding,
+            "peers_outstanding": self.peers,
+        }
+
+
 @dataclass
 class GroupVerdict:
     """One process group's verdict. ``kind``: ``never_issued``, ``stalled``, ``mismatch``,
@@ -178,6 +199,9 @@ class GroupVerdict:
     seq: int = -1
     op: str = ""
     stalled: tuple[int, ...] = ()
+    # A stalled rank's evidence: the collective outstanding on it, the peers that completed
+    # it, its outstanding count and its peers' (median).
+    stall: dict[int, Stall] = field(default_factory=dict)
     missing: tuple[int, ...] = ()
     mismatches: tuple[Mismatch, ...] = ()
     created_ns: int = 0
@@ -200,6 +224,7 @@ class GroupVerdict:
             "seq": self.seq,
             "op": self.op,
             "stalled": list(self.stalled),
+            "stall": {str(r): st.to_dict() for r, st in sorted(self.stall.items())},
             "missing": list(self.missing),
             "mismatches": [m.to_dict() for m in self.mismatches],
         }
@@ -588,6 +613,7 @@ def _judge_group(g: _Group, absent: dict[int, str], edges: dict[int, list[_Edge]
             peers = [members[p].outstanding() for p in members if p != r]
             typical = sorted(peers)[len(peers) // 2] if peers else 0
             sop, _ = _op_at(g, s, [r])
+            verdict.stall[r] = Stall(s, sop, tuple(done), m.outstanding(), typical)
             parts.append(
                 f"rank {r}'s work stopped completing: {sop} #{s} is outstanding on it, "
                 f"{_ranks(done)} completed it ({m.outstanding()} outstanding, peers {typical})"
@@ -678,6 +704,7 @@ def judge(dumps: DumpSet) -> FrVerdict:
     roots = _roots(suspects, stalled, absent, edges)
     culprits: list[Culprit] = []
     covered: set[int] = set()
+    said: set[int] = set()  # waiting ranks a culprit's line already names
     parts: list[str] = []
     by_rank_groups: dict[int, list[GroupVerdict]] = {}
     for v in verdicts:
@@ -702,6 +729,7 @@ def judge(dumps: DumpSet) -> FrVerdict:
         )
         named = sorted(set(best.culprits) & set(left))
         covered.update(named)
+        said.update(best.waiting)
         verb = "wait" if len(best.waiting) > 1 else "waits"
         line = (
             f"{_ranks(named)} never issued {best.op} #{best.seq} of {best.label}; "
@@ -730,17 +758,15 @@ def judge(dumps: DumpSet) -> FrVerdict:
         if r in covered:
             continue
         if r in stalled:
-            gs = [v for v in by_rank_groups.get(r, ()) if r in v.stalled]
-            worst = gs[0] if gs else None
-            where = f" in {worst.label}" if worst else ""
-            detail = ""
-            if worst is not None:
-                bit = next((p for p in worst.text.split("; ") if p.startswith(f"rank {r}'s")), "")
-                detail = bit.split(": ", 1)[1] if ": " in bit else ""
+            gs = [v for v in by_rank_groups.get(r, ()) if r in v.stall]
+            # The group where it is furthest behind its peers says it best.
+            worst = max(gs, key=lambda v: v.stall[r].outstanding - v.stall[r].peers)
+            st = worst.stall[r]
             line = (
-                f"rank {r}'s work stopped completing while it kept issuing{where}"
-                f"{' (' + detail + ')' if detail else ''}: a GPU or stream fault, "
-                "not a program path"
+                f"rank {r}'s work stopped completing while it kept issuing: {st.op} #{st.seq} "
+                f"of {worst.label} is outstanding on it and {_ranks(st.completed_by)} "
+                f"completed it ({st.outstanding} outstanding on it, {st.peers} on its peers): "
+                "a GPU or stream fault, not a program path"
             )
             culprits.append(Culprit(r, ("stalled",), line, tuple(sorted({v.label for v in gs}))))
         elif r in absent:
@@ -793,15 +819,22 @@ def judge(dumps: DumpSet) -> FrVerdict:
                 )
             else:
                 kind = "idle"
-                parts.append(
-                    f"no collective is outstanding in {len(dumps.dumps)} dumps: they show no hang"
-                )
+                n = len(dumps.dumps)
+                text = f"no collective is outstanding in {n} dump{'s' if n != 1 else ''}"
+                if absent:
+                    # Nothing to weigh them against: said, not named.
+                    text += f"; no dump from {_ranks(absent)}, which may be waiting"
+                else:
+                    text += ": they show no hang"
+                parts.append(text)
     blocked = waiting | {
         r for g in groups for r, m in g.members.items() if m.oldest() is not None or m.p2p_out
     }
     behind = sorted(blocked - {c.rank for c in culprits})
-    if culprits and behind:
-        parts.append(f"{_ranks(behind)} wait behind {'it' if len(culprits) == 1 else 'them'}")
+    rest = [r for r in behind if r not in said]
+    if culprits and rest:
+        verb = "wait" if len(rest) > 1 else "waits"
+        parts.append(f"{_ranks(rest)} {verb} behind {'it' if len(culprits) == 1 else 'them'}")
     return FrVerdict(
         text="; ".join(parts),
         kind=kind,
