@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, ROOT, base_env, journal_path
+from conftest import PY, ROOT, base_env, journal_path, read_journal
 
 from tui_launch.core.diagnosis import frdump
 from tui_launch.core.diagnosis.frdump import HostileDump, load_dir, load_file
@@ -555,6 +555,7 @@ def test_why_on_a_real_hung_run(tuilaunch, tmp_path):
     assert [c["rank"] for c in doc["culprits"]] == [1], doc["verdict"]
     assert doc["verdict"].startswith("rank 1 never issued all_reduce #"), doc["verdict"]
     assert doc["verdict"].endswith(" of default_pg pg 0; rank 0 waits in it"), doc["verdict"]
-    by_id = _why(run_dir.name)
+    run_id = read_journal(run_dir / "journal.jsonl")[0]["run_id"]
+    by_id = _why(run_id)
     assert by_id.returncode == 0, by_id.stderr
     assert by_id.stdout.splitlines()[0] == doc["verdict"]
