@@ -776,6 +776,7 @@ def judge(dumps: DumpSet) -> FrVerdict:
             if absent_reason[r] == "no dump":
                 line = f"rank {r} left no dump; {_ranks(who)} {verb} on it"
             culprits.append(Culprit(r, ("no_dump",), line))
+            said.update(who)
         else:
             es = [(w, e) for w, es in edges.items() for e in es if e.blocker == r]
             who = sorted({w for w, _ in es})
@@ -785,6 +786,7 @@ def judge(dumps: DumpSet) -> FrVerdict:
             glabel = next((v.label for v in verdicts if v.name == gname), f"pg {gname}")
             what = "send/recv" if kinds == {"p2p"} else "collective"
             line = f"rank {r} never posted the {what} {_ranks(who)} {verb} in ({glabel})"
+            said.update(who)
             culprits.append(Culprit(r, tuple(sorted(kinds)), line))
         covered.add(r)
         parts.append(culprits[-1].text)
