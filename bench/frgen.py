@@ -1,6 +1,7 @@
 """``tuilaunch why``'s time on real and synthetic Flight Recorder dump sets.
 
-Each row is the wall time of the whole command (``python -m tui_launch why DIR --json``: the
+Each row is the wall and the CPU time (user + system: on a loaded machine, what the wall time
+would be on a quiet one, the command being one thread) of the whole command (``python -m tui_launch why DIR --json``: the
 interpreter's start, the imports, reading every dump, the verdict, the JSON), median of
 ``--repeat``, and whether it named exactly the ranks that were made to fail:
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import statistics
 import subprocess
@@ -45,11 +47,18 @@ def _injected(directory: Path) -> set[int]:
     return set(json.loads(first.split(": ", 1)[1]))
 
 
-def _time_why(directory: str, repeat: int) -> tuple[float, list[int], str]:
-    times = []
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _time_why(directory: str, repeat: int) -> tuple[float, float, list[int], str]:
+    """Median wall and CPU seconds of the command (the CPU time is what a quiet machine's
+    wall time would be: the command is one thread), the ranks named, the verdict."""
+    walls, cpus = [], []
     doc: dict = {}
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        c0, t0 = _cpu(), time.perf_counter()
         out = subprocess.run(
             [PY, "-m", "tui_launch", "why", directory, "--json"],
             capture_output=True,
@@ -57,17 +66,22 @@ def _time_why(directory: str, repeat: int) -> tuple[float, list[int], str]:
             cwd=ROOT,
             check=False,
         )
-        times.append(time.perf_counter() - t0)
+        walls.append(time.perf_counter() - t0)
+        cpus.append(_cpu() - c0)
         if out.returncode != 0:
             raise SystemExit(f"why failed on {directory}: {out.stderr.strip()}")
         doc = json.loads(out.stdout)
-    return statistics.median(times), [c["rank"] for c in doc["culprits"]], doc["verdict"]
+    named = [c["rank"] for c in doc["culprits"]]
+    return statistics.median(walls), statistics.median(cpus), named, doc["verdict"]
 
 
-def _row(name: str, seconds: float, named: list[int], want: set[int], verdict: str) -> None:
+def _row(
+    name: str, wall: float, cpu: float, named: list[int], want: set[int], verdict: str
+) -> None:
     ok = "yes" if set(named) == want else "NO"
-    print(f"| {name} | {seconds:.2f} | {','.join(map(str, named)) or '-'} | {ok} |", flush=True)
-    print(f"|   | | {verdict[:110]}{'...' if len(verdict) > 110 else ''} | |", flush=True)
+    line = f"| {name} | {wall:.2f} | {cpu:.2f} | {','.join(map(str, named)) or '-'} | {ok} |"
+    print(line, flush=True)
+    print(f"|   | | | {verdict[:100]}{'...' if len(verdict) > 100 else ''} | |", flush=True)
 
 
 def main() -> None:
@@ -93,21 +107,21 @@ def main() -> None:
         a.world, a.repeat = 512, 1
     load = Path("/proc/loadavg").read_text().split()[:3]
     print(f"load before: {' '.join(load)}; repeat {a.repeat}; entries kept {a.entries}\n")
-    print("| set | s (median) | named | = injected |")
-    print("|---|---|---|---|")
+    print("| set | wall s | CPU s | named | = injected |")
+    print("|---|---|---|---|---|")
     for d in sorted(NVRX.iterdir()):
         if d.is_dir():
-            s, named, verdict = _time_why(str(d), a.repeat)
-            _row(f"nvrx/{d.name}", s, named, _injected(d), verdict)
+            wall, cpu, named, verdict = _time_why(str(d), a.repeat)
+            _row(f"nvrx/{d.name}", wall, cpu, named, _injected(d), verdict)
     a1, a2 = a.world // 3 + 1, (2 * a.world) // 3 + 5
     for culprits, fault in (((a1,), "hang"), ((a1, a2), "hang"), ((a1, a2), "stall")):
         tmp = tempfile.mkdtemp(prefix="frgen-")
         try:
             frgen.generate(tmp, a.world, culprits, fault, completed_kept=a.entries)
             size = sum(f.stat().st_size for f in Path(tmp).iterdir()) / 1e6
-            s, named, verdict = _time_why(tmp, a.repeat)
+            wall, cpu, named, verdict = _time_why(tmp, a.repeat)
             name = f"synthetic {a.world} x{len(culprits)} {fault} ({size:.0f} MB)"
-            _row(name, s, named, set(culprits), verdict)
+            _row(name, wall, cpu, named, set(culprits), verdict)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     load = Path("/proc/loadavg").read_text().split()[:3]

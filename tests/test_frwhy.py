@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from conftest import PY, ROOT, base_env, journal_path, read_journal
 
+from tui_launch.apps import mcp
 from tui_launch.core.diagnosis import frdump
 from tui_launch.core.diagnosis.frdump import HostileDump, load_dir, load_file
 from tui_launch.core.diagnosis.frjudge import MatchClass, judge, match
@@ -559,3 +560,23 @@ def test_why_on_a_real_hung_run(tuilaunch, tmp_path):
     by_id = _why(run_id)
     assert by_id.returncode == 0, by_id.stderr
     assert by_id.stdout.splitlines()[0] == doc["verdict"]
+    # The same verdict in `status --json` (and its text), and in the MCP server's why tool.
+    status = subprocess.run(
+        [PY, "-m", "tui_launch", "status", str(run_dir), "--json"],
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode == 0, status.stderr
+    fr = json.loads(status.stdout)["flight_recorder"]
+    assert fr["verdict"] == doc["verdict"] and fr["culprits"][0]["rank"] == 1
+    text = subprocess.run(
+        [PY, "-m", "tui_launch", "status", str(run_dir)],
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert f"  flight recorder: {doc['verdict']}" in text.stdout.splitlines()
+    assert mcp.why(str(run_dir))["flight_recorder"]["verdict"] == doc["verdict"]
