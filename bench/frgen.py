@@ -1,9 +1,10 @@
 """``tuilaunch why``'s time on real and synthetic Flight Recorder dump sets.
 
 Each row is the wall and the CPU time (user + system: on a loaded machine, what the wall time
-would be on a quiet one, the command being one thread) of the whole command (``python -m tui_launch why DIR --json``: the
-interpreter's start, the imports, reading every dump, the verdict, the JSON), median of
-``--repeat``, and whether it named exactly the ranks that were made to fail:
+would be on a quiet one, the command being one thread) of the whole command
+(``python -m tui_launch why DIR --json``: the interpreter's start, the imports, reading every
+dump, the verdict, the JSON), median of ``--repeat``, and whether it named exactly the ranks
+that were made to fail:
 
 - ``nvrx/<set>``: NVIDIA's four real 16-rank sets (``tests/fixtures/flightrec/nvrx``). Target:
   at most 2 s each on 2 cores.
