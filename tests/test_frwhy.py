@@ -22,18 +22,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, ROOT, base_env, journal_path, read_journal
+from conftest import PY, ROOT, base_env, journal_path, read_journal, wait_for
 
 from tui_launch.apps import mcp
-from tui_launch.core.diagnosis import frdump
+from tui_launch.core.diagnosis import frdump, ncclwatch
 from tui_launch.core.diagnosis.frdump import HostileDump, load_dir, load_file
 from tui_launch.core.diagnosis.frjudge import MatchClass, judge, match
+from tui_launch.core.diagnosis.ncclwatch import NcclDumpWatch
 from tui_launch.core.model.exitcodes import INFRASTRUCTURE
 from tui_launch.testing import frgen
 
 NVRX = ROOT / "tests" / "fixtures" / "flightrec" / "nvrx"
 SETS = ("gpu_error_1st", "gpu_error_2nd", "lock_gil_1st", "lock_gil_2nd")
 DDP_LOOP = str(ROOT / "tests" / "programs" / "ddp_loop.py")
+NCCL_WRITER = str(ROOT / "tests" / "programs" / "nccl_dump_writer.py")
 
 
 def _injected(name: str) -> set[int]:
@@ -580,3 +582,54 @@ def test_why_on_a_real_hung_run(tuilaunch, tmp_path):
     )
     assert f"  flight recorder: {doc['verdict']}" in text.stdout.splitlines()
     assert mcp.why(str(run_dir))["flight_recorder"]["verdict"] == doc["verdict"]
+
+
+# --- NCCL's dumps, read the moment they appear ----------------------------------------------
+
+
+def test_nccl_dumps_judged_once_complete_and_a_fifo_never_opened(tmp_path):
+    """The watch judges a set when it stopped changing for one look, not half-written; a
+    FIFO beside the dumps (NCCL's dump pipe) is passed over, never opened."""
+    posted: list[Any] = []
+    os.mkfifo(tmp_path / "nccl_pipe_rank_0")
+    os.mkfifo(tmp_path / "nccl_trace_rank_999")
+    watch = NcclDumpWatch(posted.append, lambda: str(tmp_path), interval=0.05)
+    frgen.generate(str(tmp_path), 64, (5,), prefix=ncclwatch.PREFIX)
+    watch.look()
+    assert posted == []  # first look: not yet known to be complete
+    watch.start()
+    try:
+        wait_for(lambda: posted, 30, what="the verdict on the dumps")
+    finally:
+        watch.stop()
+    (notice,) = posted
+    assert notice.level == "warning"
+    assert notice.message.startswith("flight recorder (64 NCCL dumps): rank 5 never issued ")
+    # More files (a second timeout): judged again; the same files: not again.
+    frgen.generate(str(tmp_path / "more"), 64, (5,), prefix=ncclwatch.PREFIX)
+    watch.look()
+    watch.look()
+    assert len(posted) == 1
+
+
+@pytest.mark.slow
+def test_nccl_dumps_of_a_live_run_judged_while_it_runs(tuilaunch, tmp_path):
+    """Each rank writes what NCCL's watchdog writes on a timeout into the file the launcher
+    pointed ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` at; the verdict is in the journal before any
+    rank exits, and the files are kept in the run directory, where ``why`` reads them."""
+    launch = tuilaunch(
+        *("--flight-recorder", "--log-dir", str(tmp_path), "--standalone"),
+        *("--nproc-per-node", "3", NCCL_WRITER, "--linger", "20"),
+    )
+    assert launch.wait(120) == 0, launch.output[-3000:]
+    want = "rank 1 never issued all_reduce #8 of default_pg pg 0; ranks 0, 2 wait in it"
+    assert f"flight recorder (3 NCCL dumps): {want}" in launch.output
+    journal = journal_path(launch.output)
+    events = read_journal(journal)
+    kinds = [e["kind"] for e in events]
+    (at,) = [i for i, e in enumerate(events) if e["kind"] == "notice" and want in e["message"]]
+    assert at < kinds.index("rank_exited"), kinds
+    kept = sorted(p.name for p in (journal.parent / "flightrec").iterdir())
+    assert kept == ["nccl_trace_rank_0", "nccl_trace_rank_1", "nccl_trace_rank_2"]
+    out = _why(str(journal.parent))
+    assert out.returncode == 0 and out.stdout.splitlines()[0] == want, out.stdout

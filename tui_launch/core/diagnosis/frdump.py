@@ -29,6 +29,7 @@ import json
 import os
 import pickle
 import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -355,9 +356,11 @@ def rank_of(filename: str) -> int | None:
 
 def load_file(path: str, rank: int | None = None) -> RankDump:
     """One dump file; BadDump (HostileDump) when it is not one, OSError when unreadable."""
-    size = os.path.getsize(path)
-    if size > MAX_BYTES:
-        raise BadDump(f"{size} bytes: larger than any Flight Recorder dump")
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotADump("not a regular file")
+    if st.st_size > MAX_BYTES:
+        raise BadDump(f"{st.st_size} bytes: larger than any Flight Recorder dump")
     with open(path, "rb") as fp:
         data = fp.read()
     obj = loads(data)
@@ -386,7 +389,9 @@ def _looks_like_dump(path: str) -> bool:
     """Whether a file starts as a dump does (a pickle, a JSON object) and is not too large:
     anything else beside the dumps is not one, and is passed over."""
     try:
-        if os.path.getsize(path) > MAX_BYTES:
+        st = os.stat(path)
+        # NCCL's dump pipe (a FIFO) sits beside its dumps: opening it would wait for a writer.
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
             return False
         with open(path, "rb") as fp:
             head = fp.read(1)
