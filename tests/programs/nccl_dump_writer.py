@@ -2,8 +2,9 @@
 
 Each rank writes its Flight Recorder dump to ``$TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` + rank, in
 torch 2.13's pickle format, as NCCL's dump-on-timeout does on a GPU (this machine has none):
-rank 1 last issued all_reduce #7 and the others #8, which they wait in. It then stays alive
-``--linger`` seconds (the launcher judges the files while the job still runs) and exits.
+every rank completed all_reduce #7, rank 1 never issued #8, the others wait in it. It then
+stays alive ``--linger`` seconds (the launcher judges the files while the job still runs) and
+exits.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def dump(rank: int, world: int) -> dict:
             "retired": False,
             "timeout_ms": 600000,
         }
-        for seq in range(7, issued + 1)
+        for seq in range(8, issued + 1)
     ]
     return {
         "version": "2.10",
@@ -45,7 +46,7 @@ def dump(rank: int, world: int) -> dict:
             "0": {
                 "last_enqueued_collective": issued,
                 "last_started_collective": -1,
-                "last_completed_collective": 6,
+                "last_completed_collective": 7,
             }
         },
         "entries": entries,

@@ -562,6 +562,12 @@ def _judge_group(g: _Group, absent: dict[int, str], edges: dict[int, list[_Edge]
                 edges.setdefault(w, []).append(_Edge(r, g.name, "never_issued"))
         for r in missing[:_BLOCKERS]:
             edges.setdefault(w, []).append(_Edge(r, g.name, "no_dump"))
+    # The ranks that issued the collective the most-behind members never issued wait on them,
+    # even where their own oldest outstanding one is earlier (none of them completed it).
+    for w in waiting:
+        if not any(e.group == g.name and e.why == "never_issued" for e in edges.get(w, ())):
+            for c in culprits[:_BLOCKERS]:
+                edges.setdefault(w, []).append(_Edge(c, g.name, "never_issued"))
     # Point to point: a send or recv whose peer has posted nothing toward it.
     p2p_blockers: dict[int, set[int]] = {}
     ordered = sorted(g.ranks)
