@@ -6,7 +6,7 @@ would be on a quiet one, the command being one thread) of the whole command
 dump, the verdict, the JSON), median of ``--repeat``, and whether it named exactly the ranks
 that were made to fail:
 
-- ``nvrx/<set>``: NVIDIA's four real 16-rank sets (``tests/fixtures/flightrec/nvrx``). Target:
+- ``nvrx/<set>``: NVIDIA's four real 16-rank sets (``tests/fixtures/frdumps/nvrx``). Target:
   at most 2 s each on 2 cores.
 - ``synthetic <world> x<N> <fault>``: a Megatron-style job (tp 8, pp 4, ep 8; the default
   group lists every rank in every dump, as torch writes it) written by
@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from tui_launch.testing import frgen  # noqa: E402
 
 PY = sys.executable
-NVRX = ROOT / "tests" / "fixtures" / "flightrec" / "nvrx"
+NVRX = ROOT / "tests" / "fixtures" / "frdumps" / "nvrx"
 
 
 def _injected(directory: Path) -> set[int]:

@@ -1,7 +1,7 @@
 """Issue 34 (part B): ``tuilaunch why``: Flight Recorder dumps from anywhere, read and judged.
 
 On NVIDIA's four real 16-rank dump sets (a Megatron MoE job on GPUs, two ranks injected with a
-GPU error or a held GIL: ``tests/fixtures/flightrec/nvrx/``) the verdict names exactly the
+GPU error or a held GIL: ``tests/fixtures/frdumps/nvrx/``) the verdict names exactly the
 injected ranks; on their JSON form the same; a pickle that names a global is refused (and never
 runs); a rank with no dump, or an unreadable one, is a suspect; every case of torch's own
 ``test_fr_analysis.py`` gets torch's class; synthetic Megatron-style sets (``testing/frgen``)
@@ -30,9 +30,10 @@ from tui_launch.core.diagnosis.frdump import HostileDump, load_dir, load_file
 from tui_launch.core.diagnosis.frjudge import MatchClass, judge, match
 from tui_launch.core.diagnosis.ncclwatch import NcclDumpWatch
 from tui_launch.core.model.exitcodes import INFRASTRUCTURE
+from tui_launch.core.model.layout import RunDirLayout
 from tui_launch.testing import frgen
 
-NVRX = ROOT / "tests" / "fixtures" / "flightrec" / "nvrx"
+NVRX = ROOT / "tests" / "fixtures" / "frdumps" / "nvrx"
 SETS = ("gpu_error_1st", "gpu_error_2nd", "lock_gil_1st", "lock_gil_2nd")
 DDP_LOOP = str(ROOT / "tests" / "programs" / "ddp_loop.py")
 NCCL_WRITER = str(ROOT / "tests" / "programs" / "nccl_dump_writer.py")
@@ -629,7 +630,7 @@ def test_nccl_dumps_of_a_live_run_judged_while_it_runs(tuilaunch, tmp_path):
     kinds = [e["kind"] for e in events]
     (at,) = [i for i, e in enumerate(events) if e["kind"] == "notice" and want in e["message"]]
     assert at < kinds.index("rank_exited"), kinds
-    kept = sorted(p.name for p in (journal.parent / "flightrec").iterdir())
+    kept = sorted(os.listdir(RunDirLayout(str(journal.parent)).flightrec_dir))
     assert kept == ["nccl_trace_rank_0", "nccl_trace_rank_1", "nccl_trace_rank_2"]
     out = _why(str(journal.parent))
     assert out.returncode == 0 and out.stdout.splitlines()[0] == want, out.stdout
