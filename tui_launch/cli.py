@@ -1,6 +1,6 @@
 """The ``tuilaunch`` command: hand argv to the subcommand's ``main(argv) -> int``, then exit.
 
-``tuilaunch ls|replay|attach|status|ctl|mcp|serve ...`` run the module of that name in
+``tuilaunch ls|replay|attach|status|ctl|mcp|serve|why ...`` run the module of that name in
 :mod:`tui_launch.apps`; anything else is a launch (:mod:`tui_launch.apps.launch`),
 whose argv torch's own parser reads.
 
@@ -22,7 +22,7 @@ from typing import NoReturn
 
 # Subcommands, recognised only as the first argument (before torchrun's parser sees argv).
 # A script literally named like one runs as `tuilaunch ./ls`.
-SUBCOMMANDS = ("ls", "replay", "attach", "report", "status", "ctl", "mcp", "serve")
+SUBCOMMANDS = ("ls", "replay", "attach", "report", "status", "ctl", "mcp", "serve", "why")
 
 
 # 128 + SIGPIPE: what a shell reports for a command whose reader went away.
@@ -32,7 +32,8 @@ SIGPIPE_EXIT = 141
 def run_subcommand(argv: list[str]) -> int:
     """Run one of ``SUBCOMMANDS`` (``argv[0]``) and return its exit code."""
     app = importlib.import_module(f"tui_launch.apps.{argv[0]}")
-    if argv[0] not in ("ls", "report", "status", "ctl"):  # dashboards and servers stay up for hours
+    # Dashboards and servers stay up for hours.
+    if argv[0] not in ("ls", "report", "status", "ctl", "why"):
         _collect_from_here()
     try:
         code: int = app.main(argv[1:])

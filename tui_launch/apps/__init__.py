@@ -12,4 +12,6 @@
 - ``ctl``: ``tuilaunch ctl RUN VERB``: the control socket's commands from a script.
 - ``mcp``: ``tuilaunch mcp [--control]``: an MCP server (stdio) for coding agents.
 - ``serve``: ``tuilaunch serve [RUN]``: the dashboard in a browser (textual-serve, a token).
+- ``why``: ``tuilaunch why [PATH] [--json]``: Flight Recorder dumps from anywhere (a run, a
+  directory, a file), read as plain data and judged: which rank the others wait on.
 """

@@ -158,6 +158,8 @@ def why(run: str = "") -> dict[str, Any]:
         "restarts": doc["restarts"],
         "root_cause": doc["root_cause"],
         "verdict": verdict,
+        # tuilaunch why's verdict on the run's Flight Recorder dumps (docs/why.md).
+        "flight_recorder": doc.get("flight_recorder"),
         "stacks": places,
         "hung_ranks": [r["global_rank"] for r in doc["ranks"] if r["hung"]],
     }
@@ -257,7 +259,9 @@ def build(control: bool) -> Any:
 
     def why_tool(run: str = "") -> str:
         """Why a run failed, hung or restarted: its root cause (rank, exit, message,
-        traceback), the hang or stack-dump verdict and the distinct stacks, as JSON."""
+        traceback), the hang or stack-dump verdict, the distinct stacks and the verdict on
+        its Flight Recorder dumps (which rank the others wait on, per process group), as
+        JSON."""
         return json.dumps(why(run))
 
     def tail_log_tool(

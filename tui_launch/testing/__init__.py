@@ -4,6 +4,8 @@ The ``testing`` contract in ``pyproject.toml`` keeps every other package from im
 one; the fake NVML the product itself uses lives in :mod:`tui_launch.core.telemetry.fake_nvml`.
 
 - ``builders``: small builders of the events a run is made of.
+- ``frgen``: synthetic Flight Recorder dump sets of a Megatron-style job (culprits that hang
+  or stall, a mismatch, a missing dump), for tests and ``bench/frgen.py``.
 - ``fake_source``: ``FakeSource``, a deterministic ``Source`` for pilot and snapshot tests.
 - ``scenarios``: the deterministic runs the dashboard is tested and pictured in.
 """

@@ -9,4 +9,10 @@
 - ``records``: every rank's Flight Recorder and stacks, asked of its responder
   (``--flight-recorder``).
 - ``collectives``: the live poll of the responders (``tuilaunch-collectives``).
+- ``frdump``: Flight Recorder dumps from anywhere (NCCL's pickles, JSON, tuilaunch's), read as
+  plain data by an unpickler that refuses every global.
+- ``ncclwatch``: NCCL's dump-on-timeout files, judged the moment they appear
+  (``tuilaunch-ncclwatch``).
+- ``frjudge``: the verdict on a job's dumps: per process group, then one culprit per cause
+  (never issued, stopped completing, no dump, mismatch in torch's classes).
 """

@@ -71,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
             "  tuilaunch mcp [--control]              an MCP server (stdio) for coding agents "
             "on this user's runs\n"
             "  tuilaunch serve [RUN] [--control]      the dashboard in a browser, on 127.0.0.1 "
-            "with a token"
+            "with a token\n"
+            "  tuilaunch why [RUN|DUMP_DIR] [--json]  Flight Recorder dumps from anywhere: "
+            "which rank the others wait on"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from tui_launch.core.diagnosis import frdump, frjudge
 from tui_launch.core.journal.recent import recent_snapshot
 from tui_launch.core.journal.timeline import Timeline
 from tui_launch.core.model.events import Failure, RankProgress
@@ -238,6 +239,7 @@ def _document(
         "ranks": _ranks(snap, answer, rank_end, now),
         "progress": _job_progress(snap, answer, now),
         "verdict": _verdict(snap),
+        "flight_recorder": flight_recorder(target.run_dir),
         "root_cause": _root_cause(snap),
         "events": snap.events,
         "source": "journal+socket" if answer else "journal",
@@ -325,6 +327,18 @@ def _job_progress(
     if p is None:
         return None
     return {"leader": leader, **p}
+
+
+def flight_recorder(run_dir: str) -> dict[str, Any] | None:
+    """``tuilaunch why``'s verdict on the run's Flight Recorder dumps (NCCL's in
+    ``flightrec/``, else a stack dump's records; ``docs/why.md``), None when it has none."""
+    try:
+        found = frdump.load_run(run_dir)
+    except (frdump.BadDump, OSError) as e:
+        return {"path": run_dir, "error": str(e)}
+    if not found.dumps:
+        return None
+    return {"path": found.path, **frjudge.judge(found).to_dict()}
 
 
 def _verdict(snap: Snapshot) -> dict[str, Any] | None:
@@ -426,6 +440,9 @@ def text(doc: dict[str, Any]) -> str:
     v = doc["verdict"]
     if v:
         lines.append(f"  verdict ({v['source']}): {v['text']}")
+    fr = doc.get("flight_recorder")
+    if fr:
+        lines.append(f"  flight recorder: {fr.get('verdict') or fr.get('error')}")
     return "\n".join(lines)
 
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from tui_launch.core.diagnosis.collectives import CollectivePoller
 from tui_launch.core.diagnosis.dumps import Dumper
 from tui_launch.core.diagnosis.hangwatch import HangWatch
+from tui_launch.core.diagnosis.ncclwatch import NcclDumpWatch
 from tui_launch.core.diagnosis.straggler import StragglerSampler
 from tui_launch.core.model.events import HangDetected, StacksDumped, WorkerInfo
 from tui_launch.core.model.layout import RunDirLayout
@@ -100,6 +101,8 @@ class Diagnosis:
             store.post, self.dumper.targets, lambda: ranks.attempt, lambda: self.responder_dir
         )
         self.dumper.recent = self.collectives.latest
+        # NCCL's dump-on-timeout files, judged as soon as they are written.
+        self.nccl_dumps = NcclDumpWatch(store.post, lambda: self.responder_dir)
         self.progress = ProgressWatch(store.post, journal_every=config.journal_samples)
         self.stragglers = StragglerSampler(store.post, rank_cpu, interval=config.stack_samples)
 
@@ -117,6 +120,7 @@ class Diagnosis:
             if flightrec.arm(os.environ, directory, directory):
                 self.responder_dir = directory
                 self.collectives.start()
+                self.nccl_dumps.start()
             else:
                 os.rmdir(directory)
         if self.hangs.enabled:
@@ -137,6 +141,8 @@ class Diagnosis:
         self.progress.stop()
         self.stragglers.stop()
         self.collectives.stop()
+        if self.responder_dir is not None:
+            self.nccl_dumps.stop()
         self._close_responders()
 
     def _close_responders(self) -> None:

@@ -1,0 +1,100 @@
+"""NCCL's dump-on-timeout files, read the moment they appear (``tuilaunch-ncclwatch``).
+
+With ``--flight-recorder`` every rank's NCCL watchdog writes its Flight Recorder to
+``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` + rank when a collective times out (the variable points
+into the run's Flight Recorder directory). :class:`NcclDumpWatch` looks at that directory
+every second; once a set of dump files has stopped growing for one look, it reads and judges
+them (:mod:`~tui_launch.core.diagnosis.frdump`, :mod:`~tui_launch.core.diagnosis.frjudge`) and
+posts the verdict as a :class:`~tui_launch.core.model.events.Notice` (the journal, the headless
+output and the dashboard's notices show it), again whenever more files arrive. A look that
+finds nothing new costs one ``scandir``.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+
+from tui_launch.core.diagnosis import frdump, frjudge
+from tui_launch.core.model.events import Event, Notice
+from tui_launch.core.periodic import Periodic
+
+__all__ = ["PREFIX", "NcclDumpWatch"]
+
+# The files' names: TORCH_NCCL_DEBUG_INFO_TEMP_FILE as core/seam/flightrec.py sets it, + rank.
+PREFIX = "nccl_trace_rank_"
+
+
+class NcclDumpWatch:
+    """Judge the NCCL dumps in ``directory()`` (None: not armed) as soon as they are complete.
+
+    Args:
+        post: where the verdict goes (the store's ``post``).
+        directory: the Flight Recorder directory of the run, read at each look.
+        interval: seconds between looks.
+    """
+
+    def __init__(
+        self,
+        post: Callable[[Event], object],
+        directory: Callable[[], str | None],
+        interval: float = 1.0,
+    ) -> None:
+        self._post = post
+        self._directory = directory
+        self._seen: dict[str, tuple[int, int]] = {}
+        self._judged: dict[str, tuple[int, int]] = {}
+        self.verdicts: list[str] = []
+        self._loop = Periodic("tuilaunch-ncclwatch", interval, self.look, nice=10)
+
+    def start(self) -> None:
+        """Start looking."""
+        self._loop.start()
+
+    def stop(self) -> None:
+        """Stop, with a last look (dumps written just before the run's end are judged)."""
+        self._loop.stop()
+        self.look()
+
+    def _files(self, directory: str) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        try:
+            with os.scandir(directory) as it:
+                for entry in it:
+                    if entry.name.startswith(PREFIX):
+                        st = entry.stat(follow_symlinks=False)
+                        if stat.S_ISREG(st.st_mode):
+                            out[entry.name] = (st.st_size, st.st_mtime_ns)
+        except OSError:
+            return {}
+        return out
+
+    def look(self) -> None:
+        """One look: judge the files when they are there, unchanged since the last look, and
+        not judged as they are."""
+        directory = self._directory()
+        if not directory:
+            return
+        files = self._files(directory)
+        stable = bool(files) and files == self._seen
+        self._seen = files
+        if not stable or files == self._judged:
+            return
+        self._judged = files
+        try:
+            found = frdump.load_dir(directory)
+        except frdump.HostileDump as e:
+            self._post(Notice("warning", f"flight recorder: {e}"))
+            return
+        if not found.dumps:
+            return
+        verdict = frjudge.judge(found)
+        self.verdicts.append(verdict.text)
+        n = len(found.dumps)
+        self._post(
+            Notice(
+                "warning" if verdict.culprits else "info",
+                f"flight recorder ({n} NCCL dump{'s' if n != 1 else ''}): {verdict.text}",
+            )
+        )
