@@ -155,14 +155,14 @@ def _live_runner(tmp_path: Path, *extra: str) -> tuple[Runner, RunStore]:
 def test_exit_and_exception_greyed_out_without_the_bootstrap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 23: a run started without --inject-ready cannot do exit or exception (its
-    workers have no bootstrap): the menu no longer offers them and then refuses; they are
-    greyed out (not selectable) with the reason. With --inject-ready they are offered."""
+    """Issue 23: a run started with --no-bootstrap cannot do exit or exception (its workers
+    have no bootstrap): the menu no longer offers them and then refuses; they are greyed out
+    (not selectable) with the reason. By default (the bootstrap) they are offered."""
     token = uuid.uuid4().hex
     monkeypatch.setenv(TOKEN_VAR, token)
     monkeypatch.setenv(SHARE_STORE_ENV, "x")
     monkeypatch.delenv(SHARE_STORE_ENV)
-    runner, store = _live_runner(tmp_path)
+    runner, store = _live_runner(tmp_path, "--no-bootstrap")
     source = LiveSource(runner)
     app = Dashboard(source, refresh_hz=20.0)
 
@@ -206,7 +206,7 @@ def test_exit_and_exception_greyed_out_without_the_bootstrap(
         runner.wait(30)
     assert wait_gone(token, 10) == []
 
-    ready, _ = _live_runner(tmp_path, "--inject-ready")
+    ready, _ = _live_runner(tmp_path)
     try:
         ready.start()
         wait_for(lambda: ready.store.snapshot().phase == "running", 240, what="running")

@@ -68,7 +68,8 @@ class Diagnosis:
         rank_cpu: Callable[[int], float | None],
     ) -> None:
         via_faulthandler = config.dump_via_faulthandler and shim.wanted
-        self._flight_recorder = config.flight_recorder and shim.wanted
+        # The Flight Recorder is collected wherever the bootstrap runs (the default).
+        self._flight_recorder = shim.wanted
         # The responders' sockets: an owner-only directory of its own, short enough for a
         # socket path (108 bytes) whatever --log-dir is; removed at the end of the run.
         self.responder_dir: str | None = None

@@ -39,12 +39,14 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import io
 import json
 import os
 import signal
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -306,7 +308,45 @@ def main(argv: list[str]) -> None:
         if e.code in (0, None):
             _mark_returned(directory)
         raise
+    except BaseException:
+        # Uncaught: the interpreter reports it as for `python script.py` (exit 1, or death by
+        # SIGINT for a KeyboardInterrupt), and the traceback it prints starts where python's
+        # would, without the bootstrap's frames.
+        _report_without_bootstrap()
+        raise
     _mark_returned(directory)
+
+
+def _report_without_bootstrap() -> None:
+    """Make the interpreter's report of the uncaught exception skip the bootstrap's frames.
+
+    Set only once the program has ended by raising, so the program never sees a
+    ``sys.excepthook`` of ours; the hook it set (or Python's) prints the report.
+    """
+    hook = sys.excepthook
+    here = os.path.abspath(__file__)
+
+    def trimmed(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        first, t = tb, tb
+        while t is not None:  # from the frame after the last of the bootstrap's
+            if os.path.abspath(t.tb_frame.f_code.co_filename) == here:
+                first = t.tb_next
+            t = t.tb_next
+        first = first if first is not None else tb
+        # Python's own hook prints the exception's __traceback__, not its argument.
+        hook(kind, value.with_traceback(first), first)
+
+    sys.excepthook = trimmed
+
+
+def _fresh_main() -> types.ModuleType:
+    """A ``__main__`` module as the interpreter makes it, put in ``sys.modules``."""
+    import builtins
+
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__annotations__={}, __builtins__=builtins)
+    sys.modules["__main__"] = main
+    return main
 
 
 def _run(rest: list[str]) -> None:
@@ -322,13 +362,29 @@ def _run(rest: list[str]) -> None:
     elif rest and rest[0] == "-m":
         module, args = rest[1], rest[2:]
         # `python -m shim` already put the current directory first on sys.path, as `-m module`.
-        sys.argv = [module, *args]
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        # runpy's own entry point of `python -m`: the same __main__, sys.argv[0], frames.
+        sys.argv = ["-m", *args]
+        _fresh_main()
+        runpy._run_module_as_main(module)  # type: ignore[attr-defined]
     else:
         script, args = rest[0], rest[1:]
         sys.argv = [script, *args]
         sys.path[0] = os.path.dirname(os.path.realpath(script))
-        runpy.run_path(script, run_name="__main__")
+        if not os.path.isfile(script):  # a directory or zip with __main__.py: as python does
+            runpy.run_path(script, run_name="__main__")
+            return
+        # What `python script.py` does: the script's code compiled with its absolute path, run
+        # in a fresh __main__ with a source loader, none of this module's __future__ flags.
+        path = os.path.abspath(script)
+        from importlib.machinery import SourceFileLoader
+
+        main = _fresh_main()
+        main.__dict__.update(
+            __file__=path, __cached__=None, __loader__=SourceFileLoader("__main__", path)
+        )
+        with io.open_code(path) as fp:
+            code = compile(fp.read(), path, "exec", dont_inherit=True)
+        exec(code, main.__dict__)
 
 
 if __name__ == "__main__":
