@@ -19,7 +19,7 @@ from collections.abc import MutableMapping
 
 from tui_launch.core.workers.shim import RESPONDER_ENV
 
-__all__ = ["BUFFER_ENV", "DEFAULT_BUFFER", "arm"]
+__all__ = ["BUFFER_ENV", "DEFAULT_BUFFER", "VARIABLES", "arm"]
 
 BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
 # Entries each rank keeps: enough for a few steps of a model with many buckets, small in memory.
@@ -30,6 +30,16 @@ NCCL_DUMP_ON_TIMEOUT = "TORCH_NCCL_DUMP_ON_TIMEOUT"
 NCCL_TEMP_FILE = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
 FR_TEMP_FILE = "TORCH_FR_DUMP_TEMP_FILE"
 NCCL_PIPE_FILE = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
+# Every variable :func:`arm` may set: the workers' environment differs from torchrun's by these
+# (docs/differences.md lists them; tests/test_parity.py compares).
+VARIABLES = (
+    BUFFER_ENV,
+    NCCL_DUMP_ON_TIMEOUT,
+    NCCL_TEMP_FILE,
+    FR_TEMP_FILE,
+    NCCL_PIPE_FILE,
+    RESPONDER_ENV,
+)
 
 
 def arm(env: MutableMapping[str, str], fr_dir: str, socket_dir: str | None) -> bool:
