@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import socket
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -191,9 +193,24 @@ def _hang(launch) -> dict:
     return hang
 
 
+def _analysed(directory: Path, tmp_path: Path):
+    """torch's own analyser (``torchfrtrace``) run on a dump's records: its database."""
+    out = tmp_path / "fr_db.pkl"
+    done = subprocess.run(
+        [PY, "-m", "torch.distributed.flight_recorder.fr_trace", str(directory), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, db = pickle.loads(out.read_bytes())
+    return db
+
+
 def test_ddp_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
+    # No flag: the Flight Recorder is collected by default.
     launch = tuilaunch(
-        *("--flight-recorder", "--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
+        *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
         *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
         *(DDP_LOOP, "--wander-rank", "1", "--seconds", "200"),
     )
@@ -207,6 +224,13 @@ def test_ddp_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
     assert sorted(r["global_rank"] for r in data["dump"]["records"]) == [0, 1]
     fr0 = json.loads((saved / "flightrec" / "rank0.json").read_text())
     assert any(e["profiling_name"] == "gloo:all_reduce" for e in fr0["entries"])
+    # Every rank's record, named with host, attempt and rank, as torch's analyser reads it.
+    host = socket.gethostname()
+    names = sorted(p.name for p in (saved / "flightrec").iterdir() if not p.name.endswith(".json"))
+    assert names == [f"{host}.attempt0.rank_0", f"{host}.attempt0.rank_1"], names
+    db = _analysed(saved / "flightrec", tmp_path)
+    assert {m.global_rank for m in db.memberships} == {0, 1}
+    assert any("all_reduce" in c.collective_name for c in db.collectives), db.collectives[:3]
     assert "hung: rank 1 never issued all_reduce" in launch.stderr
     events = read_journal(journal_path(launch.output))
     found = [e for e in events if e["kind"] == "collective_verdict"]
@@ -217,7 +241,7 @@ def test_ddp_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
 
 def test_mismatch_named_by_op_and_size(tuilaunch, tmp_path):
     launch = tuilaunch(
-        *("--flight-recorder", "--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
+        *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
         *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "3"),
         *(MISMATCH, "--odd", "2", "--seconds", "200"),
     )
@@ -229,12 +253,16 @@ def test_mismatch_named_by_op_and_size(tuilaunch, tmp_path):
     assert "all_reduce of 1 MB" in hang["verdict"]
 
 
-def test_recorder_off_falls_back_to_stacks(tuilaunch, tmp_path):
+@pytest.mark.parametrize("off", ["buffer-0", "no-bootstrap"])
+def test_recorder_off_falls_back_to_stacks(tuilaunch, tmp_path, off):
+    # TORCH_FR_BUFFER_SIZE=0 set by the user, or torchrun's plain worker (--no-bootstrap).
+    env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "0"} if off == "buffer-0" else None
     launch = tuilaunch(
-        *("--flight-recorder", "--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
+        *(("--no-bootstrap",) if off == "no-bootstrap" else ()),
+        *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
         *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
         *(DDP_LOOP, "--wander-rank", "1", "--seconds", "200"),
-        env={**os.environ, "TORCH_FR_BUFFER_SIZE": "0"},
+        env=env,
     )
     assert launch.wait(260) == INFRASTRUCTURE, launch.output[-3000:]
     hang = _hang(launch)
@@ -246,6 +274,7 @@ def test_recorder_off_falls_back_to_stacks(tuilaunch, tmp_path):
 def test_killed_rank_leaves_a_survivor_dump_with_frames(tuilaunch, tmp_path):
     # gloo raises in rank 0 within milliseconds of rank 1's death: the dump taken when the
     # exit is seen finds it outside Python or gone, and the live poll's last answer stands in.
+    # --flight-recorder, the default now, is still accepted (old command lines).
     launch = tuilaunch(
         *("--flight-recorder", "--log-dir", str(tmp_path)),
         *("--inject", "kill:rank=1,after=40s", "--standalone", "--nproc-per-node", "2"),

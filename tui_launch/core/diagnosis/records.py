@@ -106,6 +106,30 @@ def parse_record(global_rank: int, fr: dict[str, Any] | None, error: str | None)
     )
 
 
+def analyser_record(fr: dict[str, Any]) -> dict[str, Any]:
+    """A rank's Flight Recorder (torch's JSON) as torch's analyser ``torchfrtrace`` reads it
+    (pickled by the caller: its format is ``_dump_fr_trace``'s, the same keys).
+
+    gloo's recorder (torch 2.13) keys the default group's configuration by an empty name
+    while its entries name the group ``"0"``, and the analyser then fails on its own dump
+    (``KeyError: ('0', rank)``): the configuration is given that name too.
+    """
+    config = dict(fr.get("pg_config") or {})
+    unnamed = config.get("")
+    if unnamed is not None and "0" not in config:
+        desc = next(
+            (
+                str(e["process_group"][1])
+                for e in fr.get("entries", ())
+                if (e.get("process_group") or [None])[0] == "0"
+            ),
+            "default_pg",
+        )
+        config["0"] = {**unnamed, "name": "0", "desc": desc}
+        del config[""]
+    return {**fr, "pg_config": config}
+
+
 def parse_threads(data: list[dict[str, Any]]) -> tuple[ThreadStack, ...]:
     """The responder's thread stacks as :class:`ThreadStack` records (main thread first)."""
     out = []
