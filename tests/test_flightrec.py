@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import PY, free_port, journal_path, read_journal, wait_for
 
-from tui_launch.core.diagnosis.records import gather, parse_record
+from tui_launch.core.diagnosis.records import gather, parse_record, poke_nccl_pipes
 from tui_launch.core.diagnosis.stacks.collective import collective_verdict
 from tui_launch.core.model.exitcodes import INFRASTRUCTURE  # a hang, a kill from outside
 from tui_launch.core.model.text import fmt_bytes
@@ -132,16 +132,41 @@ def test_a_skew_between_moving_ranks_names_no_rank():
 
 
 def test_user_setting_wins_and_zero_turns_it_off(tmp_path):
-    env = {"TORCH_FR_BUFFER_SIZE": "50"}
-    assert flightrec.arm(env, str(tmp_path), str(tmp_path))
+    stem = str(tmp_path / "run" / "flightrec" / "host.attempt0.rank_")
+    env = {"TORCH_FR_BUFFER_SIZE": "50", "TORCH_FR_DUMP_TEMP_FILE": "/mine/fr_"}
+    assert flightrec.arm(env, str(tmp_path), stem)
     assert env["TORCH_FR_BUFFER_SIZE"] == "50" and env[RESPONDER_ENV] == str(tmp_path)
     assert env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"].startswith(str(tmp_path))
+    assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == stem
+    # The next attempt's name, only where the value is still ours.
+    flightrec.rename_dumps(env, stem, stem.replace("attempt0", "attempt1"))
+    assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"].endswith("host.attempt1.rank_")
+    assert env["TORCH_FR_DUMP_TEMP_FILE"] == "/mine/fr_"
     off = {"TORCH_FR_BUFFER_SIZE": "0"}
-    assert not flightrec.arm(off, str(tmp_path), str(tmp_path))
+    assert not flightrec.arm(off, str(tmp_path), stem)
     assert off == {"TORCH_FR_BUFFER_SIZE": "0"}
     fresh: dict[str, str] = {}
-    assert flightrec.arm(fresh, str(tmp_path), None)
+    assert flightrec.arm(fresh, str(tmp_path), stem)
     assert fresh["TORCH_FR_BUFFER_SIZE"] == flightrec.DEFAULT_BUFFER
+
+
+def test_a_dump_asks_nccls_pipe_of_every_rank(tmp_path):
+    # The FIFOs torch's NCCL watchdog reads (TORCH_NCCL_DEBUG_INFO_PIPE_FILE<rank>.pipe):
+    # one byte each asks that rank to dump; one nobody reads and other files are left alone.
+    readers = []
+    for rank in (0, 1, 2):
+        pipe = tmp_path / f"{flightrec.PIPE_STEM}{rank}.pipe"
+        os.mkfifo(pipe)
+        if rank < 2:
+            readers.append(os.open(pipe, os.O_RDONLY | os.O_NONBLOCK))
+    (tmp_path / "0.sock").write_text("")
+    try:
+        assert poke_nccl_pipes(str(tmp_path)) == 2
+        assert [os.read(fd, 16) for fd in readers] == [b"1", b"1"]
+    finally:
+        for fd in readers:
+            os.close(fd)
+    assert poke_nccl_pipes(str(tmp_path / "gone")) == 0
 
 
 @pytest.mark.slow

@@ -37,7 +37,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tui_launch.core.diagnosis.collectives import rank_collective
-from tui_launch.core.diagnosis.records import Answer, analyser_record, gather, responder_stack
+from tui_launch.core.diagnosis.records import (
+    Answer,
+    analyser_record,
+    gather,
+    poke_nccl_pipes,
+    responder_stack,
+)
 from tui_launch.core.diagnosis.stacks import (
     ProcessStack,
     RankStack,
@@ -208,6 +214,7 @@ class Dumper:
         def ask() -> None:
             # Never longer than the stacks: a rank that does not answer is stopped or leaving.
             wait = min(2.5, timeout / 2)
+            poke_nccl_pipes(directory)  # NCCL's own dump too, where there is one
             answers.update(gather(directory, [g for _, g, _ in targets], "dump", wait))
 
         asker = threading.Thread(target=ask, name="tuilaunch-records", daemon=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import threading
 import time
 from collections.abc import Iterable
@@ -211,6 +212,34 @@ def gather(
     for t in threads:
         t.join(timeout + 1.0)
     return out
+
+
+def poke_nccl_pipes(directory: str) -> int:
+    """Ask NCCL's own Flight Recorder of every rank with a dump pipe in ``directory`` (the
+    FIFOs ``<stem><rank>.pipe`` torch's watchdog reads, ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``)
+    to dump into its file in the run directory: one byte each, never blocking. Returns how
+    many were asked (none without NCCL: gloo and CPU builds make no pipe)."""
+    asked = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            if not name.endswith(".pipe") or not stat.S_ISFIFO(os.stat(path).st_mode):
+                continue
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: nobody reads it
+        except OSError:
+            continue
+        try:
+            os.write(fd, b"1")
+            asked += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return asked
 
 
 def responder_stack(pid: int, threads: tuple[ThreadStack, ...], state: str) -> ProcessStack:

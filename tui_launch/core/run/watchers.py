@@ -18,9 +18,9 @@ thread hands a confirmed hang over under this object's lock, and the agent threa
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import shutil
+import socket
 import tempfile
 import threading
 from collections.abc import Callable
@@ -30,7 +30,7 @@ from tui_launch.core.diagnosis.dumps import Dumper
 from tui_launch.core.diagnosis.hangwatch import HangWatch
 from tui_launch.core.diagnosis.straggler import StragglerSampler
 from tui_launch.core.model.events import HangDetected, StacksDumped, WorkerInfo
-from tui_launch.core.model.layout import RunDirLayout
+from tui_launch.core.model.layout import RunDirLayout, analyser_stem
 from tui_launch.core.model.store import RunStore
 from tui_launch.core.progress.watch import ProgressWatch
 from tui_launch.core.run.config import RunConfig
@@ -73,6 +73,7 @@ class Diagnosis:
         # The responders' sockets: an owner-only directory of its own, short enough for a
         # socket path (108 bytes) whatever --log-dir is; removed at the end of the run.
         self.responder_dir: str | None = None
+        self._nccl_stem: str | None = None  # NCCL's dump files of the next workers, if ours
         self._store = store
         self._files = files
         self._dump_on_failure = config.dump_on_failure
@@ -114,9 +115,13 @@ class Diagnosis:
         if self._flight_recorder:
             # Inherited by the workers: the Flight Recorder's size, NCCL's dump variables, and
             # where the bootstrap's responder listens. TORCH_FR_BUFFER_SIZE=0: none of it.
+            # The sockets (and NCCL's pipes) in a short node-local directory; NCCL's dump
+            # files in the run directory, which outlives the job.
             directory = tempfile.mkdtemp(prefix="tuilaunch-fr-")
-            if flightrec.arm(os.environ, directory, directory):
+            stem = self._dump_stem(0)
+            if flightrec.arm(os.environ, directory, stem):
                 self.responder_dir = directory
+                self._nccl_stem = stem
                 self.collectives.start()
             else:
                 os.rmdir(directory)
@@ -140,22 +145,32 @@ class Diagnosis:
         self.collectives.stop()
         self._close_responders()
 
+    def _dump_stem(self, attempt: int) -> str:
+        """Where NCCL's own dumps of ``attempt`` go: ``<run dir>/flightrec/<host>.attempt<A>.
+        rank_`` (torch adds the rank), the directory made owner-only now."""
+        target = RunDirLayout(self._ensured_run_dir()).flightrec_dir
+        with contextlib.suppress(OSError):
+            os.makedirs(target, mode=0o700, exist_ok=True)
+        return os.path.join(target, analyser_stem(socket.gethostname(), attempt))
+
     def _close_responders(self) -> None:
-        """Keep NCCL's own dump files in the run directory, remove the sockets' directory."""
+        """Remove the sockets' directory (NCCL's dump files are in the run directory)."""
         directory, self.responder_dir = self.responder_dir, None
         if directory is None:
             return
-        dumps = glob.glob(os.path.join(directory, "nccl_trace_rank_*"))
-        if dumps and self._files.run_dir:
-            target = RunDirLayout(self._files.run_dir).flightrec_dir
-            with contextlib.suppress(OSError):
-                os.makedirs(target, mode=0o700, exist_ok=True)
-                for path in dumps:
-                    shutil.move(path, target)
         shutil.rmtree(directory, ignore_errors=True)
+        run_dir = self._files.run_dir
+        if run_dir:  # nothing dumped: no empty directory left behind
+            with contextlib.suppress(OSError):
+                os.rmdir(RunDirLayout(run_dir).flightrec_dir)
 
     def attempt_started(self, attempt: int, workers: tuple[WorkerInfo, ...]) -> None:
-        """A new attempt runs: watch its ranks."""
+        """A new attempt runs: watch its ranks (and name NCCL's dumps of the next one: its
+        workers inherit the launcher's environment when they start)."""
+        if self._nccl_stem is not None:
+            stem = self._dump_stem(attempt + 1)
+            flightrec.rename_dumps(os.environ, self._nccl_stem, stem)
+            self._nccl_stem = stem
         self.hangs.attempt_started(attempt, {w.local_rank: w.global_rank for w in workers})
         self.stragglers.set_workers(attempt, [(w.global_rank, w.pid) for w in workers])
 
