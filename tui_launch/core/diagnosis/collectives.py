@@ -1,4 +1,4 @@
-"""The live poll of every rank's Flight Recorder (``--flight-recorder``): last collective, wait.
+"""The live poll of every rank's Flight Recorder (on by default): last collective, wait.
 
 Every :data:`INTERVAL` seconds the poller asks each live rank's responder (in parallel, half a
 second each at most) for its records and stacks, and posts a

@@ -7,7 +7,7 @@ with ``--dump-via-faulthandler``), the dump saved under ``<run_dir>/stacks/`` as
 and one :class:`~tui_launch.core.model.events.StacksDumped` posted, which points to those files and
 carries the verdict and where each rank is.
 
-With the Flight Recorder collected (``--flight-recorder``: ``responders`` gives the directory of
+With the Flight Recorder collected (the default: ``responders`` gives the directory of
 the ranks' responder sockets), every dump also asks each rank's responder, in parallel with the
 stacks, for its records: they go into the dump (``StackDump.records``, so the verdict is the
 collective one), each rank's raw record into ``flightrec/`` beside the stacks (as JSON, and

@@ -97,7 +97,7 @@ class Diagnosis:
             action=config.on_hang,
             on_hang=self._hang_confirmed,
         )
-        # --flight-recorder: each rank's last collective, live, and the survivors' last state.
+        # The Flight Recorder: each rank's last collective, live, and the survivors' last state.
         self.collectives = CollectivePoller(
             store.post, self.dumper.targets, lambda: ranks.attempt, lambda: self.responder_dir
         )

@@ -1,16 +1,21 @@
-"""The worker bootstrap that lets ``exit`` and ``exception`` injections reach a Python worker.
+"""The worker bootstrap: how every Python worker starts, unless ``--no-bootstrap``.
 
-Only when a run asks for such an injection (``--inject exit:...``, ``--inject exception:...`` or
-``--inject-ready``), the runner starts each Python worker as::
+By default the runner starts each Python worker as::
 
     python -u -m tui_launch.core.workers.shim DIR script.py ARGS...     (or DIR -m module ARGS...)
 
-instead of ``python -u script.py ARGS...``. The bootstrap installs one handler for
-:data:`INJECT_SIGNAL` and then runs the user's script or module exactly as ``python`` would:
-with ``runpy`` as ``__main__``, the same ``sys.argv`` and ``sys.path[0]``, so ``@record``,
-``if __name__ == "__main__"`` and pickling work, and tracebacks point into the user's code. The
-user's program is not changed and nothing is imported beyond the standard library. Runs that
-do not ask for these injections never see this module.
+instead of torchrun's ``python -u script.py ARGS...`` (``--no-bootstrap`` keeps torchrun's).
+The bootstrap starts the Flight Recorder's responder, installs one handler for
+:data:`INJECT_SIGNAL`, and then runs the user's script or module exactly as ``python`` would
+(:func:`_run`): a fresh ``__main__`` with the script's absolute ``__file__`` and a source
+loader (``runpy``'s own ``python -m`` entry for a module), the same ``sys.argv`` and
+``sys.path[0]``, so ``@record``, ``if __name__ == "__main__"``, pickling and
+``multiprocessing``'s spawn work, and an uncaught exception's traceback is python's, without
+the bootstrap's frames (:func:`_report_without_bootstrap`). It leaves ``returned.<pid>`` in
+``DIR`` once the program's main returned, so that a crash in the interpreter's teardown
+after it is known as such. The user's program is not changed and nothing is imported beyond
+the standard library. What a program can still tell (a thread, the command line, the
+variables) is the contract in ``docs/differences.md``, tested by ``tests/test_parity.py``.
 
 To inject, the runner writes ``DIR/<pid>.json`` (``{"kind": "exit", "code": 3}`` or
 ``{"kind": "exception", "message": "boom"}``) and sends :data:`INJECT_SIGNAL` to the worker.
@@ -29,7 +34,7 @@ Stack dumps without ptrace (``--dump-via-faulthandler``): when ``TUILAUNCH_FAULT
 print every thread's stack to its stderr and carry on, even while the main thread holds the GIL
 in native code; :mod:`tui_launch.core.diagnosis.stacks` cuts the dump out of the rank's stderr log.
 
-The responder (``--flight-recorder``): when ``TUILAUNCH_RESPONDER_DIR`` names a directory, the
+The responder (on by default): when ``TUILAUNCH_RESPONDER_DIR`` names a directory, the
 bootstrap starts :func:`tui_launch.core.workers.responder.serve` before the program, a daemon
 thread that answers on ``<dir>/<RANK>.sock`` with the rank's Flight Recorder and every thread's
 stack.
@@ -277,7 +282,7 @@ def start_responder() -> None:
     directory = os.environ.get(RESPONDER_ENV, "")
     if not directory:
         return
-    # Imported only here: a worker of a run without --flight-recorder loads nothing more.
+    # Imported only here: a worker whose recorder is off (TORCH_FR_BUFFER_SIZE=0) loads no more.
     from tui_launch.core.workers import responder
 
     responder.serve(directory, os.environ.get("RANK", str(os.getpid())))
