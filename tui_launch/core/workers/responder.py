@@ -28,7 +28,6 @@ import socket
 import sys
 import threading
 import time
-import traceback
 from typing import Any
 
 _C10D = "torch._C._distributed_c10d"
@@ -77,6 +76,8 @@ def fr_trace(full: bool = True) -> tuple[dict[str, Any] | None, str | None]:
 
 def thread_stacks() -> list[dict[str, Any]]:
     """Every thread's Python stack, innermost frame first, the main thread marked."""
+    import traceback  # on the first answer, not at every worker's start
+
     names = {t.ident: t.name for t in threading.enumerate()}
     natives = {t.ident: getattr(t, "native_id", None) for t in threading.enumerate()}
     main = threading.main_thread().ident

@@ -45,16 +45,20 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import io
-import json
 import os
 import signal
 import sys
 import threading
 import time
 import types
-from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING
+
+# Every worker starts through this module: what it imports, each worker pays at its start
+# (bench/bootstrap.py start), so what only an injection needs is imported when it comes.
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 # A real-time signal: nothing else uses it, and its default action (terminate) never matters
 # because it is only sent to workers that installed the handler.
@@ -94,6 +98,8 @@ def _on_signal(signum: int, frame: Any) -> None:
         _held = None
         untrace()
         raise exc
+    import json
+
     path = os.path.join(_dir, f"{os.getpid()}.json")
     try:
         with open(path) as fp:
