@@ -333,7 +333,12 @@ for _ in range(3):
     out.append(responder.answer("poll")["fr"])
 out.append(responder.answer("poll")["fr"])  # no collective since: the entries are read
 out.append(responder.answer("dump")["fr"])
-print(json.dumps(out), flush=True)
+# poll-since: the first from another line than the last poll (the main thread moved: a whole
+# answer), then nothing moved (same number, same line): a few bytes, twice.
+same = [responder.answer("poll-since") for _ in range(3)]
+dist.all_reduce(t)
+moved = responder.answer("poll-since")  # the number moved: a whole answer again
+print(json.dumps({"polls": out, "same": same, "moved": moved}), flush=True)
 # Without it, gloo's threads are torn down by the interpreter's exit, which on a loaded machine
 # once aborted the probe after its output ("terminate called without an active exception").
 dist.destroy_process_group()
@@ -351,7 +356,8 @@ def test_poll_reads_the_ring_only_once_a_rank_stops_moving(tmp_path):
         env={**os.environ, "TORCH_FR_BUFFER_SIZE": "100"},
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    polls = json.loads(done.stdout.strip().splitlines()[-1])
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    polls = got["polls"]
     seqs = [int(p["pg_status"]["0"]["last_enqueued_collective"]) for p in polls]
     assert seqs[1] == seqs[0] + 1 and seqs[2] == seqs[1] + 1 and seqs[3] == seqs[2]
     assert [bool(p.get("entries")) for p in polls[:3]] == [False, False, False]
@@ -359,6 +365,13 @@ def test_poll_reads_the_ring_only_once_a_rank_stops_moving(tmp_path):
     rec = parse_record(0, polls[1], None)
     assert rec.last is None and rec.last_enqueued == seqs[1] and rec.error is None
     assert len(polls[4]["entries"]) == seqs[3]
+    # The probe asks from its main thread: where it asks from is where it is.
+    first, *same = got["same"]
+    assert "threads" in first and "same" not in first  # (the asking thread is left out)
+    assert [sorted(a) for a in same] == [["duration", "pid", "same"]] * 2
+    moved = got["moved"]
+    assert int(moved["fr"]["pg_status"]["0"]["last_enqueued_collective"]) == seqs[3] + 1
+    assert "threads" in moved and "same" not in moved
 
 
 def test_the_group_where_ranks_part_is_judged():

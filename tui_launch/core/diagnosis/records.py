@@ -189,20 +189,28 @@ def query(directory: str, global_rank: int, what: str = "dump", timeout: float =
             "no responder" if isinstance(e, FileNotFoundError | ConnectionRefusedError) else str(e)
         )
         return Answer(RankRecord(global_rank, error=why), None, None, time.monotonic() - t0)
+    if data.get("same"):  # poll-since: nothing moved; the caller holds the previous answer
+        return Answer(RankRecord(global_rank, error="unchanged"), None, data, time.monotonic() - t0)
     record = parse_record(global_rank, data.get("fr"), data.get("fr_error"))
     threads = parse_threads(data["threads"]) if isinstance(data.get("threads"), list) else None
     return Answer(record, threads, data, time.monotonic() - t0)
 
 
 def gather(
-    directory: str, ranks: Iterable[int], what: str = "dump", timeout: float = 1.0
+    directory: str,
+    ranks: Iterable[int],
+    what: str = "dump",
+    timeout: float = 1.0,
+    asks: dict[int, str] | None = None,
 ) -> dict[int, Answer]:
-    """Every rank's answer, asked in parallel (one short-lived thread per rank)."""
+    """Every rank's answer, asked in parallel (one short-lived thread per rank); ``asks``: a
+    request other than ``what`` for some ranks."""
     out: dict[int, Answer] = {}
     lock = threading.Lock()
+    asks = asks or {}
 
     def one(rank: int) -> None:
-        a = query(directory, rank, what, timeout)
+        a = query(directory, rank, asks.get(rank, what), timeout)
         with lock:
             out[rank] = a
 
