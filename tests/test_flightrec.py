@@ -264,6 +264,20 @@ def test_ddp_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
     assert seqs[0] == seqs[1] + 1, seqs
 
 
+def test_async_all_reduce_rank_that_never_issued_it(tuilaunch, tmp_path):
+    # An asynchronous all_reduce waited for in the program's own sync_point(); no flag.
+    launch = tuilaunch(
+        *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
+        *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
+        *(str(PROGRAMS / "async_sync.py"), "--wander-rank", "1", "--seconds", "200"),
+    )
+    assert launch.wait(260) == INFRASTRUCTURE, launch.output[-3000:]
+    hang = _hang(launch)
+    assert hang["odd_ranks"] == [1], hang["verdict"]
+    assert hang["verdict"].startswith("rank 1 never issued all_reduce #"), hang["verdict"]
+    assert "wandered_off" in hang["verdict"] and "rank 0 waits for it" in hang["verdict"]
+
+
 def test_mismatch_named_by_op_and_size(tuilaunch, tmp_path):
     launch = tuilaunch(
         *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),

@@ -165,6 +165,9 @@ def test_crash_in_teardown_after_main_returned_is_completed_not_restarted(tuilau
     assert fin["outcome"] == "succeeded" and fin["failure_class"] == "teardown"
     assert fin["message"].startswith("completed; rank 1 crashed in teardown"), fin
     assert "completed; rank 1 crashed in teardown" in launch.stderr
+    # The summary does not call it a failure a restart recovered from: none was made.
+    assert "recovered by restarts" not in launch.output
+    assert "crashed in teardown (after main returned: not restarted)" in launch.output
 
 
 def test_crash_in_teardown_without_the_bootstrap_is_restarted_as_torchrun_would(

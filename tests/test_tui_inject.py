@@ -144,9 +144,13 @@ def _live_runner(tmp_path: Path, *extra: str) -> tuple[Runner, RunStore]:
     )
     store = RunStore()
     journal = str(tmp_path / f"j{len(extra)}.jsonl")
-    runner = Runner(
-        args, store, RunConfig(echo=False, journal_path=journal, inject_ready=opts.inject_ready)
+    config = RunConfig(
+        echo=False,
+        journal_path=journal,
+        inject_ready=opts.inject_ready,
+        no_bootstrap=opts.no_bootstrap,
     )
+    runner = Runner(args, store, config)
     return runner, store
 
 
@@ -187,7 +191,7 @@ def test_exit_and_exception_greyed_out_without_the_bootstrap(
             refused = screen.query_one("#inject-refused", Static)
             assert refused.display
             assert "exit/exception injection needs" in str(refused.content)
-            assert "--inject-ready" in str(refused.content)
+            assert "--no-bootstrap" in str(refused.content)
             seen = [screen.kind]
             for _ in range(5):  # the arrows pass over the greyed kinds
                 await pilot.press("down")
@@ -200,7 +204,7 @@ def test_exit_and_exception_greyed_out_without_the_bootstrap(
         asyncio.run(main())
         assert source.inject_refusal("kill") is None
         out = source.send(Inject("exit:rank=0", source="test"))  # refused as before, for the API
-        assert not out.ok and "--inject-ready" in out.detail
+        assert not out.ok and "--no-bootstrap" in out.detail
     finally:
         runner.stop()
         runner.wait(30)
