@@ -308,6 +308,8 @@ def test_recorder_off_falls_back_to_stacks(tuilaunch, tmp_path, off):
     assert hang["odd_ranks"] == [1]
     assert hang["verdict"].startswith("rank 1 is not in a collective"), hang["verdict"]
     assert not (Path(hang["second_path"]) / "flightrec").exists()
+    # Nor an empty directory for NCCL's dumps in the run directory.
+    assert not list(tmp_path.glob("*/flightrec")), list(tmp_path.glob("*/flightrec"))
 
 
 def test_killed_rank_leaves_a_survivor_dump_with_frames(tuilaunch, tmp_path):

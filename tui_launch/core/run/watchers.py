@@ -120,6 +120,8 @@ class Diagnosis:
             directory = tempfile.mkdtemp(prefix="tuilaunch-fr-")
             stem = self._dump_stem(0)
             if flightrec.arm(os.environ, directory, stem):
+                with contextlib.suppress(OSError):  # owner-only, for NCCL to write into
+                    os.makedirs(os.path.dirname(stem), mode=0o700, exist_ok=True)
                 self.responder_dir = directory
                 self._nccl_stem = stem
                 self.collectives.start()
@@ -147,10 +149,8 @@ class Diagnosis:
 
     def _dump_stem(self, attempt: int) -> str:
         """Where NCCL's own dumps of ``attempt`` go: ``<run dir>/flightrec/<host>.attempt<A>.
-        rank_`` (torch adds the rank), the directory made owner-only now."""
+        rank_`` (torch adds the rank)."""
         target = RunDirLayout(self._ensured_run_dir()).flightrec_dir
-        with contextlib.suppress(OSError):
-            os.makedirs(target, mode=0o700, exist_ok=True)
         return os.path.join(target, analyser_stem(socket.gethostname(), attempt))
 
     def _close_responders(self) -> None:
