@@ -122,7 +122,7 @@ def bench_corpus(repeat: int, steps: int, nproc: int) -> None:
             with tempfile.TemporaryDirectory() as d:
                 args = [str(CORPUS / argv[0]), *(a.format(steps=steps) for a in argv[1:])]
                 env = {**os.environ, **{k: v.format(steps=steps) for k, v in env_extra.items()}}
-                journal = Path(d) / "journal.jsonl"
+                journal = Path(d) / "progress.jsonl"  # given with --journal
                 cmd = _launch(MODES[mode], d, "--journal", str(journal), "--journal-samples", "1")
                 cmd += ["--standalone", "--nproc-per-node", str(nproc), *args]
                 subprocess.run(cmd, check=True, capture_output=True, timeout=900, cwd=d, env=env)
