@@ -213,7 +213,8 @@ WARM = ["--warm-start"] if WARM_ALL else []
 
 def tuilaunch_cmd(*args: str) -> list[str]:
     """The tuilaunch command line, headless (and warm with ``TUILAUNCH_TEST_WARM=1``)."""
-    warm = ["--warm-start"] if WARM_ALL and "--no-python" not in args else []
+    plain = "--no-python" in args or "--no-bootstrap" in args
+    warm = ["--warm-start"] if WARM_ALL and not plain else []
     return [PY, "-m", "tui_launch", "--no-tui", *warm, *args]
 
 

@@ -120,6 +120,22 @@ USAGE_ERRORS = [
         ["--log-dir", "/proc/tuilaunch-test-logs", "not a writable directory"],
         id="log-dir-in-proc",
     ),
+    # --no-bootstrap takes away what works through the bootstrap: asking for both is refused.
+    pytest.param(
+        ["--no-bootstrap", "--inject-ready", NOOP],
+        ["--inject-ready", "--no-bootstrap"],
+        id="no-bootstrap-inject-ready",
+    ),
+    pytest.param(
+        ["--no-bootstrap", "--inject", "exception:rank=0", NOOP],
+        ["--inject exit/exception", "--no-bootstrap"],
+        id="no-bootstrap-exception",
+    ),
+    pytest.param(
+        ["--no-bootstrap", "--warm-start", NOOP],
+        ["--warm-start", "--no-bootstrap"],
+        id="no-bootstrap-warm-start",
+    ),
 ]
 
 

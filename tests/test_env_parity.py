@@ -17,11 +17,16 @@ every rank saw. Only these values may differ, and each is checked for what it mu
   rank's log file: Lightning's default bar, docs/dashboard.md): ``1`` under tuilaunch, absent
   under torchrun, unless the user set it, where both are equal.
 
+* the Flight Recorder's variables (``flightrec.VARIABLES``, docs/differences.md): set by
+  tuilaunch's default worker bootstrap, absent under torchrun; with ``--no-bootstrap``
+  (``plain``) and ``--no-python`` (no Python worker to bootstrap) absent in both.
+
 Every other key must be present in both with an identical value.
 
-Each case runs torchrun once and tuilaunch twice against it: as is (``cold``) and with
+Each case runs torchrun once and tuilaunch three times against it: as is (``cold``), with
 ``--warm-start`` (``warm``: workers start in spare interpreters that imported torch ahead;
-``--no-python`` refuses it, so that case runs cold only).
+``--no-python`` refuses it, so that case runs cold only) and with ``--no-bootstrap``
+(``plain``: torchrun's exact worker process).
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from pathlib import Path
 
 import pytest
 from conftest import WORKERS, base_env, free_port, wait_gone
+
+from tui_launch.core.seam import flightrec
 
 SHARE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
@@ -166,7 +173,11 @@ CASES = [
 def test_worker_env_equals_torchrun(name, tmp_path, torchrun, tuilaunch):
     case = make_case(name, tmp_path)
     # One torchrun run is the reference for both modes (--no-python cannot start warm).
-    variants = {"cold": ()} if name == "no-python" else {"cold": (), "warm": ("--warm-start",)}
+    variants = (
+        {"cold": ()}
+        if name == "no-python"
+        else {"cold": (), "warm": ("--warm-start",), "plain": ("--no-bootstrap",)}
+    )
     results = run_all(case, tmp_path, torchrun, tuilaunch, variants)
     theirs, t_launch = results["torchrun"]
     assert sorted(theirs) == list(range(case.nproc)), f"torchrun dumps: {sorted(theirs)}"
@@ -229,6 +240,9 @@ def compare(case: Case, mode: str, tmp_path: Path, theirs, t_launch, ours, o_lau
             else:
                 assert o_env[AGENT_STORE] == t_env[AGENT_STORE] == "True"
 
+        if mode != "plain" and case.fmt != "env0":  # the bootstrap arms the Flight Recorder
+            for key in flightrec.VARIABLES:
+                assert key not in t_env and o_env.pop(key), (mode, key)
         if TTY in t_env:  # the user's setting wins in both
             assert o_env[TTY] == t_env[TTY]
         else:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import socket
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import PY, free_port, journal_path, read_journal, wait_for
 
-from tui_launch.core.diagnosis.records import gather, parse_record
+from tui_launch.core.diagnosis.records import gather, parse_record, poke_nccl_pipes
 from tui_launch.core.diagnosis.stacks.collective import collective_verdict
 from tui_launch.core.model.exitcodes import INFRASTRUCTURE  # a hang, a kill from outside
 from tui_launch.core.model.text import fmt_bytes
@@ -130,16 +132,41 @@ def test_a_skew_between_moving_ranks_names_no_rank():
 
 
 def test_user_setting_wins_and_zero_turns_it_off(tmp_path):
-    env = {"TORCH_FR_BUFFER_SIZE": "50"}
-    assert flightrec.arm(env, str(tmp_path), str(tmp_path))
+    stem = str(tmp_path / "run" / "flightrec" / "host.attempt0.rank_")
+    env = {"TORCH_FR_BUFFER_SIZE": "50", "TORCH_FR_DUMP_TEMP_FILE": "/mine/fr_"}
+    assert flightrec.arm(env, str(tmp_path), stem)
     assert env["TORCH_FR_BUFFER_SIZE"] == "50" and env[RESPONDER_ENV] == str(tmp_path)
     assert env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"].startswith(str(tmp_path))
+    assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == stem
+    # The next attempt's name, only where the value is still ours.
+    flightrec.rename_dumps(env, stem, stem.replace("attempt0", "attempt1"))
+    assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"].endswith("host.attempt1.rank_")
+    assert env["TORCH_FR_DUMP_TEMP_FILE"] == "/mine/fr_"
     off = {"TORCH_FR_BUFFER_SIZE": "0"}
-    assert not flightrec.arm(off, str(tmp_path), str(tmp_path))
+    assert not flightrec.arm(off, str(tmp_path), stem)
     assert off == {"TORCH_FR_BUFFER_SIZE": "0"}
     fresh: dict[str, str] = {}
-    assert flightrec.arm(fresh, str(tmp_path), None)
+    assert flightrec.arm(fresh, str(tmp_path), stem)
     assert fresh["TORCH_FR_BUFFER_SIZE"] == flightrec.DEFAULT_BUFFER
+
+
+def test_a_dump_asks_nccls_pipe_of_every_rank(tmp_path):
+    # The FIFOs torch's NCCL watchdog reads (TORCH_NCCL_DEBUG_INFO_PIPE_FILE<rank>.pipe):
+    # one byte each asks that rank to dump; one nobody reads and other files are left alone.
+    readers = []
+    for rank in (0, 1, 2):
+        pipe = tmp_path / f"{flightrec.PIPE_STEM}{rank}.pipe"
+        os.mkfifo(pipe)
+        if rank < 2:
+            readers.append(os.open(pipe, os.O_RDONLY | os.O_NONBLOCK))
+    (tmp_path / "0.sock").write_text("")
+    try:
+        assert poke_nccl_pipes(str(tmp_path)) == 2
+        assert [os.read(fd, 16) for fd in readers] == [b"1", b"1"]
+    finally:
+        for fd in readers:
+            os.close(fd)
+    assert poke_nccl_pipes(str(tmp_path / "gone")) == 0
 
 
 @pytest.mark.slow
@@ -191,9 +218,24 @@ def _hang(launch) -> dict:
     return hang
 
 
+def _analysed(directory: Path, tmp_path: Path):
+    """torch's own analyser (``torchfrtrace``) run on a dump's records: its database."""
+    out = tmp_path / "fr_db.pkl"
+    done = subprocess.run(
+        [PY, "-m", "torch.distributed.flight_recorder.fr_trace", str(directory), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, db = pickle.loads(out.read_bytes())
+    return db
+
+
 def test_ddp_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
+    # No flag: the Flight Recorder is collected by default.
     launch = tuilaunch(
-        *("--flight-recorder", "--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
+        *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
         *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
         *(DDP_LOOP, "--wander-rank", "1", "--seconds", "200"),
     )
@@ -207,6 +249,13 @@ def test_ddp_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
     assert sorted(r["global_rank"] for r in data["dump"]["records"]) == [0, 1]
     fr0 = json.loads((saved / "flightrec" / "rank0.json").read_text())
     assert any(e["profiling_name"] == "gloo:all_reduce" for e in fr0["entries"])
+    # Every rank's record, named with host, attempt and rank, as torch's analyser reads it.
+    host = socket.gethostname()
+    names = sorted(p.name for p in (saved / "flightrec").iterdir() if not p.name.endswith(".json"))
+    assert names == [f"{host}.attempt0.rank_0", f"{host}.attempt0.rank_1"], names
+    db = _analysed(saved / "flightrec", tmp_path)
+    assert {m.global_rank for m in db.memberships} == {0, 1}
+    assert any("all_reduce" in c.collective_name for c in db.collectives), db.collectives[:3]
     assert "hung: rank 1 never issued all_reduce" in launch.stderr
     events = read_journal(journal_path(launch.output))
     found = [e for e in events if e["kind"] == "collective_verdict"]
@@ -215,9 +264,23 @@ def test_ddp_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
     assert seqs[0] == seqs[1] + 1, seqs
 
 
+def test_async_all_reduce_rank_that_never_issued_it(tuilaunch, tmp_path):
+    # An asynchronous all_reduce waited for in the program's own sync_point(); no flag.
+    launch = tuilaunch(
+        *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
+        *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
+        *(str(PROGRAMS / "async_sync.py"), "--wander-rank", "1", "--seconds", "200"),
+    )
+    assert launch.wait(260) == INFRASTRUCTURE, launch.output[-3000:]
+    hang = _hang(launch)
+    assert hang["odd_ranks"] == [1], hang["verdict"]
+    assert hang["verdict"].startswith("rank 1 never issued all_reduce #"), hang["verdict"]
+    assert "wandered_off" in hang["verdict"] and "rank 0 waits for it" in hang["verdict"]
+
+
 def test_mismatch_named_by_op_and_size(tuilaunch, tmp_path):
     launch = tuilaunch(
-        *("--flight-recorder", "--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
+        *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
         *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "3"),
         *(MISMATCH, "--odd", "2", "--seconds", "200"),
     )
@@ -229,23 +292,30 @@ def test_mismatch_named_by_op_and_size(tuilaunch, tmp_path):
     assert "all_reduce of 1 MB" in hang["verdict"]
 
 
-def test_recorder_off_falls_back_to_stacks(tuilaunch, tmp_path):
+@pytest.mark.parametrize("off", ["buffer-0", "no-bootstrap"])
+def test_recorder_off_falls_back_to_stacks(tuilaunch, tmp_path, off):
+    # TORCH_FR_BUFFER_SIZE=0 set by the user, or torchrun's plain worker (--no-bootstrap).
+    env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "0"} if off == "buffer-0" else None
     launch = tuilaunch(
-        *("--flight-recorder", "--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
+        *(("--no-bootstrap",) if off == "no-bootstrap" else ()),
+        *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
         *("--log-dir", str(tmp_path), "--standalone", "--nproc-per-node", "2"),
         *(DDP_LOOP, "--wander-rank", "1", "--seconds", "200"),
-        env={**os.environ, "TORCH_FR_BUFFER_SIZE": "0"},
+        env=env,
     )
     assert launch.wait(260) == INFRASTRUCTURE, launch.output[-3000:]
     hang = _hang(launch)
     assert hang["odd_ranks"] == [1]
     assert hang["verdict"].startswith("rank 1 is not in a collective"), hang["verdict"]
     assert not (Path(hang["second_path"]) / "flightrec").exists()
+    # Nor an empty directory for NCCL's dumps in the run directory.
+    assert not list(tmp_path.glob("*/flightrec")), list(tmp_path.glob("*/flightrec"))
 
 
 def test_killed_rank_leaves_a_survivor_dump_with_frames(tuilaunch, tmp_path):
     # gloo raises in rank 0 within milliseconds of rank 1's death: the dump taken when the
     # exit is seen finds it outside Python or gone, and the live poll's last answer stands in.
+    # --flight-recorder, the default now, is still accepted (old command lines).
     launch = tuilaunch(
         *("--flight-recorder", "--log-dir", str(tmp_path)),
         *("--inject", "kill:rank=1,after=40s", "--standalone", "--nproc-per-node", "2"),
@@ -279,7 +349,12 @@ for _ in range(3):
     out.append(responder.answer("poll")["fr"])
 out.append(responder.answer("poll")["fr"])  # no collective since: the entries are read
 out.append(responder.answer("dump")["fr"])
-print(json.dumps(out), flush=True)
+# poll-since: the first from another line than the last poll (the main thread moved: a whole
+# answer), then nothing moved (same number, same line): a few bytes, twice.
+same = [responder.answer("poll-since") for _ in range(3)]
+dist.all_reduce(t)
+moved = responder.answer("poll-since")  # the number moved: a whole answer again
+print(json.dumps({"polls": out, "same": same, "moved": moved}), flush=True)
 # Without it, gloo's threads are torn down by the interpreter's exit, which on a loaded machine
 # once aborted the probe after its output ("terminate called without an active exception").
 dist.destroy_process_group()
@@ -297,7 +372,8 @@ def test_poll_reads_the_ring_only_once_a_rank_stops_moving(tmp_path):
         env={**os.environ, "TORCH_FR_BUFFER_SIZE": "100"},
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    polls = json.loads(done.stdout.strip().splitlines()[-1])
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    polls = got["polls"]
     seqs = [int(p["pg_status"]["0"]["last_enqueued_collective"]) for p in polls]
     assert seqs[1] == seqs[0] + 1 and seqs[2] == seqs[1] + 1 and seqs[3] == seqs[2]
     assert [bool(p.get("entries")) for p in polls[:3]] == [False, False, False]
@@ -305,6 +381,13 @@ def test_poll_reads_the_ring_only_once_a_rank_stops_moving(tmp_path):
     rec = parse_record(0, polls[1], None)
     assert rec.last is None and rec.last_enqueued == seqs[1] and rec.error is None
     assert len(polls[4]["entries"]) == seqs[3]
+    # The probe asks from its main thread: where it asks from is where it is.
+    first, *same = got["same"]
+    assert "threads" in first and "same" not in first  # (the asking thread is left out)
+    assert [sorted(a) for a in same] == [["duration", "pid", "same"]] * 2
+    moved = got["moved"]
+    assert int(moved["fr"]["pg_status"]["0"]["last_enqueued_collective"]) == seqs[3] + 1
+    assert "threads" in moved and "same" not in moved
 
 
 def test_the_group_where_ranks_part_is_judged():

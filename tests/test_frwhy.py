@@ -17,6 +17,7 @@ import math
 import os
 import pickle
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from tui_launch.core.diagnosis.frdump import HostileDump, load_dir, load_file
 from tui_launch.core.diagnosis.frjudge import MatchClass, judge, match
 from tui_launch.core.diagnosis.ncclwatch import NcclDumpWatch
 from tui_launch.core.model.exitcodes import INFRASTRUCTURE
-from tui_launch.core.model.layout import RunDirLayout
+from tui_launch.core.model.layout import RunDirLayout, analyser_stem
 from tui_launch.testing import frgen
 
 NVRX = ROOT / "tests" / "fixtures" / "frdumps" / "nvrx"
@@ -594,7 +595,7 @@ def test_nccl_dumps_judged_once_complete_and_a_fifo_never_opened(tmp_path):
     posted: list[Any] = []
     os.mkfifo(tmp_path / "nccl_pipe_rank_0")
     os.mkfifo(tmp_path / "nccl_trace_rank_999")
-    watch = NcclDumpWatch(posted.append, lambda: str(tmp_path), interval=0.05)
+    watch = NcclDumpWatch(posted.append, lambda: str(tmp_path / ncclwatch.PREFIX), interval=0.05)
     frgen.generate(str(tmp_path), 64, (5,), prefix=ncclwatch.PREFIX)
     watch.look()
     assert posted == []  # first look: not yet known to be complete
@@ -615,11 +616,12 @@ def test_nccl_dumps_judged_once_complete_and_a_fifo_never_opened(tmp_path):
 
 @pytest.mark.slow
 def test_nccl_dumps_of_a_live_run_judged_while_it_runs(tuilaunch, tmp_path):
-    """Each rank writes what NCCL's watchdog writes on a timeout into the file the launcher
-    pointed ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` at; the verdict is in the journal before any
-    rank exits, and the files are kept in the run directory, where ``why`` reads them."""
+    """With no flag, each rank writes what NCCL's watchdog writes on a timeout into the file
+    the launcher pointed ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` at; the verdict is in the journal
+    before any rank exits, and the files are kept in the run directory, named with host,
+    attempt and rank, where ``why`` reads them."""
     launch = tuilaunch(
-        *("--flight-recorder", "--log-dir", str(tmp_path), "--standalone"),
+        *("--log-dir", str(tmp_path), "--standalone"),
         *("--nproc-per-node", "3", NCCL_WRITER, "--linger", "20"),
     )
     assert launch.wait(120) == 0, launch.output[-3000:]
@@ -631,6 +633,6 @@ def test_nccl_dumps_of_a_live_run_judged_while_it_runs(tuilaunch, tmp_path):
     (at,) = [i for i, e in enumerate(events) if e["kind"] == "notice" and want in e["message"]]
     assert at < kinds.index("rank_exited"), kinds
     kept = sorted(os.listdir(RunDirLayout(str(journal.parent)).flightrec_dir))
-    assert kept == ["nccl_trace_rank_0", "nccl_trace_rank_1", "nccl_trace_rank_2"]
+    assert kept == [f"{analyser_stem(socket.gethostname(), 0)}{r}" for r in range(3)]
     out = _why(str(journal.parent))
     assert out.returncode == 0 and out.stdout.splitlines()[0] == want, out.stdout

@@ -51,7 +51,9 @@ def _hang_cleared(events: list[dict]) -> list[dict]:
 
 
 def test_hang_found_confirmed_and_stopped(tuilaunch, tmp_path):
+    # --no-bootstrap: the stacks' verdict (the Flight Recorder's is tests/test_flightrec.py's).
     launch = tuilaunch(
+        "--no-bootstrap",
         *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop", "--log-dir", str(tmp_path)),
         *("--standalone", "--nproc-per-node", "2", HANG, "--seconds", "90"),
     )

@@ -14,7 +14,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLES, WORKERS, journal_path, read_journal, wait_for
+from conftest import EXAMPLES, WORKERS, base_env, journal_path, read_journal, wait_for
 
 from tui_launch.core.model.events import from_dict
 from tui_launch.core.model.store import STOPPED, replay
@@ -373,7 +373,15 @@ def test_rank_out_of_range_found_at_the_rendezvous(tuilaunch, tmp_path):
     assert kinds(events, "workers_started") == []  # stopped before any worker started
 
 
-def _dump(tuilaunch, tmp_path: Path, name: str, extra: list[str], target: list[str], cwd):
+def _dump(
+    tuilaunch,
+    tmp_path: Path,
+    name: str,
+    extra: list[str],
+    target: list[str],
+    cwd,
+    env: dict[str, str] | None = None,
+):
     out = tmp_path / "dump.json"  # the same path each time: argv must stay comparable
     launch = tuilaunch(
         "--standalone",
@@ -386,6 +394,7 @@ def _dump(tuilaunch, tmp_path: Path, name: str, extra: list[str], target: list[s
         "--flag-like",
         "x y",
         cwd=cwd,
+        env=env,
     )
     assert launch.wait(120) == 0, launch.output[-3000:]
     data = json.loads(out.read_text())
@@ -398,18 +407,19 @@ def _dump(tuilaunch, tmp_path: Path, name: str, extra: list[str], target: list[s
 
 def test_bootstrap_keeps_argv_path_main_and_env(tuilaunch, tmp_path):
     # The same worker with and without the bootstrap that exit/exception injections need
-    # (--inject-ready): argv, sys.path[0], __name__, __spec__ and the environment are equal.
-    plain = _dump(tuilaunch, tmp_path, "plain", [], [TICKER], None)
-    ready = _dump(tuilaunch, tmp_path, "ready", ["--inject-ready"], [TICKER], None)
+    # (on by default; --no-bootstrap is torchrun's worker, --inject-ready still accepted):
+    # argv, sys.path[0], __name__, __spec__ and the environment are equal (with the recorder
+    # off, whose variables test_flight_recorder_bootstrap_differs_only_as_documented checks).
+    off = {**base_env(), "TORCH_FR_BUFFER_SIZE": "0"}
+    plain = _dump(tuilaunch, tmp_path, "plain", ["--no-bootstrap"], [TICKER], None, off)
+    ready = _dump(tuilaunch, tmp_path, "ready", ["--inject-ready"], [TICKER], None, off)
     assert ready == plain
     data = plain[0]
     assert data["name"] == "__main__" and data["spec"] is None
     assert data["path0"] == str(WORKERS)
     assert data["argv"] == [TICKER, "--dump", str(tmp_path / "dump.json"), "--flag-like", "x y"]
     # -m MODULE through the bootstrap: what `python -m ticker` gives.
-    module, env = _dump(
-        tuilaunch, tmp_path, "module", ["--inject-ready", "-m"], ["ticker"], WORKERS
-    )
+    module, env = _dump(tuilaunch, tmp_path, "module", ["-m"], ["ticker"], WORKERS, off)
     assert env == plain[1]
     assert module == {
         "argv": [TICKER, "--dump", str(tmp_path / "dump.json"), "--flag-like", "x y"],
@@ -420,11 +430,11 @@ def test_bootstrap_keeps_argv_path_main_and_env(tuilaunch, tmp_path):
 
 
 def test_flight_recorder_bootstrap_differs_only_as_documented(tuilaunch, tmp_path):
-    # --flight-recorder starts workers through the bootstrap with the responder: argv,
-    # sys.path[0], __name__ and __spec__ are as without it; the environment differs by exactly
-    # the variables docs/differences.md lists (and so the bootstrap is not the default).
-    plain_data, plain_env = _dump(tuilaunch, tmp_path, "plain", [], [TICKER], None)
-    fr_data, fr_env = _dump(tuilaunch, tmp_path, "fr", ["--flight-recorder"], [TICKER], None)
+    # By default workers start through the bootstrap with the responder: argv, sys.path[0],
+    # __name__ and __spec__ are as with --no-bootstrap; the environment differs by exactly
+    # the variables docs/differences.md lists.
+    plain_data, plain_env = _dump(tuilaunch, tmp_path, "plain", ["--no-bootstrap"], [TICKER], None)
+    fr_data, fr_env = _dump(tuilaunch, tmp_path, "fr", [], [TICKER], None)
     assert fr_data == plain_data
     added = set(fr_env) - set(plain_env)
     assert added == {
@@ -439,7 +449,7 @@ def test_flight_recorder_bootstrap_differs_only_as_documented(tuilaunch, tmp_pat
     # The rank's exit status and death by signal are the program's, as without it.
     for mode, code in (("exit", 3), ("segv", -11)):
         seen = []
-        for extra in ([], ["--flight-recorder"]):
+        for extra in (["--no-bootstrap"], []):
             launch = tuilaunch(
                 *("--log-dir", str(tmp_path / f"{mode}{len(seen)}"), "--standalone"),
                 *("--nproc-per-node", "1", *extra, str(WORKERS / "crash.py")),

@@ -162,7 +162,8 @@ def test_hang_suspected_on_one_node_dumps_every_node(launches, tmp_path):
     """Only one node watches for hangs (the other has --hang-timeout 0): its suspicion asks
     both, and the job-wide verdict names rank 1 and the three ranks waiting in all_reduce."""
     port, run_id = free_port(), f"jh{uuid.uuid4().hex[:6]}"
-    base = [*c10d_args(port, run_id, "2"), *TWO]
+    # --no-bootstrap: the stacks' job-wide verdict (with the Flight Recorder: the test below).
+    base = [*c10d_args(port, run_id, "2"), *TWO, "--no-bootstrap"]
     script = [HANG, "--seconds", "90"]
     watching_journal, other_journal = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     watching = _node(
@@ -304,10 +305,11 @@ def test_a_request_that_never_came_does_not_block_later_ones(tmp_path, monkeypat
 
 
 def test_job_wide_collective_verdict_names_the_rank_on_the_other_node(launches, tmp_path):
-    """--flight-recorder on both nodes: rank 3 (the other node's) never issues the all-reduce
-    the others wait in, and the watching node's job-wide verdict says so from the records."""
+    """The Flight Recorder (no flag: the default) on both nodes: rank 3 (the other node's)
+    never issues the all-reduce the others wait in, and the watching node's job-wide verdict
+    says so from the records."""
     port, run_id = free_port(), f"jf{uuid.uuid4().hex[:6]}"
-    base = [*c10d_args(port, run_id, "2"), *TWO, "--flight-recorder"]
+    base = [*c10d_args(port, run_id, "2"), *TWO]
     script = [str(Path(__file__).parent / "programs" / "ddp_loop.py"), "--wander-rank", "3"]
     script += ["--seconds", "150"]
     watching_journal, other_journal = tmp_path / "a.jsonl", tmp_path / "b.jsonl"

@@ -144,10 +144,10 @@ def test_sigkilled_rank_restarts_and_resumes(tuilaunch, tmp_path):
 
 
 def test_crash_in_teardown_after_main_returned_is_completed_not_restarted(tuilaunch, tmp_path):
+    # No flag: the worker bootstrap, on by default, tells when main returns.
     journal = tmp_path / "j.jsonl"
     launch = tuilaunch(
-        # --inject-ready: the worker bootstrap, which tells when main returns.
-        *_launch_args(journal, "--max-restarts", "3", "--inject-ready"),
+        *_launch_args(journal, "--max-restarts", "3"),
         WORKER,
         "--mode",
         "teardown",
@@ -165,12 +165,34 @@ def test_crash_in_teardown_after_main_returned_is_completed_not_restarted(tuilau
     assert fin["outcome"] == "succeeded" and fin["failure_class"] == "teardown"
     assert fin["message"].startswith("completed; rank 1 crashed in teardown"), fin
     assert "completed; rank 1 crashed in teardown" in launch.stderr
+    # The summary does not call it a failure a restart recovered from: none was made.
+    assert "recovered by restarts" not in launch.output
+    assert "crashed in teardown (after main returned: not restarted)" in launch.output
+
+
+def test_crash_in_teardown_without_the_bootstrap_is_restarted_as_torchrun_would(
+    tuilaunch, tmp_path
+):
+    # --no-bootstrap: torchrun's worker, which nobody watches return; the SIGABRT is a crash.
+    journal = tmp_path / "j.jsonl"
+    launch = tuilaunch(
+        *_launch_args(journal, "--max-restarts", "1", "--no-bootstrap"),
+        WORKER,
+        "--mode",
+        "teardown",
+        "--steps",
+        "2",
+    )
+    assert launch.wait(120) == 1, launch.output[-4000:]
+    events = read_journal(journal)
+    assert [e["attempt"] for e in _kind(events, "workers_started")] == [0, 1]
+    assert "crashed in teardown" not in launch.stderr
 
 
 def test_crash_in_teardown_with_torchrun_exit_codes_is_a_failure(tuilaunch, tmp_path):
     journal = tmp_path / "j.jsonl"
     launch = tuilaunch(
-        *_launch_args(journal, "--inject-ready", "--exit-codes", "torchrun"),
+        *_launch_args(journal, "--exit-codes", "torchrun"),
         WORKER,
         "--mode",
         "teardown",

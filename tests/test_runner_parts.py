@@ -598,4 +598,7 @@ def test_run_config_from_options():
     assert config.journal_path == "j.jsonl" and config.mute_agent_console
     assert config.bootstrap  # an exit spec needs the worker bootstrap
     # RunConfig's defaults are the options' (one default each: tests/test_cli.py).
-    assert not RunConfig().bootstrap and RunConfig().hang_timeout == Options().hang_timeout
+    assert RunConfig().bootstrap and RunConfig().hang_timeout == Options().hang_timeout
+    # The bootstrap is the default; --no-bootstrap is torchrun's plain worker.
+    plain = RunConfig.from_options(parse(["--no-bootstrap", "train.py"])[1])
+    assert not plain.bootstrap

@@ -144,9 +144,13 @@ def _live_runner(tmp_path: Path, *extra: str) -> tuple[Runner, RunStore]:
     )
     store = RunStore()
     journal = str(tmp_path / f"j{len(extra)}.jsonl")
-    runner = Runner(
-        args, store, RunConfig(echo=False, journal_path=journal, inject_ready=opts.inject_ready)
+    config = RunConfig(
+        echo=False,
+        journal_path=journal,
+        inject_ready=opts.inject_ready,
+        no_bootstrap=opts.no_bootstrap,
     )
+    runner = Runner(args, store, config)
     return runner, store
 
 
@@ -155,14 +159,14 @@ def _live_runner(tmp_path: Path, *extra: str) -> tuple[Runner, RunStore]:
 def test_exit_and_exception_greyed_out_without_the_bootstrap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 23: a run started without --inject-ready cannot do exit or exception (its
-    workers have no bootstrap): the menu no longer offers them and then refuses; they are
-    greyed out (not selectable) with the reason. With --inject-ready they are offered."""
+    """Issue 23: a run started with --no-bootstrap cannot do exit or exception (its workers
+    have no bootstrap): the menu no longer offers them and then refuses; they are greyed out
+    (not selectable) with the reason. By default (the bootstrap) they are offered."""
     token = uuid.uuid4().hex
     monkeypatch.setenv(TOKEN_VAR, token)
     monkeypatch.setenv(SHARE_STORE_ENV, "x")
     monkeypatch.delenv(SHARE_STORE_ENV)
-    runner, store = _live_runner(tmp_path)
+    runner, store = _live_runner(tmp_path, "--no-bootstrap")
     source = LiveSource(runner)
     app = Dashboard(source, refresh_hz=20.0)
 
@@ -187,7 +191,7 @@ def test_exit_and_exception_greyed_out_without_the_bootstrap(
             refused = screen.query_one("#inject-refused", Static)
             assert refused.display
             assert "exit/exception injection needs" in str(refused.content)
-            assert "--inject-ready" in str(refused.content)
+            assert "--no-bootstrap" in str(refused.content)
             seen = [screen.kind]
             for _ in range(5):  # the arrows pass over the greyed kinds
                 await pilot.press("down")
@@ -200,13 +204,13 @@ def test_exit_and_exception_greyed_out_without_the_bootstrap(
         asyncio.run(main())
         assert source.inject_refusal("kill") is None
         out = source.send(Inject("exit:rank=0", source="test"))  # refused as before, for the API
-        assert not out.ok and "--inject-ready" in out.detail
+        assert not out.ok and "--no-bootstrap" in out.detail
     finally:
         runner.stop()
         runner.wait(30)
     assert wait_gone(token, 10) == []
 
-    ready, _ = _live_runner(tmp_path, "--inject-ready")
+    ready, _ = _live_runner(tmp_path)
     try:
         ready.start()
         wait_for(lambda: ready.store.snapshot().phase == "running", 240, what="running")

@@ -1,7 +1,8 @@
 """The hang verdict on the corpus's framework programs (issue 25): a Hugging Face ``Trainer``
 and a Lightning DDP job, rank 1 stuck inside ``training_step`` (``CORPUS_HANG_*``, see
-``tests/corpus/README.md``). The Trainer with ``--flight-recorder`` (the collective-level
-verdict), Lightning with the stacks alone (DDP's waiting rank sits in ``backward()``). Each
+``tests/corpus/README.md``). The Trainer with no flag (the Flight Recorder, on by default:
+the collective-level verdict), Lightning with the stacks alone (``--no-bootstrap``: DDP's
+waiting rank sits in ``backward()``). Each
 verdict names rank 1 within ``--hang-timeout`` + 30 s of the last output.
 
 And a rank killed mid-step (``CORPUS_KILL_*``) leaves a before-teardown dump of its survivor
@@ -44,7 +45,7 @@ def _run(tuilaunch, tmp_path, program: str, *extra: str):
 
 def test_trainer_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
     pytest.importorskip("transformers", reason="the corpus needs the test extra")
-    launch = _run(tuilaunch, tmp_path, "hf_trainer.py", "--flight-recorder")
+    launch = _run(tuilaunch, tmp_path, "hf_trainer.py")
     hang = _hang(launch)
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert hang["verdict"].startswith("rank 1 never issued all_reduce #"), hang["verdict"]
@@ -53,7 +54,7 @@ def test_trainer_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
 
 def test_lightning_rank_in_training_step_named_from_stacks(tuilaunch, tmp_path):
     pytest.importorskip("lightning", reason="the corpus needs the test extra")
-    launch = _run(tuilaunch, tmp_path, "lightning_ddp.py")
+    launch = _run(tuilaunch, tmp_path, "lightning_ddp.py", "--no-bootstrap")
     hang = _hang(launch)
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert hang["verdict"].startswith("rank 1 is not in a collective:"), hang["verdict"]

@@ -6,6 +6,10 @@ SIGSTOPped in that loop, asynchronous ``all_reduce(async_op=True)`` waited for i
 own ``sync_point()``, ranks that disagree on the collective, and a healthy run. Each hang's
 verdict must name the rank the others wait for (or the mismatch), never a waiting rank, within
 ``--hang-timeout`` + 30 s of the last output.
+
+These are the stacks' verdicts: the runs use ``--no-bootstrap`` (torchrun's worker, no Flight
+Recorder), so that what py-spy's stacks alone can tell stays tested; the Flight Recorder's
+collective-level verdicts on the same programs, the default, are in ``tests/test_flightrec.py``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ def _cause(launch) -> dict:
 
 def _hung_run(tuilaunch, tmp_path, nproc: int, *program: str):
     launch = tuilaunch(
+        "--no-bootstrap",
         *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop", "--log-dir", str(tmp_path)),
         *("--standalone", "--nproc-per-node", str(nproc), *program),
     )

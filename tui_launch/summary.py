@@ -166,7 +166,13 @@ def _failure_groups(
 ) -> list[tuple[str, list[Failure]]]:
     """The failures besides the root cause, under headings that say which attempt they are."""
     if shown is None:
-        return [("failures (recovered by restarts)", others)] if others else []
+        # A crash after main returned ended a run that succeeded: it was not restarted.
+        teardown = [f for f in others if f.failure_class == "teardown"]
+        rest = [f for f in others if f.failure_class != "teardown"]
+        found = [("failures (recovered by restarts)", rest)] if rest else []
+        if teardown:
+            found.append(("crashed in teardown (after main returned: not restarted)", teardown))
+        return found
     same = [f for f in others if f.attempt == shown.attempt]
     earlier = [f for f in others if f.attempt != shown.attempt]
     groups = []

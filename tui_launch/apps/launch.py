@@ -135,12 +135,13 @@ def _parse_and_run(argv: list[str] | None, given: list[str], pool: WarmPool | No
         USAGE_ERROR,
         UsageError,
         validate,
+        validate_bootstrap,
         validate_dump_options,
         validate_log_dir,
         validate_warm,
     )
     from tui_launch.core.model.store import RunStore
-    from tui_launch.core.run.inject import validate_injections
+    from tui_launch.core.run.inject import needs_shim, parse_specs, validate_injections
 
     args, opts = parse(argv)
     try:
@@ -148,6 +149,8 @@ def _parse_and_run(argv: list[str] | None, given: list[str], pool: WarmPool | No
         validate_injections(args, opts.inject)
         validate_dump_options(args, opts.dump_via_faulthandler)
         validate_warm(args, opts.warm_start)
+        injects = needs_shim(parse_specs(opts.inject))
+        validate_bootstrap(opts.no_bootstrap, _bootstrap_needed_by(opts, injects))
         validate_log_dir(args)  # last: it creates the directory
     except UsageError as e:
         print(f"tuilaunch: error: {e}", file=sys.stderr)
@@ -197,6 +200,18 @@ def _parse_and_run(argv: list[str] | None, given: list[str], pool: WarmPool | No
     finally:
         # After the run: the textfile's last write says the run finished; the port closes.
         exporters.close()
+
+
+def _bootstrap_needed_by(opts: Options, injects: bool) -> list[str]:
+    """The options given that work through the worker bootstrap, as their flags."""
+    given = (
+        (opts.inject_ready, "--inject-ready"),
+        (opts.flight_recorder, "--flight-recorder"),
+        (opts.dump_via_faulthandler, "--dump-via-faulthandler"),
+        (opts.warm_start, "--warm-start"),
+        (injects, "--inject exit/exception"),
+    )
+    return [flag for on, flag in given if on]
 
 
 def _run(

@@ -74,8 +74,8 @@ def hang_families(node: str, ranks: Iterable[tuple[int, int, bool]]) -> list[Met
 
 
 def collective_families(node: str, snap: Snapshot) -> list[Metric]:
-    """``--flight-recorder``: each rank's newest collective sequence number and the seconds it
-    has been at it (from the latest poll); none without a poll."""
+    """The Flight Recorder (by default): each rank's newest collective sequence number and
+    the seconds it has been at it (from the latest poll); none without a poll."""
     seq = gauge(COLLECTIVE_SEQ, "The rank's newest collective sequence number.", RANK)
     wait = gauge(COLLECTIVE_WAIT, "Seconds the rank has been at that collective.", RANK)
     sample = snap.collectives

@@ -53,7 +53,7 @@ class FakeSource:
     exit_code: int | None = None
     injected: list[str] = field(default_factory=list)
     dumps: dict[str, StackDump] = field(default_factory=dict)
-    # Whether the workers were started through the bootstrap (--inject-ready): without it, the
+    # Whether the workers were started through the bootstrap (not --no-bootstrap): without it, the
     # fake refuses exit and exception with the runner's words.
     inject_ready: bool = True
 

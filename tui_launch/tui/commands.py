@@ -119,7 +119,7 @@ class RunCommands:
             outcome = self.app.source.send(Inject(spec, source="dashboard"))
             self.app.notify(outcome.detail, severity="information" if outcome.ok else "error")
 
-        # Kinds this run can never do (exit, exception without --inject-ready) are shown
+        # Kinds this run can never do (exit, exception with --no-bootstrap) are shown
         # greyed out with the reason, not offered and then refused.
         from tui_launch.core.run.inject import KINDS
 

@@ -6,8 +6,8 @@
   request to the run directory and the ``StacksDumped`` event.
 - ``hangwatch``: the hang watch (``tuilaunch-hang``): silence, two dumps that match, ``--on-hang``.
 - ``straggler``: the straggler sampler (``tuilaunch-stragglers``): low-rate stack samples.
-- ``records``: every rank's Flight Recorder and stacks, asked of its responder
-  (``--flight-recorder``).
+- ``records``: every rank's Flight Recorder and stacks, asked of its responder,
+  and written as torch's analyser reads it.
 - ``collectives``: the live poll of the responders (``tuilaunch-collectives``).
 - ``frdump``: Flight Recorder dumps from anywhere (NCCL's pickles, JSON, tuilaunch's), read as
   plain data by an unpickler that refuses every global.

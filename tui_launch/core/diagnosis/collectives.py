@@ -1,4 +1,4 @@
-"""The live poll of every rank's Flight Recorder (``--flight-recorder``): last collective, wait.
+"""The live poll of every rank's Flight Recorder (on by default): last collective, wait.
 
 Every :data:`INTERVAL` seconds the poller asks each live rank's responder (in parallel, half a
 second each at most) for its records and stacks, and posts a
@@ -11,8 +11,10 @@ It keeps each rank's latest answer too: when a rank dies, its peers often leave 
 milliseconds (gloo raises in the survivors), too fast for a dump taken when the exit is seen;
 the before-teardown dump then shows what each survivor was doing at the last poll.
 
-The cost: one short request per rank per poll, answered by a thread of the rank
-(``bench/flightrec.py``).
+The cost: one short request per rank per poll, answered by a thread of the rank; a rank that
+has not moved since the previous poll answers "same" in a few bytes (``poll-since``), so the
+poll of ranks that sit still (a hang, a long wait) reads almost nothing (``bench/bootstrap.py
+idle``, ``bench/flightrec.py``).
 """
 
 from __future__ import annotations
@@ -100,29 +102,36 @@ class CollectivePoller:
         if not directory or not targets:
             return None
         attempt = self._attempt()
-        answers = gather(directory, [g for _, g, _ in targets], "poll", 0.5)
-        now = time.monotonic()
-        ranks = []
+        ranks = [g for _, g, _ in targets]
         with self._lock:
             if attempt != self._seen_attempt:
                 self._since.clear()
                 self._latest.clear()
                 self._seen_attempt = attempt
+            # A rank whose answer we hold is asked only whether it moved (poll-since): one
+            # that sits still answers in a few bytes, and its previous answer stands.
+            asks = {g: "poll-since" for g in ranks if g in self._latest}
+        answers = gather(directory, ranks, "poll", 0.5, asks)
+        now = time.monotonic()
+        ranks_out = []
+        with self._lock:
             for g in sorted(answers):
                 a = answers[g]
+                if a.raw is not None and a.raw.get("same") and g in self._latest:
+                    a = answers[g] = self._latest[g][1]
                 if a.raw is not None:
                     self._latest[g] = (now, a)
                 seq = a.record.last_enqueued
                 if seq < 0:
-                    ranks.append(rank_collective(a.record))
+                    ranks_out.append(rank_collective(a.record))
                     continue
                 seen = self._since.get(g)
                 if seen is None or seen[0] != seq:
                     self._since[g] = (seq, now)
                     seen = self._since[g]
-                ranks.append(rank_collective(a.record, now - seen[1]))
+                ranks_out.append(rank_collective(a.record, now - seen[1]))
         text = ""
-        if ranks and max(r.waiting for r in ranks) >= VERDICT_AFTER:
+        if ranks_out and max(r.waiting for r in ranks_out) >= VERDICT_AFTER:
             where = {}
             for g, a in answers.items():
                 main = next((t for t in a.threads or () if t.main), None)
@@ -130,6 +139,6 @@ class CollectivePoller:
                     where[g] = main.frames[0].where
             cv = collective_verdict([a.record for a in answers.values()], where)
             text = cv.text if cv is not None else ""
-        sample = CollectiveSample(attempt, tuple(ranks), text)
+        sample = CollectiveSample(attempt, tuple(ranks_out), text)
         self._post(sample)
         return sample

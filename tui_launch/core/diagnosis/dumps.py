@@ -7,12 +7,13 @@ with ``--dump-via-faulthandler``), the dump saved under ``<run_dir>/stacks/`` as
 and one :class:`~tui_launch.core.model.events.StacksDumped` posted, which points to those files and
 carries the verdict and where each rank is.
 
-With the Flight Recorder collected (``--flight-recorder``: ``responders`` gives the directory of
+With the Flight Recorder collected (the default: ``responders`` gives the directory of
 the ranks' responder sockets), every dump also asks each rank's responder, in parallel with the
 stacks, for its records: they go into the dump (``StackDump.records``, so the verdict is the
-collective one), each rank's raw record into ``flightrec/rank<N>.json`` beside the stacks (the
-input torch's analyser ``torchfrtrace`` reads), and a rank py-spy could not read gets the
-responder's stacks instead.
+collective one), each rank's raw record into ``flightrec/`` beside the stacks (as JSON, and
+as the pickle torch's analyser ``torchfrtrace`` reads, named with the host, attempt and
+rank), and a rank py-spy could not read gets the responder's stacks instead. The Flight
+Recorder is collected by default (the worker bootstrap is on unless ``--no-bootstrap``).
 
 Before a teardown (:meth:`Dumper.survivors`) a survivor that py-spy finds leaving or gone (gloo
 raised in it within milliseconds of its peer's death) is shown by its last words: the traceback
@@ -28,13 +29,21 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tui_launch.core.diagnosis.collectives import rank_collective
-from tui_launch.core.diagnosis.records import Answer, gather, responder_stack
+from tui_launch.core.diagnosis.records import (
+    Answer,
+    analyser_record,
+    gather,
+    poke_nccl_pipes,
+    responder_stack,
+)
 from tui_launch.core.diagnosis.stacks import (
     ProcessStack,
     RankStack,
@@ -61,7 +70,7 @@ from tui_launch.core.model.events import (
     Event,
     StacksDumped,
 )
-from tui_launch.core.model.layout import dump_record, dump_records_dir
+from tui_launch.core.model.layout import dump_analyser_record, dump_record, dump_records_dir
 from tui_launch.core.workers.table import RanksView, RankTable, process_alive
 
 DEFAULT_TIMEOUT = 5.0
@@ -165,7 +174,7 @@ class Dumper:
             v = verdict(dump)
             try:
                 saved = save(dump, self._run_dir(), v)
-                _save_records(saved.directory, answers)
+                _save_records(saved.directory, answers, attempt)
             except OSError as e:  # a full disk: say where, never raise into torch's teardown
                 where = e.filename if isinstance(e.filename, str) else self._run_dir()
                 self._post(ControlAction.on_run("dump", source, False, write_error(e, where)))
@@ -205,6 +214,7 @@ class Dumper:
         def ask() -> None:
             # Never longer than the stacks: a rank that does not answer is stopped or leaving.
             wait = min(2.5, timeout / 2)
+            poke_nccl_pipes(directory)  # NCCL's own dump too, where there is one
             answers.update(gather(directory, [g for _, g, _ in targets], "dump", wait))
 
         asker = threading.Thread(target=ask, name="tuilaunch-records", daemon=True)
@@ -304,7 +314,7 @@ class Dumper:
             v = verdict(dump)
             try:
                 saved = save(dump, self._run_dir(), v)
-                _save_records(saved.directory, answers)
+                _save_records(saved.directory, answers, attempt)
             except OSError:
                 return None
             event = replace(dumped_event(dump, saved, attempt, v), source="before-kill")
@@ -407,12 +417,19 @@ def _collective_event(dump: StackDump, attempt: int, path: str) -> CollectiveVer
     return CollectiveVerdictFound(attempt, cv.text, cv.kind, cv.odd, ranks, path)
 
 
-def _save_records(directory: str, answers: dict[int, Answer]) -> None:
-    """Each rank's raw answer (its Flight Recorder as torch dumped it) under ``flightrec/``."""
+def _save_records(directory: str, answers: dict[int, Answer], attempt: int) -> None:
+    """Each rank's raw answer under ``flightrec/``: its Flight Recorder as torch dumped it
+    (``rank<N>.json``) and as torch's analyser reads it (``<host>.attempt<A>.rank_<N>``, a
+    pickle: ``torchfrtrace <dump>/flightrec`` reads the rank's file without being told more)."""
     raw = {g: a.raw for g, a in answers.items() if a.raw is not None}
     if not raw:
         return
     os.makedirs(dump_records_dir(directory), mode=0o700, exist_ok=True)
+    host = socket.gethostname()
     for g, data in raw.items():
+        fr = data.get("fr")
         with open(dump_record(directory, g), "w") as fp:
-            json.dump(data.get("fr") or {"error": data.get("fr_error")}, fp)
+            json.dump(fr or {"error": data.get("fr_error")}, fp)
+        if isinstance(fr, dict) and "entries" in fr:
+            with open(dump_analyser_record(directory, host, attempt, g), "wb") as fp:
+                pickle.dump(analyser_record(fr), fp)

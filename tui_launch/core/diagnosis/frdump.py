@@ -400,13 +400,16 @@ def _looks_like_dump(path: str) -> bool:
     return head in (b"\x80", b"{")
 
 
-def load_dir(directory: str) -> DumpSet:
-    """Every rank's dump under ``directory`` (and one level below). Files that are not
-    dumps are passed over; a dump that cannot be read (truncated, not a Flight Recorder's) is
-    kept in ``unreadable`` with its reason (its rank a suspect, not a gap). HostileDump
-    propagates: a directory holding a pickle that names a global is not judged at all."""
+def load_dir(directory: str, prefix: str = "") -> DumpSet:
+    """Every rank's dump under ``directory`` (and one level below); with ``prefix``, only the
+    files whose names start with it (one attempt's NCCL dumps beside another's). Files that
+    are not dumps are passed over; a dump that cannot be read (truncated, not a Flight
+    Recorder's) is kept in ``unreadable`` with its reason (its rank a suspect, not a gap).
+    HostileDump propagates: a directory holding a pickle that names a global is not judged."""
     found = DumpSet(directory)
     for rank, path in _candidates(directory):
+        if not os.path.basename(path).startswith(prefix):
+            continue
         if not _looks_like_dump(path):
             found.skipped.append(path)
             continue

@@ -17,7 +17,7 @@ a later dump (any: the ``d`` key, the control API, another node's request, or th
 quiet look every ``--hang-timeout`` seconds while hung) finds a main-thread stack that moved.
 
 A suspicion that ends before it is confirmed (output came, or the second dump found ranks that
-moved: a main-thread stack, or with ``--flight-recorder`` a collective sequence number) posts a
+moved: a main-thread stack, or with the Flight Recorder a collective sequence number) posts a
 :class:`~tui_launch.core.model.events.HangCleared` with ``suspected`` set once its first dump
 was announced, so that the verdict that dump printed is not left standing.
 

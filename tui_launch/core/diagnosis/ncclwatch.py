@@ -1,9 +1,10 @@
 """NCCL's dump-on-timeout files, read the moment they appear (``tuilaunch-ncclwatch``).
 
-With ``--flight-recorder`` every rank's NCCL watchdog writes its Flight Recorder to
-``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` + rank when a collective times out (the variable points
-into the run's Flight Recorder directory). :class:`NcclDumpWatch` looks at that directory
-every second; once a set of dump files has stopped growing for one look, it reads and judges
+Unless ``--no-bootstrap``, every rank's NCCL watchdog writes its Flight Recorder to
+``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` + rank when a collective times out (the variable is the
+attempt's stem in the run's Flight Recorder directory, ``<host>.attempt<A>.rank_``).
+:class:`NcclDumpWatch` looks at the files of the running attempt's stem every second; once
+a set of them has stopped growing for one look, it reads and judges
 them (:mod:`~tui_launch.core.diagnosis.frdump`, :mod:`~tui_launch.core.diagnosis.frjudge`) and
 posts the verdict as a :class:`~tui_launch.core.model.events.Notice` (the journal, the headless
 output and the dashboard's notices show it), again whenever more files arrive. A look that
@@ -22,27 +23,29 @@ from tui_launch.core.periodic import Periodic
 
 __all__ = ["PREFIX", "NcclDumpWatch"]
 
-# The files' names: TORCH_NCCL_DEBUG_INFO_TEMP_FILE as core/seam/flightrec.py sets it, + rank.
+# torch's own default name of the dump files (TORCH_NCCL_DEBUG_INFO_TEMP_FILE unset: in /tmp),
+# + rank; tuilaunch sets the variable to an attempt's stem (core/seam/flightrec.py).
 PREFIX = "nccl_trace_rank_"
 
 
 class NcclDumpWatch:
-    """Judge the NCCL dumps in ``directory()`` (None: not armed) as soon as they are complete.
+    """Judge the NCCL dumps of ``stem()`` (None: not armed) as soon as they are complete.
 
     Args:
         post: where the verdict goes (the store's ``post``).
-        directory: the Flight Recorder directory of the run, read at each look.
+        stem: the running attempt's dump stem (a directory and the start of the files'
+            names, as ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``), read at each look.
         interval: seconds between looks.
     """
 
     def __init__(
         self,
         post: Callable[[Event], object],
-        directory: Callable[[], str | None],
+        stem: Callable[[], str | None],
         interval: float = 1.0,
     ) -> None:
         self._post = post
-        self._directory = directory
+        self._stem = stem
         self._seen: dict[str, tuple[int, int]] = {}
         self._judged: dict[str, tuple[int, int]] = {}
         self.verdicts: list[str] = []
@@ -57,12 +60,12 @@ class NcclDumpWatch:
         self._loop.stop()
         self.look()
 
-    def _files(self, directory: str) -> dict[str, tuple[int, int]]:
+    def _files(self, directory: str, prefix: str) -> dict[str, tuple[int, int]]:
         out: dict[str, tuple[int, int]] = {}
         try:
             with os.scandir(directory) as it:
                 for entry in it:
-                    if entry.name.startswith(PREFIX):
+                    if entry.name.startswith(prefix):
                         st = entry.stat(follow_symlinks=False)
                         if stat.S_ISREG(st.st_mode):
                             out[entry.name] = (st.st_size, st.st_mtime_ns)
@@ -73,17 +76,18 @@ class NcclDumpWatch:
     def look(self) -> None:
         """One look: judge the files when they are there, unchanged since the last look, and
         not judged as they are."""
-        directory = self._directory()
-        if not directory:
+        stem = self._stem()
+        if not stem:
             return
-        files = self._files(directory)
+        directory, prefix = os.path.split(stem)
+        files = self._files(directory, prefix)
         stable = bool(files) and files == self._seen
         self._seen = files
         if not stable or files == self._judged:
             return
         self._judged = files
         try:
-            found = frdump.load_dir(directory)
+            found = frdump.load_dir(directory, prefix)
         except frdump.HostileDump as e:
             self._post(Notice("warning", f"flight recorder: {e}"))
             return

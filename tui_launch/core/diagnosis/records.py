@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import threading
 import time
 from collections.abc import Iterable
@@ -106,6 +107,30 @@ def parse_record(global_rank: int, fr: dict[str, Any] | None, error: str | None)
     )
 
 
+def analyser_record(fr: dict[str, Any]) -> dict[str, Any]:
+    """A rank's Flight Recorder (torch's JSON) as torch's analyser ``torchfrtrace`` reads it
+    (pickled by the caller: its format is ``_dump_fr_trace``'s, the same keys).
+
+    gloo's recorder (torch 2.13) keys the default group's configuration by an empty name
+    while its entries name the group ``"0"``, and the analyser then fails on its own dump
+    (``KeyError: ('0', rank)``): the configuration is given that name too.
+    """
+    config = dict(fr.get("pg_config") or {})
+    unnamed = config.get("")
+    if unnamed is not None and "0" not in config:
+        desc = next(
+            (
+                str(e["process_group"][1])
+                for e in fr.get("entries", ())
+                if (e.get("process_group") or [None])[0] == "0"
+            ),
+            "default_pg",
+        )
+        config["0"] = {**unnamed, "name": "0", "desc": desc}
+        del config[""]
+    return {**fr, "pg_config": config}
+
+
 def parse_threads(data: list[dict[str, Any]]) -> tuple[ThreadStack, ...]:
     """The responder's thread stacks as :class:`ThreadStack` records (main thread first)."""
     out = []
@@ -164,20 +189,28 @@ def query(directory: str, global_rank: int, what: str = "dump", timeout: float =
             "no responder" if isinstance(e, FileNotFoundError | ConnectionRefusedError) else str(e)
         )
         return Answer(RankRecord(global_rank, error=why), None, None, time.monotonic() - t0)
+    if data.get("same"):  # poll-since: nothing moved; the caller holds the previous answer
+        return Answer(RankRecord(global_rank, error="unchanged"), None, data, time.monotonic() - t0)
     record = parse_record(global_rank, data.get("fr"), data.get("fr_error"))
     threads = parse_threads(data["threads"]) if isinstance(data.get("threads"), list) else None
     return Answer(record, threads, data, time.monotonic() - t0)
 
 
 def gather(
-    directory: str, ranks: Iterable[int], what: str = "dump", timeout: float = 1.0
+    directory: str,
+    ranks: Iterable[int],
+    what: str = "dump",
+    timeout: float = 1.0,
+    asks: dict[int, str] | None = None,
 ) -> dict[int, Answer]:
-    """Every rank's answer, asked in parallel (one short-lived thread per rank)."""
+    """Every rank's answer, asked in parallel (one short-lived thread per rank); ``asks``: a
+    request other than ``what`` for some ranks."""
     out: dict[int, Answer] = {}
     lock = threading.Lock()
+    asks = asks or {}
 
     def one(rank: int) -> None:
-        a = query(directory, rank, what, timeout)
+        a = query(directory, rank, asks.get(rank, what), timeout)
         with lock:
             out[rank] = a
 
@@ -187,6 +220,34 @@ def gather(
     for t in threads:
         t.join(timeout + 1.0)
     return out
+
+
+def poke_nccl_pipes(directory: str) -> int:
+    """Ask NCCL's own Flight Recorder of every rank with a dump pipe in ``directory`` (the
+    FIFOs ``<stem><rank>.pipe`` torch's watchdog reads, ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``)
+    to dump into its file in the run directory: one byte each, never blocking. Returns how
+    many were asked (none without NCCL: gloo and CPU builds make no pipe)."""
+    asked = 0
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            if not name.endswith(".pipe") or not stat.S_ISFIFO(os.stat(path).st_mode):
+                continue
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO: nobody reads it
+        except OSError:
+            continue
+        try:
+            os.write(fd, b"1")
+            asked += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return asked
 
 
 def responder_stack(pid: int, threads: tuple[ThreadStack, ...], state: str) -> ProcessStack:

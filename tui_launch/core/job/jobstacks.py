@@ -149,7 +149,7 @@ def job_event(
     notes = sorted({n.note for n in infos if n.note})
     v = judge(places, "; ".join(notes) or None)
     text, odd = v.text, v.odd
-    # --flight-recorder on the nodes: the collective-level verdict over every node's records.
+    # The Flight Recorder on the nodes: the collective-level verdict over every node's records.
     records = [
         RankRecord(r.global_rank, (Collective(r.coll_seq, r.coll_op, "0", 0, r.coll_bytes),))
         if r.coll_seq >= 0

@@ -198,16 +198,24 @@ class Options:
         False,
         "--inject-ready",
         action="store_true",
-        help="Start Python workers through tuilaunch's small bootstrap so that the dashboard "
-        "can inject exit and exception faults (implied by an --inject of those kinds).",
+        help="Accepted for old command lines: Python workers start through tuilaunch's "
+        "bootstrap by default, so the dashboard can always inject exit and exception faults.",
     )
     flight_recorder: bool = option(
         False,
         "--flight-recorder",
         action="store_true",
-        help="Collect every rank's Flight Recorder (torch's record of its collectives) and "
-        "stacks through a responder thread of tuilaunch's bootstrap, for a collective-level "
-        "hang verdict (implies the bootstrap; TORCH_FR_BUFFER_SIZE=0 turns it off).",
+        help="Accepted for old command lines: every rank's Flight Recorder (torch's record of "
+        "its collectives) is collected by default through the bootstrap's responder "
+        "(TORCH_FR_BUFFER_SIZE=0 turns the recorder off, --no-bootstrap the bootstrap).",
+    )
+    no_bootstrap: bool = option(
+        False,
+        "--no-bootstrap",
+        action="store_true",
+        help="Start Python workers exactly as torchrun does (python -u script.py), without "
+        "tuilaunch's bootstrap: no Flight Recorder collected, no exit/exception injections, "
+        "and a crash after main returned counts as a failure (docs/differences.md).",
     )
     verbose: bool = option(
         False,

@@ -150,6 +150,16 @@ def warm_modules(text: str | None, warm_start: bool) -> tuple[str, ...]:
     return names
 
 
+def validate_bootstrap(no_bootstrap: bool, needs: list[str]) -> None:
+    """``--no-bootstrap`` with an option that works through the worker bootstrap (``needs``:
+    those given, as their flags) is refused. Raises UsageError."""
+    if no_bootstrap and needs:
+        raise UsageError(
+            f"{needs[0]} works through tuilaunch's worker bootstrap, which --no-bootstrap "
+            "turns off (use one or the other)"
+        )
+
+
 def validate_warm(args: argparse.Namespace, warm_start: bool) -> None:
     """``--warm-start`` with a launch it cannot serve is refused. Raises UsageError."""
     if not warm_start:

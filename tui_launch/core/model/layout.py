@@ -17,8 +17,11 @@ package)::
         stacks/<time>-<reason>/       a stack dump (core/diagnosis/stacks/save.py)
             stacks.json, stacks.txt   the dump and its verdict, for machines and for people
             flightrec/rank<N>.json    each rank's Flight Recorder, as torch dumped it
+            flightrec/<host>.attempt<A>.rank_<N>   the same, as torch's analyser reads it
+                                      (``torchfrtrace <dump dir>/flightrec``: pickle)
             job.json, job.txt         a job-wide dump's answers (core/job/jobstacks.py)
-        flightrec/                    NCCL's own Flight Recorder dumps, moved in at the end
+        flightrec/<host>.attempt<A>.rank_<N>   NCCL's own Flight Recorder dumps (pickle),
+                                      written here by torch (a watchdog timeout, the pipe)
 
 Pure: paths are built, never looked at, except by :meth:`RunDirLayout.local_ranks`, which
 lists an attempt's directory. A layout over ``""`` gives paths relative to the run directory
@@ -108,6 +111,23 @@ def dump_record(dump_dir: str, global_rank: int) -> str:
     return os.path.join(dump_records_dir(dump_dir), f"rank{global_rank}.json")
 
 
+# torch's analyser (``torchfrtrace``) takes the rank from the digits after a prefix common
+# to every file of the directory; the host and attempt come before a dot, which its guess of
+# the prefix never crosses, so the prefix it finds is this one.
+ANALYSER_PREFIX = "rank_"
+
+
+def analyser_stem(host: str, attempt: int) -> str:
+    """The start of a Flight Recorder file's name that torch's analyser reads: the rank
+    follows (``<host>.attempt<A>.rank_``; torch's NCCL dumps take it as their prefix)."""
+    return f"{host}.attempt{attempt}.{ANALYSER_PREFIX}"
+
+
+def dump_analyser_record(dump_dir: str, host: str, attempt: int, global_rank: int) -> str:
+    """Global rank ``global_rank``'s Flight Recorder in a stack dump, in torch's own format."""
+    return os.path.join(dump_records_dir(dump_dir), f"{analyser_stem(host, attempt)}{global_rank}")
+
+
 def job_files(dump_dir: str) -> tuple[str, str]:
     """A job-wide dump's ``job.json`` and ``job.txt`` (in the asking node's dump)."""
     return os.path.join(dump_dir, JOB_JSON), os.path.join(dump_dir, JOB_TEXT)
@@ -150,7 +170,7 @@ class RunDirLayout:
 
     @property
     def flightrec_dir(self) -> str:
-        """NCCL's own Flight Recorder dumps (``--flight-recorder``), kept at the run's end."""
+        """NCCL's own Flight Recorder dumps, written here by torch."""
         return os.path.join(self.root, FLIGHTREC_NAME)
 
     def dump_dir(self, name: str) -> str:

@@ -188,7 +188,7 @@ class Snapshot:
     decisions: History[PolicyDecision] = NO_EVENTS  # the restart policy's, oldest first
     preempted: Preempted | None = None  # the launcher was told it is being preempted
     saved: WorkersSaved | None = None  # how long the workers took to go after it
-    # Each rank's newest collective (--flight-recorder polls), and the latest collective-level
+    # Each rank's newest collective (the Flight Recorder's polls), and the latest collective-level
     # verdict of a dump.
     collectives: CollectiveSample | None = None
     collective_verdict: CollectiveVerdictFound | None = None

@@ -36,8 +36,8 @@ class RunConfig:
         mute_agent_console: keep torch's own log lines off stderr (the dashboard shows them).
         inject: the ``--inject`` specs (the dashboard may add more while the run goes on).
         inject_seed: ``--inject-seed`` for ``rank=random`` (None: a fresh one, shown in a note).
-        inject_ready: start Python workers through the injection bootstrap even without an
-            ``exit``/``exception`` spec, so that the dashboard can inject those.
+        inject_ready: ``--inject-ready``, from before the bootstrap was the default: it asks
+            for the bootstrap, which every run has unless ``no_bootstrap``.
         hang_timeout: ``--hang-timeout``: seconds of silence on every rank before a hang is
             suspected (0: no detection).
         on_hang: ``--on-hang``: dump, restart or stop once a hang is confirmed.
@@ -55,8 +55,11 @@ class RunConfig:
         exit_codes: ``--exit-codes``: ``tuilaunch`` (the table of
             :mod:`~tui_launch.core.model.exitcodes`) or ``torchrun``.
         preempt_signals: ``--preempt-signals``: a stop by one of these is a preemption.
-        flight_recorder: ``--flight-recorder``: arm torch's Flight Recorder in the workers and
-            collect it (and every thread's stack) through the bootstrap's responder.
+        flight_recorder: ``--flight-recorder``, from before the Flight Recorder was the
+            default: it asks for the bootstrap.
+        no_bootstrap: ``--no-bootstrap``: start Python workers exactly as torchrun does, with
+            no bootstrap and so no Flight Recorder collected, no ``exit``/``exception``
+            injection and no "crashed in teardown" outcome.
     """
 
     echo: bool = True
@@ -77,6 +80,7 @@ class RunConfig:
     exit_codes: str = Options.exit_codes
     preempt_signals: tuple[signal.Signals, ...] = _PREEMPT_SIGNALS
     flight_recorder: bool = Options.flight_recorder
+    no_bootstrap: bool = Options.no_bootstrap
 
     @classmethod
     def from_options(cls, opts: Options, *, mute_agent_console: bool = False) -> RunConfig:
@@ -101,14 +105,17 @@ class RunConfig:
             exit_codes=opts.exit_codes,
             preempt_signals=preempt_signals(opts.preempt_signals),
             flight_recorder=opts.flight_recorder,
+            no_bootstrap=opts.no_bootstrap,
         )
 
     @property
     def bootstrap(self) -> bool:
-        """Whether Python workers start through tuilaunch's bootstrap (``--inject-ready``,
-        ``--dump-via-faulthandler``, ``--flight-recorder``, or an ``exit``/``exception`` spec)."""
+        """Whether Python workers start through tuilaunch's bootstrap, and so have the Flight
+        Recorder's responder: always, unless ``--no-bootstrap`` (an option that needs it,
+        refused beside ``--no-bootstrap`` on the command line, still wins here)."""
         return (
-            self.inject_ready
+            not self.no_bootstrap
+            or self.inject_ready
             or self.dump_via_faulthandler
             or self.flight_recorder
             or inject.needs_shim(self.inject)

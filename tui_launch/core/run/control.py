@@ -60,8 +60,8 @@ class ShimDir:
     one.
 
     Args:
-        wanted: whether Python workers start through the bootstrap (``--inject-ready`` or an
-            ``exit``/``exception`` spec).
+        wanted: whether Python workers start through the bootstrap (the default; not with
+            ``--no-bootstrap``).
         no_python: ``--no-python``: there is no Python worker to bootstrap.
     """
 
@@ -86,8 +86,8 @@ class ShimDir:
         if self.no_python:
             return f"{kind} injection needs a Python worker (this run uses --no-python)"
         return (
-            f"{kind} injection needs tuilaunch's worker bootstrap: launch with "
-            f"--inject-ready (or an --inject {kind}:... spec)"
+            f"{kind} injection needs tuilaunch's worker bootstrap, which this run turned off "
+            "(--no-bootstrap)"
         )
 
     def refusal(self, kind: str) -> str | None:

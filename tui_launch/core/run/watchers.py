@@ -18,9 +18,9 @@ thread hands a confirmed hang over under this object's lock, and the agent threa
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import shutil
+import socket
 import tempfile
 import threading
 from collections.abc import Callable
@@ -31,7 +31,7 @@ from tui_launch.core.diagnosis.hangwatch import HangWatch
 from tui_launch.core.diagnosis.ncclwatch import NcclDumpWatch
 from tui_launch.core.diagnosis.straggler import StragglerSampler
 from tui_launch.core.model.events import HangDetected, StacksDumped, WorkerInfo
-from tui_launch.core.model.layout import RunDirLayout
+from tui_launch.core.model.layout import RunDirLayout, analyser_stem
 from tui_launch.core.model.store import RunStore
 from tui_launch.core.progress.watch import ProgressWatch
 from tui_launch.core.run.config import RunConfig
@@ -69,10 +69,13 @@ class Diagnosis:
         rank_cpu: Callable[[int], float | None],
     ) -> None:
         via_faulthandler = config.dump_via_faulthandler and shim.wanted
-        self._flight_recorder = config.flight_recorder and shim.wanted
+        # The Flight Recorder is collected wherever the bootstrap runs (the default).
+        self._flight_recorder = shim.wanted
         # The responders' sockets: an owner-only directory of its own, short enough for a
         # socket path (108 bytes) whatever --log-dir is; removed at the end of the run.
         self.responder_dir: str | None = None
+        self._nccl_stem: str | None = None  # NCCL's dump files of the next workers, if ours
+        self._live_stem: str | None = None  # and those of the running attempt's workers
         self._store = store
         self._files = files
         self._dump_on_failure = config.dump_on_failure
@@ -96,13 +99,13 @@ class Diagnosis:
             action=config.on_hang,
             on_hang=self._hang_confirmed,
         )
-        # --flight-recorder: each rank's last collective, live, and the survivors' last state.
+        # The Flight Recorder: each rank's last collective, live, and the survivors' last state.
         self.collectives = CollectivePoller(
             store.post, self.dumper.targets, lambda: ranks.attempt, lambda: self.responder_dir
         )
         self.dumper.recent = self.collectives.latest
         # NCCL's dump-on-timeout files, judged as soon as they are written.
-        self.nccl_dumps = NcclDumpWatch(store.post, lambda: self.responder_dir)
+        self.nccl_dumps = NcclDumpWatch(store.post, lambda: self._live_stem)
         self.progress = ProgressWatch(store.post, journal_every=config.journal_samples)
         self.stragglers = StragglerSampler(store.post, rank_cpu, interval=config.stack_samples)
 
@@ -116,9 +119,15 @@ class Diagnosis:
         if self._flight_recorder:
             # Inherited by the workers: the Flight Recorder's size, NCCL's dump variables, and
             # where the bootstrap's responder listens. TORCH_FR_BUFFER_SIZE=0: none of it.
+            # The sockets (and NCCL's pipes) in a short node-local directory; NCCL's dump
+            # files in the run directory, which outlives the job.
             directory = tempfile.mkdtemp(prefix="tuilaunch-fr-")
-            if flightrec.arm(os.environ, directory, directory):
+            stem = self._dump_stem(0)
+            if flightrec.arm(os.environ, directory, stem):
+                with contextlib.suppress(OSError):  # owner-only, for NCCL to write into
+                    os.makedirs(os.path.dirname(stem), mode=0o700, exist_ok=True)
                 self.responder_dir = directory
+                self._nccl_stem = self._live_stem = stem
                 self.collectives.start()
                 self.nccl_dumps.start()
             else:
@@ -145,22 +154,31 @@ class Diagnosis:
             self.nccl_dumps.stop()
         self._close_responders()
 
+    def _dump_stem(self, attempt: int) -> str:
+        """Where NCCL's own dumps of ``attempt`` go: ``<run dir>/flightrec/<host>.attempt<A>.
+        rank_`` (torch adds the rank)."""
+        target = RunDirLayout(self._ensured_run_dir()).flightrec_dir
+        return os.path.join(target, analyser_stem(socket.gethostname(), attempt))
+
     def _close_responders(self) -> None:
-        """Keep NCCL's own dump files in the run directory, remove the sockets' directory."""
+        """Remove the sockets' directory (NCCL's dump files are in the run directory)."""
         directory, self.responder_dir = self.responder_dir, None
         if directory is None:
             return
-        dumps = glob.glob(os.path.join(directory, "nccl_trace_rank_*"))
-        if dumps and self._files.run_dir:
-            target = RunDirLayout(self._files.run_dir).flightrec_dir
-            with contextlib.suppress(OSError):
-                os.makedirs(target, mode=0o700, exist_ok=True)
-                for path in dumps:
-                    shutil.move(path, target)
         shutil.rmtree(directory, ignore_errors=True)
+        run_dir = self._files.run_dir
+        if run_dir:  # nothing dumped: no empty directory left behind
+            with contextlib.suppress(OSError):
+                os.rmdir(RunDirLayout(run_dir).flightrec_dir)
 
     def attempt_started(self, attempt: int, workers: tuple[WorkerInfo, ...]) -> None:
-        """A new attempt runs: watch its ranks."""
+        """A new attempt runs: watch its ranks (and name NCCL's dumps of the next one: its
+        workers inherit the launcher's environment when they start)."""
+        if self._nccl_stem is not None:
+            self._live_stem = self._nccl_stem  # what these workers inherited
+            stem = self._dump_stem(attempt + 1)
+            flightrec.rename_dumps(os.environ, self._nccl_stem, stem)
+            self._nccl_stem = stem
         self.hangs.attempt_started(attempt, {w.local_rank: w.global_rank for w in workers})
         self.stragglers.set_workers(attempt, [(w.global_rank, w.pid) for w in workers])
 

@@ -11,6 +11,6 @@ one other user of torch's private API runs inside the workers, not the launcher:
 - ``rendezvous``: a rendezvous handler's cached state without touching the network, the
   ``tuilaunch-sampler`` thread, who hosts the c10d store.
 - ``logspecs``: a ``LogsSpecs`` subclass that sends every stream to a file.
-- ``flightrec``: ``--flight-recorder``: the variables that arm the Flight Recorder in the
+- ``flightrec``: the variables that arm (by default) the Flight Recorder in the
   workers (the responder that reads it is ``core.workers.responder``).
 """

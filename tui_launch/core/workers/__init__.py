@@ -2,9 +2,10 @@
 
 - ``table``: :class:`~tui_launch.core.workers.table.RankTable`, the one owner of this node's
   rank state (pids, exits, stopped ranks, marks), with its own lock.
-- ``shim``: the worker bootstrap that lets ``exit``/``exception`` injections and the
-  faulthandler dump reach a Python worker, and starts the responder.
-- ``responder``: ``--flight-recorder``'s thread in each worker: answers the launcher with the
+- ``shim``: the worker bootstrap (on unless ``--no-bootstrap``): runs the program as python
+  would, starts the responder, takes ``exit``/``exception`` injections and the faulthandler
+  dump, and marks when ``main`` returned.
+- ``responder``: the Flight Recorder's thread in each worker: answers the launcher with the
   rank's Flight Recorder and every thread's stack (torch's private API, in ``PRIVATE_NAMES``).
 - ``warm``: ``--warm-start``'s pool: the node's spare interpreter and the workers forked from it.
 - ``spare``: the spare interpreter itself (a process of its own).

@@ -28,7 +28,6 @@ import socket
 import sys
 import threading
 import time
-import traceback
 from typing import Any
 
 _C10D = "torch._C._distributed_c10d"
@@ -77,6 +76,8 @@ def fr_trace(full: bool = True) -> tuple[dict[str, Any] | None, str | None]:
 
 def thread_stacks() -> list[dict[str, Any]]:
     """Every thread's Python stack, innermost frame first, the main thread marked."""
+    import traceback  # on the first answer, not at every worker's start
+
     names = {t.ident: t.name for t in threading.enumerate()}
     natives = {t.ident: getattr(t, "native_id", None) for t in threading.enumerate()}
     main = threading.main_thread().ident
@@ -106,12 +107,22 @@ def thread_stacks() -> list[dict[str, Any]]:
 # ring is about a megabyte of JSON.
 POLL_ENTRIES = 64
 # The poll's memory: the default group's last enqueued sequence number at the previous poll,
-# and the newest entries read for it (None: not read).
-_polled: dict[str, Any] = {"seq": None, "entries": None}
+# the newest entries read for it (None: not read), and where the rank was (``poll-since``).
+_polled: dict[str, Any] = {"seq": None, "entries": None, "where": None}
 
 
 def _seq(fr: dict[str, Any]) -> str | None:
     return fr.get("pg_status", {}).get("0", {}).get("last_enqueued_collective")
+
+
+def _main_fingerprint() -> tuple[tuple[int, int], ...]:
+    """Where the main thread is, cheaply: each frame's code and line, innermost first."""
+    frame = sys._current_frames().get(threading.main_thread().ident or 0)
+    out = []
+    while frame is not None:
+        out.append((id(frame.f_code), frame.f_lineno))
+        frame = frame.f_back
+    return tuple(out)
 
 
 def answer(what: str) -> dict[str, Any]:
@@ -121,7 +132,10 @@ def answer(what: str) -> dict[str, Any]:
     dump's second look: did the rank move on). ``poll`` (the live view, every couple of
     seconds): only the groups' status while the rank moves on, so a poll costs microseconds;
     once the default group's sequence number has not moved since the previous poll (the rank
-    waits, or is elsewhere), the newest :data:`POLL_ENTRIES` entries are read, once for that number.
+    waits, or is elsewhere), the newest :data:`POLL_ENTRIES` entries are read, once for that
+    number. ``poll-since``: the same, or only ``{"same": true}`` when neither the sequence
+    number nor the main thread's stack moved since the previous poll's answer and its entries
+    were sent: a rank that sits still (a hang, a long wait) costs the launcher nothing to read.
     """
     t0 = time.perf_counter()
     if what == "status":
@@ -133,8 +147,13 @@ def answer(what: str) -> dict[str, Any]:
         fr, why = fr_trace(full=True)
     else:
         fr, why = fr_trace(full=False)
+        seq = _seq(fr) if fr is not None else None
+        where = (seq, why, _main_fingerprint())
+        unchanged = what == "poll-since" and where == _polled.get("where")
+        if unchanged and (fr is None or _polled["entries"] is not None):
+            return {"pid": os.getpid(), "same": True, "duration": time.perf_counter() - t0}
+        _polled["where"] = where
         if fr is not None:
-            seq = _seq(fr)
             if seq != _polled["seq"]:
                 _polled["seq"], _polled["entries"] = seq, None
             elif _polled["entries"] is None:

@@ -1,16 +1,21 @@
-"""The worker bootstrap that lets ``exit`` and ``exception`` injections reach a Python worker.
+"""The worker bootstrap: how every Python worker starts, unless ``--no-bootstrap``.
 
-Only when a run asks for such an injection (``--inject exit:...``, ``--inject exception:...`` or
-``--inject-ready``), the runner starts each Python worker as::
+By default the runner starts each Python worker as::
 
     python -u -m tui_launch.core.workers.shim DIR script.py ARGS...     (or DIR -m module ARGS...)
 
-instead of ``python -u script.py ARGS...``. The bootstrap installs one handler for
-:data:`INJECT_SIGNAL` and then runs the user's script or module exactly as ``python`` would:
-with ``runpy`` as ``__main__``, the same ``sys.argv`` and ``sys.path[0]``, so ``@record``,
-``if __name__ == "__main__"`` and pickling work, and tracebacks point into the user's code. The
-user's program is not changed and nothing is imported beyond the standard library. Runs that
-do not ask for these injections never see this module.
+instead of torchrun's ``python -u script.py ARGS...`` (``--no-bootstrap`` keeps torchrun's).
+The bootstrap starts the Flight Recorder's responder, installs one handler for
+:data:`INJECT_SIGNAL`, and then runs the user's script or module exactly as ``python`` would
+(:func:`_run`): a fresh ``__main__`` with the script's absolute ``__file__`` and a source
+loader (``runpy``'s own ``python -m`` entry for a module), the same ``sys.argv`` and
+``sys.path[0]``, so ``@record``, ``if __name__ == "__main__"``, pickling and
+``multiprocessing``'s spawn work, and an uncaught exception's traceback is python's, without
+the bootstrap's frames (:func:`_report_without_bootstrap`). It leaves ``returned.<pid>`` in
+``DIR`` once the program's main returned, so that a crash in the interpreter's teardown
+after it is known as such. The user's program is not changed and nothing is imported beyond
+the standard library. What a program can still tell (a thread, the command line, the
+variables) is the contract in ``docs/differences.md``, tested by ``tests/test_parity.py``.
 
 To inject, the runner writes ``DIR/<pid>.json`` (``{"kind": "exit", "code": 3}`` or
 ``{"kind": "exception", "message": "boom"}``) and sends :data:`INJECT_SIGNAL` to the worker.
@@ -29,7 +34,7 @@ Stack dumps without ptrace (``--dump-via-faulthandler``): when ``TUILAUNCH_FAULT
 print every thread's stack to its stderr and carry on, even while the main thread holds the GIL
 in native code; :mod:`tui_launch.core.diagnosis.stacks` cuts the dump out of the rank's stderr log.
 
-The responder (``--flight-recorder``): when ``TUILAUNCH_RESPONDER_DIR`` names a directory, the
+The responder (on by default): when ``TUILAUNCH_RESPONDER_DIR`` names a directory, the
 bootstrap starts :func:`tui_launch.core.workers.responder.serve` before the program, a daemon
 thread that answers on ``<dir>/<RANK>.sock`` with the rank's Flight Recorder and every thread's
 stack.
@@ -39,15 +44,21 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import json
+import io
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+import types
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING
+
+# Every worker starts through this module: what it imports, each worker pays at its start
+# (bench/bootstrap.py start), so what only an injection needs is imported when it comes.
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 # A real-time signal: nothing else uses it, and its default action (terminate) never matters
 # because it is only sent to workers that installed the handler.
@@ -87,6 +98,8 @@ def _on_signal(signum: int, frame: Any) -> None:
         _held = None
         untrace()
         raise exc
+    import json
+
     path = os.path.join(_dir, f"{os.getpid()}.json")
     try:
         with open(path) as fp:
@@ -275,7 +288,7 @@ def start_responder() -> None:
     directory = os.environ.get(RESPONDER_ENV, "")
     if not directory:
         return
-    # Imported only here: a worker of a run without --flight-recorder loads nothing more.
+    # Imported only here: a worker whose recorder is off (TORCH_FR_BUFFER_SIZE=0) loads no more.
     from tui_launch.core.workers import responder
 
     responder.serve(directory, os.environ.get("RANK", str(os.getpid())))
@@ -306,7 +319,45 @@ def main(argv: list[str]) -> None:
         if e.code in (0, None):
             _mark_returned(directory)
         raise
+    except BaseException:
+        # Uncaught: the interpreter reports it as for `python script.py` (exit 1, or death by
+        # SIGINT for a KeyboardInterrupt), and the traceback it prints starts where python's
+        # would, without the bootstrap's frames.
+        _report_without_bootstrap()
+        raise
     _mark_returned(directory)
+
+
+def _report_without_bootstrap() -> None:
+    """Make the interpreter's report of the uncaught exception skip the bootstrap's frames.
+
+    Set only once the program has ended by raising, so the program never sees a
+    ``sys.excepthook`` of ours; the hook it set (or Python's) prints the report.
+    """
+    hook = sys.excepthook
+    here = os.path.abspath(__file__)
+
+    def trimmed(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        first, t = tb, tb
+        while t is not None:  # from the frame after the last of the bootstrap's
+            if os.path.abspath(t.tb_frame.f_code.co_filename) == here:
+                first = t.tb_next
+            t = t.tb_next
+        first = first if first is not None else tb
+        # Python's own hook prints the exception's __traceback__, not its argument.
+        hook(kind, value.with_traceback(first), first)
+
+    sys.excepthook = trimmed
+
+
+def _fresh_main() -> types.ModuleType:
+    """A ``__main__`` module as the interpreter makes it, put in ``sys.modules``."""
+    import builtins
+
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__annotations__={}, __builtins__=builtins)
+    sys.modules["__main__"] = main
+    return main
 
 
 def _run(rest: list[str]) -> None:
@@ -322,13 +373,29 @@ def _run(rest: list[str]) -> None:
     elif rest and rest[0] == "-m":
         module, args = rest[1], rest[2:]
         # `python -m shim` already put the current directory first on sys.path, as `-m module`.
-        sys.argv = [module, *args]
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        # runpy's own entry point of `python -m`: the same __main__, sys.argv[0], frames.
+        sys.argv = ["-m", *args]
+        _fresh_main()
+        runpy._run_module_as_main(module)  # type: ignore[attr-defined]
     else:
         script, args = rest[0], rest[1:]
         sys.argv = [script, *args]
         sys.path[0] = os.path.dirname(os.path.realpath(script))
-        runpy.run_path(script, run_name="__main__")
+        if not os.path.isfile(script):  # a directory or zip with __main__.py: as python does
+            runpy.run_path(script, run_name="__main__")
+            return
+        # What `python script.py` does: the script's code compiled with its absolute path, run
+        # in a fresh __main__ with a source loader, none of this module's __future__ flags.
+        path = os.path.abspath(script)
+        from importlib.machinery import SourceFileLoader
+
+        main = _fresh_main()
+        main.__dict__.update(
+            __file__=path, __cached__=None, __loader__=SourceFileLoader("__main__", path)
+        )
+        with io.open_code(path) as fp:
+            code = compile(fp.read(), path, "exec", dont_inherit=True)
+        exec(code, main.__dict__)
 
 
 if __name__ == "__main__":

@@ -265,7 +265,7 @@ WORKER_KEEP = (
     "exit",
     "last log",
     "step",
-    "collective",  # asked for (--flight-recorder): what a hang is judged by
+    "collective",  # the Flight Recorder (by default): what a hang is judged by
     "local",
     "uptime",
     "CPU %",
@@ -292,7 +292,7 @@ WORKER_COLUMNS = (
 
 def worker_columns(progress: bool, collectives: bool = False) -> tuple[str, ...]:
     """The workers table's columns: the progress ones once a rank printed a step, the
-    ``collective`` one while the Flight Recorder is polled (``--flight-recorder``)."""
+    ``collective`` one while the Flight Recorder is polled (by default)."""
     cut = WORKER_COLUMNS.index("exit") + 1
     extra = (
         *(PROGRESS_COLUMNS if progress else ()),

@@ -119,7 +119,7 @@ def stacks_panel(s: Snapshot, dump: StackDump | None, now: float) -> Text:
     out.append(f"{e.path}\n", style="dim")
     cv = s.collective_verdict
     if cv is not None and cv.path == e.path:
-        # --flight-recorder: each rank's newest collective, from its Flight Recorder.
+        # The Flight Recorder (by default): each rank's newest collective, from its Flight Recorder.
         odd_c = set(cv.odd_ranks)
         out.append("last collective: ", style="bold")
         for i, rc in enumerate(cv.ranks):

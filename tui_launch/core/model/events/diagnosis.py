@@ -161,7 +161,7 @@ class JobRank:
     """Where one rank of the job was at a job-wide dump: ``node`` that ran it, ``place`` in
     words (as in :class:`StacksDumped`'s places), the collective it waits in (None: none),
     ``known`` False when no stack was taken, ``frames`` its innermost main-thread frames
-    (``file:line in function``, innermost first, a few at most); with ``--flight-recorder``
+    (``file:line in function``, innermost first, a few at most); with the Flight Recorder
     its newest collective from its Flight Recorder (``coll_op`` number ``coll_seq`` of
     ``coll_bytes`` bytes; ``coll_seq`` -1: no record)."""
 
@@ -253,7 +253,7 @@ class RankCollective:
 
 @dataclass(frozen=True)
 class CollectiveSample(Event):
-    """A poll of every rank's Flight Recorder through its responder (``--flight-recorder``,
+    """A poll of every rank's Flight Recorder through its responder (on by default,
     every couple of seconds; a sample: not journaled). ``verdict`` is the collective-level
     verdict when some rank has been at its collective for a while (empty otherwise)."""
 
@@ -267,7 +267,7 @@ class CollectiveSample(Event):
 @dataclass(frozen=True)
 class CollectiveVerdictFound(Event):
     """A dump with the ranks' Flight Recorder records judged them at the collective level
-    (``--flight-recorder``): ``verdict`` in one line, ``verdict_kind`` ``behind`` (a rank never
+    (the Flight Recorder): ``verdict`` in one line, ``verdict_kind`` ``behind`` (a rank never
     issued the collective the others wait in), ``mismatch`` (ranks disagree on it) or ``same``
     (every rank at one collective: no culprit) or ``left`` (the stacks show some ranks went
     on past it), ``odd_ranks`` the ranks it names, ``ranks``
