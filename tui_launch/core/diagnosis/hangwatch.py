@@ -33,7 +33,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from tui_launch.core.diagnosis import rhythm
 from tui_launch.core.diagnosis.dumps import Dumper, Taken
+from tui_launch.core.diagnosis.rhythm import FIXED, Expectation, Rhythm
 from tui_launch.core.diagnosis.stacks import (
     CONFIRM,
     DUMP,
@@ -53,6 +55,15 @@ from tui_launch.core.model.events import Event, HangCleared, HangDetected, Stack
 from tui_launch.core.periodic import Periodic
 
 ACTIONS = ("dump", "restart", "stop")
+# --hang-timeout's default: the adaptive rule of rhythm.py.
+AUTO = "auto"
+# Hung under the adaptive rule: a quiet look for ranks that moved again this often (seconds).
+RECHECK = 30.0
+# The adaptive rule's tick: the floor is 5 s, so a second's granularity would be a fifth of it.
+AUTO_TICK = 0.5
+# Each rank's steps from the progress watch: (attempt, {global rank: (training-counter moves,
+# oldest first; the latest move of any counter)}).
+StepsReader = Callable[[], tuple[int | None, dict[int, tuple[tuple[float, ...], float | None]]]]
 # What faulthandler writes to a rank's stderr (--dump-via-faulthandler): our own dump, not the
 # rank's output, so it must not count as progress.
 _FAULTHANDLER_LINE = re.compile(
@@ -75,10 +86,15 @@ class HangWatch:
         dumper: takes the two dumps.
         log_paths: each local rank's log files of the current attempt (stdout, stderr).
         active: whether the workers are being monitored now (no dump during a restart).
-        timeout: ``--hang-timeout`` (0: off).
+        timeout: ``--hang-timeout``: ``"auto"`` (the adaptive rule), seconds (the fixed
+            rule), 0 (off).
         action: ``--on-hang``: dump, restart or stop.
         on_hang: called (on the watch's thread) with a confirmed hang.
-        confirm_after: seconds between the dumps (default: :func:`confirm_window`).
+        confirm_after: seconds between the dumps (default: :data:`~.rhythm.CONFIRM_AFTER`
+            adaptive, :func:`confirm_window` fixed).
+        steps: each rank's step moves (the progress watch's
+            :meth:`~tui_launch.core.progress.watch.ProgressWatch.steps`); without it the
+            adaptive rule knows only output.
     """
 
     def __init__(
@@ -88,10 +104,11 @@ class HangWatch:
         log_paths: Callable[[], dict[int, list[str]]],
         active: Callable[[], bool],
         *,
-        timeout: float,
+        timeout: float | str,
         action: str = "dump",
         on_hang: Callable[[HangDetected], None] | None = None,
         confirm_after: float | None = None,
+        steps: StepsReader | None = None,
     ) -> None:
         self._post = post
         self._dumper = dumper
@@ -99,8 +116,17 @@ class HangWatch:
         self._active = active
         self.action = action
         self._on_hang = on_hang
-        window = confirm_window(timeout) if confirm_after is None else confirm_after
-        self.detector = HangDetector(timeout, window)
+        self.adaptive = timeout == AUTO
+        fixed = 0.0 if self.adaptive else float(timeout)
+        if confirm_after is not None:
+            window = confirm_after
+        else:
+            window = rhythm.CONFIRM_AFTER if self.adaptive else confirm_window(fixed)
+        self.detector = HangDetector(fixed, window, adaptive=self.adaptive)
+        self.rhythm = Rhythm()
+        self._steps = steps
+        # What the rule expects now (the dashboard's line), and at the suspicion.
+        self.expectation: Expectation | None = None
         self._lock = threading.Lock()
         self._attempt = -1
         self._ranks: dict[int, int] = {}  # local -> global
@@ -109,17 +135,20 @@ class HangWatch:
         # The confirmed hang's second dump and flagged ranks: cleared once the ranks move.
         self._hung_dump: StackDump | None = None
         self._hung_ranks: tuple[int, ...] = ()
-        self._recheck_every = max(timeout, window)
+        self._recheck_every = RECHECK if self.adaptive else max(fixed, window)
         self._recheck_at = 0.0
         # A suspicion announced by its dump (until confirmed or cleared), and why one whose
         # dump was still being taken ended (output came meanwhile).
         self._suspicion: StacksDumped | None = None
         self._ended: tuple[str, str] | None = None
         self._cleared: list[HangCleared] = []  # to post, outside the lock
+        self._io_before: dict[int, int] = {}  # main threads' I/O at the suspicion
         if self.detector.enabled:
             dumper.listeners.append(self._on_taken)
         # A tick every second is plenty for a timeout of minutes; short timeouts tick faster.
-        interval = min(1.0, max(0.1, timeout / 10)) if timeout > 0 else 1.0
+        interval = min(1.0, max(0.1, fixed / 10)) if fixed > 0 else 1.0
+        if self.adaptive:
+            interval = AUTO_TICK
         self._loop = Periodic("tuilaunch-hang", interval, self._tick, first_delay=interval)
 
     @property
@@ -149,7 +178,10 @@ class HangWatch:
             self._sizes = {}
             self._hung_dump, self._hung_ranks = None, ()
             self._suspicion, self._ended = None, None
-            self.detector.start(time.monotonic(), ranks.values())
+            now = time.monotonic()
+            self.detector.start(now, ranks.values())
+            self.rhythm.start(now)
+            self.expectation = None
 
     def sink(self, src: LogSource, lines: list[str]) -> None:
         """A log-tailer sink: a rank wrote whole lines."""
@@ -157,17 +189,26 @@ class HangWatch:
             return
         if lines and src.attempt == self._attempt:
             with self._lock:
-                self._output(src.global_rank, time.monotonic())
+                self._wrote(src.global_rank, time.monotonic())
             self._post_cleared()
 
-    def _output(self, rank: int, now: float) -> None:
-        """Under the lock: ``rank`` wrote; a confirmed hang is over (its flags go)."""
+    def _wrote(self, rank: int, now: float) -> None:
+        """Under the lock: ``rank`` wrote output. Movement, unless the adaptive rule follows
+        the job's steps: then only a step is (a thread that prints is not the loop)."""
+        self.rhythm.output(now)
+        if not (self.adaptive and self.rhythm.by_steps):
+            self._output(rank, now, "wrote output again")
+
+    def _output(self, rank: int, now: float, what: str = "wrote output again") -> None:
+        """Under the lock: ``rank`` moved (output, or a step); a suspected or confirmed hang
+        is over (its flags go)."""
         state = self.detector.state
         self.detector.output(rank, now)
+        why = "output" if what.startswith("wrote") else "steps"
         if state == HUNG:
-            self._clear("output", f"rank {rank} wrote output again")
+            self._clear(why, f"rank {rank} {what}")
         elif state in (SUSPECTED, CONFIRMING):
-            self._suspicion_over("output", f"rank {rank} wrote output again")
+            self._suspicion_over(why, f"rank {rank} {what}")
 
     def _suspicion_over(self, why: str, detail: str) -> None:
         """Under the lock: a suspected hang ended before it was confirmed; once its dump was
@@ -221,11 +262,29 @@ class HangWatch:
                 if size != self._sizes.get(path, 0):
                     self._sizes[path] = size
                     if count:
-                        self._output(self._ranks.get(local, local), now)
+                        self._wrote(self._ranks.get(local, local), now)
 
     def _after_dump(self) -> None:
         if self._dumper.via_faulthandler:
             self._grown(time.monotonic(), count=False)
+
+    def _read_steps(self, now: float) -> None:
+        """Under the lock: each rank's step moves from the progress watch; a rank that
+        advanced has moved."""
+        if self._steps is None:
+            return
+        attempt, ranks = self._steps()
+        if attempt != self._attempt:
+            return
+        for rank, (moves, last_move) in sorted(ranks.items()):
+            if self.rhythm.steps(rank, moves, last_move) and self.rhythm.by_steps:
+                self._output(rank, now, "stepped again")
+
+    def expect(self, now: float) -> Expectation:
+        """Under the lock: what the rule expects at ``now``."""
+        if self.adaptive:
+            return self.rhythm.expect(now)
+        return Expectation(FIXED, self.detector.timeout, self.detector.silence(now))
 
     def _tick(self) -> None:
         if not self._active():
@@ -234,8 +293,11 @@ class HangWatch:
             attempt = self._attempt
             now = time.monotonic()
             self._grown(now)
-            todo = self.detector.poll(now)
-            silence = self.detector.silence(now)
+            if self.adaptive:
+                self._read_steps(now)
+            expected = self.expectation = self.expect(now)
+            todo = self.detector.poll(now, expected.still_for, expected.limit)
+            silence = expected.still_for
             recheck = self.detector.state == HUNG and now >= self._recheck_at
         self._post_cleared()
         if recheck:
@@ -251,14 +313,33 @@ class HangWatch:
         if todo == DUMP:
             self._suspect(attempt)
         elif todo == CONFIRM:
-            event = self._confirm(attempt, silence)
+            event = self._confirm(attempt, silence, expected)
             if event is not None and self._on_hang is not None:
                 self._on_hang(event)
         self._post_cleared()
 
+    def _main_io(self) -> dict[int, int]:
+        """Bytes each live rank's main thread has read and written so far (``rchar`` +
+        ``wchar`` of ``/proc/<pid>/task/<pid>/io``; a rank it cannot read is left out)."""
+        out: dict[int, int] = {}
+        for _, rank, pid in self._dumper.targets():
+            try:
+                with open(f"/proc/{pid}/task/{pid}/io") as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+                out[rank] = int(fields["rchar"]) + int(fields["wchar"])
+            except (OSError, KeyError, ValueError):
+                continue
+        return out
+
+    def _io_since(self) -> dict[int, int]:
+        """Bytes each rank's main thread read and wrote since the suspicion's dump."""
+        now = self._main_io()
+        return {g: n - self._io_before[g] for g, n in now.items() if g in self._io_before}
+
     def _suspect(self, attempt: int) -> None:
         """The first dump of a suspected hang; output that came while it was taken ends the
         suspicion it announced."""
+        self._io_before = self._main_io()
         taken = self._dumper.take("hang-suspected", "hang")
         with self._lock:
             self._after_dump()
@@ -277,12 +358,13 @@ class HangWatch:
             self._first_path = taken.event.path
             self.detector.first(taken.dump, time.monotonic())
 
-    def _confirm(self, attempt: int, silence: float) -> HangDetected | None:
+    def _confirm(self, attempt: int, silence: float, expected: Expectation) -> HangDetected | None:
         """The second dump: the confirmed hang (posted), or None (the suspicion cleared)."""
         # The confirming dump reads the native frames too: the ranks are hung, so a pause of a
         # second each costs them nothing, and where a Python stack ends in torch's C++ they
         # say what it waits in.
         taken = self._dumper.take("hang-confirm", "hang", native=True)
+        io = self._io_since()
         with self._lock:
             self._after_dump()
             if self.detector.state != CONFIRMING or attempt != self._attempt:
@@ -291,7 +373,7 @@ class HangWatch:
                 self.detector.start(time.monotonic(), self._ranks.values())
                 self._suspicion_over("gone", "no rank left to dump")
                 return None
-            result = self.detector.second(taken.dump, time.monotonic())
+            result = self.detector.second(taken.dump, time.monotonic(), io)
             if not result.hung:
                 self._suspicion_over("stacks", result.text)
                 return None
@@ -304,6 +386,7 @@ class HangWatch:
                 first_path=self._first_path,
                 second_path=taken.event.path,
                 action=self.action,
+                stood_still=expected.said(silence),
             )
             self._hung_dump = taken.dump
             self._hung_ranks = event.odd_ranks or event.still_ranks

@@ -13,7 +13,7 @@ from rich.text import Text
 from tui_launch.core.model.events import Failure, NodeStatus
 from tui_launch.core.model.redact import redact_args
 from tui_launch.core.model.store import Phase, RankState, Snapshot
-from tui_launch.core.model.text import clock, failure_details, failure_headline
+from tui_launch.core.model.text import clock, failure_details, failure_headline, stood_still
 from tui_launch.tui.panels.base import Panel, Where
 from tui_launch.tui.panels.progress import attempt_steps, goodput_text, header_progress
 from tui_launch.tui.panels.stacks import job_panel
@@ -259,7 +259,7 @@ def root_cause_panel(s: Snapshot) -> RenderableType:
         out = Text()
         out.append("hang", style="bold red")
         out.append(f"  (attempt {h.attempt}; --on-hang {h.action})\n", style="dim")
-        out.append(f"no output for {h.silence:.0f}s; {h.confirmation}\n")
+        out.append(f"{stood_still(h)}; {h.confirmation}\n")
         out.append(f"{h.verdict}\n", style="yellow")
         out.append(f"stacks: {h.second_path}\n", style="dim")
         if s.hang_cleared is not None:

@@ -124,7 +124,9 @@ class HangDetected(Event):
     ``confirmation`` says it in one line ("hung: no main-thread stack moved in 10 s ..."),
     ``verdict`` is the second dump's verdict and ``odd_ranks`` the ranks it names; the two
     dumps are kept at ``first_path`` and ``second_path``. ``action`` is what ``--on-hang``
-    does about it (``dump``, ``restart`` or ``stop``).
+    does about it (``dump``, ``restart`` or ``stop``). ``stood_still`` says how long the job
+    stood still against its normal time ("no step for 41 s; steps took 0.8 s"; "no
+    output for 300 s" under a fixed ``--hang-timeout``); empty in journals written before it.
     """
 
     kind: ClassVar[str] = "hang"
@@ -138,6 +140,7 @@ class HangDetected(Event):
     first_path: str
     second_path: str
     action: str = "dump"
+    stood_still: str = ""
 
 
 @dataclass(frozen=True)
