@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 
 
-class _Stuck(torch.utils.data.Dataset):  # type: ignore[type-arg]
+class _Stuck(torch.utils.data.Dataset):
     """A dataset whose worker deadlocks at item ``at``: a lock it already holds."""
 
     def __init__(self, at: int) -> None:
