@@ -207,3 +207,20 @@ def _dump(places: dict[int, str]) -> StackDump:
         for g, fn in places.items()
     )
     return StackDump(reason="test", wall=0.0, duration=0.1, ranks=ranks)
+
+
+def test_the_dashboard_says_what_the_rule_expects() -> None:
+    """The header once the job has stood still for half its limit; the Stacks tab always."""
+    from tui_launch.core.model.events import HangWatchSample
+    from tui_launch.core.model.store import replay
+    from tui_launch.tui.panels.render import header
+    from tui_launch.tui.panels.stacks import stacks_panel
+
+    expected = "a step every 0.8 s: suspected after 5.0 s without"
+    calm = replay([HangWatchSample(0, "steps", 5.0, 1.0, 0.8, expected)])
+    assert "no step" not in header(calm, 0.0).plain
+    assert stacks_panel(calm, None, 0.0).plain.startswith(f"hang rule: {expected}; no step for")
+    still = replay([HangWatchSample(0, "steps", 5.0, 3.2, 0.8, expected)])
+    assert "no step 3s/5s" in header(still, 0.0).plain
+    hung = replay([HangWatchSample(0, "steps", 5.0, 9.0, 0.8, expected, "hung")])
+    assert "(hung)" in stacks_panel(hung, None, 0.0).plain

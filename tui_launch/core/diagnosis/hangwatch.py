@@ -32,6 +32,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from tui_launch.core.diagnosis import rhythm
 from tui_launch.core.diagnosis.dumps import Dumper, Taken
@@ -51,7 +52,13 @@ from tui_launch.core.diagnosis.stacks.hang import (
     SUSPECTED,
 )
 from tui_launch.core.logs.tail import LogSource
-from tui_launch.core.model.events import Event, HangCleared, HangDetected, StacksDumped
+from tui_launch.core.model.events import (
+    Event,
+    HangCleared,
+    HangDetected,
+    HangWatchSample,
+    StacksDumped,
+)
 from tui_launch.core.periodic import Periodic
 
 ACTIONS = ("dump", "restart", "stop")
@@ -59,6 +66,8 @@ ACTIONS = ("dump", "restart", "stop")
 AUTO = "auto"
 # Hung under the adaptive rule: a quiet look for ranks that moved again this often (seconds).
 RECHECK = 30.0
+# Seconds between two HangWatchSample events (the dashboard's line).
+SAMPLE_EVERY = 1.0
 # The adaptive rule's tick: the floor is 5 s, so a second's granularity would be a fifth of it.
 AUTO_TICK = 0.5
 # Each rank's steps from the progress watch: (attempt, {global rank: (training-counter moves,
@@ -143,6 +152,7 @@ class HangWatch:
         self._ended: tuple[str, str] | None = None
         self._cleared: list[HangCleared] = []  # to post, outside the lock
         self._io_before: dict[int, int] = {}  # main threads' I/O at the suspicion
+        self._sampled_at = float("-inf")
         if self.detector.enabled:
             dumper.listeners.append(self._on_taken)
         # A tick every second is plenty for a timeout of minutes; short timeouts tick faster.
@@ -286,6 +296,17 @@ class HangWatch:
             return self.rhythm.expect(now)
         return Expectation(FIXED, self.detector.timeout, self.detector.silence(now))
 
+    def _sample(self, attempt: int, e: Expectation, now: float) -> HangWatchSample | None:
+        """Under the lock: what the rule expects, for the dashboard, about once a second."""
+        if now - self._sampled_at < SAMPLE_EVERY:
+            return None
+        self._sampled_at = now
+        limit = max(e.limit, self.detector.backoff)
+        expected = replace(e, limit=limit).expected()
+        return HangWatchSample(
+            attempt, e.basis, limit, e.still_for, e.typical, expected, self.detector.state
+        )
+
     def _tick(self) -> None:
         if not self._active():
             return
@@ -299,7 +320,10 @@ class HangWatch:
             todo = self.detector.poll(now, expected.still_for, expected.limit)
             silence = expected.still_for
             recheck = self.detector.state == HUNG and now >= self._recheck_at
+            sample = self._sample(attempt, expected, now)
         self._post_cleared()
+        if sample is not None:
+            self._post(sample)
         if recheck:
             # Hung: a quiet look now and then (not kept, not announced) for ranks that moved.
             self._recheck_at = now + self._recheck_every

@@ -144,6 +144,25 @@ class HangDetected(Event):
 
 
 @dataclass(frozen=True)
+class HangWatchSample(Event):
+    """What the hang rule expects now (the hang watch, every second while it watches; a
+    sample: not journaled): the job has stood still ``still_for`` seconds and may ``limit``;
+    ``basis`` ``steps`` (``typical``: its recent step time), ``output`` or ``fixed``;
+    ``expected`` in words ("a step every 0.8 s: suspected after 5.0 s without"); ``state``
+    the detector's (``watching``, ``suspected``, ``confirming``, ``hung``)."""
+
+    kind: ClassVar[str] = "hang_watch_sample"
+    journaled: ClassVar[bool] = False
+    attempt: int
+    basis: str
+    limit: float
+    still_for: float
+    typical: float
+    expected: str
+    state: str = "watching"
+
+
+@dataclass(frozen=True)
 class HangCleared(Event):
     """The ranks a confirmed hang flagged (``ranks``) move again: ``why`` is ``output`` (a rank
     wrote again) or ``stacks`` (a later dump found a main-thread stack that moved). The
@@ -285,7 +304,7 @@ class CollectiveVerdictFound(Event):
     path: str = ""
 
 
-register(Slowdown, StacksDumped, HangDetected, HangCleared, Straggler)
+register(Slowdown, StacksDumped, HangDetected, HangCleared, HangWatchSample, Straggler)
 register(CollectiveSample, CollectiveVerdictFound, nested={"ranks": RankCollective})
 register(JobStacks, nested={"nodes": JobNode, "ranks": JobRank})
 register(ProgressSample, ProgressRecord, nested={"ranks": RankProgress})
