@@ -136,6 +136,17 @@ def test_a_pause_the_job_recovered_from_is_not_suspected_again() -> None:
     assert r.expect(moves[-1] + 1.0).limit == rhythm.FLOOR
 
 
+def test_a_slow_second_step_is_warm_up_not_a_pause() -> None:
+    """The step after the first recompiles (20 s): it leaves the percentile after ten steps and
+    is never remembered as a pause."""
+    r = Rhythm()
+    r.start(0.0)
+    moves = [30.0, 50.0]
+    moves += [50.0 + 0.8 * i for i in range(1, 12)]
+    _steps(r, 0, moves)
+    assert r.expect(moves[-1]).limit == rhythm.FLOOR
+
+
 def test_a_job_that_prints_every_minute_is_not_suspected_every_minute() -> None:
     r = Rhythm()
     r.start(0.0)

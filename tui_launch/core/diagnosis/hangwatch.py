@@ -72,7 +72,8 @@ SAMPLE_EVERY = 1.0
 AUTO_TICK = 0.5
 # Each rank's steps from the progress watch: (attempt, {global rank: (training-counter moves,
 # oldest first; the latest move of any counter)}).
-StepsReader = Callable[[], tuple[int | None, dict[int, tuple[tuple[float, ...], float | None]]]]
+StepsRead = tuple[int | None, dict[int, tuple[tuple[float, ...], float | None]]]
+StepsReader = Callable[[], StepsRead]
 # What faulthandler writes to a rank's stderr (--dump-via-faulthandler): our own dump, not the
 # rank's output, so it must not count as progress.
 _FAULTHANDLER_LINE = re.compile(
@@ -278,12 +279,12 @@ class HangWatch:
         if self._dumper.via_faulthandler:
             self._grown(time.monotonic(), count=False)
 
-    def _read_steps(self, now: float) -> None:
-        """Under the lock: each rank's step moves from the progress watch; a rank that
-        advanced has moved."""
-        if self._steps is None:
+    def _read_steps(self, now: float, steps: StepsRead | None) -> None:
+        """Under the lock: each rank's step moves from the progress watch (read before the
+        lock was taken); a rank that advanced has moved."""
+        if steps is None:
             return
-        attempt, ranks = self._steps()
+        attempt, ranks = steps
         if attempt != self._attempt:
             return
         for rank, (moves, last_move) in sorted(ranks.items()):
@@ -310,12 +311,13 @@ class HangWatch:
     def _tick(self) -> None:
         if not self._active():
             return
+        # The progress watch's lock is taken apart from ours.
+        steps = self._steps() if self.adaptive and self._steps is not None else None
         with self._lock:
             attempt = self._attempt
             now = time.monotonic()
             self._grown(now)
-            if self.adaptive:
-                self._read_steps(now)
+            self._read_steps(now, steps)
             expected = self.expectation = self.expect(now)
             todo = self.detector.poll(now, expected.still_for, expected.limit)
             silence = expected.still_for

@@ -9,7 +9,8 @@ and how long it may, as an :class:`Expectation`:
 - **Steps** (a rank has shown at least :data:`MIN_INTERVALS` intervals between step moves
   after its first step): a rank is overdue when its counter (the training bar, or an eval bar
   it prints) has not moved for ``max(FLOOR, MULTIPLE x p90 of its last RECENT intervals,
-  PAUSE_MARGIN x the longest interval of the last PAUSE_MEMORY seconds)``. The job is
+  PAUSE_MARGIN x the longest interval of the last PAUSE_MEMORY seconds, counted once the
+  rhythm was established)``. The job is
   suspected when every rank with a rhythm is overdue. Output alone is not movement here: a
   logging thread, a heartbeat or a SIGTERM handler that keeps printing while the loop stands
   still is a (partial) hang.
@@ -119,7 +120,9 @@ class _Series:
         if self.last is not None and t > self.last:
             gap = t - self.last
             self.recent.append(gap)
-            if gap > floor:
+            # A pause is remembered once the rhythm is established: the second step's
+            # recompilation is warm-up, not a pause the job makes.
+            if gap > floor and len(self.recent) > MIN_INTERVALS:
                 self.pauses.append((t, gap))
         self.last = t if self.last is None else max(self.last, t)
 
