@@ -43,8 +43,10 @@ MIN_INTERVALS = 3  # intervals after the first step before a rank has a rhythm
 # bar) is not suspected again: the longest interval of the last half hour, with a margin.
 PAUSE_MEMORY = 1800.0
 PAUSE_MARGIN = 1.5
-# Without a rhythm: output silence, never judged against less than a minute (the first step).
-QUIET_FLOOR = 60.0
+# Without a rhythm: output silence, never judged against less than 90 s: the first step
+# (imports, compilation, the first data load), and a job that prints once a minute, whose
+# first line comes a minute after it started, are not suspected.
+QUIET_FLOOR = 90.0
 # Seconds between the suspicion's dump and the confirming one under this rule.
 CONFIRM_AFTER = 3.0
 
