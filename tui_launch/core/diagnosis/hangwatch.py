@@ -68,7 +68,7 @@ AUTO = "auto"
 RECHECK = 30.0
 # Seconds between two HangWatchSample events (the dashboard's line).
 SAMPLE_EVERY = 1.0
-# The adaptive rule's tick: the floor is 5 s, so a second's granularity would be a fifth of it.
+# The adaptive rule's tick: the floor is 6 s, so a second's granularity would be a sixth of it.
 AUTO_TICK = 0.5
 # Each rank's steps from the progress watch: (attempt, {global rank: (training-counter moves,
 # oldest first; the latest move of any counter)}).
@@ -365,8 +365,9 @@ class HangWatch:
     def _suspect(self, attempt: int) -> None:
         """The first dump of a suspected hang; output that came while it was taken ends the
         suspicion it announced."""
-        self._io_before = self._main_io()
         taken = self._dumper.take("hang-suspected", "hang")
+        # After the dump: a faulthandler dump is written by the rank's main thread.
+        self._io_before = self._main_io()
         with self._lock:
             self._after_dump()
             if attempt != self._attempt:
@@ -389,8 +390,8 @@ class HangWatch:
         # The confirming dump reads the native frames too: the ranks are hung, so a pause of a
         # second each costs them nothing, and where a Python stack ends in torch's C++ they
         # say what it waits in.
+        io = self._io_since()  # before the dump, for the same reason
         taken = self._dumper.take("hang-confirm", "hang", native=True)
-        io = self._io_since()
         with self._lock:
             self._after_dump()
             if self.detector.state != CONFIRMING or attempt != self._attempt:

@@ -31,9 +31,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 # Seconds a job with a rhythm may stand still whatever its steps take: sub-second steps are
-# judged against this, so that a garbage collection or a slow batch is not a suspicion, and a
-# hang is suspected 5 s after it started, confirmed about 4 s later (docs/hangs.md).
-FLOOR = 5.0
+# judged against this, so that a garbage collection, a slow batch or a short evaluation (20
+# steps of 0.2 s) is not a suspicion, and a hang is suspected 6 s after its last step,
+# confirmed about 4 s later (docs/hangs.md).
+FLOOR = 6.0
 # The stillness allowed, as a multiple of the 90th percentile of the recent step intervals.
 MULTIPLE = 5.0
 PERCENTILE = 0.9
@@ -100,7 +101,7 @@ class Expectation:
 
     def expected(self) -> str:
         """What the rule waits for, for the dashboard: ``a step every 0.8 s: a hang is
-        suspected after 5.0 s without one``."""
+        suspected after 6.0 s without one``."""
         if self.basis == STEPS:
             what = f"a step every {_fmt(self.typical)}"
         elif self.basis == OUTPUT:

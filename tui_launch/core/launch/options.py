@@ -242,7 +242,7 @@ class Options:
         check=_hang_timeout_check,
         help="auto (default): suspect a hang when the job's steps (read from its logs) stop "
         "for longer than its own rhythm allows (5 x the 90th percentile of its recent step "
-        "times, at least 5 s; output silence of at least 90 s before steps are seen), and "
+        "times, at least 6 s; output silence of at least 90 s before steps are seen), and "
         "confirm it when a second stack dump 3 s later shows nothing moved (docs/hangs.md). "
         "SECONDS: the fixed rule, a hang when no rank wrote output for SECONDS, confirmed "
         "about 10 s later. 0: off.",

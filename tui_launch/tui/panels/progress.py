@@ -110,7 +110,7 @@ def header_progress(s: Snapshot) -> Text:
 def hang_watch_text(s: Snapshot, full: bool = False) -> Text:
     """What the hang rule expects and how long the job has stood still. Short (the header):
     only once the job has stood still for half its limit, ``  no step 4s/5s``; ``full`` (the
-    Stacks tab): always, ``hang rule: a step every 0.8 s: suspected after 5.0 s without; no
+    Stacks tab): always, ``hang rule: a step every 0.8 s: suspected after 6.0 s without; no
     step for 1s``."""
     w = s.hang_watch
     t = Text()

@@ -59,10 +59,12 @@ def _sequence_numbers(dump: StackDump) -> dict[int, int]:
     return {r.global_rank: r.last_enqueued for r in dump.records if r.last_enqueued >= 0}
 
 
-# Bytes a rank's main thread must read or write between the two dumps to have moved: a
-# checkpoint save or a data load can sit in one Python line (``torch.save``'s loop over the
-# storages, one ``f.read``) for minutes while it works; a hung thread does no I/O.
-IO_MOVED = 1 << 20
+# Bytes a rank's main thread must read or write between the two dumps (the dumps' own
+# writes left out) to have moved: a checkpoint save or a data load can sit in one Python line
+# (``torch.save``'s loop over the storages, one ``f.read``, a retry loop that sleeps between
+# saves) for minutes while it works; a hung main thread does no I/O, and one that prints a
+# status line now and then writes far less than this.
+IO_MOVED = 16 << 10
 
 
 def confirm(
@@ -119,8 +121,8 @@ def confirm(
         if stacks:
             parts.append(f"the stacks of ranks {rank_list(stacks)} moved")
         if by_io:
-            mb = sum((io or {}).get(g, 0) for g in by_io) / 1e6
-            parts.append(f"the main threads of ranks {rank_list(by_io)} did {mb:.0f} MB of I/O")
+            kb = sum((io or {}).get(g, 0) for g in by_io) / 1e3
+            parts.append(f"the main threads of ranks {rank_list(by_io)} did {kb:.0f} kB of I/O")
         if by_records:
             parts.append(f"the collectives of ranks {rank_list(by_records)} advanced")
         text = f"not hung: {' and '.join(parts)} in {interval:.0f} s"
