@@ -12,8 +12,12 @@ what to do:
    Work that prints nothing for longer than the timeout but whose stacks move is not a hang:
    the detector goes back to watching and waits another full timeout before dumping again.
 
-Any output cancels a suspicion. Nothing here sleeps or reads a clock: every time is passed in,
-so tests drive it with plain numbers.
+Any output cancels a suspicion. Adaptive (``--hang-timeout auto``), the caller says in each
+:meth:`~HangDetector.poll` how long the job has stood still and may
+(:class:`~tui_launch.core.diagnosis.rhythm.Rhythm`), calls :meth:`~HangDetector.output` for a
+step (or for output, before the job has a rhythm), and a suspicion cleared by movement is not
+raised again before the stillness has doubled. Nothing here sleeps or reads a clock: every
+time is passed in, so tests drive it with plain numbers.
 """
 
 from __future__ import annotations
