@@ -401,11 +401,8 @@ class HangWatch:
 
     def _confirm(self, attempt: int, silence: float, expected: Expectation) -> HangDetected | None:
         """The second dump: the confirmed hang (posted), or None (the suspicion cleared)."""
-        # The confirming dump reads the native frames too: the ranks are hung, so a pause of a
-        # second each costs them nothing, and where a Python stack ends in torch's C++ they
-        # say what it waits in.
         io = self._io_since()  # before the dump, for the same reason
-        taken = self._dumper.take("hang-confirm", "hang", native=True)
+        taken = self._dumper.take("hang-confirm", "hang")
         with self._lock:
             self._after_dump()
             if self.detector.state != CONFIRMING or attempt != self._attempt:
@@ -434,4 +431,9 @@ class HangWatch:
             self._recheck_at = time.monotonic() + self._recheck_every
             # Under the lock: a HangCleared for output that comes next is posted after it.
             self._post(event)
+        # The confirming dump gets the native frames too, once the hang is said (they take a
+        # second a rank, several on a loaded machine) and before --on-hang acts: the ranks are
+        # hung, so the pause costs them nothing, and where a Python stack ends in torch's C++
+        # they say what it waits in.
+        self._dumper.add_native(taken)
         return event
