@@ -17,10 +17,9 @@ line still being written).
 Either way the watch takes a dump when the limit is reached ("hang-suspected"), and a second
 one later ("hang-confirm"): when no rank moved between them (its main-thread stack, the bytes
 its main thread read and wrote, its CPU outside a collective, its collectives) the hang is
-confirmed,
-:class:`~tui_launch.core.model.events.HangDetected` is posted (with both dumps' paths, the
-verdict and how long the job stood still against its normal time) and ``on_hang`` is told, so
-that the runner can restart or stop as ``--on-hang`` says. Work whose stacks move is not a
+confirmed, :class:`~tui_launch.core.model.events.HangDetected` is posted (with both dumps'
+paths, the verdict and how long the job stood still against its normal time) and ``on_hang``
+is told, so that the runner can restart or stop as ``--on-hang`` says. Work whose stacks move is not a
 hang. Every second the watch also posts what it expects
 (:class:`~tui_launch.core.model.events.HangWatchSample`, for the dashboard).
 
