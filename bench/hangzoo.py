@@ -435,7 +435,13 @@ def _line(s: dict[str, Any]) -> str:
     times = " ".join(
         f"{k[3:-2]}={s[k]:.1f}s" if s.get(k) is not None else f"{k[3:-2]}=-" for k in keys
     )
-    what = s.get("kind", s.get("pause", "?"))
+    if "pause" in s:
+        return (
+            f"{s['pause']}#{s['index']}: {s['outcome']} rc={s['launcher_rc']} "
+            f"suspicions={s['suspicions']} cleared={s['cleared']} confirmed={s['confirmed']} "
+            f"left={s['leftover_processes']}"
+        )
+    what = s["kind"]
     return (
         f"{s['program']}/{what}#{s['index']}: {s['outcome']} {times} "
         f"odd={s.get('odd_ranks')} rank={s.get('rank')} left={s['leftover_processes']}"
