@@ -8,7 +8,8 @@ every 120 s of training (``checkpoint``, 480 s), an evaluation pass 20x a step e
 (``variable``, 180 s), a job that prints every 60 s only (``quiet``, 300 s): 22 minutes of job
 time in all, the jobs ``--parallel`` at a time. Each job ends by itself; the harness reads its
 journal and counts the suspicions raised (the hang watch's first dump, reason
-``hang-suspected``), those cleared (``hang_cleared`` with ``suspected``), and the hangs
+``hang-suspected``; in brackets those raised before rank 0's first step, while the launch
+was starting), those cleared (``hang_cleared`` with ``suspected``), and the hangs
 confirmed (``hang`` events): the target is 0 confirmed.
 
 ``--scale s`` runs every job's clock ``1/s`` times faster (steps, pauses, print intervals and
@@ -65,14 +66,21 @@ def run_job(work: Path, pause: str, index: int, settings: argparse.Namespace) ->
     seconds = SECONDS[pause]
     args = ("--pause", pause, "--seconds", str(seconds), "--scale", str(settings.scale))
     program = Program(pause, PAUSES)
-    run = launch(work / f"{pause}-{index}", program, settings.nproc, settings.flags, {}, args)
+    directory = work / f"{pause}-{index}"
+    mark = directory / "first-step"
+    env = {"PAUSES_MARK": str(mark)}
+    run = launch(directory, program, settings.nproc, settings.flags, env, args)
     cap = seconds * settings.scale + settings.start_cap
     while run.proc.poll() is None and time.time() - run.started < cap:
         time.sleep(1.0)
     outcome = "ended" if run.proc.poll() is not None else "over its time (stopped)"
     ended = run.stop()
     events = read_events(run.journal)
-    first = next((e for e in events if e["kind"] == "progress"), None)
+    try:
+        first_step: float | None = float(mark.read_text())
+    except (OSError, ValueError):
+        first_step = None
+    suspicions = [e for e in events if is_suspicion(e)]
     return {
         "program": "pauses",
         "pause": pause,
@@ -80,8 +88,12 @@ def run_job(work: Path, pause: str, index: int, settings: argparse.Namespace) ->
         "outcome": outcome,
         "job_seconds": seconds * settings.scale,
         "wall_seconds": time.time() - run.started,
-        "first_progress_wall": first["wall"] if first else None,
-        "suspicions": sum(1 for e in events if is_suspicion(e)),
+        "first_step_wall": first_step,
+        "suspicions": len(suspicions),
+        # Raised while the launch started (imports, rendezvous): before rank 0's first step.
+        "suspicions_at_start": sum(
+            1 for e in suspicions if first_step is None or e["wall"] < first_step
+        ),
         "cleared": sum(1 for e in events if is_cleared_suspicion(e)),
         "confirmed": sum(1 for e in events if is_verdict(e)),
         "verdicts": [e.get("verdict") for e in events if is_verdict(e)],
@@ -93,18 +105,21 @@ def run_job(work: Path, pause: str, index: int, settings: argparse.Namespace) ->
 def table(samples: list[dict[str, Any]], scale: float) -> str:
     """One row per job, and the total."""
     lines = [
-        "| pause | job time (s) | exit | suspicions raised | cleared | hangs confirmed |",
+        "| pause | job time (s) | exit | suspicions raised (at start-up) | cleared "
+        "| hangs confirmed |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for s in samples:
         unscaled = f" ({s['job_seconds'] / scale:.0f} at scale 1)" if scale != 1 else ""
         lines.append(
             f"| {s['pause']} | {s['job_seconds']:.0f}{unscaled} "
-            f"| {s['launcher_rc']} | {s['suspicions']} | {s['cleared']} | {s['confirmed']} |"
+            f"| {s['launcher_rc']} | {s['suspicions']} ({s['suspicions_at_start']}) "
+            f"| {s['cleared']} | {s['confirmed']} |"
         )
     total = sum(s["job_seconds"] for s in samples)
     lines.append(
         f"| **all** | {total:.0f} | | {sum(s['suspicions'] for s in samples)} "
+        f"({sum(s['suspicions_at_start'] for s in samples)}) "
         f"| {sum(s['cleared'] for s in samples)} | {sum(s['confirmed'] for s in samples)} |"
     )
     return "\n".join(lines)

@@ -90,6 +90,7 @@ def test_falsealarm_checkpoint_pause_is_not_a_hang(tmp_path: Path) -> None:
     assert s["outcome"] == "ended" and s["launcher_rc"] == 0, s
     assert s["confirmed"] == 0 and doc["confirmed"] == 0, s
     assert s["leftover_processes"] == 0
+    assert s["first_step_wall"] is not None and s["suspicions_at_start"] <= s["suspicions"]
     output = (Path(s["directory"]) / "output.txt").read_text()
     # It did pause: two saves, each announced before and after.
     assert output.count("checkpoint saved at step") == 2, output[-3000:]

@@ -17,6 +17,9 @@ Steps are 0.2 s (``variable``: 0.1-1 s) of which a little is compute and the res
 part a GPU would spend); rank 0 prints a line a step (``quiet``: every 60 s). The job ends on its
 own after ``--seconds`` of planned time (steps and pauses) from its first step.
 
+With ``PAUSES_MARK=path`` rank 0 writes the wall time (``time.time()``) its first step ended
+there: the harness tells a suspicion during the launch's start-up from one during training.
+
 ``--scale s`` multiplies every duration (steps, pauses, the print interval, ``--seconds``):
 the job's shape is kept, only its clock is faster; see ``bench/falsealarm.py`` for when that
 is a valid stand-in.
@@ -73,6 +76,9 @@ def main() -> None:
         planned += step_time
         trained_since_save += step_time
         now = time.monotonic()
+        if rank == 0 and step == 0 and os.environ.get("PAUSES_MARK"):
+            with open(os.environ["PAUSES_MARK"], "w") as fp:
+                fp.write(f"{time.time()}\n")
         if rank == 0 and (args.pause != "quiet" or now - printed >= 60.0 * s):
             print(f"step {step} loss {loss.item():.4f}", flush=True)
             printed = now
