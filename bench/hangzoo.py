@@ -313,6 +313,7 @@ def run_one(
         sample["right_rank"] = verdict.get("odd_ranks") == [rank]
         sample["verdict"] = verdict.get("verdict")
         sample["confirmation"] = verdict.get("confirmation")
+        sample["stood_still"] = verdict.get("stood_still", "")  # the adaptive rule's words
     else:
         sample["to_verdict_s"] = None
         sample["right_rank"] = False
