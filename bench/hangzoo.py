@@ -60,6 +60,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tui_launch.core.model.layout import JOURNAL_NAME
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 CORPUS = ROOT / "tests" / "corpus"
@@ -167,7 +169,7 @@ class Launched:
 
     @property
     def journal(self) -> Path:
-        return self.directory / "journal.jsonl"
+        return self.directory / JOURNAL_NAME
 
     def stop(self, grace: float = 90.0) -> dict[str, Any]:
         """SIGTERM the launcher, wait for it, then kill whatever of the launch is left."""
@@ -224,7 +226,7 @@ def launch(
         "--nproc-per-node",
         str(nproc),
         "--journal",
-        str(directory / "journal.jsonl"),
+        str(directory / JOURNAL_NAME),
         "--log-dir",
         str(directory / "logs"),
         *flags,
