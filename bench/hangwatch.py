@@ -5,8 +5,10 @@ file-size
 checks and the tailer sink) over 16 log files (8 ranks x stdout/stderr) that a writer thread
 appends a line to every 0.5 s, as a training loop printing progress would, and reports the
 watch thread's CPU time (``thread_time`` inside the loop) per second of wall time, for the
-default ``--hang-timeout`` (300 s: one tick a second) and a short one (3 s: 0.3 s ticks).
-No dump is taken (the ranks keep writing). Target: <= 0.1 % of one core.
+default ``--hang-timeout auto`` (the adaptive rule: a tick every 0.5 s that also reads each
+rank's step moves from a real progress watch fed the same lines), a fixed 300 s (one tick a
+second) and a short one (3 s: 0.3 s ticks). No dump is taken (the ranks keep writing).
+Target: <= 0.1 % of one core.
 
 Usage::
 
@@ -24,12 +26,13 @@ from pathlib import Path
 from tui_launch.core.diagnosis.dumps import Dumper
 from tui_launch.core.diagnosis.hangwatch import HangWatch
 from tui_launch.core.logs.tail import LogSource
+from tui_launch.core.progress.watch import ProgressWatch
 from tui_launch.core.workers.table import RankTable
 
 RANKS = 8
 
 
-def measure(timeout: float, seconds: float, tmp: Path) -> float:
+def measure(timeout: float | str, seconds: float, tmp: Path) -> float:
     """Percent of one core the watch's thread used over ``seconds``."""
     paths = {r: [str(tmp / f"{r}.out"), str(tmp / f"{r}.err")] for r in range(RANKS)}
     for files in paths.values():
@@ -37,7 +40,15 @@ def measure(timeout: float, seconds: float, tmp: Path) -> float:
             Path(p).write_text("")
     ranks = RankTable()
     dumper = Dumper(lambda e: None, ranks, lambda: str(tmp), dict)
-    watch = HangWatch(lambda e: None, dumper, lambda: paths, lambda: True, timeout=timeout)
+    progress = ProgressWatch(lambda e: None)
+    watch = HangWatch(
+        lambda e: None,
+        dumper,
+        lambda: paths,
+        lambda: True,
+        timeout=timeout,
+        steps=progress.steps,
+    )
     watch.attempt_started(0, {r: r for r in range(RANKS)})
     stop = threading.Event()
 
@@ -50,6 +61,7 @@ def measure(timeout: float, seconds: float, tmp: Path) -> float:
                     fp.write(f"rank {r} step {n}\n")
                 src = LogSource(0, r, r, "stdout", out, False, None)
                 watch.sink(src, [f"rank {r} step {n}"])
+                progress.on_lines(src, [f"rank {r} step {n}"])
 
     t = threading.Thread(target=writer, daemon=True)
     t.start()
@@ -66,11 +78,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-hangwatch-") as d:
-        for timeout in (300.0, 3.0):
+        for timeout in ("auto", 300.0, 3.0):
             pct = measure(timeout, args.seconds, Path(d))
+            named = timeout if isinstance(timeout, str) else f"{timeout:g}"
             verdict = "ok" if pct <= 0.1 else "OVER"
             print(
-                f"--hang-timeout {timeout:g}: {pct:.4f} % of one core over {args.seconds:g} s "
+                f"--hang-timeout {named}: {pct:.4f} % of one core over {args.seconds:g} s "
                 f"({RANKS} ranks, {2 * RANKS} files) <= 0.1 %: {verdict}"
             )
 

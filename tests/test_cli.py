@@ -178,7 +178,7 @@ def test_every_option_has_one_default():
         assert getattr(parsed, f.name) == f.default, f.name
     assert parsed == Options()
     assert RunConfig.from_options(Options()) == RunConfig()
-    assert RunConfig().hang_timeout == Options.hang_timeout == 300.0
+    assert RunConfig().hang_timeout == Options.hang_timeout == hangwatch.AUTO == "auto"
 
 
 def test_choices_are_the_models_tuples():

@@ -220,6 +220,10 @@ def test_bad_hang_options_are_one_line_and_exit_2(capsys) -> None:
     for argv, message in (
         (["--hang-timeout", "-1"], "--hang-timeout must be a finite number of seconds >= 0"),
         (["--on-hang", "explode"], "argument --on-hang: invalid choice: 'explode'"),
+        (
+            ["--hang-timeout", "soon"],
+            "argument --hang-timeout: expected auto, 0 (off) or a number of seconds, got 'soon'",
+        ),
     ):
         with pytest.raises(SystemExit) as exc:
             parse([*argv, HANG])
@@ -229,6 +233,10 @@ def test_bad_hang_options_are_one_line_and_exit_2(capsys) -> None:
     args, opts = parse(["--hang-timeout", "0", "--on-hang", "restart", HANG])
     assert opts.hang_timeout == 0 and opts.on_hang == "restart" and not opts.no_dump_on_failure
     assert not hasattr(args, "tl_hang_timeout")  # none of ours reaches torch
+    # The adaptive rule is the default, and "auto" names it (any case).
+    assert parse([HANG])[1].hang_timeout == "auto"
+    assert parse(["--hang-timeout", "AUTO", HANG])[1].hang_timeout == "auto"
+    assert parse(["--hang-timeout", "300", HANG])[1].hang_timeout == 300.0
 
 
 def _replayed(events: list[dict]):

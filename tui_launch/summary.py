@@ -14,7 +14,7 @@ from typing import Any, TextIO
 from tui_launch.core.model import errors, failclass
 from tui_launch.core.model.events import Event, Failure, Injected
 from tui_launch.core.model.store import Snapshot, recovered
-from tui_launch.core.model.text import failure_details, failure_headline
+from tui_launch.core.model.text import failure_details, failure_headline, stood_still
 from tui_launch.core.run.handle import RunHandle
 
 
@@ -139,7 +139,7 @@ def print_summary(
         console.print(Text("hang", style="bold red"))
         console.print(
             Text(
-                f"  attempt {h.attempt}: no output for {h.silence:.0f}s; {h.confirmation}\n"
+                f"  attempt {h.attempt}: {stood_still(h)}; {h.confirmation}\n"
                 f"  verdict: {h.verdict}\n  stacks: {h.second_path}"
             ),
             soft_wrap=True,

@@ -21,7 +21,7 @@ from importlib import resources
 from typing import Any
 
 from tui_launch.core.journal.report import Mark, Report, Table
-from tui_launch.core.model.text import failure_headline
+from tui_launch.core.model.text import failure_headline, stood_still
 from tui_launch.report import common
 
 # The colour of each kind of mark, on the timeline and as lines on the plots.
@@ -394,7 +394,7 @@ def _hang(report: Report) -> str:
             _kv(
                 [
                     ("attempt", str(h.attempt)),
-                    ("silence", f"no output for {h.silence:.0f}s"),
+                    ("stood still", stood_still(h)),
                     ("confirmed", h.confirmation),
                     ("verdict", h.verdict),
                     ("action", h.action),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tui_launch.core.journal.report import Report, Table
-from tui_launch.core.model.text import failure_headline
+from tui_launch.core.model.text import failure_headline, stood_still
 from tui_launch.report import common
 
 MARKS_LISTED = 100
@@ -150,7 +150,7 @@ def render(report: Report) -> str:
         )
     else:
         out += [
-            f"- attempt {h.attempt}: no output for {h.silence:.0f}s",
+            f"- attempt {h.attempt}: {_text(stood_still(h))}",
             f"- {_text(h.confirmation)}",
             f"- **verdict**: {_text(h.verdict)}",
             f"- action: {_text(h.action)}",

@@ -51,6 +51,7 @@ from tui_launch.core.diagnosis.stacks.collective import collective_verdict
 from tui_launch.core.diagnosis.stacks.lastwords import exiting, stack_of_traceback
 from tui_launch.core.diagnosis.stacks.model import ThreadStack
 from tui_launch.core.diagnosis.stacks.pyspy import MAX_CHILDREN, with_native
+from tui_launch.core.diagnosis.stacks.save import rewrite
 from tui_launch.core.diagnosis.stacks.verdict import place_of
 from tui_launch.core.model.commands import NO_WORKER, DumpStacks, control_event
 from tui_launch.core.model.diskspace import write_error
@@ -225,6 +226,23 @@ class Dumper:
                 got[g] = old  # the survivor as the last poll saw it
                 ages[g] = now - at
         return with_records(dump, got, ages, prefer_recent=leaving), got
+
+    def add_native(self, taken: Taken) -> StackDump:
+        """A kept dump with the C/C++ frames of each running rank's main thread added, its
+        files rewritten in place (the hang watch confirms a hang on the Python stacks and
+        posts it first, then reads these, which pause each rank for about a second and take
+        several on a loaded machine)."""
+        with self._lock:
+            dump = with_native(taken.dump, self.pyspy)
+            if dump is taken.dump:
+                return dump
+            try:
+                rewrite(taken.event.path, dump)
+            except OSError:
+                return taken.dump  # the Python stacks stay: a full disk is said elsewhere
+            if taken.event.path in self._kept:
+                self._kept[taken.event.path] = dump
+            return dump
 
     def peek(self, reason: str = "peek", timeout: float = 2.0) -> StackDump | None:
         """A quick dump of the live ranks that is neither kept nor announced (the hang watch

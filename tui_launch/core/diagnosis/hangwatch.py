@@ -1,20 +1,33 @@
 """The hang watch: :class:`~tui_launch.core.diagnosis.stacks.HangDetector` on a periodic loop.
 
-Output is progress. The watch hears of it two ways: a (lossy) sink on the log tailer records
-the time of each rank's latest whole line, and every tick compares the size of each rank's log
-files with the last tick's, which also sees output the tailer cannot yet (unterminated ``\\r``
-progress bars, a line still being written). When no rank has written anything for
-``--hang-timeout`` seconds the watch takes a dump ("hang-suspected"), and ``confirm_after``
-seconds later a second one ("hang-confirm"): when no main-thread stack moved between them the
-hang is confirmed, :class:`~tui_launch.core.model.events.HangDetected` is posted (with both dumps'
-paths and the verdict) and ``on_hang`` is told, so that the runner can restart or stop as
-``--on-hang`` says. Work that prints nothing but whose stacks move is not a hang.
+Output is movement under the fixed rule, and before the adaptive rule has seen a rhythm. The
+watch hears of it two ways: a (lossy) sink on the log tailer records the time of each rank's
+latest whole line, and every tick compares the size of each rank's log files with the last
+tick's, which also sees output the tailer cannot yet (unterminated ``\\r`` progress bars, a
+line still being written).
+
+- ``--hang-timeout auto`` (the default): every half second the watch also reads each rank's
+  step moves from the progress watch (``steps``) into a :class:`~.rhythm.Rhythm`, which says
+  how long the job has stood still and may (see :mod:`~.rhythm`). Once a rank has a rhythm
+  of steps, only a step is movement: a thread that keeps printing while the loop stands still
+  does not hide the hang. The two dumps are :data:`~.rhythm.CONFIRM_AFTER` (3 s) apart.
+- ``--hang-timeout N``: no rank has written anything for N seconds; the dumps are
+  ``confirm_after`` (about 10 s) apart.
+
+Either way the watch takes a dump when the limit is reached ("hang-suspected"), and a second
+one later ("hang-confirm"): when no rank moved between them (its main-thread stack, the bytes
+its main thread read and wrote, its collectives) the hang is confirmed,
+:class:`~tui_launch.core.model.events.HangDetected` is posted (with both dumps' paths, the
+verdict and how long the job stood still against its normal time) and ``on_hang`` is told, so
+that the runner can restart or stop as ``--on-hang`` says. Work whose stacks move is not a
+hang. Every second the watch also posts what it expects
+(:class:`~tui_launch.core.model.events.HangWatchSample`, for the dashboard).
 
 A confirmed hang flags its ranks (``HUNG?`` in the Workers table) until they move again: the
-watch posts :class:`~tui_launch.core.model.events.HangCleared` when a rank writes output again, or
-when
-a later dump (any: the ``d`` key, the control API, another node's request, or the watch's own
-quiet look every ``--hang-timeout`` seconds while hung) finds a main-thread stack that moved.
+watch posts :class:`~tui_launch.core.model.events.HangCleared` when a rank moves again (a step,
+or output where output is the measure), or when a later dump (any: the ``d`` key, the control
+API, another node's request, or the watch's own quiet look every 30 s while hung, every
+``--hang-timeout`` seconds under the fixed rule) finds a main-thread stack that moved.
 
 A suspicion that ends before it is confirmed (output came, or the second dump found ranks that
 moved: a main-thread stack, or with ``--flight-recorder`` a collective sequence number) posts a
@@ -22,7 +35,8 @@ moved: a main-thread stack, or with ``--flight-recorder`` a collective sequence 
 was announced, so that the verdict that dump printed is not left standing.
 
 The watch only runs while the workers are monitored (not during a restart or a stop). Its cost
-is a few ``stat`` calls per tick: about 0.01 % of a core (``bench/stacks.py --detector``).
+is a few ``stat`` calls per tick and, adaptive, a read of the ranks' step moves: about 0.06 % of
+a core for 8 ranks (``bench/hangwatch.py``).
 """
 
 from __future__ import annotations
@@ -32,8 +46,11 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
+from tui_launch.core.diagnosis import rhythm
 from tui_launch.core.diagnosis.dumps import Dumper, Taken
+from tui_launch.core.diagnosis.rhythm import FIXED, Expectation, Rhythm
 from tui_launch.core.diagnosis.stacks import (
     CONFIRM,
     DUMP,
@@ -49,10 +66,28 @@ from tui_launch.core.diagnosis.stacks.hang import (
     SUSPECTED,
 )
 from tui_launch.core.logs.tail import LogSource
-from tui_launch.core.model.events import Event, HangCleared, HangDetected, StacksDumped
+from tui_launch.core.model.events import (
+    Event,
+    HangCleared,
+    HangDetected,
+    HangWatchSample,
+    StacksDumped,
+)
 from tui_launch.core.periodic import Periodic
 
 ACTIONS = ("dump", "restart", "stop")
+# --hang-timeout's default: the adaptive rule of rhythm.py.
+AUTO = "auto"
+# Hung under the adaptive rule: a quiet look for ranks that moved again this often (seconds).
+RECHECK = 30.0
+# Seconds between two HangWatchSample events (the dashboard's line).
+SAMPLE_EVERY = 1.0
+# The adaptive rule's tick: the floor is 6 s, so a second's granularity would be a sixth of it.
+AUTO_TICK = 0.5
+# Each rank's steps from the progress watch: (attempt, {global rank: (training-counter moves,
+# oldest first; the latest move of any counter)}).
+StepsRead = tuple[int | None, dict[int, tuple[tuple[float, ...], float | None]]]
+StepsReader = Callable[[], StepsRead]
 # What faulthandler writes to a rank's stderr (--dump-via-faulthandler): our own dump, not the
 # rank's output, so it must not count as progress.
 _FAULTHANDLER_LINE = re.compile(
@@ -75,10 +110,15 @@ class HangWatch:
         dumper: takes the two dumps.
         log_paths: each local rank's log files of the current attempt (stdout, stderr).
         active: whether the workers are being monitored now (no dump during a restart).
-        timeout: ``--hang-timeout`` (0: off).
+        timeout: ``--hang-timeout``: ``"auto"`` (the adaptive rule), seconds (the fixed
+            rule), 0 (off).
         action: ``--on-hang``: dump, restart or stop.
         on_hang: called (on the watch's thread) with a confirmed hang.
-        confirm_after: seconds between the dumps (default: :func:`confirm_window`).
+        confirm_after: seconds between the dumps (default: :data:`~.rhythm.CONFIRM_AFTER`
+            adaptive, :func:`confirm_window` fixed).
+        steps: each rank's step moves (the progress watch's
+            :meth:`~tui_launch.core.progress.watch.ProgressWatch.steps`); without it the
+            adaptive rule knows only output.
     """
 
     def __init__(
@@ -88,10 +128,11 @@ class HangWatch:
         log_paths: Callable[[], dict[int, list[str]]],
         active: Callable[[], bool],
         *,
-        timeout: float,
+        timeout: float | str,
         action: str = "dump",
         on_hang: Callable[[HangDetected], None] | None = None,
         confirm_after: float | None = None,
+        steps: StepsReader | None = None,
     ) -> None:
         self._post = post
         self._dumper = dumper
@@ -99,8 +140,17 @@ class HangWatch:
         self._active = active
         self.action = action
         self._on_hang = on_hang
-        window = confirm_window(timeout) if confirm_after is None else confirm_after
-        self.detector = HangDetector(timeout, window)
+        self.adaptive = timeout == AUTO
+        fixed = 0.0 if self.adaptive else float(timeout)
+        if confirm_after is not None:
+            window = confirm_after
+        else:
+            window = rhythm.CONFIRM_AFTER if self.adaptive else confirm_window(fixed)
+        self.detector = HangDetector(fixed, window, adaptive=self.adaptive)
+        self.rhythm = Rhythm()
+        self._steps = steps
+        # What the rule expects now (the dashboard's line), and at the suspicion.
+        self.expectation: Expectation | None = None
         self._lock = threading.Lock()
         self._attempt = -1
         self._ranks: dict[int, int] = {}  # local -> global
@@ -109,17 +159,21 @@ class HangWatch:
         # The confirmed hang's second dump and flagged ranks: cleared once the ranks move.
         self._hung_dump: StackDump | None = None
         self._hung_ranks: tuple[int, ...] = ()
-        self._recheck_every = max(timeout, window)
+        self._recheck_every = RECHECK if self.adaptive else max(fixed, window)
         self._recheck_at = 0.0
         # A suspicion announced by its dump (until confirmed or cleared), and why one whose
         # dump was still being taken ended (output came meanwhile).
         self._suspicion: StacksDumped | None = None
         self._ended: tuple[str, str] | None = None
         self._cleared: list[HangCleared] = []  # to post, outside the lock
+        self._io_before: dict[int, int] = {}  # main threads' I/O at the suspicion
+        self._sampled_at = float("-inf")
         if self.detector.enabled:
             dumper.listeners.append(self._on_taken)
         # A tick every second is plenty for a timeout of minutes; short timeouts tick faster.
-        interval = min(1.0, max(0.1, timeout / 10)) if timeout > 0 else 1.0
+        interval = min(1.0, max(0.1, fixed / 10)) if fixed > 0 else 1.0
+        if self.adaptive:
+            interval = AUTO_TICK
         self._loop = Periodic("tuilaunch-hang", interval, self._tick, first_delay=interval)
 
     @property
@@ -149,7 +203,10 @@ class HangWatch:
             self._sizes = {}
             self._hung_dump, self._hung_ranks = None, ()
             self._suspicion, self._ended = None, None
-            self.detector.start(time.monotonic(), ranks.values())
+            now = time.monotonic()
+            self.detector.start(now, ranks.values())
+            self.rhythm.start(now)
+            self.expectation = None
 
     def sink(self, src: LogSource, lines: list[str]) -> None:
         """A log-tailer sink: a rank wrote whole lines."""
@@ -157,17 +214,26 @@ class HangWatch:
             return
         if lines and src.attempt == self._attempt:
             with self._lock:
-                self._output(src.global_rank, time.monotonic())
+                self._wrote(src.global_rank, time.monotonic())
             self._post_cleared()
 
-    def _output(self, rank: int, now: float) -> None:
-        """Under the lock: ``rank`` wrote; a confirmed hang is over (its flags go)."""
+    def _wrote(self, rank: int, now: float) -> None:
+        """Under the lock: ``rank`` wrote output. Movement, unless the adaptive rule follows
+        the job's steps: then only a step is (a thread that prints is not the loop)."""
+        self.rhythm.output(now)
+        if not (self.adaptive and self.rhythm.by_steps):
+            self._output(rank, now, "wrote output again")
+
+    def _output(self, rank: int, now: float, what: str = "wrote output again") -> None:
+        """Under the lock: ``rank`` moved (output, or a step); a suspected or confirmed hang
+        is over (its flags go)."""
         state = self.detector.state
         self.detector.output(rank, now)
+        why = "output" if what.startswith("wrote") else "steps"
         if state == HUNG:
-            self._clear("output", f"rank {rank} wrote output again")
+            self._clear(why, f"rank {rank} {what}")
         elif state in (SUSPECTED, CONFIRMING):
-            self._suspicion_over("output", f"rank {rank} wrote output again")
+            self._suspicion_over(why, f"rank {rank} {what}")
 
     def _suspicion_over(self, why: str, detail: str) -> None:
         """Under the lock: a suspected hang ended before it was confirmed; once its dump was
@@ -221,23 +287,59 @@ class HangWatch:
                 if size != self._sizes.get(path, 0):
                     self._sizes[path] = size
                     if count:
-                        self._output(self._ranks.get(local, local), now)
+                        self._wrote(self._ranks.get(local, local), now)
 
     def _after_dump(self) -> None:
         if self._dumper.via_faulthandler:
             self._grown(time.monotonic(), count=False)
 
+    def _read_steps(self, now: float, steps: StepsRead | None) -> None:
+        """Under the lock: each rank's step moves from the progress watch (read before the
+        lock was taken); a rank that advanced has moved."""
+        if steps is None:
+            return
+        attempt, ranks = steps
+        if attempt != self._attempt:
+            return
+        for rank, (moves, last_move) in sorted(ranks.items()):
+            if self.rhythm.steps(rank, moves, last_move) and self.rhythm.by_steps:
+                self._output(rank, now, "stepped again")
+
+    def expect(self, now: float) -> Expectation:
+        """Under the lock: what the rule expects at ``now``."""
+        if self.adaptive:
+            return self.rhythm.expect(now)
+        return Expectation(FIXED, self.detector.timeout, self.detector.silence(now))
+
+    def _sample(self, attempt: int, e: Expectation, now: float) -> HangWatchSample | None:
+        """Under the lock: what the rule expects, for the dashboard, about once a second."""
+        if now - self._sampled_at < SAMPLE_EVERY:
+            return None
+        self._sampled_at = now
+        limit = max(e.limit, self.detector.backoff)
+        expected = replace(e, limit=limit).expected()
+        return HangWatchSample(
+            attempt, e.basis, limit, e.still_for, e.typical, expected, self.detector.state
+        )
+
     def _tick(self) -> None:
         if not self._active():
             return
+        # The progress watch's lock is taken apart from ours.
+        steps = self._steps() if self.adaptive and self._steps is not None else None
         with self._lock:
             attempt = self._attempt
             now = time.monotonic()
             self._grown(now)
-            todo = self.detector.poll(now)
-            silence = self.detector.silence(now)
+            self._read_steps(now, steps)
+            expected = self.expectation = self.expect(now)
+            todo = self.detector.poll(now, expected.still_for, expected.limit)
+            silence = expected.still_for
             recheck = self.detector.state == HUNG and now >= self._recheck_at
+            sample = self._sample(attempt, expected, now)
         self._post_cleared()
+        if sample is not None:
+            self._post(sample)
         if recheck:
             # Hung: a quiet look now and then (not kept, not announced) for ranks that moved.
             self._recheck_at = now + self._recheck_every
@@ -251,15 +353,35 @@ class HangWatch:
         if todo == DUMP:
             self._suspect(attempt)
         elif todo == CONFIRM:
-            event = self._confirm(attempt, silence)
+            event = self._confirm(attempt, silence, expected)
             if event is not None and self._on_hang is not None:
                 self._on_hang(event)
         self._post_cleared()
+
+    def _main_io(self) -> dict[int, int]:
+        """Bytes each live rank's main thread has read and written so far (``rchar`` +
+        ``wchar`` of ``/proc/<pid>/task/<pid>/io``; a rank it cannot read is left out)."""
+        out: dict[int, int] = {}
+        for _, rank, pid in self._dumper.targets():
+            try:
+                with open(f"/proc/{pid}/task/{pid}/io") as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+                out[rank] = int(fields["rchar"]) + int(fields["wchar"])
+            except (OSError, KeyError, ValueError):
+                continue
+        return out
+
+    def _io_since(self) -> dict[int, int]:
+        """Bytes each rank's main thread read and wrote since the suspicion's dump."""
+        now = self._main_io()
+        return {g: n - self._io_before[g] for g, n in now.items() if g in self._io_before}
 
     def _suspect(self, attempt: int) -> None:
         """The first dump of a suspected hang; output that came while it was taken ends the
         suspicion it announced."""
         taken = self._dumper.take("hang-suspected", "hang")
+        # After the dump: a faulthandler dump is written by the rank's main thread.
+        self._io_before = self._main_io()
         with self._lock:
             self._after_dump()
             if attempt != self._attempt:
@@ -277,12 +399,10 @@ class HangWatch:
             self._first_path = taken.event.path
             self.detector.first(taken.dump, time.monotonic())
 
-    def _confirm(self, attempt: int, silence: float) -> HangDetected | None:
+    def _confirm(self, attempt: int, silence: float, expected: Expectation) -> HangDetected | None:
         """The second dump: the confirmed hang (posted), or None (the suspicion cleared)."""
-        # The confirming dump reads the native frames too: the ranks are hung, so a pause of a
-        # second each costs them nothing, and where a Python stack ends in torch's C++ they
-        # say what it waits in.
-        taken = self._dumper.take("hang-confirm", "hang", native=True)
+        io = self._io_since()  # before the dump, for the same reason
+        taken = self._dumper.take("hang-confirm", "hang")
         with self._lock:
             self._after_dump()
             if self.detector.state != CONFIRMING or attempt != self._attempt:
@@ -291,7 +411,7 @@ class HangWatch:
                 self.detector.start(time.monotonic(), self._ranks.values())
                 self._suspicion_over("gone", "no rank left to dump")
                 return None
-            result = self.detector.second(taken.dump, time.monotonic())
+            result = self.detector.second(taken.dump, time.monotonic(), io)
             if not result.hung:
                 self._suspicion_over("stacks", result.text)
                 return None
@@ -304,10 +424,16 @@ class HangWatch:
                 first_path=self._first_path,
                 second_path=taken.event.path,
                 action=self.action,
+                stood_still=expected.said(silence),
             )
             self._hung_dump = taken.dump
             self._hung_ranks = event.odd_ranks or event.still_ranks
             self._recheck_at = time.monotonic() + self._recheck_every
             # Under the lock: a HangCleared for output that comes next is posted after it.
             self._post(event)
+        # The confirming dump gets the native frames too, once the hang is said (they take a
+        # second a rank, several on a loaded machine) and before --on-hang acts: the ranks are
+        # hung, so the pause costs them nothing, and where a Python stack ends in torch's C++
+        # they say what it waits in.
+        self._dumper.add_native(taken)
         return event

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
-from tui_launch.core.diagnosis.hangwatch import ACTIONS
+from tui_launch.core.diagnosis.hangwatch import ACTIONS, AUTO
 from tui_launch.core.launch import validate
 from tui_launch.core.model.exitcodes import STYLES
 from tui_launch.core.model.policy import POLICIES, STORM_FAILURES, STORM_MINUTES, PolicyConfig
@@ -87,6 +87,24 @@ def flag_of(name: str) -> Flag | None:
 
 
 _seconds_or_off = functools.partial(validate.seconds, zero=True)
+
+
+def _hang_timeout(text: str) -> float | str:
+    """``--hang-timeout``: ``auto`` or a number of seconds."""
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected auto, 0 (off) or a number of seconds, got {text!r}"
+        ) from None
+
+
+def _hang_timeout_check(flag: str, value: float | str) -> object:
+    return value if value == AUTO else _seconds_or_off(flag, float(value))
+
+
 _positive_seconds = functools.partial(validate.seconds, zero=False)
 
 
@@ -216,15 +234,18 @@ class Options:
         help="End with the full summary (ranks, resources, attempts) even after a clean run; "
         "by default a clean success ends with a few lines.",
     )
-    hang_timeout: float = option(
-        300.0,
+    hang_timeout: float | str = option(
+        AUTO,
         "--hang-timeout",
-        type=float,
-        metavar="SECONDS",
-        check=_seconds_or_off,
-        help="Suspect a hang when no rank has written any output for SECONDS (default 300, "
-        "below NCCL's 10-minute collective timeout; 0: off); confirmed by a second stack dump "
-        "about 10 s later whose stacks did not move.",
+        type=_hang_timeout,
+        metavar="auto|SECONDS",
+        check=_hang_timeout_check,
+        help="auto (default): suspect a hang when the job's steps (read from its logs) stop "
+        "for longer than its own rhythm allows (5 x the 90th percentile of its recent step "
+        "times, at least 6 s; output silence of at least 90 s before steps are seen), and "
+        "confirm it when a second stack dump 3 s later shows nothing moved (docs/hangs.md). "
+        "SECONDS: the fixed rule, a hang when no rank wrote output for SECONDS, confirmed "
+        "about 10 s later. 0: off.",
     )
     on_hang: str = option(
         ACTIONS[0],

@@ -21,6 +21,7 @@ from tui_launch.core.model.events import (
     Failure,
     HangCleared,
     HangDetected,
+    HangWatchSample,
     JobStacks,
     NodeChange,
     Notice,
@@ -182,6 +183,7 @@ class Snapshot:
     hang: HangDetected | None = None  # the latest confirmed hang of the current attempt
     hung_ranks: tuple[int, ...] = ()  # global ranks the Workers table marks as hanging
     hang_cleared: HangCleared | None = None  # the hang's ranks moved again (this attempt)
+    hang_watch: HangWatchSample | None = None  # what the hang rule expects now
     job_stacks: History[JobStacks] = NO_EVENTS  # job-wide dumps (every node's ranks), oldest
     progress: ProgressView | None = None
     straggler: Straggler | None = None  # the inferred straggler (global_rank None: none now)

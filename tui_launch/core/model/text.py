@@ -26,6 +26,7 @@ from tui_launch.core.model.events import (
     GroupState,
     HangCleared,
     HangDetected,
+    HangWatchSample,
     Injected,
     JobStacks,
     LogMark,
@@ -132,6 +133,7 @@ SILENT: tuple[type[Event], ...] = (
     CollectiveSample,
     CollectiveVerdictFound,
     Connecting,
+    HangWatchSample,
     LogMark,
     ProgressSample,
     RendezvousSample,
@@ -279,11 +281,17 @@ def _stacks_dumped(e: StacksDumped) -> str:
     )
 
 
+def stood_still(e: HangDetected) -> str:
+    """How long a hung job stood still against its normal time ("no step for 41 s; steps took
+    0.8 s"); a journal from before the adaptive rule says its silence."""
+    return e.stood_still or f"no output for {e.silence:.0f}s"
+
+
 @describes(HangDetected)
 def _hang(e: HangDetected) -> str:
     then = {"dump": "keeps running", "restart": "restarting", "stop": "stopping"}
     return (
-        f"HANG attempt {e.attempt}: no output for {e.silence:.0f}s, {e.confirmation}; "
+        f"HANG attempt {e.attempt}: {stood_still(e)}, {e.confirmation}; "
         f"{e.verdict} (--on-hang {e.action}: {then.get(e.action, e.action)})"
     )
 

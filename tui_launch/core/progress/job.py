@@ -89,6 +89,20 @@ class JobProgress:
         self._leader = best
         return JobProgressState(best[0], best[1], states[best], states)
 
+    def steps(self) -> dict[int, tuple[tuple[float, ...], float | None]]:
+        """Each rank's latest training-counter moves (oldest first) and the latest move of
+        any of its counters, from its stream that has counted the most steps (the hang
+        rule's rhythm)."""
+        best: dict[int, ProgressTracker] = {}
+        for (rank, _), tr in self._trackers.items():
+            tr.flush()
+            if tr.step is None:
+                continue
+            cur = best.get(rank)
+            if cur is None or tr.steps_done > cur.steps_done:
+                best[rank] = tr
+        return {rank: (tuple(tr.moves), tr.last_move) for rank, tr in best.items()}
+
     def attempt_progress(self, start: float, end: float | None, now: float) -> AttemptProgress:
         """The leader's goodput facts for this attempt (an empty record if nobody printed)."""
         key = self.leader(now)

@@ -140,6 +140,8 @@ class ProgressTracker:
         self.first_move_at: float | None = None  # first time the training counter rose
         self.max_step: int | None = None
         self.progress_time = 0.0  # seconds between moves no more than progress_gap apart
+        # The latest moves of the training counter (the hang rule's rhythm).
+        self.moves: deque[float] = deque(maxlen=_MOVES_KEPT)
 
         # per kind of line ("fam", "dict", "other", or "any" before the lock): the last parse
         # time and the newest line waiting to be parsed
@@ -348,6 +350,7 @@ class ProgressTracker:
         self.best_rate = self._slow_since = self._last_move = None
         self.first_seen = self.first_step = self.first_move_at = self.max_step = None
         self.progress_time = 0.0
+        self.moves.clear()
         self.fmt = self.unit = None
 
     @staticmethod
@@ -419,6 +422,7 @@ class ProgressTracker:
         if delta <= 0:
             return
         self.steps_done += delta
+        self.moves.append(t)
         if self.first_move_at is None:
             self.first_move_at = t
         bar.moved_at = t
@@ -475,6 +479,11 @@ class ProgressTracker:
         if self.epoch_total and self.per_epoch:
             return self.epoch_total * self.per_epoch
         return None
+
+    @property
+    def last_move(self) -> float | None:
+        """When a counter (training or eval) last moved."""
+        return self._last_move
 
     def rate(self) -> float | None:
         """Our rate in steps/s over the window (None before two moves)."""
@@ -533,6 +542,8 @@ class ProgressTracker:
         )
 
 
+# Training-counter moves kept for the hang rule (it reads them every half second).
+_MOVES_KEPT = 64
 # Lines parsed one by one, in order, per read before the first step (feed_lines).
 _FIRST_STEP_SCAN = 256
 

@@ -170,6 +170,13 @@ class ProgressWatch:
                 ended.end = e.mono
         return True
 
+    def steps(self) -> tuple[int | None, dict[int, tuple[tuple[float, ...], float | None]]]:
+        """The current attempt and each of its ranks' step moves (see
+        :meth:`~.job.JobProgress.steps`): the hang rule reads them on its own thread."""
+        with self._lock:
+            a = self._attempts.get(self._current) if self._current is not None else None
+            return (None, {}) if a is None else (a.number, a.job.steps())
+
     # ------------------------------------------------------------------ output
 
     def start(self) -> ProgressWatch:

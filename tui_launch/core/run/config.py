@@ -38,8 +38,9 @@ class RunConfig:
         inject_seed: ``--inject-seed`` for ``rank=random`` (None: a fresh one, shown in a note).
         inject_ready: start Python workers through the injection bootstrap even without an
             ``exit``/``exception`` spec, so that the dashboard can inject those.
-        hang_timeout: ``--hang-timeout``: seconds of silence on every rank before a hang is
-            suspected (0: no detection).
+        hang_timeout: ``--hang-timeout``: ``"auto"`` (the adaptive rule of
+            :mod:`~tui_launch.core.diagnosis.rhythm`), or seconds of silence on every rank
+            before a hang is suspected (0: no detection).
         on_hang: ``--on-hang``: dump, restart or stop once a hang is confirmed.
         dump_on_failure: dump the surviving ranks before torch terminates a failed group
             (``--no-dump-on-failure`` turns it off).
@@ -65,7 +66,7 @@ class RunConfig:
     inject: tuple[InjectSpec, ...] = _INJECT
     inject_seed: int | None = Options.inject_seed
     inject_ready: bool = Options.inject_ready
-    hang_timeout: float = Options.hang_timeout
+    hang_timeout: float | str = Options.hang_timeout
     on_hang: str = Options.on_hang
     dump_on_failure: bool = not Options.no_dump_on_failure
     dump_via_faulthandler: bool = Options.dump_via_faulthandler

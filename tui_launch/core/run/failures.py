@@ -25,6 +25,7 @@ from tui_launch.core.model.events import (
     RendezvousSample,
     StacksDumped,
 )
+from tui_launch.core.model.text import stood_still
 from tui_launch.core.run import inject
 from tui_launch.core.run.shutdown import signal_exit_code
 from tui_launch.core.seam import rendezvous
@@ -311,7 +312,7 @@ def hang_failure(
         error_file=None,
         stacks=hang.second_path,
         hung=True,
-        caused_by=f"no output for {hang.silence:.0f} s; --on-hang {hang.action}",
+        caused_by=f"{stood_still(hang)}; --on-hang {hang.action}",
         failure_class=failclass.HANG,
         failure_detail=hang.verdict[:200],
     )

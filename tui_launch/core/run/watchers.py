@@ -5,7 +5,8 @@ them to the log tailer and the store, so the runner only tells it when an attemp
 asks it, at each monitor tick, whether a confirmed hang wants the group failed:
 
 - :class:`~.dumps.Dumper`: stack dumps (the ``d`` key, the control API, before teardown);
-- :class:`~.hangwatch.HangWatch`: silence on every rank, two dumps that match, ``--on-hang``;
+- :class:`~.hangwatch.HangWatch`: the job stood still (its steps, from the progress watch, or
+  its output) for longer than its rhythm allows, two dumps that match, ``--on-hang``;
 - :class:`~.progress.watch.ProgressWatch`: steps, rate, ETA and slowdowns from the logs;
 - :class:`~.progress.straggler.StragglerSampler`: the rank the others wait for, from stack
   samples.
@@ -94,6 +95,7 @@ class Diagnosis:
             timeout=config.hang_timeout,
             action=config.on_hang,
             on_hang=self._hang_confirmed,
+            steps=lambda: self.progress.steps(),
         )
         # --flight-recorder: each rank's last collective, live, and the survivors' last state.
         self.collectives = CollectivePoller(

@@ -107,6 +107,29 @@ def header_progress(s: Snapshot) -> Text:
     return t
 
 
+def hang_watch_text(s: Snapshot, full: bool = False) -> Text:
+    """What the hang rule expects and how long the job has stood still. Short (the header):
+    only once the job has stood still for half its limit, ``  no step 4s/5s``; ``full`` (the
+    Stacks tab): always, ``hang rule: a step every 0.8 s: suspected after 6.0 s without; no
+    step for 1s``."""
+    w = s.hang_watch
+    t = Text()
+    if w is None or s.finished is not None or w.attempt != s.attempt:
+        return t
+    what = "step" if w.basis == "steps" else "output"
+    still = fmt_duration(w.still_for)
+    style = "bold red" if w.state != "watching" or w.still_for >= w.limit else "yellow"
+    if full:
+        t.append("hang rule: ", style="bold")
+        t.append(f"{w.expected}; no {what} for {still}")
+        if w.state != "watching":
+            t.append(f"  ({w.state})", style=style)
+        return t
+    if w.state != "watching" or w.still_for >= w.limit / 2:
+        t.append(f"  no {what} {still}/{fmt_duration(w.limit)}", style=style)
+    return t
+
+
 def attempt_steps(s: Snapshot, number: int) -> str:
     """The restarts timeline's ``steps`` cell: ``80→200`` (resumed from → reached)."""
     view = s.progress

@@ -14,9 +14,14 @@ from tui_launch.core.model.events import Failure, NodeStatus
 from tui_launch.core.model.progress import fmt_duration
 from tui_launch.core.model.redact import redact_args
 from tui_launch.core.model.store import Phase, RankState, Snapshot
-from tui_launch.core.model.text import clock, failure_details, failure_headline
+from tui_launch.core.model.text import clock, failure_details, failure_headline, stood_still
 from tui_launch.tui.panels.base import Panel, Where
-from tui_launch.tui.panels.progress import attempt_steps, goodput_text, header_progress
+from tui_launch.tui.panels.progress import (
+    attempt_steps,
+    goodput_text,
+    hang_watch_text,
+    header_progress,
+)
 from tui_launch.tui.panels.stacks import job_panel
 
 PHASE_STYLE: dict[Phase, tuple[str, str]] = {
@@ -66,6 +71,7 @@ def header(s: Snapshot, now: float) -> Text:
     elapsed = (s.finished.mono if s.finished else now) - (start if start is not None else now)
     t.append(f"  {clock(elapsed)}")
     t.append_text(header_progress(s))
+    t.append_text(hang_watch_text(s))
     if s.finished is not None:
         t.append(f"  exit code {s.finished.exit_code}", style=style)
     if s.finished is not None and s.finished.outcome == "error":
@@ -251,7 +257,7 @@ def root_cause_panel(s: Snapshot) -> RenderableType:
         out = Text()
         out.append("hang", style="bold red")
         out.append(f"  (attempt {h.attempt}; --on-hang {h.action})\n", style="dim")
-        out.append(f"no output for {h.silence:.0f}s; {h.confirmation}\n")
+        out.append(f"{stood_still(h)}; {h.confirmation}\n")
         out.append(f"{h.verdict}\n", style="yellow")
         out.append(f"stacks: {h.second_path}\n", style="dim")
         if s.hang_cleared is not None:

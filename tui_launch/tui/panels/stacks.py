@@ -21,6 +21,7 @@ from tui_launch.core.model.layout import job_files
 from tui_launch.core.model.store import Snapshot
 from tui_launch.core.model.text import clock
 from tui_launch.tui.panels.base import Frame, Panel, Where
+from tui_launch.tui.panels.progress import hang_watch_text
 
 if TYPE_CHECKING:
     from tui_launch.core.diagnosis.stacks import StackDump
@@ -85,6 +86,10 @@ def _when(s: Snapshot, e: StacksDumped, now: float) -> str:
 def stacks_panel(s: Snapshot, dump: StackDump | None, now: float) -> Text:
     """The latest dump (``dump`` is its content, None if unreadable) and the older ones."""
     out = Text()
+    rule = hang_watch_text(s, full=True)
+    if rule:
+        out.append_text(rule)
+        out.append("\n")
     if not s.dumps:
         job = job_panel(s, now)
         if job is not None:  # asked by another node while no rank of this one ran
@@ -92,8 +97,8 @@ def stacks_panel(s: Snapshot, dump: StackDump | None, now: float) -> Text:
         out.append("No stack dump yet.", style="dim")
         out.append(
             "\nd dumps every rank of this node now; tuilaunch also dumps when a rank fails "
-            "(the others, before they are terminated) and when no rank writes output for "
-            "--hang-timeout seconds.",
+            "(the others, before they are terminated) and when the job stands still for "
+            "longer than its steps allow (--hang-timeout; docs/hangs.md).",
             style="dim",
         )
         return out

@@ -142,12 +142,19 @@ def save(dump: StackDump, run_dir: str | os.PathLike[str], v: Verdict | None = N
         except FileExistsError:  # two dumps in the same millisecond: keep both
             n += 1
             directory = Path(layout.dump_dir(f"{name}-{n}"))
+    return rewrite(str(directory), dump, v)
+
+
+def rewrite(directory: str, dump: StackDump, v: Verdict | None = None) -> SavedDump:
+    """Write ``dump``'s ``stacks.json`` and ``stacks.txt`` into ``directory`` (an existing
+    dump's, to add what was read after it was first kept: the native frames of a hang)."""
+    v = v or verdict(dump)
     data = {"verdict": dataclasses.asdict(v), "dump": dump_to_dict(dump)}
-    json_file, text_file = dump_files(str(directory))
+    json_file, text_file = dump_files(directory)
     json_path, text_path = Path(json_file), Path(text_file)
     json_path.write_text(json.dumps(data, indent=1) + "\n")
     text_path.write_text(render_text(dump, v))
-    return SavedDump(str(directory), str(json_path), str(text_path))
+    return SavedDump(directory, str(json_path), str(text_path))
 
 
 def load(path: str | os.PathLike[str]) -> StackDump:

@@ -124,7 +124,9 @@ class HangDetected(Event):
     ``confirmation`` says it in one line ("hung: no main-thread stack moved in 10 s ..."),
     ``verdict`` is the second dump's verdict and ``odd_ranks`` the ranks it names; the two
     dumps are kept at ``first_path`` and ``second_path``. ``action`` is what ``--on-hang``
-    does about it (``dump``, ``restart`` or ``stop``).
+    does about it (``dump``, ``restart`` or ``stop``). ``stood_still`` says how long the job
+    stood still against its normal time ("no step for 41 s; steps took 0.8 s"; "no
+    output for 300 s" under a fixed ``--hang-timeout``); empty in journals written before it.
     """
 
     kind: ClassVar[str] = "hang"
@@ -138,6 +140,26 @@ class HangDetected(Event):
     first_path: str
     second_path: str
     action: str = "dump"
+    stood_still: str = ""
+
+
+@dataclass(frozen=True)
+class HangWatchSample(Event):
+    """What the hang rule expects now (the hang watch, every second while it watches; a
+    sample: not journaled): the job has stood still ``still_for`` seconds and may ``limit``;
+    ``basis`` ``steps`` (``typical``: its recent step time), ``output`` or ``fixed``;
+    ``expected`` in words ("a step every 0.8 s: suspected after 5.0 s without"); ``state``
+    the detector's (``watching``, ``suspected``, ``confirming``, ``hung``)."""
+
+    kind: ClassVar[str] = "hang_watch_sample"
+    journaled: ClassVar[bool] = False
+    attempt: int
+    basis: str
+    limit: float
+    still_for: float
+    typical: float
+    expected: str
+    state: str = "watching"
 
 
 @dataclass(frozen=True)
@@ -282,7 +304,7 @@ class CollectiveVerdictFound(Event):
     path: str = ""
 
 
-register(Slowdown, StacksDumped, HangDetected, HangCleared, Straggler)
+register(Slowdown, StacksDumped, HangDetected, HangCleared, HangWatchSample, Straggler)
 register(CollectiveSample, CollectiveVerdictFound, nested={"ranks": RankCollective})
 register(JobStacks, nested={"nodes": JobNode, "ranks": JobRank})
 register(ProgressSample, ProgressRecord, nested={"ranks": RankProgress})

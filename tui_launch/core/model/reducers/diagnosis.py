@@ -9,6 +9,7 @@ from tui_launch.core.model.events import (
     CollectiveVerdictFound,
     HangCleared,
     HangDetected,
+    HangWatchSample,
     JobStacks,
     ProgressSample,
     Slowdown,
@@ -57,6 +58,11 @@ def _hang_cleared(s: Snapshot, e: HangCleared) -> Snapshot:
     if e.attempt != s.attempt:
         return s
     return replace(s, hung_ranks=(), hang_cleared=e)
+
+
+@reduces(HangWatchSample)
+def _hang_watch(s: Snapshot, e: HangWatchSample) -> Snapshot:
+    return replace(s, hang_watch=e)
 
 
 @reduces(JobStacks)
