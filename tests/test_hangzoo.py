@@ -2,9 +2,10 @@
 ``bench/falsealarm.py`` run for real, a class or a pause each, so that the harnesses, the
 corpus's hang classes (``CORPUS_HANG_KIND``) and the pauses' workload cannot rot.
 
-The figures themselves are the benchmarks' (``bench/README.md``); here a short
-``--hang-timeout`` keeps each run to about a minute, and the checks are of what the harness
-measured: the hang started, it was suspected and then confirmed after it started, the verdict
+The figures themselves are the benchmarks' (``bench/README.md``); here the hang runs use the
+default rule (no flag: seconds, on 0.2 s steps) and the healthy job a scaled clock with a
+scaled ``--hang-timeout``, so each takes about a minute, and the checks are of what the
+harness measured: the hang started, it was suspected and then confirmed after it started, the verdict
 named the rank that hung, no process was left behind; the healthy job ended by itself with no
 hang confirmed.
 """
@@ -44,14 +45,17 @@ def test_hangzoo_confirms_and_names_the_hung_rank(tmp_path: Path) -> None:
         "hangzoo.py",
         tmp_path,
         *("--classes", "sleep,gil", "--programs", "loop", "--runs", "1", "--parallel", "2"),
-        *("--hang-timeout", "5", "--cap", "90", "--work", str(tmp_path / "work")),
+        *("--cap", "90", "--work", str(tmp_path / "work")),
     )
+    # No flag: the default rule (the job's own step rhythm), as users get it.
+    assert run["doc"]["settings"]["flags"] == []
     samples = run["doc"]["samples"]
     assert sorted(s["kind"] for s in samples) == ["gil", "sleep"]
     for s in samples:
         assert s["outcome"] == "confirmed", s
         assert s["rank"] == 1 and s["odd_ranks"] == [1] and s["right_rank"], s
         assert 0 < s["to_suspicion_s"] <= s["to_verdict_s"], s
+        assert s["stood_still"].startswith("no step for "), s
         assert s["leftover_processes"] == 0, s
         # The mark the hung rank wrote is the one the harness timed from.
         mark = json.loads((Path(s["directory"]) / "hang-mark.json").read_text())

@@ -8,7 +8,9 @@
   prints a line before and after, as trainers do.
 * ``eval``: every 25 steps an evaluation pass 20 times as long as a step (no output until its
   result, all-reduced across ranks).
-* ``warmup``: the first step takes 30 s (compilation, autotuning, a cold cache), silent.
+* ``warmup``: the first step takes 30 s, silent, busy: :func:`warm_up` passes over the model
+  again and again as a compiler or an autotuner would (a sleep standing in for it would be a
+  rank that does nothing, which is what a hang looks like to the rule).
 * ``variable``: each step's time varies 10x, 0.1 s to 1 s (variable sequence lengths; drawn
   from the step number, so every rank agrees).
 * ``quiet``: the job prints only every 60 s.
@@ -40,6 +42,29 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 PAUSES = ("checkpoint", "eval", "warmup", "variable", "quiet")
 
 
+def _trace(model: torch.nn.Module) -> torch.Tensor:
+    return model(torch.randn(64, 32)).sum()
+
+
+def _lower(x: torch.Tensor) -> torch.Tensor:
+    w = torch.randn(64, 64)
+    for _ in range(20):
+        w = torch.tanh(w @ w)
+    return x + w.sum()
+
+
+def _autotune(x: torch.Tensor) -> torch.Tensor:
+    return torch.stack([x * k for k in range(50)]).mean()
+
+
+def warm_up(model: torch.nn.Module, seconds: float) -> None:
+    """A compiler's warm-up: pass after pass over the model, busy, for ``seconds``."""
+    t0 = time.monotonic()
+    with torch.no_grad():
+        while time.monotonic() - t0 < seconds:
+            _autotune(_lower(_trace(model)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="A healthy DDP job with a pause.")
     parser.add_argument("--pause", choices=PAUSES, required=True)
@@ -68,6 +93,7 @@ def main() -> None:
             step_time = 0.1 * s * 10 ** random.Random(step).random()  # 0.1-1 s, log-uniform
         if args.pause == "warmup" and step == 0:
             step_time = 30.0 * s
+            warm_up(model.module, step_time)
         loss = model(torch.randn(16, 32)).pow(2).mean()
         opt.zero_grad()
         loss.backward()
