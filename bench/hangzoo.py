@@ -7,7 +7,9 @@ of a program with a hang class chosen by the environment (``tests/corpus/_hooks.
 
 * ``loop``: ``tests/corpus/ddp_loop.py``, a plain DDP loop (0.2 s steps, rank 0 prints each);
 * ``tutorial``: ``tests/corpus/multigpu_torchrun.py``, the PyTorch DDP tutorial, unchanged
-  (``CORPUS_STEP_SECONDS=0.2``; every rank prints one line per epoch of 16 steps).
+  (``CORPUS_STEP_SECONDS=0.2``; every rank prints one line per epoch of 16 steps);
+* ``nanogpt`` (on request, ``--programs``): ``tests/corpus/nanogpt.py``, nanoGPT's loop
+  (``CORPUS_STEP_SECONDS=0.2``; rank 0 prints ``iter N: loss ...`` each step).
 
 The classes (``--classes``): ``sigstop`` (the rank is SIGSTOPped), ``sleep`` (it sleeps forever
 in its own code before the collective), ``collective`` (it calls ``all_gather`` where the
@@ -96,7 +98,15 @@ PROGRAMS = {
         {"CORPUS_STEP_SECONDS": "0.2"},
         hang_step=20,
     ),
+    "nanogpt": Program(
+        "nanogpt",
+        CORPUS / "nanogpt.py",
+        (),
+        {"CORPUS_STEPS": "1000000", "CORPUS_STEP_SECONDS": "0.2"},
+        hang_step=20,
+    ),
 }
+DEFAULT_PROGRAMS = ("loop", "tutorial")
 
 
 def base_env() -> dict[str, str]:
@@ -476,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="4 classes, loop only, 2 runs")
     parser.add_argument("--runs", type=int, default=None, help="runs per class (5; quick 2)")
     parser.add_argument("--classes", default=None, help=f"comma-separated of {','.join(CLASSES)}")
-    parser.add_argument("--programs", default=None, help="comma-separated of loop,tutorial")
+    parser.add_argument("--programs", default=None, help="comma-separated of loop,tutorial,nanogpt")
     parser.add_argument("--nproc", type=int, default=4)
     parser.add_argument("--parallel", type=int, default=2, help="launches at once (2)")
     parser.add_argument(
@@ -497,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         args.classes.split(",") if args.classes else (QUICK_CLASSES if args.quick else CLASSES)
     )
     programs = tuple(
-        args.programs.split(",") if args.programs else (("loop",) if args.quick else PROGRAMS)
+        args.programs.split(",") if args.programs else ("loop",) if args.quick else DEFAULT_PROGRAMS
     )
     bad = [c for c in classes if c not in CLASSES] + [p for p in programs if p not in PROGRAMS]
     if bad:
