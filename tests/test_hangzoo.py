@@ -22,7 +22,7 @@ from conftest import PY, ROOT, base_env
 BENCH = ROOT / "bench"
 
 
-def _bench(script: str, tmp_path: Path, *args: str, timeout: float = 400) -> dict:
+def _bench(script: str, tmp_path: Path, *args: str, timeout: float = 540) -> dict:
     results = tmp_path / "results"
     p = subprocess.run(
         [PY, str(BENCH / script), *args, "--results-dir", str(results)],
@@ -40,6 +40,7 @@ def _bench(script: str, tmp_path: Path, *args: str, timeout: float = 400) -> dic
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # two 4-rank launches' start-up on a loaded machine
 def test_hangzoo_confirms_and_names_the_hung_rank(tmp_path: Path) -> None:
     run = _bench(
         "hangzoo.py",
@@ -81,6 +82,7 @@ def test_hangzoo_refuses_an_unknown_class(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # two 4-rank launches' start-up on a loaded machine
 def test_falsealarm_checkpoint_pause_is_not_a_hang(tmp_path: Path) -> None:
     # Scale 0.05: the 120 s saves take 6 s, the job 24 s; the timeout is 300 s x 0.05 = 15 s.
     run = _bench(
