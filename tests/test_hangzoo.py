@@ -5,9 +5,9 @@ corpus's hang classes (``CORPUS_HANG_KIND``) and the pauses' workload cannot rot
 The figures themselves are the benchmarks' (``bench/README.md``); here the hang runs use the
 default rule (no flag: seconds, on 0.2 s steps) and the healthy job a scaled clock with a
 scaled ``--hang-timeout``, so each takes about a minute, and the checks are of what the
-harness measured: the hang started, it was suspected and then confirmed after it started, the verdict
-named the rank that hung, no process was left behind; the healthy job ended by itself with no
-hang confirmed.
+harness measured: the hang started, it was suspected and then confirmed after it started,
+the verdict named the rank that hung, no process was left behind; the healthy job ended by
+itself with no hang confirmed.
 """
 
 from __future__ import annotations
