@@ -236,3 +236,33 @@ def test_the_dashboard_says_what_the_rule_expects() -> None:
     assert "no step 3s/5s" in header(still, 0.0).plain
     hung = replay([HangWatchSample(0, "steps", 5.0, 9.0, 0.8, expected, "hung")])
     assert "(hung)" in stacks_panel(hung, None, 0.0).plain
+
+
+def test_main_thread_cpu_outside_a_collective_is_movement() -> None:
+    """An evaluation in one Python line shows the same stack twice while it computes; a rank
+    that spins in a collective (NCCL's waits do) has not moved."""
+    from tui_launch.core.diagnosis.stacks.hang import CPU_MOVED
+
+    first, second = _dump({0: "evaluate"}), _dump({0: "evaluate"})
+    assert confirm(first, second, cpu={0: CPU_MOVED / 10}).hung
+    busy = confirm(first, second, cpu={0: 1.0})
+    assert not busy.hung and "the main threads of ranks 0 computed 1.0 s" in busy.text
+    waiting = RankStack(
+        local_rank=1,
+        global_rank=1,
+        process=ProcessStack(
+            pid=1001,
+            state="R",
+            method="py-spy",
+            threads=(
+                ThreadStack(
+                    1001,
+                    "MainThread",
+                    (Frame("all_reduce", "torch/distributed/distributed_c10d.py", 3252),),
+                    main=True,
+                ),
+            ),
+        ),
+    )
+    spin = StackDump(reason="t", wall=0.0, duration=0.1, ranks=(waiting,))
+    assert confirm(spin, spin, cpu={1: 3.0}).hung

@@ -16,10 +16,10 @@ line still being written).
 
 Either way the watch takes a dump when the limit is reached ("hang-suspected"), and a second
 one later ("hang-confirm"): when no rank moved between them (its main-thread stack, the bytes
-its main thread read and wrote, its collectives) the hang is confirmed,
-:class:`~tui_launch.core.model.events.HangDetected` is posted (with both dumps' paths, the
-verdict and how long the job stood still against its normal time) and ``on_hang`` is told, so
-that the runner can restart or stop as ``--on-hang`` says. Work whose stacks move is not a
+its main thread read and wrote, its CPU outside a collective, its collectives) the hang is
+confirmed, :class:`~tui_launch.core.model.events.HangDetected` is posted (with both dumps'
+paths, the verdict and how long the job stood still against its normal time) and ``on_hang``
+is told, so that the runner can restart or stop as ``--on-hang`` says. Work whose stacks move is not a
 hang. Every second the watch also posts what it expects
 (:class:`~tui_launch.core.model.events.HangWatchSample`, for the dashboard).
 
@@ -88,6 +88,7 @@ AUTO_TICK = 0.5
 # oldest first; the latest move of any counter)}).
 StepsRead = tuple[int | None, dict[int, tuple[tuple[float, ...], float | None]]]
 StepsReader = Callable[[], StepsRead]
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # What faulthandler writes to a rank's stderr (--dump-via-faulthandler): our own dump, not the
 # rank's output, so it must not count as progress.
 _FAULTHANDLER_LINE = re.compile(
@@ -166,7 +167,7 @@ class HangWatch:
         self._suspicion: StacksDumped | None = None
         self._ended: tuple[str, str] | None = None
         self._cleared: list[HangCleared] = []  # to post, outside the lock
-        self._io_before: dict[int, int] = {}  # main threads' I/O at the suspicion
+        self._io_before: dict[int, tuple[int, float]] = {}  # main threads' I/O, CPU then
         self._sampled_at = float("-inf")
         if self.detector.enabled:
             dumper.listeners.append(self._on_taken)
@@ -358,23 +359,31 @@ class HangWatch:
                 self._on_hang(event)
         self._post_cleared()
 
-    def _main_io(self) -> dict[int, int]:
+    def _main_io(self) -> dict[int, tuple[int, float]]:
         """Bytes each live rank's main thread has read and written so far (``rchar`` +
-        ``wchar`` of ``/proc/<pid>/task/<pid>/io``; a rank it cannot read is left out)."""
-        out: dict[int, int] = {}
+        ``wchar`` of ``/proc/<pid>/task/<pid>/io``) and the CPU seconds it has spent (``stat``);
+        a rank it cannot read is left out."""
+        out: dict[int, tuple[int, float]] = {}
         for _, rank, pid in self._dumper.targets():
             try:
                 with open(f"/proc/{pid}/task/{pid}/io") as f:
                     fields = dict(line.split(":", 1) for line in f if ":" in line)
-                out[rank] = int(fields["rchar"]) + int(fields["wchar"])
-            except (OSError, KeyError, ValueError):
+                with open(f"/proc/{pid}/task/{pid}/stat") as f:
+                    stat = f.read().rsplit(")", 1)[1].split()
+                ticks = int(stat[11]) + int(stat[12])  # utime, stime
+                out[rank] = (int(fields["rchar"]) + int(fields["wchar"]), ticks / _CLOCK_TICKS)
+            except (OSError, KeyError, ValueError, IndexError):
                 continue
         return out
 
-    def _io_since(self) -> dict[int, int]:
-        """Bytes each rank's main thread read and wrote since the suspicion's dump."""
+    def _io_since(self) -> tuple[dict[int, int], dict[int, float]]:
+        """Bytes each rank's main thread read and wrote, and the CPU seconds it spent, since
+        the suspicion's dump."""
         now = self._main_io()
-        return {g: n - self._io_before[g] for g, n in now.items() if g in self._io_before}
+        before = self._io_before
+        io = {g: n - before[g][0] for g, (n, _) in now.items() if g in before}
+        cpu = {g: c - before[g][1] for g, (_, c) in now.items() if g in before}
+        return io, cpu
 
     def _suspect(self, attempt: int) -> None:
         """The first dump of a suspected hang; output that came while it was taken ends the
@@ -401,7 +410,7 @@ class HangWatch:
 
     def _confirm(self, attempt: int, silence: float, expected: Expectation) -> HangDetected | None:
         """The second dump: the confirmed hang (posted), or None (the suspicion cleared)."""
-        io = self._io_since()  # before the dump, for the same reason
+        io, cpu = self._io_since()  # before the dump, for the same reason
         taken = self._dumper.take("hang-confirm", "hang")
         with self._lock:
             self._after_dump()
@@ -411,7 +420,7 @@ class HangWatch:
                 self.detector.start(time.monotonic(), self._ranks.values())
                 self._suspicion_over("gone", "no rank left to dump")
                 return None
-            result = self.detector.second(taken.dump, time.monotonic(), io)
+            result = self.detector.second(taken.dump, time.monotonic(), io, cpu)
             if not result.hung:
                 self._suspicion_over("stacks", result.text)
                 return None

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from tui_launch.core.diagnosis.stacks.model import StackDump
-from tui_launch.core.diagnosis.stacks.verdict import main_signature, verdict
+from tui_launch.core.diagnosis.stacks.verdict import main_signature, place_of, verdict
 from tui_launch.core.model.events import HangDetected
 from tui_launch.core.model.text import rank_list
 
@@ -69,15 +69,26 @@ def _sequence_numbers(dump: StackDump) -> dict[int, int]:
 # saves) for minutes while it works; a hung main thread does no I/O, and one that prints a
 # status line now and then writes far less than this.
 IO_MOVED = 16 << 10
+# Seconds of CPU a rank's main thread must spend between the two dumps (about 3 s apart under
+# the adaptive rule: 5 %) to have moved, when it is not waiting in a collective: a compute loop
+# in one Python line (an evaluation written as one expression) shows the same stack twice; a
+# hung main thread sleeps or blocks. Ranks that wait in a collective are left out: NCCL's
+# waits spin.
+CPU_MOVED = 0.15
 
 
 def confirm(
-    first: StackDump, second: StackDump, io: Mapping[int, int] | None = None
+    first: StackDump,
+    second: StackDump,
+    io: Mapping[int, int] | None = None,
+    cpu: Mapping[int, float] | None = None,
 ) -> Confirmation:
     """Compare two dumps of the same ranks: hung when no rank moved, neither its main-thread
     stack nor, with Flight Recorder records, its collectives (a loop whose stack is always
     caught at the same all-reduce still moves on), nor the bytes its main thread read and
-    wrote between them (``io``: global rank -> bytes; :data:`IO_MOVED` or more is movement).
+    wrote between them (``io``: global rank -> bytes; :data:`IO_MOVED` or more is movement),
+    nor, outside a collective, the CPU its main thread spent (``cpu``: global rank -> seconds;
+    :data:`CPU_MOVED` or more is movement).
 
     Ranks without a stack in one of the dumps are left out of the judgement; when no rank can
     be compared, it is not confirmed (nothing proves a hang).
@@ -94,10 +105,16 @@ def confirm(
         or any(r.global_rank == g and r.moved for r in (*first.records, *second.records))
     }
     busy = {g for g, n in (io or {}).items() if n >= IO_MOVED}
+    computing = {
+        r.global_rank
+        for r in second.ranks
+        if (cpu or {}).get(r.global_rank, 0.0) >= CPU_MOVED and place_of(r).collective is None
+    }
     still: list[int] = []
     moved: list[int] = []
     by_records: list[int] = []
     by_io: list[int] = []
+    by_cpu: list[int] = []
     unknown: list[int] = []
     for r in second.ranks:
         a, b = before.get(r.global_rank), main_signature(r)
@@ -106,6 +123,9 @@ def confirm(
         elif r.global_rank in busy:
             moved.append(r.global_rank)
             by_io.append(r.global_rank)
+        elif r.global_rank in computing:
+            moved.append(r.global_rank)
+            by_cpu.append(r.global_rank)
         elif r.global_rank in advanced:
             moved.append(r.global_rank)
             by_records.append(r.global_rank)
@@ -121,12 +141,15 @@ def confirm(
         text = f"hung: no main-thread stack moved in {interval:.0f} s (ranks {rank_list(still)})"
     elif moved:
         parts = []
-        stacks = [g for g in moved if g not in by_records and g not in by_io]
+        stacks = [g for g in moved if g not in (*by_records, *by_io, *by_cpu)]
         if stacks:
             parts.append(f"the stacks of ranks {rank_list(stacks)} moved")
         if by_io:
             kb = sum((io or {}).get(g, 0) for g in by_io) / 1e3
             parts.append(f"the main threads of ranks {rank_list(by_io)} did {kb:.0f} kB of I/O")
+        if by_cpu:
+            s = sum((cpu or {}).get(g, 0.0) for g in by_cpu)
+            parts.append(f"the main threads of ranks {rank_list(by_cpu)} computed {s:.1f} s")
         if by_records:
             parts.append(f"the collectives of ranks {rank_list(by_records)} advanced")
         text = f"not hung: {' and '.join(parts)} in {interval:.0f} s"
@@ -220,7 +243,11 @@ class HangDetector:
         self.state = CONFIRMING
 
     def second(
-        self, dump: StackDump, now: float, io: Mapping[int, int] | None = None
+        self,
+        dump: StackDump,
+        now: float,
+        io: Mapping[int, int] | None = None,
+        cpu: Mapping[int, float] | None = None,
     ) -> Confirmation:
         """The second dump: returns the comparison. Hung: the detector stays quiet until a rank
         writes again. Not hung: it watches again, and dumps no sooner than ``timeout`` from now
@@ -228,7 +255,7 @@ class HangDetector:
         """
         if self._first is None:
             raise RuntimeError("second() without first(): poll() did not ask for it")
-        result = confirm(self._first, dump, io)
+        result = confirm(self._first, dump, io, cpu)
         self._first = None
         if result.hung:
             self.state = HUNG
