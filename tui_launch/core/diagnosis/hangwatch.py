@@ -19,8 +19,8 @@ one later ("hang-confirm"): when no rank moved between them (its main-thread sta
 its main thread read and wrote, its CPU outside a collective, its collectives) the hang is
 confirmed, :class:`~tui_launch.core.model.events.HangDetected` is posted (with both dumps'
 paths, the verdict and how long the job stood still against its normal time) and ``on_hang``
-is told, so that the runner can restart or stop as ``--on-hang`` says. Work whose stacks move is not a
-hang. Every second the watch also posts what it expects
+is told, so that the runner can restart or stop as ``--on-hang`` says. Work whose stacks move
+is not a hang. Every second the watch also posts what it expects
 (:class:`~tui_launch.core.model.events.HangWatchSample`, for the dashboard).
 
 A confirmed hang flags its ranks (``HUNG?`` in the Workers table) until they move again: the
