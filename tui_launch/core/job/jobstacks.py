@@ -309,6 +309,7 @@ class JobDumps:
         self._gathers: dict[int, _Gather] = {}
         self._seen: int | None = None  # the last request looked at
         self._missing: dict[int, float] = {}  # counted requests not written yet: since when
+        self._since = time.time()  # requests made before this are not ours to answer
 
     def _group_rank(self) -> int | None:
         rv = self._snapshot().rendezvous
@@ -340,7 +341,7 @@ class JobDumps:
         the next tick while something is under way (None: the cluster interval)."""
         key = pfx + "d/"
         if self._seen is None:
-            self._seen = kv.add(key + "n", 0)  # older requests are not ours to answer
+            self._seen = self._first_seen(kv, key)
         with self._lock:
             outgoing, self._outgoing = self._outgoing, []
             answers, self._answers = self._answers, []
@@ -398,6 +399,20 @@ class JobDumps:
             with self._lock:
                 self._follow[k] = now + self.timeout + 5.0
             answers.pop(0)
+
+    def _first_seen(self, kv: KV, key: str) -> int:
+        """The last request not ours to answer: those made before this node joined. The
+        newest may have been made between this node's registration (which the asking node
+        counted on) and this first look: that one is answered."""
+        n = kv.add(key + "n", 0)
+        if n <= 0:
+            return n
+        (raw,) = kv.get_many([key + f"r/{n}"])
+        try:
+            made = float(json.loads(raw or b"{}").get("t", 0.0))
+        except (ValueError, TypeError, AttributeError):
+            made = 0.0
+        return n - 1 if made >= self._since else n
 
     def _read_gathered(self, kv: KV, key: str, now: float) -> None:
         """On a node that answered: the asking node's gathered record, posted here too."""
