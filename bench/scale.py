@@ -458,6 +458,7 @@ def viewer_child(ns: argparse.Namespace) -> dict[str, Any]:
 
     from tui_launch.core.model.store import RunStore
     from tui_launch.core.model.text import cluster_lines
+    from tui_launch.headless import CLUSTER_LINES_MAX
     from tui_launch.testing.scale import Tally
     from tui_launch.tui.panels.render import cluster_panel
 
@@ -484,12 +485,16 @@ def viewer_child(ns: argparse.Namespace) -> dict[str, Any]:
             console.print(cluster_panel(s, time.monotonic()))
             out = console.export_text()
             if s.cluster is not None and s.cluster is not seen:
+                # The headless output's rule (headless.py's _print_cluster): a line per node
+                # when it changes; past CLUSTER_LINES_MAX nodes, only nodes not running.
                 seen = s.cluster
-                for line in cluster_lines(s.cluster.nodes, 10.0):
-                    node = line.split(":", 1)[0]
+                lines = cluster_lines(s.cluster.nodes, 10.0)
+                many = len(lines) > CLUSTER_LINES_MAX
+                for node, line in lines.items():
                     if headless.get(node) != line:
                         headless[node] = line
-                        headless_printed[0] += 1
+                        if not many or " running " not in f" {line} ":
+                            headless_printed[0] += 1
             render_cpu[0] += time.thread_time() - c0
             renders[0] += 1
             tab[:] = out.splitlines()

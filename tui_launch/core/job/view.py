@@ -15,12 +15,17 @@ Keys (all under ``tuilaunch/<run id>/cluster/``):
 * ``s/<id>``  that node's latest status (overwritten; ~300-600 bytes).
 
 (and ``d/...``: job-wide stack dumps, :mod:`.jobstacks`, which rides on this loop as the view's
-``rider``: one counter read per tick, and a tick every 0.25 s while a dump is under way).
+``rider``: one counter read per tick, and a tick every 0.25 s while a dump is under way; those
+fast ticks do not write this node's record again, which stays at its interval).
 
-A ``TCPStore`` cannot list keys, hence the counter and index; etcd can, and its records carry a
-TTL so that a dead node's record disappears. Everything runs on one daemon thread with short
-store timeouts: the agent thread never waits for the cluster view, and a store that is gone
-(its host died) only leaves the view stale, marked with an error.
+A ``TCPStore`` cannot list keys, hence the counter and index (read in O(log N) round trips
+while its last entries are counted but not yet written); etcd can, and its records carry a TTL
+so that a dead node's record disappears. Every node reads every record every ``interval x
+max(1, N/50)`` s, about 25 records a second, and backs off (up to 8x) while a read is slow.
+Everything runs on one daemon thread with short store timeouts, the GIL released while a store
+call waits: the agent thread never waits for the cluster view, and a store that is gone (its
+host died) or buried only leaves the view stale, marked with an error. ``bench/scale.py``
+measures it at up to 1,000 nodes against torch's own keep-alives (docs/SCALING.md).
 """
 
 from __future__ import annotations
