@@ -704,18 +704,6 @@ def main() -> int:
         ns.nodes, ns.duration, ns.warmup = "8,64", 25.0, 6.0
     if not ns.dump_at:
         ns.dump_at = ns.warmup + (ns.duration - ns.warmup) / 3
-    rows, raw = [], []
-    for store in ns.stores.split(","):
-        for n in (int(x) for x in ns.nodes.split(",")):
-            print(f"{store} N={n}: torch only ...", file=sys.stderr, flush=True)
-            base = run_phase(store, n, False, ns)
-            print(f"{store} N={n}: with tuilaunch ...", file=sys.stderr, flush=True)
-            tl = run_phase(store, n, True, ns)
-            rows.append((base, tl))
-            raw += [base, tl]
-            print(table([(base, tl)]).splitlines()[-1], file=sys.stderr, flush=True)
-    report = table(rows)
-    print(report)
     out = Path(ns.results_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{ns.name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
@@ -727,7 +715,20 @@ def main() -> int:
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
         ).stdout.strip(),
     }
-    path.write_text(json.dumps({"meta": meta, "runs": raw, "table": report}, indent=1))
+    rows, raw = [], []
+    for store in ns.stores.split(","):
+        for n in (int(x) for x in ns.nodes.split(",")):
+            print(f"{store} N={n}: torch only ...", file=sys.stderr, flush=True)
+            base = run_phase(store, n, False, ns)
+            print(f"{store} N={n}: with tuilaunch ...", file=sys.stderr, flush=True)
+            tl = run_phase(store, n, True, ns)
+            rows.append((base, tl))
+            raw += [base, tl]
+            print(table([(base, tl)]).splitlines()[-1], file=sys.stderr, flush=True)
+            # After every N: a long run stopped half-way keeps what it measured.
+            path.write_text(json.dumps({"meta": meta, "runs": raw, "table": table(rows)}, indent=1))
+    report = table(rows)
+    print(report)
     print(f"results: {path}", file=sys.stderr)
     return 0
 
