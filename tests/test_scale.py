@@ -290,3 +290,22 @@ def test_the_scale_harness_runs_at_small_n(tmp_path) -> None:
     assert viewer["cluster_nodes_seen"] == 8
     assert "8 node(s)" in viewer["tab_head"][0]
     assert "| libuv | 8 |" in out.stdout
+
+
+def test_headless_prints_past_32_nodes_only_the_nodes_not_running() -> None:
+    """At 64 nodes the harness counted 64 headless lines: the rule meant to print only nodes
+    that are not running past 32 never matched. Now: the failed node and the lost one."""
+    from dataclasses import replace
+
+    from tui_launch.headless import cluster_lines_shown
+    from tui_launch.testing.builders import node_status
+
+    nodes = tuple(node_status(i, "running", 0, 8, 40, age=1.0) for i in range(40))
+    assert cluster_lines_shown(nodes[:32], 10.0) == {n.node for n in nodes[:32]}
+    nodes = (
+        *nodes[:5],
+        replace(nodes[5], state="failed"),
+        replace(nodes[6], age=60.0),
+        *nodes[7:],
+    )
+    assert cluster_lines_shown(nodes, 10.0) == {nodes[5].node, nodes[6].node}
