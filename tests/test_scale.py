@@ -230,8 +230,8 @@ def test_readers_back_off_while_the_store_is_slow_and_come_back() -> None:
     assert next_backoff(4.0, took=0.001, due=2.0) == 2.0
     assert next_backoff(1.0, took=0.001, due=2.0) == 1.0
     kv = _SlowKV()
-    v = _view(kv, interval=0.2)
-    kv.delay = 0.05  # a quarter of the interval: slow
+    v = _view(kv, interval=2.0)  # a read is slow past 0.1 s; a loaded machine's fast one is not
+    kv.delay = 0.3
     reads = []
     for _ in range(4):
         v._last_read = 0.0  # due now: time each read
