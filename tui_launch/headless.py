@@ -40,6 +40,7 @@ from tui_launch.core.model.events import (
     EventTable,
     ExitBarrier,
     JobStacks,
+    NodeStatus,
     Notice,
     StacksDumped,
 )
@@ -59,6 +60,21 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 HOLD_MID_WRITE_S = 1.0
 LINE_END_WINDOW = 1 << 12
 CLUSTER_LINES_MAX = 32
+
+
+def cluster_lines_shown(nodes: tuple[NodeStatus, ...], stale_after: float) -> set[str]:
+    """The nodes whose cluster line headless prints when it changes: every node up to
+    :data:`CLUSTER_LINES_MAX`, past that only those not running or lost (at 1,000 nodes a
+    line per node and change is a screenful a second). The test was a match of " running "
+    in the line, which never matched ("running," is followed by a comma): every node was
+    printed at any N (``bench/scale.py`` counted 64 lines at 64 nodes)."""
+    if len(nodes) <= CLUSTER_LINES_MAX:
+        return {n.node for n in nodes}
+    return {
+        n.node for n in nodes if n.state != "running" or (n.age is not None and n.age > stale_after)
+    }
+
+
 STACK_FRAMES = 12  # innermost frames printed per distinct stack (the files keep all)
 _CLEAR = "\r\x1b[2K"
 # Events printed with more than their line (describe's), or not always: by type, as the store
@@ -360,11 +376,11 @@ class Headless:
         interval = self.runner.cluster_interval
         stale = 5 * interval if interval is not None else 10.0
         lines = cluster_lines(sample.nodes, stale)
-        many = len(lines) > CLUSTER_LINES_MAX
+        shown = cluster_lines_shown(sample.nodes, stale)
         for node, line in lines.items():
             if self._cluster_lines.get(node) != line:
                 self._cluster_lines[node] = line
-                if not many or " running " not in f" {line} ":
+                if node in shown:
                     self._say(f"cluster {line}")
         if sample.error and sample.error != self._cluster_error:
             self._say(f"cluster view: store unreachable: {sample.error}")

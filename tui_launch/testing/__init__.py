@@ -8,4 +8,5 @@ one; the fake NVML the product itself uses lives in :mod:`tui_launch.core.teleme
   or stall, a mismatch, a missing dump), for tests and ``bench/frgen.py``.
 - ``fake_source``: ``FakeSource``, a deterministic ``Source`` for pilot and snapshot tests.
 - ``scenarios``: the deterministic runs the dashboard is tested and pictured in.
+- ``scale``: emulated nodes' synthetic ranks and counted store clients (``bench/scale.py``).
 """
