@@ -609,6 +609,20 @@ class Bed:
             )
 
         wait_until(lambda: all(told(a) for a in survivors), 60, "every survivor's node_change")
+        viewer = self.agents[VIEWER]
+
+        def view_after() -> dict[str, Any] | None:
+            seen = viewer.cluster()
+            rest = [
+                k for k, v in seen.items() if v["world"] == self.n - 1 and v["state"] == "running"
+            ]
+            if len(rest) < self.n - 1 or not seen.get(node, {}).get("lost"):
+                return None
+            return {"running": len(rest), "lost": node}
+
+        # The view marks the lost node (its record stops changing: LOST after 5 intervals)
+        # and shows the others running in the smaller world.
+        view = wait_until(view_after, 60, "the viewer to show the lost node and the rest")
         causes = {}
         for a in survivors:
             causes[a.index] = [e["cause"] for e in a.events("restart") if e["wall"] >= t0]
@@ -618,6 +632,9 @@ class Bed:
             "seconds": round(up - t0, 2),
             "restart_causes": causes,
             "survivors_told": len(survivors),
+            "view_running": view["running"],
+            "view_lost": view["lost"],
+            "view_after_s": round(time.time() - t0, 1),
             "survivors_saying_node_lost": lost_lines,
             "killed_workers_gone_s": gone_in,
             "loadavg": loadavg(),
