@@ -33,9 +33,9 @@ Phases, each checked, each timed:
     load_batch``). Dump -> verdict = from ctl's start to that event.
 
 Then every agent gets SIGTERM, and whatever still carries the run's token after the grace is
-SIGKILLed and counted ("leftover processes": should be 0). ``--baseline`` adds, for each N and
-backend, a ``form`` + ``steady`` run with the cluster view off (``TUILAUNCH_CLUSTER_INTERVAL=0``):
-what the view costs, as ratios measured in the same sitting.
+SIGKILLed and counted ("leftover processes": should be 0). ``--views on,off`` (``--baseline``)
+adds, for each N and backend, a ``form`` + ``steady`` run with the cluster view off
+(``TUILAUNCH_CLUSTER_INTERVAL=0``): what the view costs, measured in the same sitting.
 
     .venv/bin/python bench/agents.py --nodes 4,8,16 --backends c10d,etcd-v2 [--baseline]
     .venv/bin/python bench/agents.py --quick              # N=4, c10d, 10 s windows
@@ -921,7 +921,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--window", type=float, default=30.0, help="seconds of the steady window")
     p.add_argument("--form-timeout", type=float, default=600.0)
     p.add_argument("--rdzv-conf", default=RDZV_CONF)
-    p.add_argument("--baseline", action="store_true", help="also each N with the view off")
+    p.add_argument(
+        "--views", default="on", help="the cluster view on, off (form + steady only) or on,off"
+    )
+    p.add_argument("--baseline", action="store_true", help="the same as --views on,off")
     p.add_argument("--quick", action="store_true", help="N=4, c10d, a 10 s window")
     p.add_argument("--keep", action="store_true", help="keep the run directories")
     p.add_argument("--python", default=sys.executable)
@@ -930,6 +933,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.command is None and args.quick:
         args.nodes, args.backends, args.window = "4", "c10d", 10.0
+    if args.baseline:
+        args.views = "on,off"
     return args
 
 
@@ -942,9 +947,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     nodes = [int(x) for x in args.nodes.split(",") if x]
     backends = [b for b in args.backends.split(",") if b]
+    views = [v == "on" for v in args.views.split(",") if v]
     bad = [b for b in backends if b not in BACKENDS]
-    if bad or any(n < 3 for n in nodes):
-        print(f"agents.py: error: backends from {BACKENDS}, N >= 3", file=sys.stderr)
+    if bad or any(n < 3 for n in nodes) or not set(args.views.split(",")) <= {"on", "off"}:
+        print(
+            f"agents.py: error: backends from {BACKENDS}, N >= 3, --views on,off", file=sys.stderr
+        )
         return 2
     commit = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
@@ -959,7 +967,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for n in nodes:
         for backend in backends:
-            for view in (True, False) if args.baseline else (True,):
+            for view in views:
                 _say(
                     f"N={n} {backend} cluster view {'on' if view else 'off'} "
                     f"(load {loadavg()[0]:.1f})"
