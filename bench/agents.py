@@ -591,16 +591,21 @@ class Bed:
         def workers_gone() -> bool:
             return all(not Path(f"/proc/{p}").exists() or _zombie(p) for p in workers)
 
+        gone: list[float] = []
+
         def back() -> list[dict[str, Any]] | None:
             self._check_alive(survivors)
+            if not gone and workers_gone():
+                gone.append(time.time() - t0)
             return self.world(self.n - 1, t0)
 
         recs = wait_until(back, timeout, f"the {self.n - 1} survivors' ranks up in a world of them")
         up = max(r["t"] for r in recs)
-        gone_in = None
-        with contextlib.suppress(Failed):
-            wait_until(workers_gone, 30, "the killed agent's workers to go", poll=0.1)
-            gone_in = round(time.time() - t0, 1)
+        if not gone:
+            with contextlib.suppress(Failed):
+                wait_until(workers_gone, 30, "the killed agent's workers to go", poll=0.1)
+                gone.append(time.time() - t0)
+        gone_in = round(gone[0], 1) if gone else None
 
         def told(a: Agent) -> bool:
             return any(
