@@ -279,6 +279,7 @@ class Bed:
         self.env = {**env, token_var: self.token, "PYTHONUNBUFFERED": "1"}
         if cluster_interval is not None:
             self.env[CLUSTER_ENV] = cluster_interval
+        self.view = cluster_interval is None or float(cluster_interval) > 0
         self.marks = workdir / "marks"
         self.marks.mkdir(parents=True, exist_ok=True)
         self.stop_file, self.hang_file = workdir / "stop", workdir / "hang"
@@ -462,7 +463,8 @@ class Bed:
     # ------------------------------------------------------------------ phases
 
     def form(self, timeout: float) -> dict[str, Any]:
-        """Every rank up in a world of N, and the viewer's cluster view showing N running nodes."""
+        """Every rank up in a world of N, and (view on) the viewer's cluster view showing N
+        running nodes."""
         viewer = self.agents[VIEWER]
 
         def formed() -> dict[str, Any] | None:
@@ -472,7 +474,7 @@ class Bed:
             running = [
                 n for n, s in seen.items() if s["world"] == self.n and s["state"] == "running"
             ]
-            if recs is None or len(running) < self.n:
+            if recs is None or (self.view and len(running) < self.n):
                 return None
             return {"records": recs, "nodes": sorted(running)}
 
@@ -943,13 +945,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def _on_sigterm(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the cleanup short
+    sys.exit(143)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run every (N, backend) in turn; print the table; write the JSON."""
     args = parse_args(argv)
     if args.command == "probe":
         return probe(args)
     # SIGTERM (a timeout, a person) unwinds like ^C: every bed is closed, nothing is left.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, _on_sigterm)
     nodes = [int(x) for x in args.nodes.split(",") if x]
     backends = [b for b in args.backends.split(",") if b]
     views = [v == "on" for v in args.views.split(",") if v]
