@@ -50,6 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dashboard import Tmux
 from run import base_env, settle
 
+from tui_launch.core.model import layout
+
 ROOT = Path(__file__).resolve().parent.parent
 TICKER = ROOT / "tests" / "workers" / "ticker.py"
 BAR = "ATTACHED read-only"
@@ -77,7 +79,9 @@ class Job:
         """The job's journal, once it records the first workers."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for path in glob.glob(str(self.tmp / "logs" / "**" / "journal.jsonl"), recursive=True):
+            for path in glob.glob(
+                str(self.tmp / "logs" / "**" / layout.JOURNAL_NAME), recursive=True
+            ):
                 if '"workers_started"' in Path(path).read_text():
                     return Path(path)
             if self.proc.poll() is not None:
@@ -290,7 +294,7 @@ def bench_long(a: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="tlbench_attach_long_"))
     run_dir = tmp / "run"
     run_dir.mkdir()
-    os.symlink(os.path.abspath(a.long), run_dir / "journal.jsonl")
+    os.symlink(os.path.abspath(a.long), run_dir / layout.JOURNAL_NAME)
     started = None
     with open(a.long, "rb") as fp:  # the last workers_started: its pids must show
         fp.seek(max(0, os.path.getsize(a.long) - (64 << 20)))

@@ -62,6 +62,8 @@ from run import (
     snapshot_code,
 )
 
+from tui_launch.core.model import layout
+
 MODES: dict[str, tuple[str, ...]] = {
     "default": (),
     "redirects": ("--redirects", "3"),
@@ -196,7 +198,9 @@ def one(launcher: str, mode: str, opts: argparse.Namespace, pythonpath: str | No
         if opts.console == "file":
             sample["console_bytes"] = os.path.getsize(console)
         if launcher == "tuilaunch" or mode != "default":
-            sizes = sorted(p.stat().st_size for p in (tmp / "logs").rglob("stdout.log"))
+            sizes = sorted(
+                p.stat().st_size for p in (tmp / "logs").rglob(layout.log_name(layout.STDOUT))
+            )
             sample["files_ok"] = sizes == [opts.lines * 100] * opts.nproc
     except (OSError, ValueError) as e:
         sample.update(ok=False, error=str(e), wall_s=None)

@@ -42,6 +42,7 @@ from prometheus_client.exposition import generate_latest  # noqa: E402
 from tui_launch import metrics  # noqa: E402
 from tui_launch.core.launch.args import Options  # noqa: E402
 from tui_launch.core.model import events as ev  # noqa: E402
+from tui_launch.core.model import layout  # noqa: E402
 from tui_launch.core.model.store import RunStore  # noqa: E402
 
 
@@ -65,11 +66,11 @@ def fill(store: RunStore, n: int, log_root: Path) -> None:
         )
     )
     for attempt in range(3):
-        log_dir = log_root / f"attempt_{attempt}"
+        log_dir = log_root / layout.attempt_name(attempt)
         for lr in range(n):
             (log_dir / str(lr)).mkdir(parents=True)
-            for name in ("stdout.log", "stderr.log"):
-                (log_dir / str(lr) / name).write_text("step\n")
+            for stream in layout.STREAMS:
+                Path(layout.rank_log_in(str(log_dir), lr, stream)).write_text("step\n")
         workers = tuple(
             ev.WorkerInfo(local_rank=i, global_rank=i, role_rank=i, world_size=n, pid=1000 + i)
             for i in range(n)

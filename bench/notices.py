@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from run import snapshot_code
 
+from tui_launch.core.model import layout
 from tui_launch.core.model.events import Notice, RunFinished, to_dict
 from tui_launch.testing import builders
 
@@ -101,7 +102,7 @@ def main() -> None:
         for n in a.notices:
             run_dir = os.path.join(tmp, f"run-{n}")
             os.makedirs(run_dir)
-            path = os.path.join(run_dir, "journal.jsonl")
+            path = layout.RunDirLayout(run_dir).journal
             events = write_journal(path, n)
             size = os.path.getsize(path) / 1e6
             for name, cmd in (

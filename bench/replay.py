@@ -54,6 +54,7 @@ from pathlib import Path
 
 from tui_launch.apps.replay import precompute
 from tui_launch.core.journal.timeline import Timeline
+from tui_launch.core.model import layout
 from tui_launch.core.model.events import LogMark, Restart, TelemetryRecord, to_dict
 from tui_launch.testing import builders
 from tui_launch.tui.sources.replay import OPEN_AT_END, ReplaySource
@@ -96,16 +97,16 @@ def write_journal(path: str, marks_per_s: int, seconds: int = DAY) -> int:
                 f.close()
             files = []
             for r in range(NPROC):
-                d = os.path.join(logs, f"attempt_{n}", str(r))
-                os.makedirs(d, exist_ok=True)
-                open(os.path.join(d, "stderr.log"), "w").close()
-                files.append(open(os.path.join(d, "stdout.log"), "w"))  # noqa: SIM115
+                attempt_dir = os.path.join(logs, layout.attempt_name(n))
+                os.makedirs(layout.rank_dir_in(attempt_dir, r), exist_ok=True)
+                open(layout.rank_log_in(attempt_dir, r, layout.STDERR), "w").close()
+                files.append(open(layout.rank_log_in(attempt_dir, r, layout.STDOUT), "w"))  # noqa: SIM115
             offsets.update(dict.fromkeys(((r, s) for r in range(NPROC) for s in STREAMS), 0))
             for e in builders.attempt(n, NPROC, t, 1000 + 100 * n):
                 if e.journaled:
                     data = to_dict(e)
                     if e.kind == "workers_started":
-                        data["log_dir"] = os.path.join(logs, f"attempt_{n}")
+                        data["log_dir"] = os.path.join(logs, layout.attempt_name(n))
                     put(data)
 
         put(to_dict(builders.run_started(NPROC, max_restarts=20)))

@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 
+from tui_launch.core.model import layout
 from tui_launch.core.model.events import LogMark, Restart, TelemetryRecord, to_dict
 from tui_launch.testing import builders
 
@@ -86,11 +87,11 @@ def write_journal(path: str, marks_per_s: int, seconds: int) -> int:
 
         def start(n: int, t: float) -> None:
             for r in range(NPROC):
-                d = os.path.join(run_dir, f"attempt_{n}", str(r))
-                os.makedirs(d, exist_ok=True)
-                with open(os.path.join(d, "stdout.log"), "w") as log:
+                run = layout.RunDirLayout(run_dir)
+                os.makedirs(run.rank_dir(n, r), exist_ok=True)
+                with open(run.rank_log(n, r, layout.STDOUT), "w") as log:
                     log.writelines(f"rank {r} step {k} loss 0.5\n" for k in range(200))
-                open(os.path.join(d, "stderr.log"), "w").close()
+                open(run.rank_log(n, r, layout.STDERR), "w").close()
             for e in builders.attempt(n, NPROC, t, 1000 + 100 * n):
                 if e.journaled:
                     put(to_dict(e))
@@ -159,7 +160,7 @@ def main() -> None:
     path = args.path or os.path.join(
         tempfile.gettempdir(),
         f"tuilaunch-report-{args.hours:g}h-{args.marks_per_s}",
-        "journal.jsonl",
+        layout.JOURNAL_NAME,
     )
     if not os.path.exists(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tui_launch.core.model import layout
+
 STARTUP = """\
 import torch  # what every attempt pays for before it fails
 import not_a_module_of_this_bench  # noqa: F401
@@ -61,7 +63,7 @@ def attempts_of(launcher: str, log_dir: Path, journal: Path) -> int:
     if launcher == "tuilaunch":
         lines = journal.read_text().splitlines() if journal.exists() else []
         return sum(1 for ln in lines if json.loads(ln).get("kind") == "workers_started")
-    return len(list(log_dir.glob("*/attempt_*")))
+    return len(list(log_dir.glob(f"*/{layout.ATTEMPT_PREFIX}*")))
 
 
 def launch(launcher: str, script: Path, work: Path, restarts: int) -> dict[str, float | int]:

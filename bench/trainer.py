@@ -43,6 +43,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as harness  # bench/run.py: environment, tokens, the frozen copy
 
+from tui_launch.core.model import layout
+
 ROOT = harness.ROOT
 TRAINER = ROOT / "examples" / "train_ddp.py"
 START = re.compile(r"\[RANK (\d+)\] start: restart_count=(\d+) world_size=\d+ pid=(\d+)")
@@ -55,7 +57,7 @@ LAUNCHERS = {
 
 def read_logs(logs: Path) -> str:
     text = []
-    for f in logs.rglob("stdout.log"):
+    for f in logs.rglob(layout.log_name(layout.STDOUT)):
         with contextlib.suppress(OSError):
             text.append(f.read_text(errors="replace"))
     return "\n".join(text)

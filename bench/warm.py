@@ -27,6 +27,8 @@ import time
 import uuid
 from pathlib import Path
 
+from tui_launch.core.model import layout
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 TOKEN_VAR = "TUILAUNCH_BENCH_TOKEN"
@@ -111,7 +113,7 @@ def worker_pids(journal: Path) -> set[int]:
 def measure(nproc: int, seconds: float, window: float) -> dict[str, object]:
     token = uuid.uuid4().hex
     tmp = Path(tempfile.mkdtemp(prefix="tlwarm_"))
-    journal = tmp / "journal.jsonl"
+    journal = tmp / layout.JOURNAL_NAME
     env = dict(os.environ, **{TOKEN_VAR: token, "PYTHONPATH": str(ROOT)})
     cmd = [
         sys.executable, "-m", "tui_launch", "--no-tui", "--warm-start", "--journal", str(journal),

@@ -8,6 +8,8 @@ run's shared state and settings.
 from __future__ import annotations
 
 import argparse
+import ast
+import inspect
 import json
 import os
 import signal
@@ -25,11 +27,15 @@ from tui_launch.core.launch.args import parse
 from tui_launch.core.launch.options import Options
 from tui_launch.core.launch.torchrun import TorchrunArgs
 from tui_launch.core.model import errors
-from tui_launch.core.model.events import Event, NodeChange
+from tui_launch.core.model.commands import Inject
+from tui_launch.core.model.events import ControlAction, Event, Injected, NodeChange
 from tui_launch.core.model.store import Phase, RunStore, Snapshot
 from tui_launch.core.model.text import cluster_lines
+from tui_launch.core.run import runner
 from tui_launch.core.run.config import RunConfig
+from tui_launch.core.run.control import Actions, Control, ShimDir
 from tui_launch.core.run.failures import collect_failures, run_outcome
+from tui_launch.core.run.faults import FaultExecutor
 from tui_launch.core.run.inject import Fired, Injector, InjectSpec, parse_spec
 from tui_launch.core.run.membership import ABSENCE_CONFIRM_SECONDS, Membership, failed_here
 from tui_launch.core.run.state import RunState
@@ -357,7 +363,6 @@ def _run_attempts(injector: Injector, rec: Recorder, per_attempt: list[int]) -> 
     waits for the firings it expects; then a sentinel firing (added last, due at once) shows
     that nothing else was due at the attempt's start before the attempt is ended.
     """
-    injector.bind(rec)
     for attempt, n in enumerate(per_attempt):
         before = len(rec.fired)
         injector.attempt_started(attempt, {g: g for g in range(8)}, 8)
@@ -376,7 +381,7 @@ def test_injector_same_seed_same_ranks():
     runs = []
     for _ in range(2):
         rec = Recorder()
-        got = _run_attempts(Injector(specs, seed=1234), rec, [2, 2, 2])
+        got = _run_attempts(Injector(specs, seed=1234, target=rec), rec, [2, 2, 2])
         runs.append(sorted((f.attempt, f.spec.kind, f.global_rank) for f in got))
     assert runs[0] == runs[1]
     assert all(0 <= g < 8 for _, _, g in runs[0])
@@ -386,12 +391,90 @@ def test_injector_same_seed_same_ranks():
 def test_injector_attempt_and_times():
     rec = Recorder()
     specs = [parse_spec("kill:rank=2,attempt=1"), parse_spec("exit:rank=3,times=2")]
-    got = _run_attempts(Injector(specs, seed=0), rec, [1, 2, 0, 0])
+    got = _run_attempts(Injector(specs, seed=0, target=rec), rec, [1, 2, 0, 0])
     assert sorted((f.attempt, f.spec.kind, f.global_rank, f.count) for f in got) == [
         (0, "exit", 3, 1),
         (1, "exit", 3, 2),  # times=2: once per attempt, then never again
         (1, "kill", 2, 1),  # attempt=1 only
     ]
+
+
+# ----------------------------------------------------------------------------- wiring
+
+
+def test_runner_builds_each_part_from_parts_built_before_it():
+    """Issue 33: no late binding in ``Runner.__init__``: no ``bind`` call, and no lambda that
+    reads an attribute of the runner assigned after it (the old ``schedule=lambda ...:
+    self.faults.inject(...)`` handed to Control before ``self.faults`` existed)."""
+    init = next(
+        n
+        for n in ast.walk(ast.parse(inspect.getsource(runner.Runner)))
+        if isinstance(n, ast.FunctionDef) and n.name == "__init__"
+    )
+    assigned: set[str] = set()
+    late: list[str] = []
+    for stmt in init.body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                assert node.func.attr != "bind", f"late binding: {ast.unparse(node)}"
+            if isinstance(node, ast.Lambda):
+                for inner in ast.walk(node.body):
+                    if (
+                        isinstance(inner, ast.Attribute)
+                        and isinstance(inner.value, ast.Name)
+                        and inner.value.id == "self"
+                        and inner.attr not in assigned
+                        and not callable(getattr(runner.Runner, inner.attr, None))
+                    ):
+                        late.append(ast.unparse(node))
+        for node in ast.walk(stmt):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+            ):
+                assigned.add(node.attr)
+    assert {"actions", "faults", "injector", "control", "supervisor"} <= assigned
+    assert not late, f"lambdas reaching a part assigned later: {late}"
+    assert not hasattr(Injector, "bind")
+
+
+def test_control_parts_built_in_order_schedule_and_fire_an_injection():
+    """The control parts alone, built in order (actions -> faults -> injector -> control), with
+    no runner: a live ``Inject`` is checked (world size, the bootstrap's refusal) and
+    scheduled, and its firing SIGKILLs a real process through the actions, journaled as an
+    ``Injected`` then a ``ControlAction``."""
+    store, ranks, state = RunStore(), RankTable(), RunState()
+    shim = ShimDir(False, no_python=False)
+    actions = Actions(
+        store.post, ranks, shim, state, dump=lambda r, s: None, stop=lambda g, r: None
+    )
+    faults = FaultExecutor(actions, ranks, shim, store.post, state)
+    injector = Injector((), seed=0, target=faults)
+    control = Control(actions, injector, ranks, shim, store.snapshot)
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        ranks.begin_attempt({0: proc.pid}, {0: 0}, 1)
+        state.set_phase(Phase.RUNNING)
+        refused = control.execute(Inject("exit:rank=0", source="test"))
+        assert (refused.ok, refused.detail) == (False, shim.no_shim_reason("exit"))
+        out_of_range = control.execute(Inject("kill:rank=3", source="test"))
+        assert not out_of_range.ok and "rank 3 is out of range" in out_of_range.detail
+        assert injector.specs == ()  # nothing refused was scheduled
+        ok = control.execute(Inject("kill:rank=0", source="test"))
+        assert (ok.ok, ok.detail) == (True, "scheduled kill:rank=0")
+        injector.attempt_started(0, {0: 0}, 1)
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        injector.close()
+        faults.close()
+        proc.kill()
+        proc.wait()
+    fired = [e for e in store.events() if isinstance(e, Injected | ControlAction)]
+    assert [type(e) for e in fired] == [Injected, ControlAction], fired
+    assert fired[0].ok and fired[0].source == "test"
+    assert fired[1].ok and fired[1].action == "kill" and fired[1].source == "inject, test"
 
 
 # ----------------------------------------------------------------------------- rank table

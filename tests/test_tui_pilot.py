@@ -23,13 +23,13 @@ from textual.widgets._footer import FooterKey
 from tui_launch.core.logs.sinks import LogBuffer
 from tui_launch.core.logs.tail import LogSource
 from tui_launch.core.model.events import RankExited, RunFinished
+from tui_launch.core.model.progress import fmt_duration
 from tui_launch.testing import builders, scenarios
 from tui_launch.testing.fake_source import FakeSource
 from tui_launch.tui import actions
 from tui_launch.tui.app import Dashboard
 from tui_launch.tui.commands import RunCommands
 from tui_launch.tui.modes import ReplayMode
-from tui_launch.tui.panels import render
 from tui_launch.tui.widgets.logpane import LOG_LINES_SHOWN
 from tui_launch.tui.widgets.screens import ConfirmScreen, HelpScreen
 from tui_launch.tui.widgets.table import WorkersTable
@@ -178,7 +178,7 @@ def test_healthy_panels_show_the_run() -> None:
             r[col["RSS"]].endswith("G") and r[col["CPU %"]].split()[-1].isdigit() for r in rows
         )
         # Uptime: workers started 0.6 s into the run, the fake clock is at 95 s.
-        assert rows[0][col["uptime"]] == render.ago(95.0 - 0.6)
+        assert rows[0][col["uptime"]] == fmt_duration(95.0 - 0.6, floor=True)
         assert [r[col["last log"]] for r in rows] == ["1s", "2s", "3s", "4s"]  # settled
         assert labels[:5] == ["rank", "local", "pid", "state", "exit"]
         # Progress (issue 15): rank 0 prints a tqdm bar; the others print no step.

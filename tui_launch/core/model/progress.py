@@ -168,15 +168,18 @@ def fmt_rate(rate: float | None) -> str:
     return f"{rate:.2f}"
 
 
-def fmt_duration(seconds: float | None) -> str:
-    """``45s``, ``12m``, ``3.5h`` (``-`` when unknown)."""
+def fmt_duration(seconds: float | None, *, floor: bool = False) -> str:
+    """A duration for people (``-`` for unknown), the one formatter of durations: ``45s``,
+    ``12m``, ``3.5h``. Minutes are rounded (an ETA, a stall), or with ``floor`` cut down (time
+    since: ``1m`` until two minutes have passed, so that a table of long-running ranks does not
+    redraw every second)."""
     if seconds is None:
         return "-"
     seconds = max(0.0, seconds)
     if seconds < 60:
         return f"{seconds:.0f}s"
     if seconds < 3600:
-        return f"{seconds / 60:.0f}m"
+        return f"{seconds // 60:.0f}m" if floor else f"{seconds / 60:.0f}m"
     return f"{seconds / 3600:.1f}h"
 
 

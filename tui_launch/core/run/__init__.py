@@ -1,7 +1,8 @@
 """One run: torch's torchrun path on a thread, observed, steered, and wound down.
 
-- ``runner``: the runner: creates the parts, sequences the run's start and end, and is the
-  live run handle (each call forwarded to the part that owns it).
+- ``runner``: the runner: creates the parts, each from parts built before it (no late
+  binding), sequences the run's start and end, and is the live run handle (each call
+  forwarded to the part that owns it).
 - ``config``: tuilaunch's settings for one run, built once from the command line (frozen;
   the command line itself is :mod:`tui_launch.core.launch`).
 - ``state``: the run's shared state under one lock: phase, stop and restart requests, outcome.
@@ -10,7 +11,8 @@
 - ``watchers``: the watchers of a run that has not crashed (dumps, hang watch, progress,
   stragglers), wired to the log tailer and the store.
 - ``handle``: the run handle, the one surface the front ends use.
-- ``control``: where a live run executes a command (:mod:`tui_launch.core.model.commands`).
+- ``control``: where a live run executes a command (:mod:`tui_launch.core.model.commands`):
+  the actions on the ranks and the run, and the command front that asks ``allowed``.
 - ``inject``: the ``--inject`` spec language and the scheduler that fires it.
 - ``faults``: what a fired injection does to a rank.
 - ``failures``: an attempt's failed ranks, from what torch and the rank table say.

@@ -1,10 +1,18 @@
 """The control API: what a front end, an injection or a test can do to a running job.
 
-Every verb is a command (:mod:`tui_launch.core.model.commands`); :meth:`Control.execute` is
-the one place a live run carries them out: signal, kill, stop or continue one rank; restart
-the group; make a Python worker exit or raise (through the worker bootstrap's order files);
-kill the whole node; schedule an injection; dump the ranks' stacks; stop the job. Every
-command posts one :class:`~tui_launch.core.model.events.ControlAction` (or, for a dump, a
+Every verb is a command (:mod:`tui_launch.core.model.commands`). Two layers, built in this
+order, so that nothing refers to a part made after it:
+
+- :class:`Actions` carries out what acts on the run: signal, kill, stop or continue one rank;
+  restart the group; make a Python worker exit or raise (through the worker bootstrap's order
+  files); kill the whole node; dump the ranks' stacks; stop the job. A fired injection acts
+  through it (:class:`~tui_launch.core.run.faults.FaultExecutor`), so it asks nothing.
+- :class:`Control` is the command front (:meth:`Control.execute`, behind
+  ``RunHandle.execute``): it asks :func:`~tui_launch.core.model.commands.allowed`, journals a
+  refusal, schedules an ``Inject`` on the :class:`~tui_launch.core.run.inject.Injector` (built
+  on the fault executor, built on the actions) and hands every other command to the actions.
+
+Every command posts one :class:`~tui_launch.core.model.events.ControlAction` (or, for a dump, a
 ``StacksDumped``), whether it worked or not, so the dashboard, the headless lines and the
 journal all say what was done and by whom.
 
@@ -39,6 +47,7 @@ from tui_launch.core.model.commands import (
     control_event,
 )
 from tui_launch.core.model.events import Event, StacksDumped
+from tui_launch.core.run import inject
 from tui_launch.core.run.state import RunState
 from tui_launch.core.workers.table import RankTable, signal_group
 
@@ -81,9 +90,17 @@ class ShimDir:
             f"--inject-ready (or an --inject {kind}:... spec)"
         )
 
+    def refusal(self, kind: str) -> str | None:
+        """Why this run cannot inject ``kind`` at all (None: it can). ``exit`` and
+        ``exception`` need the worker bootstrap, which only a worker started through it has:
+        the dashboard's menu greys them out with this reason instead of offering them."""
+        if kind in inject.SHIM_KINDS and self.path is None:
+            return self.no_shim_reason(kind)
+        return None
 
-class Control:
-    """The runner's control API over this node's ranks: :meth:`execute` runs a command.
+
+class Actions:
+    """What acts on this node's ranks and the run; :meth:`perform` carries out one action.
 
     Args:
         post: the run store's ``post``.
@@ -91,8 +108,6 @@ class Control:
         shim: the bootstrap's order directory.
         state: the run's state (a restart is a request the agent thread takes at its next
             tick, refused unless the group is running).
-        snapshot: the store's ``snapshot`` (what :func:`allowed` judges a command by).
-        schedule: schedules an ``--inject`` spec: ``(text, source) -> (ok, message)``.
         dump: dumps every live rank's stacks: ``(reason, source) -> StacksDumped | None``.
         stop: stops the run: ``(sig, reason)``.
     """
@@ -103,8 +118,6 @@ class Control:
         ranks: RankTable,
         shim: ShimDir,
         state: RunState,
-        snapshot: Callable[[], Snapshot],
-        schedule: Callable[[str, str], tuple[bool, str]],
         dump: Callable[[str, str], StacksDumped | None],
         stop: Callable[[int, str], None],
     ) -> None:
@@ -112,32 +125,16 @@ class Control:
         self._ranks = ranks
         self._shim = shim
         self._state = state
-        self._snapshot = snapshot
-        self._schedule = schedule
         self._dump = dump
         self._stop = stop
         # Called just before `node` kills the launcher (the dashboard restores the terminal).
         self.before_exit: list[Callable[[], None]] = []
 
-    def execute(self, cmd: Command) -> Outcome:
-        """Carry out ``cmd`` if :func:`allowed` lets it act on the run as it stands (else
-        journal the refusal); the outcome says what was done or why not."""
-        reason = allowed(self._snapshot(), cmd)
-        if reason is None:
-            return self.perform(cmd)
-        if isinstance(cmd, RankCommand):
-            rank = self._ranks.info(cmd.local_rank)
-            self._post(
-                control_event(cmd, False, reason, global_rank=rank.global_rank, pid=rank.pid)
-            )
-        else:
-            self._post(control_event(cmd, False, reason))
-        return Outcome(False, reason)
-
     def perform(self, cmd: Command) -> Outcome:
         """Carry out ``cmd`` without asking :func:`allowed` (an injection firing: the
         injector has checked the rank table itself, which may be ahead of the snapshot).
-        The one dispatch on the command's type."""
+        The one dispatch on the action's type; an ``Inject`` is no action (it schedules one:
+        :meth:`Control.execute`)."""
         if isinstance(cmd, SignalRank):
             return self._signal(cmd)
         if isinstance(cmd, ExitRank):
@@ -148,9 +145,6 @@ class Control:
             refused = self._state.request_restart()
             self._post(control_event(cmd, refused is None, refused or ""))
             return Outcome(refused is None, refused or "")
-        if isinstance(cmd, Inject):
-            # Scheduling posts nothing of its own: each firing is an Injected event later.
-            return Outcome(*self._schedule(cmd.spec, cmd.source))
         if isinstance(cmd, DumpStacks):
             event = self._dump(cmd.reason, cmd.source)  # posts the dump, or why none
             return Outcome(event is not None, "" if event else "no running worker", event)
@@ -162,7 +156,18 @@ class Control:
         if isinstance(cmd, KillNode):
             self._kill_node(cmd)
             return Outcome(True)  # only where os.kill is faked: the launcher is gone
-        raise TypeError(f"not a command: {cmd!r}")
+        raise TypeError(f"not an action: {cmd!r}")
+
+    def refuse(self, cmd: Command, reason: str) -> Outcome:
+        """Journal that ``cmd`` was refused for ``reason`` (naming the rank it was for)."""
+        if isinstance(cmd, RankCommand):
+            rank = self._ranks.info(cmd.local_rank)
+            self._post(
+                control_event(cmd, False, reason, global_rank=rank.global_rank, pid=rank.pid)
+            )
+        else:
+            self._post(control_event(cmd, False, reason))
+        return Outcome(False, reason)
 
     def _signal(self, cmd: SignalRank) -> Outcome:
         sig = signal.Signals(cmd.sig)
@@ -192,10 +197,6 @@ class Control:
                 ok, detail = False, str(e)
         self._post(control_event(cmd, ok, detail, global_rank=grank, pid=pid))
         return Outcome(ok, detail)
-
-    def is_stopped(self, local_rank: int) -> bool:
-        """Whether tuilaunch has stopped this rank and not continued it."""
-        return self._ranks.is_stopped(local_rank)
 
     def _order(self, cmd: RankCommand, order: dict[str, Any]) -> Outcome:
         from tui_launch.core.workers.shim import INJECT_SIGNAL
@@ -234,6 +235,51 @@ class Control:
         for pid in self._ranks.pids():
             signal_group(pid, signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Control:
+    """The run's command front: :meth:`execute` runs a command if the run allows it.
+
+    Args:
+        actions: what carries the commands out.
+        injector: the injection schedule (an ``Inject`` adds a spec to it).
+        ranks: the rank table (a live spec's ranks are checked against its world size).
+        shim: the bootstrap's order directory (why an ``exit``/``exception`` is refused).
+        snapshot: the store's ``snapshot`` (what :func:`allowed` judges a command by).
+    """
+
+    def __init__(
+        self,
+        actions: Actions,
+        injector: inject.Injector,
+        ranks: RankTable,
+        shim: ShimDir,
+        snapshot: Callable[[], Snapshot],
+    ) -> None:
+        self._actions = actions
+        self._injector = injector
+        self._ranks = ranks
+        self._shim = shim
+        self._snapshot = snapshot
+
+    def execute(self, cmd: Command) -> Outcome:
+        """Carry out ``cmd`` if :func:`allowed` lets it act on the run as it stands (else
+        journal the refusal); the outcome says what was done or why not."""
+        reason = allowed(self._snapshot(), cmd)
+        if reason is not None:
+            return self._actions.refuse(cmd, reason)
+        if isinstance(cmd, Inject):
+            # Scheduling posts nothing of its own: each firing is an Injected event later.
+            return Outcome(
+                *self._injector.schedule(
+                    cmd.spec, cmd.source, self._ranks.world_size, self._shim.refusal
+                )
+            )
+        return self._actions.perform(cmd)
+
+    def is_stopped(self, local_rank: int) -> bool:
+        """Whether tuilaunch has stopped this rank and not continued it."""
+        return self._ranks.is_stopped(local_rank)
 
 
 def _exited(pid: int) -> bool:

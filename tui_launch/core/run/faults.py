@@ -2,9 +2,10 @@
 
 :class:`~tui_launch.core.run.inject.Injector` decides *when* (per attempt, after a delay, a seeded
 random rank); :class:`FaultExecutor` is its :class:`~tui_launch.core.run.inject.Target` and does
-it, through the control API, so that every injection is an ``Injected`` event followed by the
-``ControlAction`` it caused. ``hang`` ends on a timer; ``slow`` runs a stop/continue loop per
-firing on a :class:`~tui_launch.core.periodic.Periodic`.
+it, through the control API's :class:`~tui_launch.core.run.control.Actions` (built before it;
+the injector is built on it, the command front on the injector), so that every injection is an
+``Injected`` event followed by the ``ControlAction`` it caused. ``hang`` ends on a timer;
+``slow`` runs a stop/continue loop per firing on a :class:`~tui_launch.core.periodic.Periodic`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tui_launch.core.model.commands import ExitRank, KillNode, RaiseInRank, Sign
 from tui_launch.core.model.events import Event, Injected
 from tui_launch.core.periodic import Periodic
 from tui_launch.core.run import inject
-from tui_launch.core.run.control import Control, ShimDir
+from tui_launch.core.run.control import Actions, ShimDir
 from tui_launch.core.run.inject import Fired, InjectSpec
 from tui_launch.core.run.state import RunState
 from tui_launch.core.workers.table import RankTable
@@ -28,9 +29,8 @@ class FaultExecutor:
     """Carries out fired injections on this node's ranks (implements ``inject.Target``).
 
     Args:
-        injector: the schedule (live injections are added to it).
+        actions: the control API's actions, that signals and orders go through.
         ranks: the rank table.
-        control: the control API that signals and orders go through.
         shim: the worker bootstrap's order directory (``exit``/``exception`` need it).
         post: the run store's ``post``.
         state: the run's state: whether the agent is monitoring the current attempt and no
@@ -39,48 +39,20 @@ class FaultExecutor:
 
     def __init__(
         self,
-        injector: inject.Injector,
+        actions: Actions,
         ranks: RankTable,
-        control: Control,
         shim: ShimDir,
         post: Callable[[Event], object],
         state: RunState,
     ) -> None:
-        self.injector = injector
+        self._actions = actions
         self._ranks = ranks
-        self._control = control
         self._shim = shim
         self._post = post
         self._state = state
         self._lock = threading.Lock()
         self._slow: list[Periodic] = []
         self._closed = False
-
-    def inject(self, text: str, source: str = "dashboard") -> tuple[bool, str]:
-        """Parse ``text`` (an ``--inject`` spec) and schedule it now; ``after`` counts from now.
-
-        Returns (ok, message): the message says what was scheduled or why it was refused.
-        """
-        try:
-            spec = inject.parse_spec(text)
-            world = self._ranks.world_size
-            if world:
-                inject.check_world_size([spec], world)
-        except inject.InjectError as e:
-            return False, str(e)
-        refusal = self.refusal(spec.kind)
-        if refusal is not None:
-            return False, refusal
-        self.injector.add(spec, source)
-        return True, f"scheduled {spec.canonical()}"
-
-    def refusal(self, kind: str) -> str | None:
-        """Why this run cannot inject ``kind`` at all (None: it can). ``exit`` and
-        ``exception`` need the worker bootstrap, which only a worker started through it has:
-        the dashboard's menu greys them out with this reason instead of offering them."""
-        if kind in inject.SHIM_KINDS and self._shim.path is None:
-            return self._shim.no_shim_reason(kind)
-        return None
 
     def attempt_alive(self, attempt: int) -> bool:
         """Whether ``attempt`` is the current one and still being monitored (not ending)."""
@@ -91,8 +63,9 @@ class FaultExecutor:
         rank = self._ranks.info(local_rank)
         pid, alive = rank.pid, rank.alive
         detail = "" if alive else "the rank is not running"
-        if alive and spec.kind in inject.SHIM_KINDS and self._shim.path is None:
-            alive, detail = False, self._shim.no_shim_reason(spec.kind)
+        refused = self._shim.refusal(spec.kind) if alive else None
+        if refused is not None:
+            alive, detail = False, refused
         self._post(
             Injected(
                 spec=spec.canonical(),
@@ -113,10 +86,10 @@ class FaultExecutor:
         source = "inject" if fired.source == "--inject" else f"inject, {fired.source}"
         if spec.kind == "kill":
             sig = inject.parse_signal(spec.signal)
-            return self._control.perform(SignalRank(local_rank, sig, source=source)).ok
+            return self._actions.perform(SignalRank(local_rank, sig, source=source)).ok
         if spec.kind == "hang":
             stop = SignalRank(local_rank, signal.SIGSTOP, source=source)
-            ok = self._control.perform(stop).ok
+            ok = self._actions.perform(stop).ok
             if ok and spec.duration is not None:
                 t = threading.Timer(
                     spec.duration, self._end_hang, (local_rank, pid, fired.attempt, source)
@@ -128,16 +101,16 @@ class FaultExecutor:
             self._start_slow(local_rank, pid, fired.attempt, spec)
             return True
         if spec.kind == "exit":
-            return self._control.perform(ExitRank(local_rank, spec.code, source=source)).ok
+            return self._actions.perform(ExitRank(local_rank, spec.code, source=source)).ok
         if spec.kind == "exception":
-            return self._control.perform(RaiseInRank(local_rank, spec.message, source=source)).ok
+            return self._actions.perform(RaiseInRank(local_rank, spec.message, source=source)).ok
         if spec.kind == "node":
-            self._control.perform(KillNode(source=source))
+            self._actions.perform(KillNode(source=source))
         return False
 
     def _end_hang(self, local_rank: int, pid: int, attempt: int, source: str) -> None:
         if self._ranks.still_hung(local_rank, pid, attempt):
-            self._control.perform(SignalRank(local_rank, signal.SIGCONT, source=source))
+            self._actions.perform(SignalRank(local_rank, signal.SIGCONT, source=source))
 
     def _start_slow(self, local_rank: int, pid: int, attempt: int, spec: InjectSpec) -> None:
         # A straggler: stopped duty % of every period. The toggles are not events (two a
@@ -169,9 +142,8 @@ class FaultExecutor:
         loop.start()
 
     def close(self) -> None:
-        """The run is over: nothing fires any more, stopped ``slow`` ranks are let go, and the
-        bootstrap's order directory is removed."""
-        self.injector.close()
+        """The run is over (the injector is closed: nothing fires any more): stopped ``slow``
+        ranks are let go, and the bootstrap's order directory is removed."""
         with self._lock:
             self._closed = True
             loops, self._slow = self._slow, []

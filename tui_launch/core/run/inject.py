@@ -15,7 +15,9 @@ attempt; default any), ``times`` (how many times in all, at most once per attemp
 
 :func:`parse_spec` checks a spec completely before anything starts (one :class:`InjectError`
 naming the bad field); :class:`Injector` schedules the specs against each attempt and fires them
-through the runner's control API, so every injection is an event in the store and the journal.
+through its target, the run's fault executor (:mod:`.faults`, built before it, acting through
+the control API's actions), so every injection is an event in the store and the journal;
+:meth:`Injector.schedule` adds a spec given while the run goes on (the ``Inject`` command).
 ``exit`` and ``exception`` need the worker's cooperation, which :mod:`tui_launch.core.workers.shim`
 provides without any change to the user's program (see there).
 """
@@ -28,7 +30,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -333,15 +335,27 @@ class Injector:
     :meth:`attempt_ended` when they go; firing goes through ``target.inject_fault`` on a timer
     thread. ``rank=random`` draws come from one ``random.Random(seed)`` in a fixed order (spec
     order, at each attempt's start), so the same seed gives the same schedule.
+
+    Args:
+        specs: the ``--inject`` specs.
+        seed: the seed of ``rank=random`` draws (None: a fresh one).
+        target: what the injections act on (the run's fault executor, built before the
+            injector; None: a schedule that fires nothing).
     """
 
-    def __init__(self, specs: Sequence[InjectSpec] = (), seed: int | None = None) -> None:
+    def __init__(
+        self,
+        specs: Sequence[InjectSpec] = (),
+        seed: int | None = None,
+        *,
+        target: Target | None = None,
+    ) -> None:
         self.seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         self._rng = random.Random(self.seed)
         self._lock = threading.Lock()
         self._entries = [_Entry(s, "--inject") for s in specs]
         self._timers: list[threading.Timer] = []
-        self._target: Target | None = None
+        self._target = target
         self._attempt = -1
         self._t0 = 0.0
         self._ranks: dict[int, int] = {}  # global rank -> local rank on this node
@@ -364,10 +378,6 @@ class Injector:
     def uses_random(self) -> bool:
         """Whether any spec draws its rank (and so depends on the seed)."""
         return any(s.rank == RANDOM for s in self.specs)
-
-    def bind(self, target: Target) -> None:
-        """Set what the injections act on (the run's fault executor)."""
-        self._target = target
 
     def attempt_started(self, attempt: int, ranks: dict[int, int], world_size: int) -> None:
         """An attempt's workers are running: schedule every spec that applies to it."""
@@ -392,6 +402,31 @@ class Injector:
             self._entries.append(entry)
             if self._attempt >= 0 and not self._closed:
                 self._plan_locked(entry)
+
+    def schedule(
+        self,
+        text: str,
+        source: str,
+        world_size: int,
+        refusal: Callable[[str], str | None],
+    ) -> tuple[bool, str]:
+        """Parse ``text`` (an ``--inject`` spec) and schedule it now; ``after`` counts from now.
+
+        ``world_size`` (0: not known yet) bounds its rank; ``refusal(kind)`` says why this run
+        can never inject ``kind`` (None: it can). Returns (ok, message): the message says what
+        was scheduled or why it was refused.
+        """
+        try:
+            spec = parse_spec(text)
+            if world_size:
+                check_world_size([spec], world_size)
+        except InjectError as e:
+            return False, str(e)
+        refused = refusal(spec.kind)
+        if refused is not None:
+            return False, refused
+        self.add(spec, source)
+        return True, f"scheduled {spec.canonical()}"
 
     def close(self) -> None:
         """The run is over: nothing fires any more."""

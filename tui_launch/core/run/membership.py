@@ -80,6 +80,11 @@ class Membership:
         self._absent_since = 0.0
         self.cluster: ClusterView | None = None  # once the first rendezvous is done
 
+    @property
+    def host(self) -> str:
+        """This node's host name (what its failures and ``RunStarted`` name)."""
+        return self._host
+
     def note(self, group_world_size: int, live: RendezvousSample | None, next_attempt: int) -> None:
         """Remember this round; post which nodes joined or left since the previous one.
 

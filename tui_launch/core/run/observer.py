@@ -38,6 +38,8 @@ from tui_launch.core.model.events import (
 from tui_launch.core.model.policy import RestartPolicy, attempt_record
 from tui_launch.core.model.store import Phase, RunStore
 from tui_launch.core.run import inject, reports
+from tui_launch.core.run.config import RunConfig
+from tui_launch.core.run.control import ShimDir
 from tui_launch.core.run.failures import classified, collect_failures, hang_failures, with_peers
 from tui_launch.core.run.membership import Membership, failed_here
 from tui_launch.core.run.rundir import RunFiles
@@ -64,20 +66,20 @@ class Supervisor:
 
     Args:
         torchrun: torchrun's arguments, read once (torch's namespace in ``namespace``).
+        config: tuilaunch's settings for the run (its restart policy, its Slurm job, the
+            notes said with ``RunStarted``).
         store: where events go.
-        host: this node's host name.
         state: the run's shared state (the phase it moves on, the requests it takes).
         files: the run's files (logs, error files, the tailer).
         ranks: the rank table.
-        membership: rounds, lost nodes and the cluster view.
+        membership: rounds, lost nodes and the cluster view (and this node's host name).
         injector: the injection schedule (armed per attempt).
         diagnosis: the watchers (hangs to act on, survivors to dump).
         stopper: the stop request's way out through torch.
+        shim: the worker bootstrap's directory, where a worker whose main returned leaves
+            its marker (no directory: no bootstrap, no markers).
         telemetry: the GPU/process sampler (None: none).
         warm: ``--warm-start``'s spare (None: cold starts).
-        policy: the restart policy (default: the smart one).
-        marks: the worker bootstrap's directory, where a worker whose main returned leaves
-            its marker (None: no bootstrap, no markers).
 
     Its own state (the pending cause, the failure count, the notes...) is the agent thread's:
     set up before that thread starts, then read and written only by it (the rendezvous sampler
@@ -87,8 +89,8 @@ class Supervisor:
     def __init__(
         self,
         torchrun: TorchrunArgs,
+        config: RunConfig,
         store: RunStore,
-        host: str,
         state: RunState,
         *,
         files: RunFiles,
@@ -97,16 +99,14 @@ class Supervisor:
         injector: inject.Injector,
         diagnosis: Diagnosis,
         stopper: Stopper,
+        shim: ShimDir,
         telemetry: Telemetry | None,
         warm: WarmPool | None,
-        slurm_job: str | None = None,
-        policy: RestartPolicy | None = None,
-        marks: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._torchrun = torchrun
         self._args = torchrun.namespace
         self._store = store
-        self._host = host
+        self._host = membership.host
         self._state = state
         self._files = files
         self._ranks = ranks
@@ -116,9 +116,9 @@ class Supervisor:
         self._stopper = stopper
         self._telemetry = telemetry
         self._warm = warm
-        self._slurm_job = slurm_job
-        self._policy = policy or RestartPolicy()
-        self._marks = marks  # the bootstrap's directory: its main-returned markers
+        self._slurm_job = config.slurm_job
+        self._policy = RestartPolicy(config.policy)
+        self._shim = shim  # the bootstrap's directory: its main-returned markers
         self._oom = OomWatch()
         # Set when the policy ends the run because every rank's main returned: the outcome.
         self.completed_in_teardown: str | None = None
@@ -130,7 +130,7 @@ class Supervisor:
         self._user_max_restarts = torchrun.max_restarts
         self._rdzv_t0 = 0.0
         self._last_group_state: str | None = None
-        self._notes: tuple[str, ...] = ()  # said with RunStarted
+        self._notes: tuple[str, ...] = tuple(config.notes)  # said with RunStarted
 
     def note(self, text: str) -> None:
         """Add a note for ``RunStarted`` (before the agent exists)."""
@@ -342,7 +342,7 @@ class Supervisor:
 
     def _classify(self, failures: tuple[Failure, ...]) -> tuple[Failure, ...]:
         """Each failure's class, with the step its rank was at and the bootstrap's markers."""
-        marks = self._marks()
+        marks = self._shim.path
         # A fresh progress sample: the lines just drained, not the last 1 Hz tick's.
         with contextlib.suppress(Exception):
             self._diagnosis.progress.tick()

@@ -36,11 +36,10 @@ from tui_launch.core.logs.tail import Accepts, LineSink, PartialSink, RawSink
 from tui_launch.core.model import exitcodes, failclass
 from tui_launch.core.model.commands import Command, Outcome
 from tui_launch.core.model.events import LogMark, Notice, RunFinished
-from tui_launch.core.model.policy import RestartPolicy
 from tui_launch.core.model.store import RunStore
 from tui_launch.core.run import inject, reports
 from tui_launch.core.run.config import RunConfig
-from tui_launch.core.run.control import Control, ShimDir
+from tui_launch.core.run.control import Actions, Control, ShimDir
 from tui_launch.core.run.failures import error_class, run_outcome
 from tui_launch.core.run.faults import FaultExecutor
 from tui_launch.core.run.membership import Membership
@@ -109,7 +108,6 @@ class Runner:
         )
         self.files.journal.on_error = self._say
         self.files.agent_log.on_error = self._say
-        self.injector = inject.Injector(config.inject, seed=config.inject_seed)
         self.shim = ShimDir(config.bootstrap, self.torchrun.no_python)
         self.diagnosis = Diagnosis(
             store, self.ranks, self.files, self.state, config, self.shim, self._rank_cpu
@@ -119,28 +117,27 @@ class Runner:
         self.stopper = Stopper(
             self.torchrun, self.ranks, store.post, self.state, self._finish, config.preempt_signals
         )
-        # Late-bound: the fault executor (an Inject's scheduler) needs the control API too.
-        self.control = Control(
+        # Each part is built from parts built before it (no late binding): what acts on the
+        # ranks, what a fired injection does through it, the schedule that fires it, and the
+        # command front that schedules a live spec.
+        self.actions = Actions(
             store.post,
             self.ranks,
             self.shim,
             self.state,
-            snapshot=store.snapshot,
-            schedule=lambda text, source: self.faults.inject(text, source),
             dump=self.dumper.dump_stacks,
             stop=self.stopper.stop,
         )
-        self.faults = FaultExecutor(
-            self.injector, self.ranks, self.control, self.shim, store.post, self.state
-        )
-        self.injector.bind(self.faults)
+        self.faults = FaultExecutor(self.actions, self.ranks, self.shim, store.post, self.state)
+        self.injector = inject.Injector(config.inject, seed=config.inject_seed, target=self.faults)
+        self.control = Control(self.actions, self.injector, self.ranks, self.shim, store.snapshot)
         self.membership = Membership(
             store.post, store.snapshot, self.host, self.torchrun, dumper=self.dumper
         )
         self.supervisor = Supervisor(
             self.torchrun,
+            config,
             store,
-            self.host,
             self.state,
             files=self.files,
             ranks=self.ranks,
@@ -148,14 +145,10 @@ class Runner:
             injector=self.injector,
             diagnosis=self.diagnosis,
             stopper=self.stopper,
+            shim=self.shim,
             telemetry=telemetry,
             warm=warm,
-            slurm_job=config.slurm_job,
-            policy=RestartPolicy(config.policy),
-            marks=lambda: self.shim.path,
         )
-        for line in config.notes:
-            self.supervisor.note(line)
         self._sampler = rendezvous.Sampler(store.post, self.supervisor.rdzv_handler)
         if self.injector.uses_random:
             seed = self.injector.seed
@@ -323,7 +316,8 @@ class Runner:
             ("log tailer", self.files.tailer.stop),
             ("diagnosis", self.diagnosis.stop),  # after the tailer: its last lines count
             ("telemetry", self.telemetry.stop if self.telemetry is not None else _nothing),
-            ("injections", self.faults.close),
+            ("injections", self.injector.close),  # nothing fires any more
+            ("faults", self.faults.close),
             ("warm start", self.warm.close if self.warm is not None else _nothing),
             ("orphans", self._sweep),  # after the spare: nothing it forked is left
             ("saved", self.supervisor.note_saved),
@@ -433,7 +427,7 @@ class Runner:
 
     def before_exit(self, hook: Callable[[], None], first: bool = False) -> None:
         """Call ``hook`` just before a ``node`` injection SIGKILLs the launcher."""
-        hooks = self.control.before_exit
+        hooks = self.actions.before_exit
         hooks.insert(0, hook) if first else hooks.append(hook)
 
     # ------------------------------------------------------------------ control API
@@ -448,7 +442,7 @@ class Runner:
 
     def inject_refusal(self, kind: str) -> str | None:
         """Why this run can never inject ``kind``; None when it can."""
-        return self.faults.refusal(kind)
+        return self.shim.refusal(kind)
 
     def attempt_alive(self, attempt: int) -> bool:
         """Whether ``attempt`` is the current one and still being monitored (not ending)."""

@@ -14,13 +14,13 @@ from rich.text import Text
 
 from tui_launch.core.model import errors
 from tui_launch.core.model.events import CollectiveSample, GpuState, RankReading
-from tui_launch.core.model.progress import ProgressView
+from tui_launch.core.model.progress import ProgressView, fmt_duration
 from tui_launch.core.model.store import LIVE_STATES, RankState, RankView, Snapshot
 from tui_launch.core.model.telemetry import TelemetryView
 from tui_launch.core.model.text import fmt_bytes
 from tui_launch.tui.panels.base import Frame, Panel, Where
 from tui_launch.tui.panels.progress import PROGRESS_COLUMNS, progress_cells
-from tui_launch.tui.panels.render import STATE_STYLE, ago
+from tui_launch.tui.panels.render import STATE_STYLE
 
 SPARK = "▁▂▃▄▅▆▇█"
 
@@ -252,8 +252,8 @@ def rank_cells(
         gpu,
         util,
         gmem,
-        ago(end - r.started),
-        ago(now - last_log) if last_log is not None else "-",
+        fmt_duration(end - r.started, floor=True),
+        fmt_duration(now - last_log, floor=True) if last_log is not None else "-",
     )
 
 
@@ -318,6 +318,6 @@ def collective_cell(global_rank: int, sample: CollectiveSample | None) -> Text:
                 return Text("-", style="dim")
             text = f"{rc.op} #{rc.seq}" if rc.op else f"#{rc.seq}"
             if rc.waiting >= 1:
-                text += f" {ago(rc.waiting)}"
+                text += f" {fmt_duration(rc.waiting, floor=True)}"
             return Text(text, style="yellow" if rc.waiting >= _LONG_WAIT else "")
     return Text("-", style="dim")

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tui_launch.core.model.events import Failure, NodeStatus
+from tui_launch.core.model.progress import fmt_duration
 from tui_launch.core.model.redact import redact_args
 from tui_launch.core.model.store import Phase, RankState, Snapshot
 from tui_launch.core.model.text import clock, failure_details, failure_headline
@@ -40,19 +41,6 @@ STATE_STYLE: dict[RankState, str] = {
     RankState.FAILED: "bold red",
     RankState.RESTARTING: "magenta",
 }
-
-
-def ago(seconds: float | None) -> str:
-    """``3s``, ``2m``, ``1.5h`` (or ``-``): seconds only in the first minute, so that a table of
-    long-running ranks does not change (and redraw) every second."""
-    if seconds is None:
-        return "-"
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    if seconds < 3600:
-        return f"{seconds // 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
 
 
 def phase_label(s: Snapshot) -> tuple[str, str]:
@@ -185,7 +173,11 @@ def rendezvous_panel(s: Snapshot, now: float) -> RenderableType:
         for p in live.participants:
             mark = "*" if p.this_node else " "
             age = p.heartbeat_age
-            hb = "" if age is None else ("hb <5s" if age < 5 else f"hb {ago(age)}")
+            hb = (
+                ""
+                if age is None
+                else ("hb <5s" if age < 5 else f"hb {fmt_duration(age, floor=True)}")
+            )
             if s.finished is not None:
                 hb = ""  # the last heartbeat seen is not a live one once the job is over
             lw = f"x{local[p.node]}" if p.node in local else ""
@@ -356,7 +348,7 @@ def cluster_panel(s: Snapshot, now: float) -> RenderableType:
             ranks,
             f"{f}/{m}/{mb}",
             n.gpu or "-",
-            "now" if not n.age else ago(n.age),
+            "now" if not n.age else fmt_duration(n.age, floor=True),
             Text(n.error or "", style="red"),
         )
     more = len(nodes) - CLUSTER_ROWS
