@@ -263,6 +263,19 @@ class MemKV:
             return None
         return [v for k, v in self.data.items() if k.startswith(pfx + "s/")]
 
+    def append(self, pfx: str, value: bytes) -> None:
+        self.set(pfx + str(self.add(pfx + "n", 1)), value)
+
+    def appended(self, pfx: str, start: int) -> list[bytes]:
+        self._check()
+        n = int(self.data.get(pfx + "n", b"0"))
+        out = []
+        for k in range(start + 1, n + 1):
+            if pfx + str(k) not in self.data:
+                break
+            out.append(self.data[pfx + str(k)])
+        return out
+
     def describe(self) -> str:
         return "mem"
 

@@ -6,4 +6,5 @@ one; the fake NVML the product itself uses lives in :mod:`tui_launch.core.teleme
 - ``builders``: small builders of the events a run is made of.
 - ``fake_source``: ``FakeSource``, a deterministic ``Source`` for pilot and snapshot tests.
 - ``scenarios``: the deterministic runs the dashboard is tested and pictured in.
+- ``scale``: emulated nodes' synthetic ranks and counted store clients (``bench/scale.py``).
 """

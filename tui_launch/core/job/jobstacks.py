@@ -14,16 +14,25 @@ Keys, under the cluster view's prefix ``tuilaunch/<run id>/cluster/``:
 
 * ``d/n``               a counter (``add``): how many job-wide dumps were asked for;
 * ``d/r/<k>``           the k-th request: who asked, why (JSON, written once);
-* ``d/a/<k>/<node>``    one node's answer: its verdict and where each of its ranks is (JSON);
+* ``d/a/<k>/``          the answers, a list (``KV.append``: a counter and a slot each on a
+  ``TCPStore``, etcd's in-order keys): one node's verdict and where each of its ranks is
+  (JSON, a summary per rank: place, the collective it waits in, its Flight Recorder's last
+  collective, a few innermost frames; the stack files stay on that node, named by path);
 * ``d/j/<k>``           the gathered record, for the nodes that answered (their Cluster and
-  Stacks tabs show the job too; innermost frames only for jobs of up to 64 ranks).
+  Stacks tabs show the job too): every rank with its frames for jobs of up to 64 ranks; past
+  that, the verdict with only the odd ranks and their nodes (every rank is in ``job.json`` on
+  the asking node), so that N nodes reading it back move N small records, not N copies of
+  the job.
 
 Dumps taken before a failed group's teardown (``before-kill``: every node tears down anyway),
 the hang watch's confirming dump (its suspicion already asked) and the answers themselves
 (``remote``) are not broadcast. A node that joins later answers only requests made after it
 joined. Requests, answers and gathers are small; the only steady cost is one counter read per
-cluster tick (every :data:`~tui_launch.core.job.view.RIDER_TICK`, 0.25 s, while a request is
-under way).
+cluster tick (every :data:`~tui_launch.core.job.view.RIDER_TICK`, 0.25 s, while a request or
+an answer is under way; every :data:`FOLLOW_TICK` while a node that answered waits for the
+gathered record). The asking node expects an answer from every node registered in the cluster
+view (read from the store when it asks, not from its last read, which at 1,000 nodes may be
+40 s old) but those last seen finished or silent; bench/scale.py measured it (docs/SCALING.md).
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ from tui_launch.core.diagnosis.dumps import Dumper, Taken
 from tui_launch.core.diagnosis.stacks import RankPlace, judge, place_of, rank_list
 from tui_launch.core.diagnosis.stacks.collective import collective_verdict
 from tui_launch.core.diagnosis.stacks.model import Collective, RankRecord
-from tui_launch.core.job.view import KV
+from tui_launch.core.job.view import KV, RIDER_TICK, registered_nodes
 from tui_launch.core.model.events import (
     Event,
     JobNode,
@@ -59,7 +68,8 @@ NOT_BROADCAST_SOURCES = frozenset({"remote", "before-kill"})
 NOT_BROADCAST_REASONS = frozenset({"hang-confirm"})
 REMOTE = "remote"  # the source of a dump taken because another node asked
 MISSING_REQUEST_WAIT = 10.0  # s a counted request may stay unwritten before it is skipped
-SHARED_FRAMES_UP_TO = 64  # ranks: bigger jobs share the gathered record without frames
+SHARED_FRAMES_UP_TO = 64  # ranks: bigger jobs share only the verdict and the odd ranks
+FOLLOW_TICK = 1.0  # s between reads of the gathered record on a node that answered
 
 
 def wants_broadcast(taken: Taken) -> bool:
@@ -254,6 +264,7 @@ class _Gather:
     expected: tuple[str, ...]
     deadline: float
     answers: dict[str, tuple[JobNode, tuple[JobRank, ...]]] = field(default_factory=dict)
+    read: int = 0  # answers read from the store's list so far
 
 
 class JobDumps:
@@ -298,6 +309,7 @@ class JobDumps:
         self._gathers: dict[int, _Gather] = {}
         self._seen: int | None = None  # the last request looked at
         self._missing: dict[int, float] = {}  # counted requests not written yet: since when
+        self._since = time.time()  # requests made before this are not ours to answer
 
     def _group_rank(self) -> int | None:
         rv = self._snapshot().rendezvous
@@ -307,9 +319,13 @@ class JobDumps:
     def busy(self) -> bool:
         """Whether a request, an answer or a gather is under way (the loop then ticks fast)."""
         with self._lock:
-            return bool(
-                self._outgoing or self._answers or self._answering or self._gathers or self._follow
-            )
+            return bool(self._outgoing or self._answers or self._answering or self._gathers)
+
+    @property
+    def following(self) -> bool:
+        """Whether this node answered and waits for the gathered record."""
+        with self._lock:
+            return bool(self._follow)
 
     def on_taken(self, taken: Taken) -> None:
         """A dumper listener: a local dump for a person or a hang goes to every node."""
@@ -320,17 +336,18 @@ class JobDumps:
             self._outgoing.append((taken, answer))
         self._wake()
 
-    def tick(self, kv: KV, pfx: str, nodes: Sequence[NodeStatus]) -> bool:
-        """On the cluster loop: send requests, answer others', gather; True while busy."""
+    def tick(self, kv: KV, pfx: str, nodes: Sequence[NodeStatus]) -> float | None:
+        """On the cluster loop: send requests, answer others', gather; returns the seconds to
+        the next tick while something is under way (None: the cluster interval)."""
         key = pfx + "d/"
         if self._seen is None:
-            self._seen = kv.add(key + "n", 0)  # older requests are not ours to answer
+            self._seen = self._first_seen(kv, key)
         with self._lock:
             outgoing, self._outgoing = self._outgoing, []
             answers, self._answers = self._answers, []
         now = time.monotonic()
         try:
-            self._send(kv, key, now, outgoing, answers, nodes)
+            self._send(kv, pfx, now, outgoing, answers, nodes)
         except Exception:
             with self._lock:  # the store failed: send what is left at the next tick
                 self._outgoing[:0] = outgoing
@@ -339,26 +356,31 @@ class JobDumps:
         self._poll_requests(kv, key)
         self._gather(kv, key, now)
         self._read_gathered(kv, key, now)
-        return self.busy
+        if self.busy:
+            return RIDER_TICK
+        return FOLLOW_TICK if self.following else None
 
     def _send(
         self,
         kv: KV,
-        key: str,
+        pfx: str,
         now: float,
         outgoing: list[tuple[Taken, tuple[JobNode, tuple[JobRank, ...]]]],
         answers: list[tuple[int, bytes]],
         nodes: Sequence[NodeStatus],
     ) -> None:
         """Publish this node's requests and answers; each leaves its list once sent."""
+        key = pfx + "d/"
         while outgoing:
             taken, (info, ranks) = outgoing[0]
             k = kv.add(key + "n", 1)
             request = {"node": self.node, "reason": taken.event.reason, "t": time.time()}
             request["source"] = taken.event.source
             kv.set(key + f"r/{k}", json.dumps(request).encode())
-            kv.set(key + f"a/{k}/{self.node}", encode_answer(info, ranks))
-            expected = {n.node for n in nodes if _alive(n)} | {self.node}
+            # Every node registered now, but those last seen finished or silent.
+            gone = {n.node for n in nodes if not _alive(n)}
+            alive = {n.node for n in nodes if _alive(n)}
+            expected = (registered_nodes(kv, pfx) - gone) | alive | {self.node}
             gather = _Gather(
                 k,
                 taken.event.reason,
@@ -373,10 +395,24 @@ class JobDumps:
             outgoing.pop(0)
         while answers:
             k, raw = answers[0]
-            kv.set(key + f"a/{k}/{self.node}", raw)
+            kv.append(key + f"a/{k}/", raw)
             with self._lock:
                 self._follow[k] = now + self.timeout + 5.0
             answers.pop(0)
+
+    def _first_seen(self, kv: KV, key: str) -> int:
+        """The last request not ours to answer: those made before this node joined. The
+        newest may have been made between this node's registration (which the asking node
+        counted on) and this first look: that one is answered."""
+        n = kv.add(key + "n", 0)
+        if n <= 0:
+            return n
+        (raw,) = kv.get_many([key + f"r/{n}"])
+        try:
+            made = float(json.loads(raw or b"{}").get("t", 0.0))
+        except (ValueError, TypeError, AttributeError):
+            made = 0.0
+        return n - 1 if made >= self._since else n
 
     def _read_gathered(self, kv: KV, key: str, now: float) -> None:
         """On a node that answered: the asking node's gathered record, posted here too."""
@@ -448,13 +484,14 @@ class JobDumps:
         with self._lock:
             gathers = list(self._gathers.values())
         for g in gathers:
-            want = [x for x in g.expected if x not in g.answers]
-            if want:
-                raws = kv.get_many([key + f"a/{g.request}/{x}" for x in want])
-                for x, raw in zip(want, raws, strict=True):
-                    got = decode_answer(raw) if raw is not None else None
+            if any(x not in g.answers for x in g.expected):
+                # Only the answers not read yet: one or two round trips however many nodes.
+                new = kv.appended(key + f"a/{g.request}/", g.read)
+                g.read += len(new)
+                for raw in new:
+                    got = decode_answer(raw)
                     if got is not None:
-                        g.answers[x] = got
+                        g.answers[got[0].node] = got
             missing = [x for x in g.expected if x not in g.answers]
             if missing and now < g.deadline:
                 continue
@@ -463,11 +500,22 @@ class JobDumps:
             with self._lock:
                 self._gathers.pop(g.request, None)
             self._post(event)
-            shared = event
-            if len(event.ranks) > SHARED_FRAMES_UP_TO:
-                shared = replace(event, ranks=tuple(replace(r, frames=()) for r in event.ranks))
-            data = json.dumps(to_dict(shared), separators=(",", ":")).encode()
+            data = json.dumps(to_dict(shared_record(event)), separators=(",", ":")).encode()
             kv.set(key + f"j/{g.request}", data)
+
+
+def shared_record(e: JobStacks) -> JobStacks:
+    """What the asking node puts in the store for the nodes that answered: the whole record
+    for a job of up to :data:`SHARED_FRAMES_UP_TO` ranks; past that, the verdict with only the
+    odd ranks (their frames kept) and the nodes that run them or did not answer as they should
+    (every node reads it back: N copies of every rank is what would grow as N squared)."""
+    if len(e.ranks) <= SHARED_FRAMES_UP_TO:
+        return e
+    odd = set(e.odd_ranks)
+    ranks = tuple(r for r in e.ranks if r.global_rank in odd)
+    where = {r.node for r in ranks} | {e.requested_by}
+    nodes = tuple(n for n in e.nodes if n.node in where or n.error)
+    return replace(e, ranks=ranks, nodes=nodes)
 
 
 def _shared_event(raw: bytes) -> JobStacks | None:

@@ -15,12 +15,17 @@ Keys (all under ``tuilaunch/<run id>/cluster/``):
 * ``s/<id>``  that node's latest status (overwritten; ~300-600 bytes).
 
 (and ``d/...``: job-wide stack dumps, :mod:`.jobstacks`, which rides on this loop as the view's
-``rider``: one counter read per tick, and a tick every 0.25 s while a dump is under way).
+``rider``: one counter read per tick, and a tick every 0.25 s while a dump is under way; those
+fast ticks do not write this node's record again, which stays at its interval).
 
-A ``TCPStore`` cannot list keys, hence the counter and index; etcd can, and its records carry a
-TTL so that a dead node's record disappears. Everything runs on one daemon thread with short
-store timeouts: the agent thread never waits for the cluster view, and a store that is gone
-(its host died) only leaves the view stale, marked with an error.
+A ``TCPStore`` cannot list keys, hence the counter and index (read in O(log N) round trips
+while its last entries are counted but not yet written); etcd can, and its records carry a TTL
+so that a dead node's record disappears. Every node reads every record every ``interval x
+max(1, N/50)`` s, about 25 records a second, and backs off (up to 8x) while a read is slow.
+Everything runs on one daemon thread with short store timeouts, the GIL released while a store
+call waits: the agent thread never waits for the cluster view, and a store that is gone (its
+host died) or buried only leaves the view stale, marked with an error. ``bench/scale.py``
+measures it at up to 1,000 nodes against torch's own keep-alives (docs/SCALING.md).
 """
 
 from __future__ import annotations
@@ -47,10 +52,15 @@ READ_BUDGET_NODES = 50
 _TIMEOUT_S = 3.0
 _ERROR_CHARS = 160
 # Something else that uses the cluster view's store client on its loop (job-wide stack dumps):
-# called every tick with the client, the key prefix and the nodes last read; True asks for the
-# next tick soon.
-Rider = Callable[["KV", str, "tuple[NodeStatus, ...]"], bool]
+# called every tick with the client, the key prefix and the nodes last read; returns the
+# seconds to its next tick when it wants one sooner than the interval (None: the interval).
+Rider = Callable[["KV", str, "tuple[NodeStatus, ...]"], "float | None"]
 RIDER_TICK = 0.25  # s between cluster ticks while a rider asks for them (a job-wide dump)
+# A reader backs off when the store is slow: a read of every record that takes more than this
+# share of its interval doubles the next interval (up to MAX_BACKOFF times), a fast one halves
+# it again. A loaded store then serves fewer reads, and torch's keep-alives keep their share.
+SLOW_READ_SHARE = 0.05
+MAX_BACKOFF = 8.0
 
 
 def interval_from_env() -> float:
@@ -66,10 +76,19 @@ def prefix(run_id: str) -> str:
     return f"tuilaunch/{run_id}/cluster/"
 
 
-def read_interval(interval: float, nodes: int) -> float:
+def read_interval(interval: float, nodes: int, backoff: float = 1.0) -> float:
     """How often to read every node's record: ``interval`` up to 50 nodes, then slower in
-    proportion, so that each reader fetches at most ~25 records per second."""
-    return interval * max(1.0, nodes / READ_BUDGET_NODES)
+    proportion, so that each reader fetches at most ~25 records per second; ``backoff`` times
+    that while the store is slow."""
+    return interval * max(1.0, nodes / READ_BUDGET_NODES) * backoff
+
+
+def next_backoff(backoff: float, took: float, due: float) -> float:
+    """The reader's back-off after a read of every record that took ``took`` seconds, when
+    reads are ``due`` seconds apart: doubled when the read was slow, else halved (>= 1)."""
+    if took > SLOW_READ_SHARE * due:
+        return min(MAX_BACKOFF, backoff * 2)
+    return max(1.0, backoff / 2)
 
 
 class KV(Protocol):
@@ -91,6 +110,15 @@ class KV(Protocol):
         """Every record under ``pfx``, or None if the store cannot list (use the index)."""
         ...
 
+    def append(self, pfx: str, value: bytes) -> None:
+        """Add ``value`` to the list at ``pfx`` (many writers at once, none waits on another)."""
+        ...
+
+    def appended(self, pfx: str, start: int) -> list[bytes]:
+        """The values of the list at ``pfx`` from position ``start`` on, in order; stops at
+        one that is counted but not yet written (read it next time)."""
+        ...
+
     def describe(self) -> str:
         """The store in a few words, for the dashboard ("etcd host:port")."""
         ...
@@ -99,11 +127,14 @@ class KV(Protocol):
 class TCPStoreKV:
     """Our own client connection to a job's ``TCPStore`` (never the agent's own object)."""
 
-    def __init__(self, host: str, port: int, timeout: float = _TIMEOUT_S) -> None:
+    def __init__(
+        self, host: str, port: int, timeout: float = _TIMEOUT_S, store: Any = None
+    ) -> None:
         from torch.distributed import TCPStore
 
         self.host, self.port = host, port
-        self._store = TCPStore(
+        # ``store``: a client connected already (the scale harness counts its requests).
+        self._store = store or TCPStore(
             host, port, is_master=False, timeout=timedelta(seconds=timeout), wait_for_workers=False
         )
 
@@ -118,14 +149,45 @@ class TCPStoreKV:
             return []
         # get() blocks until a key exists: only fetch what check() says is there.
         if self._store.check(keys):
-            multi = getattr(self._store, "multi_get", None)
-            if multi is not None:
-                return [bytes(v) for v in multi(keys)]
-            return [bytes(self._store.get(k)) for k in keys]
-        return [bytes(self._store.get(k)) if self._store.check([k]) else None for k in keys]
+            return self._fetch(keys)
+        # Lists that writers fill in order (the index) miss only their last few keys: fetch
+        # the run that exists at once, and only the rest a key at a time.
+        head: list[bytes | None] = list(self.get_prefix(keys))
+        rest = keys[len(head) :]
+        return head + [bytes(self._store.get(k)) if self._store.check([k]) else None for k in rest]
+
+    def _fetch(self, keys: list[str]) -> list[bytes | None]:
+        multi = getattr(self._store, "multi_get", None)
+        if multi is not None:
+            return [bytes(v) for v in multi(keys)]
+        return [bytes(self._store.get(k)) for k in keys]
+
+    def get_prefix(self, keys: list[str]) -> list[bytes]:
+        """The values of the longest run of ``keys`` from the first that all exist: a list
+        that writers fill in order (an index, answers) is read in O(log N) round trips even
+        while its last slots are counted but not yet written (a key at a time was O(N))."""
+        lo, hi = 0, len(keys)  # keys[:lo] exist; keys[:hi + 1] do not all exist (or hi = len)
+        if hi and not self._store.check(keys):
+            hi -= 1
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self._store.check(keys[:mid]):
+                    lo = mid
+                else:
+                    hi = mid - 1
+        return [v for v in self._fetch(keys[:hi]) if v is not None] if hi else []
 
     def list_status(self, pfx: str) -> list[bytes] | None:
         return None  # a TCPStore cannot list keys: the caller uses the index
+
+    def append(self, pfx: str, value: bytes) -> None:
+        # A counter gives each writer its own slot: one round trip each, no retries.
+        k = self.add(pfx + "n", 1)
+        self.set(pfx + str(k), value)
+
+    def appended(self, pfx: str, start: int) -> list[bytes]:
+        n = self.add(pfx + "n", 0)
+        return self.get_prefix([pfx + str(k) for k in range(start + 1, n + 1)])
 
     def describe(self) -> str:
         return f"tcpstore {self.host}:{self.port}"
@@ -184,6 +246,19 @@ class EtcdKV:
         except self._etcd.EtcdKeyNotFound:
             return []
         return [str(c.value).encode() for c in res.leaves if c.value]
+
+    def append(self, pfx: str, value: bytes) -> None:
+        # etcd's in-order keys: the server numbers them, so 1,000 writers at once never retry
+        # (a counter's compare-and-swap loop would, N times over).
+        self._client.write("/" + pfx.rstrip("/"), value.decode(), append=True, ttl=self.ttl)
+
+    def appended(self, pfx: str, start: int) -> list[bytes]:
+        try:
+            res = self._client.read("/" + pfx.rstrip("/"), recursive=True, sorted=True)
+        except self._etcd.EtcdKeyNotFound:
+            return []
+        values = [str(c.value).encode() for c in res.leaves if c.value is not None and c.key]
+        return values[start:]
 
     def describe(self) -> str:
         return f"etcd {self.host}:{self.port}"
@@ -319,17 +394,20 @@ class ClusterView:
         self._registered = False
         self._ids: list[str] = []
         self._seq = 0
-        self._busy = False
+        self._soon: float | None = None  # the rider's wish for the next tick
         self._last_read = 0.0
+        self._last_publish = 0.0
+        self.backoff = 1.0  # the reader's back-off factor (1: none; the store answers fast)
         self.nodes: tuple[NodeStatus, ...] = ()  # every node, as last read
         self.rider: Rider | None = None
         # After stop(), one last tick publishes the run's outcome for the other nodes.
-        self._loop = Periodic("tuilaunch-cluster", interval, self._tick, final_call=True)
+        self._loop = Periodic("tuilaunch-cluster", interval, self.run_once, final_call=True)
         self.prefix = prefix(str(run_id))
 
     def set_handler(self, handler: Any) -> None:
         """A new rendezvous round: publish at once (the group rank may have changed)."""
         self._handler = handler
+        self._last_publish = 0.0
         self._loop.wake()
 
     def start(self) -> None:
@@ -344,10 +422,12 @@ class ClusterView:
         """Publish a last record (the run's outcome) if quick, then stop."""
         self._loop.stop(timeout)
 
-    def _tick(self) -> float | None:
-        self._busy = False
+    def run_once(self) -> float:
+        """One tick of the loop; returns the seconds to the next one (the interval, or sooner
+        while the rider has a job-wide dump under way)."""
+        self._soon = None
         self.tick()
-        return RIDER_TICK if self._busy else None
+        return self.interval if self._soon is None else min(self._soon, self.interval)
 
     def tick(self) -> ClusterSample | None:
         """One publish (and, when due, read); posts and returns the sample. Never raises."""
@@ -359,7 +439,7 @@ class ClusterView:
             if nodes is not None:
                 self.nodes = nodes
             if self.rider is not None:
-                self._busy = self.rider(self._kv, self.prefix, self.nodes)
+                self._soon = self.rider(self._kv, self.prefix, self.nodes)
             if nodes is None:
                 return None
             sample = ClusterSample(nodes=nodes, store=self._kv.describe())
@@ -376,6 +456,13 @@ class ClusterView:
         return sample
 
     def _publish(self, kv: KV) -> None:
+        # The rider's fast ticks (a job-wide dump under way) do not republish: at 1,000 nodes
+        # that was 4,000 writes/s for the length of every dump.
+        now = time.monotonic()
+        recent = now - self._last_publish < self.interval * 0.95
+        if recent and self._registered and not self._loop.stopped:
+            return
+        self._last_publish = now
         snap = self._snapshot()
         self._seq += 1
         record = status_record(
@@ -390,10 +477,19 @@ class ClusterView:
 
     def _read(self, kv: KV) -> tuple[NodeStatus, ...] | None:
         now = time.monotonic()
-        due = read_interval(self.interval, len(self._ids) or 1)
+        due = read_interval(self.interval, len(self._ids) or len(self.nodes) or 1, self.backoff)
         if now - self._last_read < due * 0.95 and not self._loop.stopped and self._last_read:
             return None
         self._last_read = now
+        raws = self._read_all(kv)
+        took = time.monotonic() - now
+        self.backoff = next_backoff(self.backoff, took, due / self.backoff)
+        parsed = (parse_record(r, self.node) for r in raws)
+        nodes = [n for n in parsed if n is not None]
+        nodes.sort(key=lambda n: (n.group_rank is None, n.group_rank or 0, n.node))
+        return tuple(nodes)
+
+    def _read_all(self, kv: KV) -> list[bytes]:
         raws = kv.list_status(self.prefix)
         if raws is None:
             n = kv.add(self.prefix + "n", 0)
@@ -404,10 +500,17 @@ class ClusterView:
                         break  # registered but not yet indexed: next time
                     self._ids.append(v.decode())
             raws = [r for r in kv.get_many([self.prefix + "s/" + i for i in self._ids]) if r]
-        parsed = (parse_record(r, self.node) for r in raws)
-        nodes = [n for n in parsed if n is not None]
-        nodes.sort(key=lambda n: (n.group_rank is None, n.group_rank or 0, n.node))
-        return tuple(nodes)
+        return raws
+
+
+def registered_nodes(kv: KV, pfx: str) -> set[str]:
+    """Every node registered in the cluster view under ``pfx`` now (from the store: the index
+    on a ``TCPStore``, the records, which expire, on etcd)."""
+    raws = kv.list_status(pfx)
+    if raws is not None:
+        return {n.node for n in (parse_record(r, "") for r in raws) if n is not None}
+    n = kv.add(pfx + "n", 0)
+    return {v.decode() for v in kv.get_many([pfx + f"i/{k}" for k in range(n)]) if v}
 
 
 def read_cluster(kv: KV, run_id: str, me: str = "") -> list[NodeStatus]:
