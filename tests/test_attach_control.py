@@ -127,6 +127,26 @@ def test_socket_path_falls_back_when_too_long(tmp_path: Path) -> None:
     assert socket_path(str(deep), "/" + "x" * MAX_PATH) is None
 
 
+def test_socket_path_leaves_room_for_the_private_bind(tmp_path: Path) -> None:
+    """bind_private binds in a private directory beside the socket first: a run directory
+    whose ``control.sock`` fits in a socket address but whose bind path does not gets the
+    fallback, and binds. (It used to get no socket at all, "AF_UNIX path too long": a run
+    directory under pytest's temporary directory, 101 bytes, in test_agents_real.)"""
+    room = MAX_PATH - len(str(tmp_path)) - len("/") - len("/control.sock")
+    deep = tmp_path / ("d" * room)  # deep/control.sock is exactly MAX_PATH bytes
+    deep.mkdir()
+    fallback = tmp_path / "f"
+    fallback.mkdir()
+    path = socket_path(str(deep), str(fallback), pid=42)
+    assert path == str(fallback / "ctl-42.sock")
+    bind_private(path).close()
+    roomy = tmp_path / ("d" * (room - 16))  # room for the private directory's name too
+    roomy.mkdir()
+    path = socket_path(str(roomy), str(fallback), pid=42)
+    assert path == str(roomy / "control.sock")
+    bind_private(path).close()
+
+
 def test_bound_socket_is_0600_and_checked_by_the_client(tmp_path: Path) -> None:
     path = str(tmp_path / "s.sock")
     sock = bind_private(path)

@@ -3,8 +3,9 @@
 Off unless asked for: the launcher listens only when started with ``--control-socket`` or
 ``--detach``, or after ``D`` in its dashboard (detaching is asking to come back with a
 cockpit). It is a Unix socket, never TCP: ``control.sock`` in the run directory, or, when that
-path is too long for a Unix socket address (108 bytes), ``ctl-<pid>.sock`` in the per-user run
-index directory (0700); either way the path is recorded in the run index (``Entry.control``).
+path (or the private one it is first bound at, ~25 bytes longer) is too long for a Unix socket
+address (108 bytes), ``ctl-<pid>.sock`` in the per-user run index directory (0700); either way
+the path is recorded in the run index (``Entry.control``).
 
 Who may connect:
 
@@ -72,6 +73,10 @@ if TYPE_CHECKING:
 HELLO = "tuilaunch-control"
 CLIENTS = ("attach", "ctl", "mcp")  # the tools that name themselves in their hello
 MAX_PATH = 107  # sun_path is 108 bytes with its NUL
+# bind_private binds at <dir>/<PRIVATE_PREFIX><8 random characters>/s first, then renames:
+# that path, longer than control.sock's, is the one that must fit.
+PRIVATE_PREFIX = ".tuilaunch-ctl-"
+_PRIVATE_EXTRA = len("/" + PRIVATE_PREFIX + "12345678" + "/s")
 MAX_CLIENTS = 16
 MAX_LINE = 1 << 16
 TIMEOUT = 5.0  # a client that neither sends nor reads for this long is dropped
@@ -122,20 +127,26 @@ def socket_path(run_dir: str, fallback_dir: str | None, pid: int | None = None) 
     """``run_dir/control.sock`` when short enough, else ``fallback_dir/ctl-<pid>.sock``;
     None when neither fits in a Unix socket address."""
     first = RunDirLayout(os.path.abspath(run_dir)).control_socket
-    if len(os.fsencode(first)) <= MAX_PATH:
+    if _fits(first):
         return first
     if fallback_dir:
         second = os.path.join(fallback_dir, f"ctl-{pid or os.getpid()}.sock")
-        if len(os.fsencode(second)) <= MAX_PATH:
+        if _fits(second):
             return second
     return None
+
+
+def _fits(path: str) -> bool:
+    """Whether :func:`bind_private` can bind ``path``: it and the private path beside it."""
+    parent = len(os.fsencode(os.path.dirname(path)))
+    return max(len(os.fsencode(path)), parent + _PRIVATE_EXTRA) <= MAX_PATH
 
 
 def bind_private(path: str) -> socket.socket:
     """A listening Unix socket at ``path``, mode 0600 from the first instant (bound in a 0700
     directory beside it, then renamed into place)."""
     parent = os.path.dirname(path)
-    private = tempfile.mkdtemp(prefix=".tuilaunch-ctl-", dir=parent)  # 0700
+    private = tempfile.mkdtemp(prefix=PRIVATE_PREFIX, dir=parent)  # 0700
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         tmp = os.path.join(private, "s")
