@@ -94,7 +94,7 @@ def _loader_deadlock() -> None:
     """The rank asks a DataLoader with one worker process for a batch the worker never makes."""
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(_DeadlockedDataset(), batch_size=2, num_workers=1)  # type: ignore[arg-type]
+    loader = DataLoader(_DeadlockedDataset(), batch_size=2, num_workers=1)
     next(iter(loader))
     wandered_off()
 

@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 OUT = sys.argv[1]
 MODE = sys.argv[2]
@@ -58,7 +59,7 @@ def _child(queue: multiprocessing.Queue, probe: Probe) -> None:
 
 
 def in_child(method: str) -> dict:
-    ctx = multiprocessing.get_context(method)
+    ctx: Any = multiprocessing.get_context(method)  # fork or spawn: a context with Process
     queue = ctx.Queue()
     proc = ctx.Process(target=_child, args=(queue, Probe(method)))
     proc.start()
@@ -103,7 +104,7 @@ def main() -> None:
     ran = []
     signal.signal(signal.SIGUSR1, lambda s, f: ran.append("SIGUSR1"))
     os.kill(os.getpid(), signal.SIGUSR1)
-    seen = {
+    seen: dict[str, Any] = {
         "argv": sys.argv,
         "path": sys.path,
         "main": {
