@@ -52,6 +52,17 @@ def test_trainer_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
     assert "wandered_off" in hang["verdict"] and "rank 0 waits for it" in hang["verdict"]
 
 
+def test_lightning_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
+    """Lightning with the defaults: the Flight Recorder's verdict names rank 1 (the stacks'
+    verdict, under ``--no-bootstrap``, is the next test)."""
+    pytest.importorskip("lightning", reason="the corpus needs the test extra")
+    launch = _run(tuilaunch, tmp_path, "lightning_ddp.py")
+    hang = _hang(launch)
+    assert hang["odd_ranks"] == [1], hang["verdict"]
+    assert hang["verdict"].startswith("rank 1 never issued all_reduce #"), hang["verdict"]
+    assert "wandered_off" in hang["verdict"] and "rank 0 waits for it" in hang["verdict"]
+
+
 def test_lightning_rank_in_training_step_named_from_stacks(tuilaunch, tmp_path):
     pytest.importorskip("lightning", reason="the corpus needs the test extra")
     launch = _run(tuilaunch, tmp_path, "lightning_ddp.py", "--no-bootstrap")
