@@ -145,6 +145,13 @@ def main() -> None:
         code = "import sys, time; time.sleep(0.2); open(sys.argv[1], 'w').write('ready')"
         subprocess.Popen([sys.executable, "-c", code, a.path], start_new_session=True)
     if a.fail == "missing" and rank == a.rank:
+        if a.writer and attempt > 0:
+            # The helper started in attempt 0 writes the file; on a loaded machine its
+            # interpreter may still be starting when this attempt begins: wait for it, as a
+            # program waits for a download in progress (attempt 0 never waits: it misses it).
+            deadline = time.monotonic() + 60
+            while not os.path.exists(a.path) and time.monotonic() < deadline:
+                time.sleep(0.05)
         with open(a.path) as fp:  # before the first step: the data, a config, a snapshot
             fp.read()
     start = 0
