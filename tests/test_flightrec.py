@@ -133,21 +133,19 @@ def test_a_skew_between_moving_ranks_names_no_rank():
 
 def test_user_setting_wins_and_zero_turns_it_off(tmp_path):
     stem = str(tmp_path / "run" / "flightrec" / "host.attempt0.rank_")
-    env = {"TORCH_FR_BUFFER_SIZE": "50", "TORCH_FR_DUMP_TEMP_FILE": "/mine/fr_"}
-    assert flightrec.arm(env, str(tmp_path), stem)
-    assert env["TORCH_FR_BUFFER_SIZE"] == "50" and env[RESPONDER_ENV] == str(tmp_path)
+    mine = {"TORCH_FR_BUFFER_SIZE": "50", "TORCH_FR_DUMP_TEMP_FILE": "/mine/fr_"}
+    env = flightrec.worker_env(mine, str(tmp_path), stem)
+    assert env is not None and env[RESPONDER_ENV] == str(tmp_path)
+    # What the user set stays theirs: the workers inherit it from the launcher.
+    assert "TORCH_FR_BUFFER_SIZE" not in env and "TORCH_FR_DUMP_TEMP_FILE" not in env
     assert env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"].startswith(str(tmp_path))
     assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == stem
-    # The next attempt's name, only where the value is still ours.
-    flightrec.rename_dumps(env, stem, stem.replace("attempt0", "attempt1"))
-    assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"].endswith("host.attempt1.rank_")
-    assert env["TORCH_FR_DUMP_TEMP_FILE"] == "/mine/fr_"
-    off = {"TORCH_FR_BUFFER_SIZE": "0"}
-    assert not flightrec.arm(off, str(tmp_path), stem)
-    assert off == {"TORCH_FR_BUFFER_SIZE": "0"}
-    fresh: dict[str, str] = {}
-    assert flightrec.arm(fresh, str(tmp_path), stem)
-    assert fresh["TORCH_FR_BUFFER_SIZE"] == flightrec.DEFAULT_BUFFER
+    assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert flightrec.worker_env({"TORCH_FR_BUFFER_SIZE": "0"}, str(tmp_path), stem) is None
+    assert flightrec.worker_env({"TORCH_NCCL_TRACE_BUFFER_SIZE": " 0"}, "d", stem) is None
+    fresh = flightrec.worker_env({}, str(tmp_path), stem)
+    assert fresh is not None and fresh["TORCH_FR_BUFFER_SIZE"] == flightrec.DEFAULT_BUFFER
+    assert set(fresh) == set(flightrec.VARIABLES)
 
 
 def test_a_dump_asks_nccls_pipe_of_every_rank(tmp_path):

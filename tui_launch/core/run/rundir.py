@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tui_launch.core.journal.writer import Journal
@@ -62,6 +62,9 @@ class RunFiles:
         # Every log file of each local rank in the current attempt (the hang watch's sizes).
         self.log_paths: dict[int, list[str]] = {}
         self.error_files: dict[int, str] = {}
+        # Given the run directory and the attempt, variables for that attempt's workers (the
+        # Flight Recorder's dump files go in the run directory, named with the attempt).
+        self.attempt_env: list[Callable[[str, int], Mapping[str, str]]] = []
 
     def wrap_logs_specs(self, logs_specs: Any, spec: Any) -> CapturingLogsSpecs:
         """Wrap the user's ``LogsSpecs`` so every rank's output lands in files."""
@@ -74,8 +77,9 @@ class RunFiles:
             worker_env=worker_env_defaults(os.environ),
         )
 
-    def on_reify(self, info: ReifiedLogs) -> None:
-        """torch laid out the next attempt's files: tail them (on the agent thread)."""
+    def on_reify(self, info: ReifiedLogs) -> dict[str, str]:
+        """torch laid out the next attempt's files: tail them (on the agent thread); return
+        the variables the :attr:`attempt_env` hooks add to its workers' environment."""
         if self.run_dir is None:
             self.set_run_dir(run_dir_of(info.attempt_dir))
         attempt = self._next_attempt()
@@ -92,6 +96,10 @@ class RunFiles:
             self.duplicates.set_files(info.filtered_files)
         self.attempt_dir = info.attempt_dir
         self.tailer.add_sources(info.sources)
+        extra: dict[str, str] = {}
+        for hook in self.attempt_env:
+            extra.update(hook(self.run_dir or info.attempt_dir, attempt))
+        return extra
 
     def ensure_run_dir(self) -> None:
         """Make a run directory if torch did not (the journal and agent log need a home)."""

@@ -75,8 +75,7 @@ class Diagnosis:
         # The responders' sockets: an owner-only directory of its own, short enough for a
         # socket path (108 bytes) whatever --log-dir is; removed at the end of the run.
         self.responder_dir: str | None = None
-        self._nccl_stem: str | None = None  # NCCL's dump files of the next workers, if ours
-        self._live_stem: str | None = None  # and those of the running attempt's workers
+        self._live_stem: str | None = None  # NCCL's dump files of the latest workers, if ours
         self._store = store
         self._files = files
         self._dump_on_failure = config.dump_on_failure
@@ -119,17 +118,13 @@ class Diagnosis:
             # Inherited by the workers: the bootstrap registers faulthandler on this signal.
             os.environ[FAULTHANDLER_ENV] = str(int(FAULTHANDLER_SIGNAL))
         if self._flight_recorder:
-            # Inherited by the workers: the Flight Recorder's size, NCCL's dump variables, and
-            # where the bootstrap's responder listens. TORCH_FR_BUFFER_SIZE=0: none of it.
             # The sockets (and NCCL's pipes) in a short node-local directory; NCCL's dump
-            # files in the run directory, which outlives the job.
+            # files in the run directory, which outlives the job, named per attempt when
+            # torch lays out its files (the run directory exists from then on).
             directory = tempfile.mkdtemp(prefix="tuilaunch-fr-")
-            stem = self._dump_stem(0)
-            if flightrec.arm(os.environ, directory, stem):
-                with contextlib.suppress(OSError):  # owner-only, for NCCL to write into
-                    os.makedirs(os.path.dirname(stem), mode=0o700, exist_ok=True)
+            if flightrec.worker_env(os.environ, directory, "") is not None:
                 self.responder_dir = directory
-                self._nccl_stem = self._live_stem = stem
+                self._files.attempt_env.append(self._flight_recorder_env)
                 self.collectives.start()
                 self.nccl_dumps.start()
             else:
@@ -156,11 +151,17 @@ class Diagnosis:
             self.nccl_dumps.stop()
         self._close_responders()
 
-    def _dump_stem(self, attempt: int) -> str:
-        """Where NCCL's own dumps of ``attempt`` go: ``<run dir>/flightrec/<host>.attempt<A>.
-        rank_`` (torch adds the rank)."""
-        target = RunDirLayout(self._ensured_run_dir()).flightrec_dir
-        return os.path.join(target, analyser_stem(socket.gethostname(), attempt))
+    def _flight_recorder_env(self, run_dir: str, attempt: int) -> dict[str, str]:
+        """The Flight Recorder's variables for ``attempt``'s workers: NCCL's own dumps go to
+        ``<run dir>/flightrec/<host>.attempt<A>.rank_`` (torch adds the rank)."""
+        target = RunDirLayout(run_dir).flightrec_dir
+        stem = os.path.join(target, analyser_stem(socket.gethostname(), attempt))
+        env = flightrec.worker_env(os.environ, self.responder_dir or "", stem) or {}
+        if flightrec.NCCL_TEMP_FILE in env:  # not the user's own: watch it
+            with contextlib.suppress(OSError):  # owner-only, for NCCL to write into
+                os.makedirs(target, mode=0o700, exist_ok=True)
+            self._live_stem = stem
+        return env
 
     def _close_responders(self) -> None:
         """Remove the sockets' directory (NCCL's dump files are in the run directory)."""
@@ -174,13 +175,7 @@ class Diagnosis:
                 os.rmdir(RunDirLayout(run_dir).flightrec_dir)
 
     def attempt_started(self, attempt: int, workers: tuple[WorkerInfo, ...]) -> None:
-        """A new attempt runs: watch its ranks (and name NCCL's dumps of the next one: its
-        workers inherit the launcher's environment when they start)."""
-        if self._nccl_stem is not None:
-            self._live_stem = self._nccl_stem  # what these workers inherited
-            stem = self._dump_stem(attempt + 1)
-            flightrec.rename_dumps(os.environ, self._nccl_stem, stem)
-            self._nccl_stem = stem
+        """A new attempt runs: watch its ranks."""
         self.hangs.attempt_started(attempt, {w.local_rank: w.global_rank for w in workers})
         self.stragglers.set_workers(attempt, [(w.global_rank, w.pid) for w in workers])
 

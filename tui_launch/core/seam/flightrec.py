@@ -1,6 +1,6 @@
 """torch's Flight Recorder, armed for the workers: the launcher's side.
 
-:func:`arm` sets the variables that arm the Flight Recorder in every worker
+:func:`worker_env` names the variables that arm the Flight Recorder in every worker
 (``TORCH_FR_BUFFER_SIZE``; for NCCL the dump-on-timeout, dump file and dump pipe variables:
 the dump files straight into ``<run dir>/flightrec/``, named with host, attempt and rank as
 torch's analyser reads them, so that they outlive the job and its node-local temporary
@@ -17,11 +17,11 @@ variables are set here, none of torch's private API is used.
 from __future__ import annotations
 
 import os
-from collections.abc import MutableMapping
+from collections.abc import Mapping
 
 from tui_launch.core.workers.shim import RESPONDER_ENV
 
-__all__ = ["BUFFER_ENV", "DEFAULT_BUFFER", "PIPE_STEM", "VARIABLES", "arm", "rename_dumps"]
+__all__ = ["BUFFER_ENV", "DEFAULT_BUFFER", "PIPE_STEM", "VARIABLES", "worker_env"]
 
 BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
 # Entries each rank keeps: enough for a few steps of a model with many buckets, small in memory.
@@ -32,8 +32,8 @@ NCCL_DUMP_ON_TIMEOUT = "TORCH_NCCL_DUMP_ON_TIMEOUT"
 NCCL_TEMP_FILE = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
 FR_TEMP_FILE = "TORCH_FR_DUMP_TEMP_FILE"
 NCCL_PIPE_FILE = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
-# Every variable :func:`arm` may set: the workers' environment differs from torchrun's by these
-# (docs/differences.md lists them; tests/test_parity.py compares).
+# Every variable :func:`worker_env` may set: the workers' environment differs from torchrun's
+# by these (docs/differences.md lists them; tests/test_parity.py compares).
 VARIABLES = (
     BUFFER_ENV,
     NCCL_DUMP_ON_TIMEOUT,
@@ -49,29 +49,26 @@ VARIABLES = (
 PIPE_STEM = "nccl_pipe_rank_"
 
 
-def arm(env: MutableMapping[str, str], socket_dir: str, dump_stem: str) -> bool:
-    """Arm the Flight Recorder in ``env`` (the launcher's, inherited by the workers).
+def worker_env(env: Mapping[str, str], socket_dir: str, dump_stem: str) -> dict[str, str] | None:
+    """The variables that arm the Flight Recorder in one attempt's workers.
 
-    ``socket_dir``: a node-local directory for the responders' sockets and NCCL's pipes;
-    ``dump_stem``: the start of the path of NCCL's own dump files (the rank follows), in the
-    run directory so that they outlive the job. Returns False when the user turned it off
-    (``TORCH_FR_BUFFER_SIZE=0``): nothing is set then, not even the responder's directory.
+    ``env``: the launcher's environment (the workers inherit it: a variable the user set there
+    is left to them); ``socket_dir``: a node-local directory for the responders' sockets and
+    NCCL's pipes; ``dump_stem``: the start of the path of NCCL's own dump files of this attempt
+    (the rank follows), in the run directory so that they outlive the job. None when the user
+    turned the recorder off (``TORCH_FR_BUFFER_SIZE=0``): nothing is set then, not even the
+    responder's directory.
     """
     size = env.get(BUFFER_ENV, env.get("TORCH_NCCL_TRACE_BUFFER_SIZE", "")).strip()
     if size == "0":
-        return False
-    env.setdefault(BUFFER_ENV, size or DEFAULT_BUFFER)
-    env.setdefault(NCCL_DUMP_ON_TIMEOUT, "1")
-    env.setdefault(NCCL_TEMP_FILE, dump_stem)
-    env.setdefault(FR_TEMP_FILE, dump_stem)
-    env.setdefault(NCCL_PIPE_FILE, os.path.join(socket_dir, PIPE_STEM))
-    env[RESPONDER_ENV] = socket_dir
-    return True
-
-
-def rename_dumps(env: MutableMapping[str, str], old_stem: str, new_stem: str) -> None:
-    """Point NCCL's dump files at ``new_stem`` (the next attempt's name) where they are still
-    tuilaunch's ``old_stem``: a variable the user set is left alone."""
-    for name in (NCCL_TEMP_FILE, FR_TEMP_FILE):
-        if env.get(name) == old_stem:
-            env[name] = new_stem
+        return None
+    wanted = {
+        BUFFER_ENV: size or DEFAULT_BUFFER,
+        NCCL_DUMP_ON_TIMEOUT: "1",
+        NCCL_TEMP_FILE: dump_stem,
+        FR_TEMP_FILE: dump_stem,
+        NCCL_PIPE_FILE: os.path.join(socket_dir, PIPE_STEM),
+    }
+    out = {name: value for name, value in wanted.items() if name not in env}
+    out[RESPONDER_ENV] = socket_dir
+    return out

@@ -49,7 +49,10 @@ class CapturingLogsSpecs(LogsSpecs):
         prefix_template: ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`` if set.
         echo: whether this launcher shows worker output on its console at all (False under
             the dashboard, which shows logs itself).
-        on_reify: called with each attempt's :class:`ReifiedLogs` (on the agent thread).
+        on_reify: called with each attempt's :class:`ReifiedLogs` (on the agent thread), once
+            torch has laid out its files and before it starts its workers; it returns the
+            variables this attempt's workers get besides (unless torch set them), e.g. file
+            names in the run directory, which exists only from then on.
         worker_env: variables added to every worker's environment unless torch set them
             (:func:`tui_launch.core.progress.workerenv.worker_env_defaults`).
     """
@@ -60,7 +63,7 @@ class CapturingLogsSpecs(LogsSpecs):
         role: str,
         prefix_template: str | None,
         echo: bool,
-        on_reify: Callable[[ReifiedLogs], None],
+        on_reify: Callable[[ReifiedLogs], Mapping[str, str]],
         worker_env: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
@@ -158,7 +161,11 @@ class CapturingLogsSpecs(LogsSpecs):
                     )
                 )
             info.error_files[lr] = dest.error_files.get(lr, "")
-        self._on_reify(info)
+        # torch spawns the workers from these same dicts after reify returns.
+        extra = self._on_reify(info)
+        for env in envs.values():
+            for key, value in extra.items():
+                env.setdefault(key, value)
         return dest
 
     def _prefix(self, local_rank: int, global_rank: int) -> str:
