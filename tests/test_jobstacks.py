@@ -349,3 +349,20 @@ def test_job_verdict_from_the_records_of_every_node() -> None:
     assert e.verdict.startswith("rank 1 never issued all_reduce #41 (it is in data.py:41"), (
         e.verdict
     )
+
+
+def test_a_lost_nodes_fresh_record_is_not_waited_for() -> None:
+    """A job-wide dump waits for the nodes of this round: a node lost a few seconds ago still
+    has a record under 10 s old, but of the round before (4 nodes, now 3); once it is older
+    than a restart's lag it is not asked (a run that waited for it said "no answer from")."""
+    from tui_launch.core.job.jobstacks import ROUND_LAG, _alive
+    from tui_launch.core.model.events import NodeStatus
+
+    def node(world: int | None, age: float | None, state: str = "running") -> NodeStatus:
+        return NodeStatus("n", "h", 1, state, 0, world, 1, 1, (), (0, 0, 0), None, None, age)
+
+    assert _alive(node(3, 1.0), 3) and _alive(node(None, 5.0), 3) and _alive(node(4, 5.0), None)
+    assert _alive(node(4, ROUND_LAG), 3)  # maybe not republished since its restart yet
+    assert not _alive(node(4, ROUND_LAG + 1), 3)
+    assert _alive(node(3, 9.0), 3) and not _alive(node(3, 11.0), 3)
+    assert not _alive(node(3, 0.0, state="succeeded"), 3)

@@ -378,8 +378,9 @@ class JobDumps:
             request["source"] = taken.event.source
             kv.set(key + f"r/{k}", json.dumps(request).encode())
             # Every node registered now, but those last seen finished or silent.
-            gone = {n.node for n in nodes if not _alive(n)}
-            alive = {n.node for n in nodes if _alive(n)}
+            world = next((n.group_world_size for n in nodes if n.node == self.node), None)
+            gone = {n.node for n in nodes if not _alive(n, world)}
+            alive = {n.node for n in nodes if _alive(n, world)}
             expected = (registered_nodes(kv, pfx) - gone) | alive | {self.node}
             gather = _Gather(
                 k,
@@ -527,6 +528,17 @@ def _shared_event(raw: bytes) -> JobStacks | None:
     return event if isinstance(event, JobStacks) else None
 
 
-def _alive(n: NodeStatus) -> bool:
+# Seconds a node's record may lag a new round before the node counts as not in it.
+ROUND_LAG = 2.0
+
+
+def _alive(n: NodeStatus, world: int | None) -> bool:
+    """Whether ``n`` is expected to answer a dump of a group of ``world`` nodes."""
     # A node that finished or stopped publishing answers nobody: do not wait for it.
-    return n.state not in OUTCOMES and (n.age is None or n.age <= 10.0)
+    if n.state in OUTCOMES or (n.age is not None and n.age > 10.0):
+        return False
+    # Nor one whose last record is of another round (a lost node, its record still fresh
+    # enough): the group it holds ranks of is not this one. A live node of this round
+    # republishes within a tick of the restart.
+    stale = n.age is not None and n.age > ROUND_LAG
+    return not (stale and None not in (world, n.group_world_size) and n.group_world_size != world)
