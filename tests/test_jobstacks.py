@@ -366,3 +366,31 @@ def test_a_lost_nodes_fresh_record_is_not_waited_for() -> None:
     assert not _alive(node(4, ROUND_LAG + 1), 3)
     assert _alive(node(3, 9.0), 3) and not _alive(node(3, 11.0), 3)
     assert not _alive(node(3, 0.0, state="succeeded"), 3)
+
+
+def test_a_request_half_written_at_a_nodes_first_look_is_answered(tmp_path) -> None:
+    """The asker counts a request, then writes it: a node whose first look falls between the
+    two writes took it for one made before it joined and never answered (one node of twelve
+    did, in a loaded run of tests/test_scale.py, and the job-wide verdict missed its rank)."""
+    import json
+
+    from test_runner_parts import MemKV
+
+    from tui_launch.core.diagnosis.dumps import Dumper
+    from tui_launch.core.job import jobstacks
+    from tui_launch.core.workers.table import RankTable
+
+    kv, store, pfx = MemKV(), RunStore(), "tuilaunch/t/cluster/"
+    dumper = Dumper(store.post, RankTable(), lambda: str(tmp_path), dict)
+    node = jobstacks.JobDumps(store.post, dumper, "b:2", "hb", store.snapshot, lambda: None)
+    kv.add(pfx + "d/n", 1)  # request 1 counted; the first look comes before its record
+    node.tick(kv, pfx, ())
+    kv.set(pfx + "d/r/1", json.dumps({"node": "a:1", "reason": "key", "t": 0}).encode())
+
+    def answered() -> list[bytes]:
+        node.tick(kv, pfx, ())
+        return kv.appended(pfx + "d/a/1/", 0)
+
+    (raw,) = wait_for(answered, 10, what="the answer to request 1")
+    got = jobstacks.decode_answer(raw)
+    assert got is not None and got[0].error == "no running worker"

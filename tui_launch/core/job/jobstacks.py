@@ -409,8 +409,10 @@ class JobDumps:
         if n <= 0:
             return n
         (raw,) = kv.get_many([key + f"r/{n}"])
+        if raw is None:
+            return n - 1  # counted, not written yet: being made now (two writes), so new
         try:
-            made = float(json.loads(raw or b"{}").get("t", 0.0))
+            made = float(json.loads(raw).get("t", 0.0))
         except (ValueError, TypeError, AttributeError):
             made = 0.0
         return n - 1 if made >= self._since else n
