@@ -263,7 +263,10 @@ def test_c10d_two_nodes_cluster_view_and_scale_down(launches, tmp_path):
     check_cluster(TCPStoreKV("127.0.0.1", port), run_id, job, 2)
     os.kill(b.pid, signal.SIGKILL)
     b.wait(30)
-    job.wait_world(1, 1)
+    try:
+        job.wait_world(1, 1)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nsurvivor's output:\n{a.output[-6000:]}") from None
     finish(job, [a])
     counts = restarts(a)  # 2 membership restarts if b came after a's last call
     assert counts["failure"] == counts["manual"] == 0 and counts["membership"] >= 1, counts

@@ -187,6 +187,30 @@ def test_node_lost_needs_an_absence_that_lasts():
     assert m.node_lost(gone, now=11.0 + wait) == ["b"]
 
 
+@pytest.mark.slow
+def test_a_node_killed_just_after_its_heartbeat_is_found_lost_in_the_wait():
+    """b is SIGKILLed right after a heartbeat; a's rank dies of the broken collective at once.
+    The wait must outlast b's heartbeat expiry, at which a's own sync drops b as torch's does,
+    and then the absence's confirmation (the window plus 2 s did not: a's job then failed
+    with --max-restarts 0 instead of going on without b, a flake of the whole suite)."""
+    m = _membership([])
+    handler = _handler()
+    handler._settings.keep_alive_interval = timedelta(seconds=0.2)  # a 0.6 s window
+    state = handler._state_holder._state
+
+    def sync() -> int:  # torch's sanitize: drop the nodes whose heartbeat expired
+        limit = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(seconds=0.6)
+        for node in [n for n, beat in state.last_heartbeats.items() if beat < limit]:
+            del state.last_heartbeats[node], state.participants[node]
+        state.last_heartbeats["a"] = datetime.now(timezone.utc).replace(tzinfo=None)
+        return len(state.wait_list)
+
+    handler.num_nodes_waiting = sync
+    t0 = time.monotonic()
+    assert m.wait_node_loss(handler, lambda: False, poll=0.05) == ["b"]
+    assert time.monotonic() - t0 >= ABSENCE_CONFIRM_SECONDS  # the confirmation was waited
+
+
 def test_node_lost_dead_waiting_and_newer_rounds():
     m = _membership([])
     # Heartbeat older than interval x attempts (15 s): dead at once, no second look.

@@ -151,7 +151,10 @@ class Membership:
         window = rendezvous.heartbeat_window(handler)
         if window is None:
             return []
-        deadline = time.monotonic() + window.total_seconds() + 2.0
+        # torch drops the dead node at the first sync past its heartbeat's expiry, and the
+        # absence is then believed ABSENCE_CONFIRM_SECONDS later: both fit before the deadline
+        # (the window alone, plus 2 s, lost that race under load and spent the budget).
+        deadline = time.monotonic() + window.total_seconds() + ABSENCE_CONFIRM_SECONDS + 2.0
         while time.monotonic() < deadline and not stopping():
             try:
                 waiting = handler.num_nodes_waiting()  # syncs: torch drops expired nodes
