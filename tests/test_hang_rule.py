@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tui_launch.core.diagnosis import rhythm
-from tui_launch.core.diagnosis.rhythm import OUTPUT, STEPS, Rhythm, percentile
+from tui_launch.core.diagnosis.rhythm import COLLECTIVES, OUTPUT, STEPS, Rhythm, percentile
 from tui_launch.core.diagnosis.stacks.hang import (
     CONFIRM,
     DUMP,
@@ -54,6 +54,56 @@ def test_before_a_rhythm_the_rule_is_output_silence_with_a_minute_floor() -> Non
     assert not _steps(r, 0, [])
     assert _steps(r, 0, [150.0, 151.0, 152.0])
     assert not r.by_steps and r.expect(160.0).basis == OUTPUT
+
+
+def test_without_step_lines_the_collectives_are_the_rhythm() -> None:
+    """A job that prints no step lines (the DDP tutorial's one line an epoch) is judged by the
+    collective sequence numbers the live poll reads every 2 s: moving at every poll is below
+    the poll's resolution, so the floor; output (a heartbeat thread) is then no movement."""
+    r = Rhythm()
+    r.start(0.0)
+    moves: dict[int, float] = {}
+    moved: list[int] = []
+    for t in (2.0, 4.0, 6.0, 8.0):  # every rank's number moved at each poll
+        moves = {g: t for g in range(4)}
+        moved = r.collectives(moves, waiting=False)
+    assert moved == [0, 1, 2, 3] and r.by_collectives and not r.by_steps
+    e = r.expect(10.0)
+    assert e.basis == COLLECTIVES and e.limit == rhythm.FLOOR and e.typical == 2.0
+    assert e.still_for == 2.0 and not e.overdue
+    assert r.expect(8.0 + rhythm.FLOOR).overdue
+    assert e.said(9.0) == "no collective for 9.0 s; one came every 2.0 s"
+    # The same numbers again: nobody moved.
+    assert r.collectives(moves, waiting=True) == []
+    # Moves every other poll (2-4 s apart): the p90 less the poll, times the multiple.
+    slow = Rhythm()
+    slow.start(0.0)
+    for t in (4.0, 8.0, 12.0, 16.0):
+        slow.collectives({0: t}, waiting=False)
+    assert slow.expect(17.0).limit == rhythm.MULTIPLE * (4.0 - rhythm.COLLECTIVE_RESOLUTION)
+    # Steps, once they have a rhythm, take over from the collectives.
+    assert _steps(r, 0, [1.0, 2.0, 3.0, 4.0]) and r.expect(5.0).basis == STEPS
+
+
+def test_ranks_waiting_in_a_collective_before_a_rhythm_wait_ten_seconds() -> None:
+    """A hang in the first seconds (step 6 of a Trainer): no rhythm yet, but ranks wait in a
+    collective that some rank has not finished: suspected after WAIT_FLOOR of no number
+    moving, not the output's 90 s."""
+    r = Rhythm()
+    r.start(0.0)
+    r.collectives({0: 3.0, 1: 3.0}, waiting=False)
+    assert not r.by_collectives and r.expect(20.0).basis == OUTPUT  # nobody waits: output
+    r.collectives({0: 5.0, 1: 3.0}, waiting=True)
+    e = r.expect(12.0)
+    assert r.by_collectives and e.basis == COLLECTIVES and e.limit == rhythm.WAIT_FLOOR
+    assert e.still_for == 7.0 and not e.overdue and r.expect(15.0).overdue
+    assert e.said() == "no collective for 7.0 s; ranks wait in one"
+    assert "the collective ranks wait in" in e.expected()
+    # Output is no movement while the collectives are the measure, and a new attempt forgets.
+    r.output(14.0)
+    assert r.expect(15.0).basis == COLLECTIVES
+    r.start(20.0)
+    assert not r.by_collectives and r.expect(21.0).basis == OUTPUT
 
 
 def test_steps_make_the_limit_a_multiple_of_their_p90_with_a_floor() -> None:

@@ -71,6 +71,7 @@ class CollectivePoller:
         self._lock = threading.Lock()
         self._since: dict[int, tuple[int, float]] = {}  # rank -> (sequence number, since)
         self._latest: dict[int, tuple[float, Answer]] = {}
+        self._waiting = False  # at the last poll, some rank waited in a collective
         self._seen_attempt = -1
         self._loop = Periodic("tuilaunch-collectives", interval, self._tick, first_delay=interval)
 
@@ -91,6 +92,17 @@ class CollectivePoller:
         """Each rank's latest answer with its monotonic time (this attempt's)."""
         with self._lock:
             return dict(self._latest)
+
+    def moves(self) -> tuple[int, dict[int, float], bool]:
+        """For the hang rule: the attempt polled, when the poll first saw each rank's newest
+        sequence number (monotonic), and whether some rank then waited in a collective that
+        was not finished (enqueued past completed, or the ranks at different numbers)."""
+        with self._lock:
+            return (
+                self._seen_attempt,
+                {g: since for g, (_, since) in self._since.items()},
+                self._waiting,
+            )
 
     def _tick(self) -> None:
         self.poll()  # the loop keeps its grid (a value returned would be the next delay)
@@ -130,6 +142,10 @@ class CollectivePoller:
                     self._since[g] = (seq, now)
                     seen = self._since[g]
                 ranks_out.append(rank_collective(a.record, now - seen[1]))
+            records = [a.record for a in answers.values() if a.record.last_enqueued >= 0]
+            self._waiting = any(r.last_enqueued > r.last_completed for r in records) or (
+                len({r.last_enqueued for r in records}) > 1
+            )
         text = ""
         if ranks_out and max(r.waiting for r in ranks_out) >= VERDICT_AFTER:
             where = {}

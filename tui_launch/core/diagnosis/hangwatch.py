@@ -88,6 +88,9 @@ AUTO_TICK = 0.5
 # oldest first; the latest move of any counter)}).
 StepsRead = tuple[int | None, dict[int, tuple[tuple[float, ...], float | None]]]
 StepsReader = Callable[[], StepsRead]
+# The ranks' collectives from the live poll of the Flight Recorder: (attempt, {global rank:
+# when its newest sequence number was first seen}, whether some rank waits in a collective).
+CollectivesRead = tuple[int, dict[int, float], bool]
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # What faulthandler writes to a rank's stderr (--dump-via-faulthandler): our own dump, not the
 # rank's output, so it must not count as progress.
@@ -120,6 +123,8 @@ class HangWatch:
         steps: each rank's step moves (the progress watch's
             :meth:`~tui_launch.core.progress.watch.ProgressWatch.steps`); without it the
             adaptive rule knows only output.
+        collectives: the ranks' collective moves (the live poll's
+            :meth:`~.collectives.CollectivePoller.moves`), for a job without step lines.
     """
 
     def __init__(
@@ -134,6 +139,7 @@ class HangWatch:
         on_hang: Callable[[HangDetected], None] | None = None,
         confirm_after: float | None = None,
         steps: StepsReader | None = None,
+        collectives: Callable[[], CollectivesRead] | None = None,
     ) -> None:
         self._post = post
         self._dumper = dumper
@@ -150,6 +156,7 @@ class HangWatch:
         self.detector = HangDetector(fixed, window, adaptive=self.adaptive)
         self.rhythm = Rhythm()
         self._steps = steps
+        self._collectives = collectives
         # What the rule expects now (the dashboard's line), and at the suspicion.
         self.expectation: Expectation | None = None
         self._lock = threading.Lock()
@@ -222,7 +229,7 @@ class HangWatch:
         """Under the lock: ``rank`` wrote output. Movement, unless the adaptive rule follows
         the job's steps: then only a step is (a thread that prints is not the loop)."""
         self.rhythm.output(now)
-        if not (self.adaptive and self.rhythm.by_steps):
+        if not (self.adaptive and (self.rhythm.by_steps or self.rhythm.by_collectives)):
             self._output(rank, now, "wrote output again")
 
     def _output(self, rank: int, now: float, what: str = "wrote output again") -> None:
@@ -231,6 +238,8 @@ class HangWatch:
         state = self.detector.state
         self.detector.output(rank, now)
         why = "output" if what.startswith("wrote") else "steps"
+        if what.startswith("issued"):
+            why = "collectives"
         if state == HUNG:
             self._clear(why, f"rank {rank} {what}")
         elif state in (SUSPECTED, CONFIRMING):
@@ -306,6 +315,18 @@ class HangWatch:
             if self.rhythm.steps(rank, moves, last_move) and self.rhythm.by_steps:
                 self._output(rank, now, "stepped again")
 
+    def _read_collectives(self, now: float, moves: CollectivesRead | None) -> None:
+        """Under the lock: the ranks' collective moves from the live poll (read before the
+        lock was taken); without a rhythm of steps, a rank that moved has moved."""
+        if moves is None:
+            return
+        attempt, moved, waiting = moves
+        if attempt != self._attempt:
+            return
+        for rank in self.rhythm.collectives(moved, waiting):
+            if not self.rhythm.by_steps:
+                self._output(rank, now, "issued a collective again")
+
     def expect(self, now: float) -> Expectation:
         """Under the lock: what the rule expects at ``now``."""
         if self.adaptive:
@@ -328,11 +349,13 @@ class HangWatch:
             return
         # The progress watch's lock is taken apart from ours.
         steps = self._steps() if self.adaptive and self._steps is not None else None
+        moves = self._collectives() if self.adaptive and self._collectives is not None else None
         with self._lock:
             attempt = self._attempt
             now = time.monotonic()
             self._grown(now)
             self._read_steps(now, steps)
+            self._read_collectives(now, moves)
             expected = self.expectation = self.expect(now)
             todo = self.detector.poll(now, expected.still_for, expected.limit)
             silence = expected.still_for

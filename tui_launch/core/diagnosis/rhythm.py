@@ -14,10 +14,21 @@ and how long it may, as an :class:`Expectation`:
   suspected when every rank with a rhythm is overdue. Output alone is not movement here: a
   logging thread, a heartbeat or a SIGTERM handler that keeps printing while the loop stands
   still is a (partial) hang.
-- **Output** (no rhythm yet: before the first steps, or a job that prints no step lines): the
-  job is suspected when no rank has written anything for ``max(QUIET_FLOOR, MULTIPLE x p90 of
-  the gaps between outputs, PAUSE_MARGIN x the longest gap remembered)``. The floor covers
-  the first step (imports, compilation, the first data load), which is never part of a rhythm.
+- **Collectives** (no step rhythm; the Flight Recorder on, the default): the live poll reads
+  each rank's collective sequence number every :data:`COLLECTIVE_RESOLUTION` seconds. A rank
+  whose number moved at :data:`MIN_INTERVALS` polls after its first has a rhythm, judged as
+  steps are, with the p90 less the poll's interval (an interval read by polls is up to one
+  poll longer than it was: a job that moved at every poll gets the floor). Before that, a job
+  in which some rank waits in a collective the others have not finished (or the ranks are at
+  different numbers) is suspected when no rank's number moved for :data:`WAIT_FLOOR`: a
+  program that prints no step lines (PyTorch's DDP tutorial, a Trainer without a bar), or one
+  that hangs in its first seconds, is not left to the output's minute and a half. Output is no
+  movement here either.
+- **Output** (none of these: before the first collective, or a job without the Flight
+  Recorder that prints no step lines): the job is suspected when no rank has written anything
+  for ``max(QUIET_FLOOR, MULTIPLE x p90 of the gaps between outputs, PAUSE_MARGIN x the
+  longest gap remembered)``. The floor covers the first step (imports, compilation, the first
+  data load), which is never part of a rhythm.
 
 A suspicion is confirmed or cleared by the stacks (see :mod:`.stacks.hang`); one cleared by
 movement is not raised again before the stillness has doubled (the detector's back-off), and
@@ -50,8 +61,15 @@ PAUSE_MARGIN = 1.5
 QUIET_FLOOR = 90.0
 # Seconds between the suspicion's dump and the confirming one under this rule.
 CONFIRM_AFTER = 3.0
+# Seconds between two reads of the ranks' collective sequence numbers (the live poll's).
+COLLECTIVE_RESOLUTION = 2.0
+# Without a rhythm, ranks waiting in a collective for this long with no number moving: a
+# suspicion (its confirmation then looks at the stacks, the CPU and the I/O of the rank the
+# others wait for: a rank still compiling or loading is busy, and clears it).
+WAIT_FLOOR = 8.0
 
 STEPS = "steps"
+COLLECTIVES = "collectives"
 OUTPUT = "output"
 FIXED = "fixed"
 
@@ -95,6 +113,10 @@ class Expectation:
         still = self.still_for if still_for is None else still_for
         if self.basis == STEPS:
             return f"no step for {_fmt(still)}; steps took {_fmt(self.typical)}"
+        if self.basis == COLLECTIVES:
+            if self.typical > 0:
+                return f"no collective for {_fmt(still)}; one came every {_fmt(self.typical)}"
+            return f"no collective for {_fmt(still)}; ranks wait in one"
         if self.basis == OUTPUT and self.typical > 0:
             return f"no output for {_fmt(still)}; output came every {_fmt(self.typical)}"
         return f"no output for {_fmt(still)}"
@@ -104,6 +126,12 @@ class Expectation:
         suspected after 6.0 s without one``."""
         if self.basis == STEPS:
             what = f"a step every {_fmt(self.typical)}"
+        elif self.basis == COLLECTIVES:
+            what = (
+                f"a collective every {_fmt(self.typical)}"
+                if self.typical > 0
+                else "the collective ranks wait in"
+            )
         elif self.basis == OUTPUT:
             what = "output" if self.typical <= 0 else f"output every {_fmt(self.typical)}"
         else:
@@ -129,13 +157,15 @@ class _Series:
                 self.pauses.append((t, gap))
         self.last = t if self.last is None else max(self.last, t)
 
-    def limit(self, now: float, floor: float) -> tuple[float, float]:
-        """(limit, typical) from what this series has shown."""
+    def limit(self, now: float, floor: float, resolution: float = 0.0) -> tuple[float, float]:
+        """(limit, typical) from what this series has shown; ``resolution``: the seconds
+        between the looks that saw its moves (an interval is up to that much too long)."""
         while self.pauses and self.pauses[0][0] < now - PAUSE_MEMORY:
             self.pauses.popleft()
         typical = percentile(list(self.recent), PERCENTILE)
         longest = max((g for _, g in self.pauses), default=0.0)
-        return max(floor, MULTIPLE * typical, PAUSE_MARGIN * longest), typical
+        paced = max(0.0, typical - resolution)
+        return max(floor, MULTIPLE * paced, PAUSE_MARGIN * longest), typical
 
 
 class Rhythm:
@@ -148,6 +178,8 @@ class Rhythm:
         self._steps: dict[int, _Series] = {}
         self._moved: dict[int, float] = {}  # rank -> latest move of any counter it prints
         self._output = _Series()
+        self._collectives: dict[int, _Series] = {}  # rank -> its sequence number's moves
+        self._waiting = False  # some rank waits in a collective the others have not finished
 
     def start(self, now: float) -> None:
         """A new attempt: nothing is known."""
@@ -155,6 +187,8 @@ class Rhythm:
         self._steps = {}
         self._moved = {}
         self._output = _Series()
+        self._collectives = {}
+        self._waiting = False
 
     def output(self, now: float) -> None:
         """Some rank wrote at ``now``."""
@@ -174,6 +208,33 @@ class Rhythm:
         if latest is not None:
             self._moved[rank] = latest
         return latest is not None and (before is None or latest > before)
+
+    def collectives(self, moved: dict[int, float], waiting: bool) -> list[int]:
+        """Each rank's latest collective move (when the live poll first saw its newest
+        sequence number), and whether some rank waits in a collective the others have not
+        finished; returns the ranks that moved since the last call."""
+        self._waiting = waiting
+        out = []
+        for rank, t in sorted(moved.items()):
+            series = self._collectives.get(rank)
+            if series is None:
+                series = self._collectives[rank] = _Series()
+            if series.last is None or t > series.last:
+                before = series.last
+                series.add(t, self.floor)
+                if before is not None:
+                    out.append(rank)
+        return out
+
+    @property
+    def by_collectives(self) -> bool:
+        """The ranks' collectives are the measure (a rhythm of them, or ranks waiting in one)
+        and no rank has a rhythm of steps."""
+        if self.by_steps or not self._collectives:
+            return False
+        return self._waiting or any(
+            len(s.recent) >= MIN_INTERVALS for s in self._collectives.values()
+        )
 
     @property
     def by_steps(self) -> bool:
@@ -195,9 +256,30 @@ class Rhythm:
                 best = e
         if best is not None:
             return best
+        collective = self._expect_collectives(now)
+        if collective is not None:
+            return collective
         limit, typical = self._output.limit(now, self.quiet_floor)
         if len(self._output.recent) < MIN_INTERVALS:
             limit = max(self.quiet_floor, PAUSE_MARGIN * max(self._output.recent, default=0.0))
             typical = 0.0
         last = max(self._start, self._output.last or self._start)
         return Expectation(OUTPUT, limit, max(0.0, now - last), typical)
+
+    def _expect_collectives(self, now: float) -> Expectation | None:
+        """The collectives' expectation (see the module), or None when they say nothing."""
+        if not self.by_collectives:
+            return None
+        best: Expectation | None = None
+        for rank, series in sorted(self._collectives.items()):
+            if len(series.recent) < MIN_INTERVALS:
+                continue
+            limit, typical = series.limit(now, self.floor, COLLECTIVE_RESOLUTION)
+            e = Expectation(COLLECTIVES, limit, max(0.0, now - (series.last or now)), typical, rank)
+            if best is None or e.still_for - e.limit < best.still_for - best.limit:
+                best = e
+        if best is not None:
+            return best
+        # Ranks wait in a collective, no rhythm yet: stood still since the latest move of any.
+        last = max((s.last for s in self._collectives.values() if s.last is not None), default=now)
+        return Expectation(COLLECTIVES, WAIT_FLOOR, max(0.0, now - max(last, self._start)))

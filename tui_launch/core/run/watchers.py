@@ -99,6 +99,7 @@ class Diagnosis:
             action=config.on_hang,
             on_hang=self._hang_confirmed,
             steps=lambda: self.progress.steps(),
+            collectives=lambda: self.collectives.moves(),
         )
         # The Flight Recorder: each rank's last collective, live, and the survivors' last state.
         self.collectives = CollectivePoller(

@@ -116,7 +116,7 @@ def hang_watch_text(s: Snapshot, full: bool = False) -> Text:
     t = Text()
     if w is None or s.finished is not None or w.attempt != s.attempt:
         return t
-    what = "step" if w.basis == "steps" else "output"
+    what = {"steps": "step", "collectives": "collective"}.get(w.basis, "output")
     still = fmt_duration(w.still_for)
     style = "bold red" if w.state != "watching" or w.still_for >= w.limit else "yellow"
     if full:

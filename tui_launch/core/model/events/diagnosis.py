@@ -147,7 +147,9 @@ class HangDetected(Event):
 class HangWatchSample(Event):
     """What the hang rule expects now (the hang watch, every second while it watches; a
     sample: not journaled): the job has stood still ``still_for`` seconds and may ``limit``;
-    ``basis`` ``steps`` (``typical``: its recent step time), ``output`` or ``fixed``;
+    ``basis`` ``steps`` (``typical``: its recent step time), ``collectives`` (``typical``:
+    the time between the ranks' collectives, 0 while they wait in one), ``output`` or
+    ``fixed``;
     ``expected`` in words ("a step every 0.8 s: suspected after 5.0 s without"); ``state``
     the detector's (``watching``, ``suspected``, ``confirming``, ``hung``)."""
 
