@@ -309,3 +309,35 @@ def test_headless_prints_past_32_nodes_only_the_nodes_not_running() -> None:
         *nodes[7:],
     )
     assert cluster_lines_shown(nodes, 10.0) == {nodes[5].node, nodes[6].node}
+
+
+def test_cluster_tab_of_a_thousand_nodes_lists_the_problems_and_counts_the_rest() -> None:
+    """1,000 nodes: the lost and failed nodes come first, then healthy ones up to CLUSTER_ROWS,
+    and the rest is a count (listing 200 rows cost ~110 ms a draw, over 5 % of a core at the
+    tab's 1 Hz; bench/scale.py measures the draw)."""
+    import io
+
+    from rich.console import Console
+
+    from tui_launch.core.model.events import ClusterSample, NodeStatus
+    from tui_launch.tui.panels.render import CLUSTER_ROWS, cluster_panel
+
+    def node(i: int, state: str = "running", age: float = 1.0) -> NodeStatus:
+        ranks = tuple((i * 8 + r, r, 1000 + r, state) for r in range(8))
+        return NodeStatus(
+            f"n{i:04d}:1", f"n{i:04d}", i, state, i, 1000, 8, 0, ranks, (0, 0, 0), None, None, age
+        )
+
+    nodes = [node(i) for i in range(1000)]
+    nodes[700] = node(700, age=30.0)  # lost: its record is 30 s old
+    nodes[900] = node(900, state="failed")
+    store = RunStore()
+    store.post(ClusterSample(nodes=tuple(nodes), store="tcpstore 127.0.0.1:1"))
+    console = Console(file=io.StringIO(), width=160, color_system=None)
+    console.print(cluster_panel(store.snapshot(), time.monotonic()))
+    lines = console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+    rows = [ln for ln in lines if ln.lstrip().startswith("n0")]
+    assert len(rows) == CLUSTER_ROWS <= 80, len(rows)
+    assert "n0700" in rows[0] and "lost" in rows[0] and "n0900" in rows[1], rows[:2]
+    assert f"... and {1000 - CLUSTER_ROWS} more healthy node(s)" in lines[-1], lines[-3:]
+    assert lines[0].startswith("1000 node(s)")

@@ -289,7 +289,7 @@ def _failure_text(f: Failure) -> Text:
     return t
 
 
-CLUSTER_ROWS = 200
+CLUSTER_ROWS = 64
 _NODE_STYLE = {
     "running": "green",
     "failed": "bold red",
