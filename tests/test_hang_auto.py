@@ -12,11 +12,12 @@ time) is suspected at most, never confirmed.
 from __future__ import annotations
 
 import pytest
-from conftest import WORKERS, journal_path, read_journal
+from conftest import WORKERS, base_env, journal_path, read_journal
 
 from tui_launch.core.model.exitcodes import INFRASTRUCTURE
 
 KINDS = WORKERS / "hangkinds.py"
+CORPUS = WORKERS.parent / "corpus"
 pytestmark = pytest.mark.slow
 
 
@@ -60,3 +61,31 @@ def test_a_long_pause_that_moves_is_not_a_hang(tuilaunch, tmp_path, pause):
     assert cleared, [e["kind"] for e in events]
     if pause == "save":
         assert any("of I/O" in e["detail"] for e in cleared), cleared
+
+
+@pytest.mark.parametrize("kind", ["sleep", "chatty"])
+def test_a_program_without_step_lines_is_judged_by_its_collectives(tuilaunch, tmp_path, kind):
+    """PyTorch's DDP tutorial, unchanged, prints one line an epoch: no step rhythm, and before
+    the collectives' rule a hang there waited for 90 s of silence (and a rank whose thread kept
+    printing was never suspected). Rank 1 hangs at step 20: the ranks waiting in the
+    collective it never joins are the evidence, with no flag."""
+    env = base_env(
+        CORPUS_HANG_RANK="1",
+        CORPUS_HANG_STEP="20",
+        CORPUS_HANG_KIND=kind,
+        CORPUS_STEP_SECONDS="0.2",
+    )
+    launch = tuilaunch(
+        *("--on-hang", "stop", "--log-dir", str(tmp_path), "--standalone", "--nproc-per-node"),
+        *("2", str(CORPUS / "multigpu_torchrun.py"), "100000", "100000"),  # epochs, save_every
+        cwd=tmp_path,
+        env=env,
+    )
+    assert launch.wait(150) == INFRASTRUCTURE, launch.output[-3000:]
+    events = read_journal(journal_path(launch.output))
+    (hang,) = [e for e in events if e["kind"] == "hang"]
+    assert hang["odd_ranks"] == [1], hang
+    assert hang["stood_still"].startswith("no collective for "), hang
+    assert hang["verdict"].startswith("rank 1 never issued "), hang["verdict"]
+    # Seconds, not the output rule's 90: the 8 s wait, a poll, the two dumps 3 s apart.
+    assert hang["silence"] <= 30.0, hang
