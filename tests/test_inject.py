@@ -290,7 +290,7 @@ def _schedule(tuilaunch, tmp_path: Path, seed: int) -> list[tuple[int, int]]:
         str(seed),
         "--no-python",
         "sleep",
-        "1",
+        "3",  # 2.5 s past the kill: under load a 1 s sleep ended before it (2 kills, not 3)
     )
     assert launch.wait(120) == 0, launch.output[-4000:]
     events = read_journal(journal)
