@@ -66,6 +66,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tui_launch.testing.procs import cpu_s, env_holders, rss_mb
+
 BENCH = Path(__file__).resolve().parent
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
@@ -108,44 +110,7 @@ def loadavg() -> tuple[float, float, float]:
 
 def token_pids(token_var: str, token: str) -> list[int]:
     """Live (non-zombie) processes whose environment carries the token."""
-    needle = f"{token_var}={token}".encode() + b"\0"
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fp:
-                if needle not in fp.read() + b"\0":
-                    continue
-            with open(f"/proc/{entry}/stat") as fp:
-                if fp.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-        except OSError:
-            continue
-        out.append(int(entry))
-    return out
-
-
-def cpu_s(pid: int) -> float | None:
-    """utime + stime of a process, seconds (None: gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fp:
-            fields = fp.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def rss_mb(pid: int) -> float | None:
-    """Resident memory of a process, MiB (None: gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as fp:
-            for line in fp:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except (OSError, ValueError):
-        pass
-    return None
+    return env_holders(token_var, token)
 
 
 def descendants(pid: int) -> list[int]:

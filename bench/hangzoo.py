@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from tui_launch.core.model.layout import JOURNAL_NAME
+from tui_launch.testing.procs import env_holders
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -121,22 +122,7 @@ def base_env() -> dict[str, str]:
 
 def leftovers(token: str) -> list[int]:
     """Live processes (not zombies) whose environment holds the launch's token."""
-    needle = f"{TOKEN_VAR}={token}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fp:
-                if needle not in fp.read():
-                    continue
-            with open(f"/proc/{entry}/stat") as fp:
-                if fp.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-        except OSError:
-            continue
-        found.append(int(entry))
-    return found
+    return env_holders(TOKEN_VAR, token)
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:

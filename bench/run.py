@@ -81,6 +81,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tui_launch.testing.procs import env_holders
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 WORKLOADS = BENCH / "workloads"
@@ -169,19 +171,7 @@ def base_env(
 
 def token_pids(token: str) -> list[int]:
     """Live processes whose environment carries ``token`` (workers inherit it)."""
-    needle = f"{TOKEN_VAR}={token}".encode() + b"\0"
-    me = os.getpid()
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fp:
-                if needle in fp.read() + b"\0":
-                    out.append(int(entry))
-        except OSError:
-            continue
-    return out
+    return env_holders(TOKEN_VAR, token)
 
 
 def kill_token(token: str) -> int:

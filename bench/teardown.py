@@ -38,6 +38,8 @@ import time
 import uuid
 from pathlib import Path
 
+from tui_launch.testing.procs import env_holders
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 PROGRAM = BENCH / "workloads" / "multinode.py"
@@ -54,15 +56,8 @@ ABORT = re.compile(r"SIGABRT|Signal 6\b|exitcode\s*:\s*-6\b|exit code -6\b|signa
 
 
 def token_pids(token: str) -> list[int]:
-    """Live processes whose environment carries ``token``."""
-    needle = f"{TOKEN_VAR}={token}\0".encode()
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            with contextlib.suppress(OSError), open(f"/proc/{entry}/environ", "rb") as fp:
-                if needle in fp.read() + b"\0":
-                    out.append(int(entry))
-    return out
+    """Live processes whose environment carries ``token`` (workers inherit it)."""
+    return env_holders(TOKEN_VAR, token)
 
 
 def run_once(mode: str, nproc: int, epochs: int, timeout: float) -> dict[str, object]:

@@ -28,25 +28,16 @@ import uuid
 from pathlib import Path
 
 from tui_launch.core.model import layout
+from tui_launch.testing.procs import cpu_s, env_holders, rss_mb
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 TOKEN_VAR = "TUILAUNCH_BENCH_TOKEN"
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def token_pids(token: str) -> list[int]:
-    needle = f"{TOKEN_VAR}={token}".encode() + b"\0"
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as fp:
-                    if needle in fp.read():
-                        pids.append(int(entry))
-            except OSError:
-                continue
-    return pids
+    """Live processes whose environment carries ``token`` (workers inherit it)."""
+    return env_holders(TOKEN_VAR, token)
 
 
 def cmdline(pid: int) -> bytes:
@@ -55,27 +46,6 @@ def cmdline(pid: int) -> bytes:
             return fp.read()
     except OSError:
         return b""
-
-
-def cpu_s(pid: int) -> float | None:
-    """utime + stime of ``pid`` (all its threads), seconds."""
-    try:
-        with open(f"/proc/{pid}/stat") as fp:
-            f = fp.read().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / TICK
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def rss_mb(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/status") as fp:
-            for line in fp:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
 
 
 def smaps_mb(pid: int) -> dict[str, float]:

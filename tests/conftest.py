@@ -30,6 +30,7 @@ from prefork import OFF_VAR as FORK_OFF_VAR
 from prefork import Forked, Zygote
 
 from tui_launch.core.launch.args import torch_option_strings
+from tui_launch.testing.procs import env_holders
 
 # Tests that use torchrun's --shutdown-timeout (torch >= 2.8) skip on the older torch we support.
 needs_shutdown_timeout = pytest.mark.skipif(
@@ -266,23 +267,7 @@ def torchrun(launches: list[Launch]):
 
 def leftovers(token: str) -> list[int]:
     """Pids of live (non-zombie) processes whose environment holds ``token``."""
-    found = []
-    needle = f"{TOKEN_VAR}={token}".encode()
-    me = os.getpid()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fp:
-                if needle not in fp.read():
-                    continue
-            with open(f"/proc/{entry}/stat") as fp:
-                if fp.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-        except OSError:
-            continue
-        found.append(int(entry))
-    return found
+    return env_holders(TOKEN_VAR, token)
 
 
 def wait_gone(token: str, timeout: float) -> list[int]:

@@ -9,4 +9,5 @@ one; the fake NVML the product itself uses lives in :mod:`tui_launch.core.teleme
 - ``fake_source``: ``FakeSource``, a deterministic ``Source`` for pilot and snapshot tests.
 - ``scenarios``: the deterministic runs the dashboard is tested and pictured in.
 - ``scale``: emulated nodes' synthetic ranks and counted store clients (``bench/scale.py``).
+- ``procs``: a launch's processes found by the token in their environment, their CPU and memory.
 """
