@@ -10,6 +10,7 @@ it the events carry the real clocks, as posted.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from typing import Any
 
@@ -385,22 +386,9 @@ def fake_dump(reason: str, ranks: list[tuple[int, int, int]]) -> StackDump:
 
 def fake_dumped(dump: StackDump, path: str, source: str) -> StacksDumped:
     """The event the runner would post for ``dump`` kept at ``path``, stamped at the fake clock."""
-    from tui_launch.core.diagnosis.stacks import verdict
+    from tui_launch.testing.scale import dumped
 
-    v = verdict(dump)
-    return StacksDumped(
-        reason=dump.reason,
-        attempt=0,
-        ranks=tuple(r.global_rank for r in dump.ranks),
-        verdict=v.text,
-        odd_ranks=v.odd,
-        path=path,
-        method=dump.method,
-        duration=dump.duration,
-        places=tuple(f"rank {p.global_rank}: {p.place}" for p in v.places),
-        source=source,
-        **at(94.0),
-    )
+    return dataclasses.replace(dumped(dump, path, source), **at(94.0))
 
 
 def progress(
