@@ -26,9 +26,20 @@ TIMEOUT = 15.0  # the frameworks print nothing for a while between their own lin
 
 
 def _hang(launch) -> dict:
-    # The first: Lightning's own SIGTERM handler moves a rank into a broadcast while the
-    # group is being stopped, which can be judged as a second hang.
-    return journaled_hang(launch, TIMEOUT, only=False)
+    """The one hang: Lightning's own SIGTERM handler moves a rank into a broadcast while the
+    group is being stopped, which the watch judged as a second hang (and suspected first)
+    before it stopped watching the group it ends."""
+    hang = journaled_hang(launch, TIMEOUT, only=True)
+    events = read_journal(journal_path(launch.output))
+    late = [
+        e
+        for e in events
+        if e["kind"] == "stacks_dumped"
+        and e["reason"] == "hang-suspected"
+        and e["wall"] > hang["wall"]
+    ]
+    assert not late, late
+    return hang
 
 
 def _run(tuilaunch, tmp_path, program: str, *extra: str):

@@ -161,6 +161,7 @@ class HangWatch:
         self.expectation: Expectation | None = None
         self._lock = threading.Lock()
         self._attempt = -1
+        self._ending = False  # the attempt's ranks are being ended (--on-hang restart|stop)
         self._ranks: dict[int, int] = {}  # local -> global
         self._sizes: dict[str, int] = {}
         self._first_path = ""
@@ -207,6 +208,7 @@ class HangWatch:
         """A worker group started: silence is counted from now; ``ranks`` local -> global."""
         with self._lock:
             self._attempt = attempt
+            self._ending = False
             self._ranks = dict(ranks)
             self._sizes = {}
             self._hung_dump, self._hung_ranks = None, ()
@@ -215,6 +217,13 @@ class HangWatch:
             self.detector.start(now, ranks.values())
             self.rhythm.start(now)
             self.expectation = None
+
+    def attempt_ending(self) -> None:
+        """The runner ends this attempt's ranks (a confirmed hang acted on): nothing more to
+        watch until the next attempt starts. A rank that left its hang for a SIGTERM handler
+        (Lightning's calls a collective its peers never join) was suspected again otherwise."""
+        with self._lock:
+            self._ending = True
 
     def sink(self, src: LogSource, lines: list[str]) -> None:
         """A log-tailer sink: a rank wrote whole lines."""
@@ -345,7 +354,7 @@ class HangWatch:
         )
 
     def _tick(self) -> None:
-        if not self._active():
+        if not self._active() or self._ending:
             return
         # The progress watch's lock is taken apart from ours.
         steps = self._steps() if self.adaptive and self._steps is not None else None

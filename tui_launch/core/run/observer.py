@@ -314,6 +314,7 @@ class Supervisor:
     def _hang_failure(self, agent_obj: TorchAgent, hang: HangDetected) -> RunResult:
         """``--on-hang restart|stop``: fail the group as a crash would, the hang its cause."""
         failures = hang_failures(hang, self._ranks.view(), self._host)
+        self._diagnosis.hangs.attempt_ending()
         # End the attempt's ranks now, as torch's stop would next (SIGTERM and SIGCONT, SIGKILL
         # after the grace), so that the failure carries the exit the hung rank really had,
         # not the 0 of a process that had not exited yet.
