@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from tui_launch.core.diagnosis.collectives import INTERVAL as POLL_INTERVAL
 from tui_launch.core.diagnosis.collectives import rank_collective
 from tui_launch.core.diagnosis.records import (
     Answer,
@@ -78,6 +79,10 @@ DEFAULT_TIMEOUT = 5.0
 BEFORE_KILL = "before-kill"
 # How old a polled answer may be to stand in for a rank that no longer answers (seconds).
 _RECENT = 10.0
+# A rank whose latest live-poll answer is older than this has stopped answering; a dump asks
+# it for its records for SILENT_WAIT seconds only.
+SILENT_AFTER = 2 * POLL_INTERVAL + 1.0
+SILENT_WAIT = 0.3
 # Dumps kept in memory for the views (the files keep all of them).
 _KEPT = 32
 # How much of a survivor's stderr is read for its last traceback (a framework's training loop
@@ -133,6 +138,7 @@ class Dumper:
         self._responders = responders
         self.recent = recent
         self._lock = threading.Lock()
+        self._lock_answers = threading.Lock()  # the record askers of one dump
         # Told of every dump taken, after it was posted, on the taker's thread (the hang
         # watch: did the ranks move again; the job-wide dumps: tell the other nodes).
         self.listeners: list[Callable[[Taken], None]] = []
@@ -211,22 +217,37 @@ class Dumper:
             dump = self._dump(targets, reason, timeout, children)
             return (self._last_words(dump) if leaving else dump), {}
         answers: dict[int, Answer] = {}
+        recent = self.recent() if self.recent is not None else {}
+        # Ranks the live poll has not heard from for two polls (SIGSTOPped, a C call holding
+        # the GIL): asked too, but not waited for as long. Waiting 2.5 s for them made every
+        # dump of such a hang 2 s longer, the suspicion and the confirmation each.
+        since = time.monotonic() - SILENT_AFTER
+        silent = {g for _, g, _ in targets if g in recent and recent[g][0] < since}
 
-        def ask() -> None:
+        def ask(ranks: list[int], wait: float) -> None:
             # Never longer than the stacks: a rank that does not answer is stopped or leaving.
-            wait = min(2.5, timeout / 2)
-            poke_nccl_pipes(directory)  # NCCL's own dump too, where there is one
-            answers.update(gather(directory, [g for _, g, _ in targets], "dump", wait))
+            got = gather(directory, ranks, "dump", wait)
+            with self._lock_answers:
+                answers.update(got)
 
-        asker = threading.Thread(target=ask, name="tuilaunch-records", daemon=True)
-        asker.start()
+        poke_nccl_pipes(directory)  # NCCL's own dump too, where there is one
+        talking = [g for _, g, _ in targets if g not in silent]
+        askers = [(talking, min(2.5, timeout / 2)), (sorted(silent), SILENT_WAIT)]
+        threads = [
+            threading.Thread(target=ask, args=a, name="tuilaunch-records", daemon=True)
+            for a in askers
+            if a[0]
+        ]
+        for t in threads:
+            t.start()
         dump = self._dump(targets, reason, timeout, children)
         if leaving:
             dump = self._last_words(dump)
-        asker.join(2.5)
-        got = dict(answers)
+        for t in threads:
+            t.join(2.5)
+        with self._lock_answers:
+            got = dict(answers)
         ages: dict[int, float] = {}
-        recent = self.recent() if self.recent is not None else {}
         now = time.monotonic()
         if not leaving:
             got = _with_looks(directory, got, recent, now)
