@@ -452,3 +452,51 @@ def test_quiet_healthy_loop_gets_no_culprit_and_each_suspicion_clears(tuilaunch,
             assert " move on (" in dump["verdict"], dump["verdict"]
     assert judged, [events[i]["verdict"] for i in suspected]
     assert "hang suspicion cleared (attempt 0" in launch.stderr, launch.stderr[-3000:]
+
+
+def test_a_dump_does_not_wait_long_for_a_rank_the_poll_found_silent(tmp_path):
+    """Rank 1's responder accepts and never answers (a rank holding the GIL in a C call, or
+    SIGSTOPped: its socket's backlog still takes the connection). When the live poll has not
+    heard from it for two polls, a dump asks it for SILENT_WAIT only; otherwise it waits its
+    2.5 s (every dump of such a hang was 2 s longer, its suspicion and its confirmation)."""
+    import sys
+    import time
+
+    from tui_launch.core.diagnosis import dumps
+    from tui_launch.core.diagnosis.records import Answer
+    from tui_launch.core.diagnosis.stacks.model import RankRecord
+    from tui_launch.core.workers.table import RankTable
+
+    sleepers = [
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in (0, 1)
+    ]
+    mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    mute.bind(str(tmp_path / "1.sock"))
+    mute.listen(8)
+    try:
+        ranks = RankTable()
+        ranks.begin_attempt({0: sleepers[0].pid, 1: sleepers[1].pid}, {0: 0, 1: 1}, 2)
+        heard: dict[int, tuple[float, Answer]] = {}
+
+        def took() -> float:
+            d = dumps.Dumper(
+                lambda e: None,
+                ranks,
+                lambda: str(tmp_path / "run"),
+                dict,
+                responders=lambda: str(tmp_path),
+                recent=lambda: dict(heard),
+            )
+            t0 = time.monotonic()
+            d.take("key", "dashboard")
+            return time.monotonic() - t0
+
+        assert took() >= 2.4  # not known silent: its 2.5 s
+        old = Answer(RankRecord(1, last_enqueued=7, last_completed=6), None, {"same": False}, 0.0)
+        heard[1] = (time.monotonic() - dumps.SILENT_AFTER - 1.0, old)
+        assert took() < 2.0
+    finally:
+        mute.close()
+        for p in sleepers:
+            p.kill()
+            p.wait()
