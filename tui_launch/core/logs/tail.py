@@ -60,6 +60,7 @@ class LogSource:
     raw_held: bool = False  # a raw sink holds back bytes (an unended line): call it again
     partial_sent: bytes | None = None  # the partial last handed to partial sinks
     lines_at: float = float("-inf")  # when lossy sinks alone last got its lines (monotonic)
+    read_to: int = -1  # the file's size when a read last handed on all of it (-1: read it)
     fp: Any = field(default=None, repr=False)  # kept open: one read per poll, no reopening
 
     def close(self) -> None:
@@ -211,6 +212,7 @@ class LogTailer:
         """
         with self._lock:
             self._sinks.append((sink, lossy, accepts or _every))
+            self._reread()
 
     def add_raw_sink(self, sink: RawSink, accepts: Accepts | None = None) -> None:
         """Hand ``sink`` every new byte range of the streams it ``accepts`` (see RawSink).
@@ -220,6 +222,7 @@ class LogTailer:
         """
         with self._lock:
             self._raw_sinks.append((sink, accepts or _every))
+            self._reread()
 
     def add_partial_sink(self, sink: PartialSink) -> None:
         """Hand ``sink(source, text, t)`` each stream's unterminated text when it changes.
@@ -231,6 +234,12 @@ class LogTailer:
         """
         with self._lock:
             self._partial_sinks.append(sink)
+            self._reread()
+
+    def _reread(self) -> None:
+        """A new sink may want what the others had: read every stream again at the next poll."""
+        for src in self._sources:
+            src.read_to = -1
 
     @property
     def _views_only(self) -> bool:
@@ -329,6 +338,11 @@ class LogTailer:
                 src.fp.seek(src.offset)
         except OSError:  # not created yet, or gone with a deleted attempt
             return
+        # A quiet stream costs one fstat: at idle the tailer polls every rank's two files
+        # five times a second, and reading each for nothing was most of the launcher's CPU.
+        size = os.fstat(src.fp.fileno()).st_size
+        if size == src.read_to and not final and not src.raw_held:
+            return
         t = time.monotonic()
         raw = [sink for sink, accepts in self._raw_sinks if accepts(src)]
         if raw:
@@ -342,8 +356,8 @@ class LogTailer:
             # a stream more than SKIP_KEEP behind waits for its turn. (0.8: a poll on the
             # view_interval grid must not miss its turn by a jitter.)
             soon = t - src.lines_at < 0.8 * self._view_interval
-            if soon and os.fstat(src.fp.fileno()).st_size - src.offset > self.SKIP_KEEP:
-                return  # its lines and its partial wait for the next turn
+            if soon and size - src.offset > self.SKIP_KEEP:
+                return  # its lines and its partial wait for the next turn (read_to unset)
             src.lines_at = t
         if sinks:
             lines = self._read_lines(src, sinks, final)
@@ -351,6 +365,7 @@ class LogTailer:
             self._read_tail(src)
         if self._partial_sinks and not src.closed:
             self._send_partial(src, t, lines)
+        src.read_to = size  # every sink had all of it (what came since is read next time)
         if final:
             src.close()
 
