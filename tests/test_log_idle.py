@@ -96,3 +96,37 @@ def test_a_held_raw_sink_is_called_again_on_a_quiet_stream(tmp_path: Path) -> No
         tailer.drain(polled=True)
     assert calls == [(0, 10), (10, 10), (10, 10)]
     tailer.stop()
+
+
+def test_a_quiet_poll_asks_no_sink_which_streams_it_wants(tmp_path: Path) -> None:
+    # Whether only views read the output was asked of every sink and stream at every poll
+    # (the headless console's filter, 16 calls five times a second at 8 ranks): now once per
+    # change of the sinks or the streams.
+    paths = [tmp_path / f"{r}.log" for r in range(4)]
+    for p in paths:
+        p.write_bytes(b"up\n")
+    tailer = LogTailer()
+    asked: list[int] = []
+
+    def accepts(src: LogSource) -> bool:
+        asked.append(src.local_rank)
+        return True
+
+    tailer.add_raw_sink(lambda src, fd, start, end, final: None, accepts)
+    tailer.add_sources(
+        [LogSource(0, r, r, "stdout", str(p), True, None) for r, p in enumerate(paths)]
+    )
+    tailer._poll()
+    first = len(asked)
+    assert first > 0
+    delays = [tailer._poll() for _ in range(5)]
+    assert len(asked) == first, "a quiet poll asked the sink again"
+    assert delays == sorted(delays) and delays[-1] == tailer._idle_interval  # backs off
+    paths[2].write_bytes(b"up\nmore\n")
+    assert tailer._poll() == tailer._interval  # output: poll fast again
+    assert len(asked) > first
+    tailer.add_sources([LogSource(1, 0, 0, "stdout", str(tmp_path / "a1.log"), True, None)])
+    before = len(asked)
+    tailer._poll()
+    assert len(asked) > before  # a new stream: asked again
+    tailer.stop()

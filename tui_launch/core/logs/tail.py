@@ -164,6 +164,9 @@ class LogTailer:
         self._lock = threading.RLock()
         self._wait = interval  # the delay before the next poll (the back-off's state)
         self._loop: Periodic | None = None
+        self._changes = 0  # sinks or sources added or removed (``_views_only`` is cached)
+        self._views_at = -1
+        self._views = False
         # Log marks (see set_mark_sink): what was last reported, and when.
         self._mark_sink: Callable[[tuple[tuple[int, int, str, int], ...]], object] | None = None
         self._mark_interval = 1.0
@@ -238,6 +241,7 @@ class LogTailer:
 
     def _reread(self) -> None:
         """A new sink may want what the others had: read every stream again at the next poll."""
+        self._changes += 1
         for src in self._sources:
             src.read_to = -1
 
@@ -259,6 +263,7 @@ class LogTailer:
         """Start tailing ``sources`` (a new attempt's files), from the next poll on, at once."""
         with self._lock:
             self._sources.extend(sources)
+            self._changes += 1
             self._wait = self._interval  # a new attempt's first lines are not read late
         if self._loop is not None:
             self._loop.wake()
@@ -282,6 +287,7 @@ class LogTailer:
             for src in self._sources:
                 src.close()
             self._sources = []
+            self._changes += 1
 
     def drain(self, final: bool = False, polled: bool = False) -> None:
         """Read all sources to their current end now; ``final`` also flushes partial lines.
@@ -295,6 +301,7 @@ class LogTailer:
             if final:
                 self._mark(force=True)
                 self._sources = [s for s in self._sources if not s.closed]
+                self._changes += 1
 
     def close_attempt(self, attempt: int) -> None:
         """Read an ended attempt's files to the end and stop tailing them."""
@@ -307,6 +314,7 @@ class LogTailer:
                 if src.attempt == attempt:
                     src.close()
             self._sources = [s for s in self._sources if not s.closed]
+            self._changes += 1
 
     def _poll(self) -> float:
         """One poll of every file; returns the delay before the next one.
@@ -320,7 +328,12 @@ class LogTailer:
         self.drain(polled=True)
         with self._lock:
             self._mark()
-        if self._views_only:
+            # Asked of every sink and stream: only when one of them changed (at idle the
+            # console's filter was called for each of 16 streams five times a second).
+            if self._views_at != self._changes:
+                self._views_at, self._views = self._changes, self._views_only
+            views_only = self._views
+        if views_only:
             self._wait = self._view_interval
         else:
             found = self._moved != before
