@@ -15,7 +15,9 @@ in the same run, the two modes alternating (A B B A ...), so that the machine's 
 - ``idle``: the launcher's own CPU (user + system from ``/proc``) while ``--ranks`` (8) ranks
   sit in a sleep after joining their group (nothing printed: only the launcher's loops run,
   the live poll of the Flight Recorder among them), over ``--window`` seconds, as a share of
-  one core. Target: at most 0.5 % of a core at 8 ranks.
+  one core. Target: at most 0.5 % of a core at 8 ranks. Beside it, the CPU of the helper
+  processes the launcher started and reaped in the window (py-spy), and with ``--torchrun``
+  the same idle job under plain ``torchrun`` (torch's own agent loop: the floor).
 
 Usage: ``python bench/bootstrap.py [steps|corpus|start|idle|all] [--quick] [--repeat N]``.
 ``--quick`` is a short run of each (a smoke test, not a figure).
@@ -163,18 +165,26 @@ def bench_start(repeat: int) -> None:
             )
 
 
-def _cpu_seconds(pid: int) -> float:
+def _cpu_seconds(pid: int, children: bool = False) -> float:
+    """The process's own CPU (user + system), or that of its children it reaped."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    at = 13 if children else 11
+    return (int(fields[at]) + int(fields[at + 1])) / os.sysconf("SC_CLK_TCK")
 
 
-def bench_idle(repeat: int, ranks: int, window: float) -> None:
+def bench_idle(repeat: int, ranks: int, window: float, torchrun: bool = False) -> None:
+    helpers: dict[str, list[float]] = {m: [] for m in (*MODES, "torchrun")}
+
     def once(mode: str) -> float:
         with tempfile.TemporaryDirectory() as d:
             script = os.path.join(d, "idle.py")
             Path(script).write_text(IDLE)
             sleep = window + 120.0  # the ranks wait long enough for any start
-            cmd = _launch(MODES[mode], d, "--standalone", "--nproc-per-node", str(ranks))
+            if mode == "torchrun":
+                cmd = [PY, "-m", "torch.distributed.run", "--standalone"]
+                cmd += ["--nproc-per-node", str(ranks)]
+            else:
+                cmd = _launch(MODES[mode], d, "--standalone", "--nproc-per-node", str(ranks))
             cmd += [script, d, str(sleep)]
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
@@ -184,19 +194,29 @@ def bench_idle(repeat: int, ranks: int, window: float) -> None:
                         raise RuntimeError("the ranks never got ready")
                     time.sleep(0.2)
                 time.sleep(3.0)  # past the start's own work (the first samples, the journal)
-                c0, t0 = _cpu_seconds(proc.pid), time.monotonic()
+                c0, h0, t0 = _cpu_seconds(proc.pid), _cpu_seconds(proc.pid, True), time.monotonic()
                 time.sleep(window)
-                c1, t1 = _cpu_seconds(proc.pid), time.monotonic()
+                c1, h1, t1 = _cpu_seconds(proc.pid), _cpu_seconds(proc.pid, True), time.monotonic()
+                helpers[mode].append(100.0 * (h1 - h0) / (t1 - t0))
                 return 100.0 * (c1 - c0) / (t1 - t0)
             finally:
                 proc.terminate()
                 proc.wait(60)
 
-    ratio_line(
-        f"idle launcher CPU ({ranks} ranks, {window:.0f} s window)",
-        "% of a core",
-        alternate(repeat, once),
-    )
+    runs = alternate(repeat, once)
+    ratio_line(f"idle launcher CPU ({ranks} ranks, {window:.0f} s window)", "% of a core", runs)
+    for mode in MODES:
+        print(
+            f"  helpers reaped in the window ({mode}): median"
+            f" {statistics.median(helpers[mode]):.3f} % of a core, samples"
+            f" {[round(x, 3) for x in helpers[mode]]}"
+        )
+    if torchrun:
+        plain = [once("torchrun") for _ in range(repeat)]
+        print(
+            f"  plain torchrun, the same idle job: median {statistics.median(plain):.3f} % of a"
+            f" core (torch's own agent loop), samples {[round(x, 3) for x in plain]}"
+        )
 
 
 def main() -> None:
@@ -212,6 +232,9 @@ def main() -> None:
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--ranks", type=int, default=8, help="ranks of the idle run")
     p.add_argument("--window", type=float, default=30.0, help="seconds of the idle window")
+    p.add_argument(
+        "--torchrun", action="store_true", help="idle: also plain torchrun, the floor (after)"
+    )
     args = p.parse_args()
     if args.quick:
         args.repeat, args.steps, args.corpus_steps, args.window = 2, 100, 40, 5.0
@@ -219,7 +242,7 @@ def main() -> None:
     if args.what in ("start", "all"):
         bench_start(args.repeat * 8)
     if args.what in ("idle", "all"):
-        bench_idle(args.repeat, args.ranks, args.window)
+        bench_idle(args.repeat, args.ranks, args.window, args.torchrun)
     if args.what in ("steps", "all"):
         bench_steps(args.repeat, args.steps, args.work, args.nproc)
     if args.what in ("corpus", "all"):

@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import signal
 import socket
 import subprocess
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from conftest import PY, free_port, journal_path, read_journal, wait_for
 
 from tui_launch.core.diagnosis.records import gather, parse_record, poke_nccl_pipes
 from tui_launch.core.diagnosis.stacks.collective import collective_verdict
+from tui_launch.core.diagnosis.straggler import is_stopped
 from tui_launch.core.model.exitcodes import INFRASTRUCTURE  # a hang, a kill from outside
 from tui_launch.core.model.text import fmt_bytes
 from tui_launch.core.seam import flightrec
@@ -500,3 +504,56 @@ def test_a_dump_does_not_wait_long_for_a_rank_the_poll_found_silent(tmp_path):
         for p in sleepers:
             p.kill()
             p.wait()
+
+
+@pytest.mark.slow
+def test_gather_asks_every_rank_at_once_on_its_own_thread(tmp_path, monkeypatch):
+    # The live poll asks every rank every 2 s: a thread started per rank and poll was a third
+    # of its CPU at idle. Real responders (plain processes through the bootstrap): three
+    # answer, one is stopped (no answer within the limit), one has none.
+    script = tmp_path / "idle.py"
+    script.write_text("import time\ndef idling():\n    time.sleep(120)\nidling()\n")
+    env = {**os.environ, RESPONDER_ENV: str(tmp_path)}
+    procs = [
+        subprocess.Popen(
+            [PY, "-u", "-m", "tui_launch.core.workers.shim", "-", str(script)],
+            env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for r in range(4)
+    ]
+    try:
+        wait_for(lambda: all((tmp_path / f"{r}.sock").exists() for r in range(4)), 60)
+        wait_for(
+            lambda: all(a.threads for a in gather(str(tmp_path), range(4), "poll", 2.0).values()),
+            60,
+            what="every responder to answer",
+        )
+        os.kill(procs[3].pid, signal.SIGSTOP)
+        wait_for(lambda: is_stopped(procs[3].pid), 10, what="rank 3 to be stopped")
+        started: list[str] = []
+        start = threading.Thread.start
+
+        def counting(self: threading.Thread) -> None:
+            started.append(self.name)
+            start(self)
+
+        monkeypatch.setattr(threading.Thread, "start", counting)
+        t0 = time.monotonic()
+        ans = gather(str(tmp_path), range(5), "poll", 0.5, {1: "poll-since"})
+        took = time.monotonic() - t0
+        monkeypatch.undo()
+        assert started == []
+        assert sorted(ans) == [0, 1, 2, 3, 4]
+        for r in (0, 2):
+            main = next(t for t in ans[r].threads or () if t.main)
+            assert "idling" in [f.function for f in main.frames], main
+        assert ans[1].record.error == "unchanged"  # its own request: it did not move
+        assert ans[3].record.error == "no answer in 0.5 s" and ans[3].threads is None
+        assert ans[4].record.error == "no responder"
+        assert took < 0.5 + 1.0  # one limit for all, not one after another
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(10)

@@ -12,10 +12,13 @@ import os
 import re
 import signal
 import subprocess
+import time
 
 import pytest
 from conftest import PY, WORKERS, read_journal, wait_for
 
+from tui_launch.core.diagnosis.records import Answer
+from tui_launch.core.diagnosis.stacks.model import Frame, RankRecord, ThreadStack
 from tui_launch.core.diagnosis.straggler import (
     StragglerJudge,
     StragglerSampler,
@@ -296,3 +299,43 @@ def test_no_straggler_claimed_on_a_healthy_run(tuilaunch, tmp_path):
     launch, journal = _lockstep(tuilaunch, tmp_path)
     assert [e for e in _stragglers(journal) if e["global_rank"] is not None] == []
     assert "inferred from stack samples" not in launch.stderr
+
+
+def test_straggler_samples_read_the_live_polls_stacks_before_pyspy(tmp_path):
+    # The live poll (on by default) holds every rank's stacks, at most 2 s old: a sample reads
+    # a rank's main thread there once per answer, and starts py-spy (none here: unknown) only
+    # for a rank the poll has no new answer of. Idle ranks at 8 cost 1.7 % of a core in py-spy.
+    waiting = (Frame("all_reduce", "torch/distributed/distributed_c10d.py", 3252),)
+    working = (Frame("forward", "train.py", 12),)
+
+    def answer(rank: int, frames: tuple[Frame, ...]) -> Answer:
+        stack = ThreadStack(1, "MainThread", frames, main=True)
+        return Answer(RankRecord(rank), (stack,), {"threads": []}, 0.0)
+
+    latest: dict[int, tuple[float, Answer]] = {}
+    sampler = StragglerSampler(
+        lambda e: None, lambda r: None, interval=1.0, pyspy=str(tmp_path / "no-py-spy"),
+        judge=StragglerJudge(min_samples=1), recent=lambda: latest,
+    )  # fmt: skip
+    procs = [subprocess.Popen([PY, "-c", "import time; time.sleep(60)"]) for _ in range(3)]
+    try:
+        sampler.set_workers(0, [(r, p.pid) for r, p in enumerate(procs)])
+        now = time.monotonic()
+        latest.update({0: (now, answer(0, waiting)), 1: (now, answer(1, working))})
+        latest[2] = (now - 10.0, answer(2, waiting))  # too old to say where rank 2 is now
+        sampler.tick()
+        assert sampler.judge.shares() == {0: 1.0, 1: 0.0}  # rank 2: py-spy, none: unknown
+        assert (sampler.from_polls, sampler.from_pyspy) == (2, 1)
+        sampler.tick()  # the same answers again: each was one sample already
+        assert (sampler.from_polls, sampler.from_pyspy) == (2, 4)
+        os.kill(procs[0].pid, signal.SIGSTOP)  # a stopped rank waits for nobody
+        wait_for(lambda: is_stopped(procs[0].pid), 10, what="rank 0 to be stopped")
+        now = time.monotonic()
+        latest.update({g: (now, answer(g, waiting)) for g in range(3)})
+        sampler.tick()
+        assert sampler.judge.shares() == {0: 0.5, 1: 0.5, 2: 1.0}
+        assert (sampler.from_polls, sampler.from_pyspy) == (5, 4)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -17,10 +17,14 @@ collective as often as the others are when steps are short, so a rank slowed by 
 cycles would look like everyone else (``--inject slow``).
 
 Cost: one py-spy process per rank and sample (its CPU is in py-spy, a child of the launcher;
-``bench/stragglers.py tick`` measures it). Once the verdict is settled on a balanced run
-the sampler backs off (doubling its interval up to ``backoff`` times), and it comes back to
-the full rate as soon as the shares drift apart, a sample looks like a straggler's (one rank
-out of a collective while all the others wait) or a rank is named.
+``bench/stragglers.py tick`` measures it), except where the live poll of the Flight Recorder
+(on by default) already holds a stack of the rank taken since the rank's previous sample: its
+responder answers every poll with every thread's stack, so the sample reads that instead of
+starting py-spy (at idle with 8 ranks, the py-spy runs were 1.7 % of a core, more than every
+loop of the launcher together; ``bench/bootstrap.py idle``). Once the verdict is settled on a
+balanced run the sampler backs off (doubling its interval up to ``backoff`` times), and it
+comes back to the full rate as soon as the shares drift apart, a sample looks like a
+straggler's (one rank out of a collective while all the others wait) or a rank is named.
 
 :class:`StragglerJudge` is pure (samples in, verdict out); :class:`StragglerSampler` runs it
 on a :class:`~tui_launch.core.periodic.Periodic` and posts a journaled
@@ -31,10 +35,12 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
+from tui_launch.core.diagnosis.records import Answer
 from tui_launch.core.diagnosis.stacks import collective_of, find_pyspy, parse_pyspy_json, run_pyspy
 from tui_launch.core.model.events import Event, Straggler
 from tui_launch.core.periodic import Periodic
@@ -161,7 +167,13 @@ class StragglerSampler:
             after each sample, up to ``backoff`` times ``interval`` (1: never backs off); a
             sample that looks like a straggler's (:func:`_lone_outsider`) or shares that
             drift apart bring it back to ``interval`` at once.
+        recent: global rank -> (``time.monotonic()``, answer) of the live poll's latest
+            answer of each rank (``CollectivePoller.latest``; None or empty without the
+            bootstrap). A rank with an answer newer than its previous sample and at most
+            ``RECENT`` seconds old is sampled from its main thread's stack there, not by py-spy.
     """
+
+    RECENT = 4.0  # two polls: an older answer is not "now" (a rank that stopped answering)
 
     def __init__(
         self,
@@ -172,6 +184,7 @@ class StragglerSampler:
         pyspy: str | None = "",
         judge: StragglerJudge | None = None,
         backoff: float = 8.0,
+        recent: Callable[[], Mapping[int, tuple[float, Answer]]] | None = None,
     ) -> None:
         self.post = post
         self.cpu = cpu
@@ -185,6 +198,10 @@ class StragglerSampler:
         self._targets: tuple[tuple[int, int], ...] = ()  # (global rank, pid)
         self._named: int | None = None
         self._loop: Periodic | None = None
+        self.recent = recent
+        self._used: dict[int, float] = {}  # global rank -> time of the answer last sampled
+        self.from_polls = 0  # samples read from the live poll's stacks
+        self.from_pyspy = 0  # samples that started py-spy
 
     @property
     def enabled(self) -> bool:
@@ -198,6 +215,7 @@ class StragglerSampler:
             self.judge.reset()
             self._named = None
             self._delay = self.interval
+            self._used.clear()
 
     def start(self) -> None:
         """Start sampling (once; nothing when disabled)."""
@@ -223,14 +241,19 @@ class StragglerSampler:
         pyspy = self.pyspy
         if len(targets) < 2 or pyspy is None:
             return self.interval
-        with ThreadPoolExecutor(len(targets), thread_name_prefix="straggler") as pool:
-            found = dict(
-                zip(
-                    (gr for gr, _ in targets),
-                    pool.map(lambda t: in_collective(t[1], pyspy), targets),
-                    strict=True,
+        found = self._from_polls(targets)
+        rest = [t for t in targets if t[0] not in found]
+        if rest:
+            self.from_pyspy += len(rest)
+            with ThreadPoolExecutor(len(rest), thread_name_prefix="straggler") as pool:
+                found.update(
+                    zip(
+                        (gr for gr, _ in rest),
+                        pool.map(lambda t: in_collective(t[1], pyspy), rest),
+                        strict=True,
+                    )
                 )
-            )
+        found = {gr: found[gr] for gr, _ in targets}
         with self._lock:
             if attempt != self._attempt:
                 return self._delay  # the attempt changed meanwhile: these samples are stale
@@ -256,3 +279,27 @@ class StragglerSampler:
             )
         )
         return delay
+
+    def _from_polls(self, targets: tuple[tuple[int, int], ...]) -> dict[int, bool | None]:
+        """The samples the live poll already holds: each rank's main thread from an answer
+        newer than its previous sample (a stopped rank: not waiting, as in ``in_collective``)."""
+        if self.recent is None:
+            return {}
+        latest = self.recent()
+        if not latest:
+            return {}
+        now = time.monotonic()
+        found: dict[int, bool | None] = {}
+        for gr, pid in targets:
+            at, answer = latest.get(gr, (None, None))
+            if at is None or answer is None or now - at > self.RECENT:
+                continue
+            if at <= self._used.get(gr, float("-inf")):
+                continue  # already sampled: one answer is one sample, not several
+            main = next((t for t in answer.threads or () if t.main), None)
+            if main is None or not main.frames:
+                continue
+            self._used[gr] = at
+            self.from_polls += 1
+            found[gr] = False if is_stopped(pid) else collective_of(main.frames) is not None
+        return found

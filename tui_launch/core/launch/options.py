@@ -189,8 +189,8 @@ class Options:
         type=float,
         metavar="SECONDS",
         check=_seconds_or_off,
-        help="Read every rank's Python stack (py-spy --nonblocking) every SECONDS to infer a "
-        "straggler (default 5; 0: off).",
+        help="Read every rank's Python stack every SECONDS to infer a straggler (the live "
+        "poll's where it has a new one, else py-spy --nonblocking; default 5; 0: off).",
     )
     inject: tuple[str, ...] = option(
         (),

@@ -60,6 +60,7 @@ class LogSource:
     raw_held: bool = False  # a raw sink holds back bytes (an unended line): call it again
     partial_sent: bytes | None = None  # the partial last handed to partial sinks
     lines_at: float = float("-inf")  # when lossy sinks alone last got its lines (monotonic)
+    read_to: int = -1  # the file's size when a read last handed on all of it (-1: read it)
     fp: Any = field(default=None, repr=False)  # kept open: one read per poll, no reopening
 
     def close(self) -> None:
@@ -163,6 +164,9 @@ class LogTailer:
         self._lock = threading.RLock()
         self._wait = interval  # the delay before the next poll (the back-off's state)
         self._loop: Periodic | None = None
+        self._changes = 0  # sinks or sources added or removed (``_views_only`` is cached)
+        self._views_at = -1
+        self._views = False
         # Log marks (see set_mark_sink): what was last reported, and when.
         self._mark_sink: Callable[[tuple[tuple[int, int, str, int], ...]], object] | None = None
         self._mark_interval = 1.0
@@ -211,6 +215,7 @@ class LogTailer:
         """
         with self._lock:
             self._sinks.append((sink, lossy, accepts or _every))
+            self._reread()
 
     def add_raw_sink(self, sink: RawSink, accepts: Accepts | None = None) -> None:
         """Hand ``sink`` every new byte range of the streams it ``accepts`` (see RawSink).
@@ -220,6 +225,7 @@ class LogTailer:
         """
         with self._lock:
             self._raw_sinks.append((sink, accepts or _every))
+            self._reread()
 
     def add_partial_sink(self, sink: PartialSink) -> None:
         """Hand ``sink(source, text, t)`` each stream's unterminated text when it changes.
@@ -231,6 +237,13 @@ class LogTailer:
         """
         with self._lock:
             self._partial_sinks.append(sink)
+            self._reread()
+
+    def _reread(self) -> None:
+        """A new sink may want what the others had: read every stream again at the next poll."""
+        self._changes += 1
+        for src in self._sources:
+            src.read_to = -1
 
     @property
     def _views_only(self) -> bool:
@@ -250,6 +263,7 @@ class LogTailer:
         """Start tailing ``sources`` (a new attempt's files), from the next poll on, at once."""
         with self._lock:
             self._sources.extend(sources)
+            self._changes += 1
             self._wait = self._interval  # a new attempt's first lines are not read late
         if self._loop is not None:
             self._loop.wake()
@@ -273,6 +287,7 @@ class LogTailer:
             for src in self._sources:
                 src.close()
             self._sources = []
+            self._changes += 1
 
     def drain(self, final: bool = False, polled: bool = False) -> None:
         """Read all sources to their current end now; ``final`` also flushes partial lines.
@@ -286,6 +301,7 @@ class LogTailer:
             if final:
                 self._mark(force=True)
                 self._sources = [s for s in self._sources if not s.closed]
+                self._changes += 1
 
     def close_attempt(self, attempt: int) -> None:
         """Read an ended attempt's files to the end and stop tailing them."""
@@ -298,6 +314,7 @@ class LogTailer:
                 if src.attempt == attempt:
                     src.close()
             self._sources = [s for s in self._sources if not s.closed]
+            self._changes += 1
 
     def _poll(self) -> float:
         """One poll of every file; returns the delay before the next one.
@@ -311,7 +328,12 @@ class LogTailer:
         self.drain(polled=True)
         with self._lock:
             self._mark()
-        if self._views_only:
+            # Asked of every sink and stream: only when one of them changed (at idle the
+            # console's filter was called for each of 16 streams five times a second).
+            if self._views_at != self._changes:
+                self._views_at, self._views = self._changes, self._views_only
+            views_only = self._views
+        if views_only:
             self._wait = self._view_interval
         else:
             found = self._moved != before
@@ -329,6 +351,11 @@ class LogTailer:
                 src.fp.seek(src.offset)
         except OSError:  # not created yet, or gone with a deleted attempt
             return
+        # A quiet stream costs one fstat: at idle the tailer polls every rank's two files
+        # five times a second, and reading each for nothing was most of the launcher's CPU.
+        size = os.fstat(src.fp.fileno()).st_size
+        if size == src.read_to and not final and not src.raw_held:
+            return
         t = time.monotonic()
         raw = [sink for sink, accepts in self._raw_sinks if accepts(src)]
         if raw:
@@ -342,8 +369,8 @@ class LogTailer:
             # a stream more than SKIP_KEEP behind waits for its turn. (0.8: a poll on the
             # view_interval grid must not miss its turn by a jitter.)
             soon = t - src.lines_at < 0.8 * self._view_interval
-            if soon and os.fstat(src.fp.fileno()).st_size - src.offset > self.SKIP_KEEP:
-                return  # its lines and its partial wait for the next turn
+            if soon and size - src.offset > self.SKIP_KEEP:
+                return  # its lines and its partial wait for the next turn (read_to unset)
             src.lines_at = t
         if sinks:
             lines = self._read_lines(src, sinks, final)
@@ -351,6 +378,7 @@ class LogTailer:
             self._read_tail(src)
         if self._partial_sinks and not src.closed:
             self._send_partial(src, t, lines)
+        src.read_to = size  # every sink had all of it (what came since is read next time)
         if final:
             src.close()
 

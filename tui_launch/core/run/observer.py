@@ -420,7 +420,12 @@ class Supervisor:
 
     def _poll_exits(self, agent_obj: TorchAgent, by_agent: bool) -> dict[int, int]:
         """Record ranks that have exited since the last poll; return all exits seen so far."""
-        codes = agent.exit_codes(agent.pcontext(agent_obj))
+        pc = agent.pcontext(agent_obj)
+        if not by_agent:
+            recorded = self._ranks.exits()
+            if agent.no_new_exit(pc, recorded):
+                return recorded
+        codes = agent.exit_codes(pc)
         own: dict[int, int | None] = {}
         if by_agent:
             # Ranks that raised by themselves at about the same moment as the first (an

@@ -109,7 +109,11 @@ class Diagnosis:
         # NCCL's dump-on-timeout files, judged as soon as they are written.
         self.nccl_dumps = NcclDumpWatch(store.post, lambda: self._live_stem)
         self.progress = ProgressWatch(store.post, journal_every=config.journal_samples)
-        self.stragglers = StragglerSampler(store.post, rank_cpu, interval=config.stack_samples)
+        # Where the live poll holds a fresh stack of a rank, a straggler sample reads it
+        # instead of starting py-spy (empty with --no-bootstrap: py-spy then).
+        self.stragglers = StragglerSampler(
+            store.post, rank_cpu, interval=config.stack_samples, recent=self.collectives.latest
+        )
 
     def start(self) -> None:
         """Wire the watchers to the tailer and the store and start their loops (before the

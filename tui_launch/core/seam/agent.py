@@ -19,8 +19,9 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeAlias
 
 from tui_launch.core.seam.names import TorchName
@@ -447,6 +448,33 @@ def exit_codes(pc: Any) -> dict[int, int | None]:
     if mp is not None:
         return {lr: p.exitcode for lr, p in enumerate(mp.processes)}
     return {}
+
+
+def no_new_exit(pc: Any, known: Container[int]) -> bool:
+    """Whether no rank of ``pc`` can have exited unseen since ``known`` (local ranks whose
+    exit is recorded): True only when every worker is a plain child ``Popen`` (not a warm
+    spare's), none has a status that is not in ``known``, and no child of the launcher is
+    waiting to be reaped (one ``waitid`` that reaps nothing). False: poll them
+    (:func:`exit_codes`).
+
+    The monitor looks for exits ten times a second, before torch's own poll; this asks the
+    kernel once instead of polling every rank's process (at idle with 8 ranks, that poll
+    was most of what tuilaunch added to torch's monitor loop).
+    """
+    handlers = getattr(pc, "subprocess_handlers", None) if pc is not None else None
+    if not handlers:
+        return False
+    for lr, h in handlers.items():
+        proc = getattr(h, "proc", None)
+        if type(proc) is not subprocess.Popen:
+            return False
+        if proc.returncode is not None and lr not in known:
+            return False  # reaped by torch's poll since: not recorded yet
+    try:
+        waiting = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except (ChildProcessError, OSError, AttributeError):
+        return False
+    return waiting is None
 
 
 def hook_close(agent: TorchAgent, before: Callable[[], None]) -> None:

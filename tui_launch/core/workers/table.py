@@ -146,6 +146,11 @@ class RankTable:
         with self._lock:
             return attempt == self._attempt and self._thaw_attempt != attempt
 
+    def exits(self) -> dict[int, int]:
+        """Local rank -> exit code of the current attempt's ranks seen exiting so far."""
+        with self._lock:
+            return dict(self._exits)
+
     def view(self) -> RanksView:
         """A copy of the current attempt's state."""
         with self._lock:

@@ -1,0 +1,53 @@
+"""The monitor's look for exits: one ``waitid`` that reaps nothing, not a poll of every rank.
+
+Ten times a second, before torch's own poll, the observer looks for ranks that exited so that
+the first failure is told from the peers torch then kills. When no rank's status is new and no
+child of the launcher waits to be reaped, :func:`no_new_exit` says so without polling each
+process (issue 34: the launcher's CPU at idle); any doubt (a zombie of any child, a status
+torch reaped that is not recorded yet, a worker that is not a plain child) means a poll.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from types import SimpleNamespace
+
+from conftest import wait_for
+
+from tui_launch.core.seam.agent import exit_codes, no_new_exit
+from tui_launch.core.workers.table import RankTable
+
+
+def _zombie(proc: subprocess.Popen[bytes]) -> bool:
+    with open(f"/proc/{proc.pid}/stat") as fp:
+        return fp.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_no_new_exit_until_a_rank_exits_then_once_its_exit_is_recorded() -> None:
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
+    pc = SimpleNamespace(
+        subprocess_handlers={lr: SimpleNamespace(proc=p) for lr, p in enumerate(procs)}
+    )
+    table = RankTable()
+    table.begin_attempt({lr: p.pid for lr, p in enumerate(procs)}, {lr: lr for lr in range(3)}, 3)
+    try:
+        assert no_new_exit(pc, table.exits())
+        procs[1].send_signal(signal.SIGTERM)
+        wait_for(lambda: _zombie(procs[1]), 10, what="rank 1 to exit")
+        assert not no_new_exit(pc, table.exits())  # waiting to be reaped: poll
+        assert not no_new_exit(pc, table.exits())  # the look reaps nothing
+        codes = exit_codes(pc)  # the poll reaps it (torch's poll sees the same status)
+        assert codes == {0: None, 1: -signal.SIGTERM, 2: None}
+        assert not no_new_exit(pc, {})  # reaped, not recorded: poll again
+        table.record_exits(codes, by_agent=False)
+        assert table.exits() == {1: -signal.SIGTERM}
+        assert no_new_exit(pc, table.exits())
+        # A worker that is not a plain child (a warm spare's) is always polled.
+        spare = SimpleNamespace(subprocess_handlers={0: SimpleNamespace(proc=SimpleNamespace())})
+        assert not no_new_exit(spare, {})
+        assert not no_new_exit(None, {}) and not no_new_exit(SimpleNamespace(), {})
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
