@@ -30,8 +30,10 @@ from tui_launch.core.diagnosis import frdump, ncclwatch
 from tui_launch.core.diagnosis.frdump import HostileDump, load_dir, load_file
 from tui_launch.core.diagnosis.frjudge import MatchClass, judge, match
 from tui_launch.core.diagnosis.ncclwatch import NcclDumpWatch
+from tui_launch.core.model.events import FlightRecorderVerdict
 from tui_launch.core.model.exitcodes import INFRASTRUCTURE
 from tui_launch.core.model.layout import RunDirLayout, analyser_stem
+from tui_launch.core.model.text import describe
 from tui_launch.testing import frgen
 
 NVRX = ROOT / "tests" / "fixtures" / "frdumps" / "nvrx"
@@ -604,9 +606,11 @@ def test_nccl_dumps_judged_once_complete_and_a_fifo_never_opened(tmp_path):
         wait_for(lambda: posted, 30, what="the verdict on the dumps")
     finally:
         watch.stop()
-    (notice,) = posted
-    assert notice.level == "warning"
-    assert notice.message.startswith("flight recorder (64 NCCL dumps): rank 5 never issued ")
+    (verdict,) = posted
+    assert isinstance(verdict, FlightRecorderVerdict), verdict
+    assert verdict.source == "nccl" and verdict.dumps == 64 and verdict.culprits == (5,)
+    assert describe(verdict).startswith("flight recorder (64 NCCL dumps): rank 5 never issued ")
+    assert verdict.groups and verdict.groups[0].kind == "never_issued", verdict.groups
     # More files (a second timeout): judged again; the same files: not again.
     frgen.generate(str(tmp_path / "more"), 64, (5,), prefix=ncclwatch.PREFIX)
     watch.look()
