@@ -73,8 +73,46 @@ def test_verdict_names_the_rank_that_never_issued_it():
     assert v is not None and v.odd == (1,) and v.kind == "behind"
     assert v.text == (
         "rank 1 never issued all_reduce #41 (it is in train.py:17 in wandered_off); "
-        "ranks 0, 2 wait for it"
+        "ranks 0, 2 wait in it"
     )
+
+
+@pytest.mark.parametrize(
+    "issued",
+    [
+        {0: 41, 1: 40, 2: 41},  # rank 1 never issued #41
+        {r: 9 for r in range(8)},  # every rank at #9
+    ],
+)
+def test_the_in_run_verdict_and_whys_judge_agree_on_the_same_records(issued):
+    """Issue 34: one run shows the in-run verdict (the records with the stacks) beside
+    ``tuilaunch why``'s (frjudge, the dumps alone: the Stacks tab, status, the report). On the
+    same records they name the same ranks in the same words; the in-run one adds where the odd
+    rank's stack is."""
+    from tui_launch.core.diagnosis import frdump, frjudge
+
+    world = len(issued)
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(world)))}}
+    raw = {
+        r: {**_fr(*(_entry(s, "all_reduce", 10) for s in range(n - 1, n + 1))), "pg_config": config}
+        for r, n in issued.items()
+    }
+    places = {1: "train.py:17 in wandered_off"} if len(set(issued.values())) > 1 else {}
+    cv = collective_verdict(
+        [parse_record(r, fr, None) for r, fr in raw.items()], places, set(issued) - set(places)
+    )
+    found = frdump.DumpSet("mem")
+    for r, fr in raw.items():
+        found.dumps[r] = frdump.dump_from_dict(r, f"rank{r}.json", fr)
+    fv = frjudge.judge(found)
+    assert cv is not None
+    assert tuple(cv.odd) == fv.culprit_ranks
+    (group,) = [g for g in fv.groups if g.kind != "idle"]
+    if cv.odd:
+        assert cv.text.replace(" (it is in train.py:17 in wandered_off)", "") == group.text
+        assert fv.text.startswith("rank 1 never issued all_reduce #41 of default_pg pg 0; ")
+    else:
+        assert cv.text == fv.text.replace(" of default_pg pg 0", "")
 
 
 def test_verdict_says_where_ranks_disagree():
@@ -94,7 +132,7 @@ def test_every_rank_at_one_collective_names_none():
     v = collective_verdict(recs, {}, set(range(8)))
     assert v is not None and v.odd == () and v.kind == "same"
     assert v.text == (
-        "all 8 ranks wait in all_reduce #9: not a rank out of step; "
+        "every rank is at the same collective (all_reduce #9): no rank out of step; "
         "suspect the network, a GPU or NCCL"
     )
     assert collective_verdict(recs[:1], {}, ()) is None
@@ -241,7 +279,7 @@ def test_ddp_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
     hang = _hang(launch)
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert hang["verdict"].startswith("rank 1 never issued all_reduce #"), hang["verdict"]
-    assert "wandered_off" in hang["verdict"] and "rank 0 waits for it" in hang["verdict"]
+    assert "wandered_off" in hang["verdict"] and "rank 0 waits in it" in hang["verdict"]
     saved = Path(hang["second_path"])
     data = json.loads((saved / "stacks.json").read_text())
     assert sorted(r["global_rank"] for r in data["dump"]["records"]) == [0, 1]
@@ -273,7 +311,7 @@ def test_async_all_reduce_rank_that_never_issued_it(tuilaunch, tmp_path):
     hang = _hang(launch)
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert hang["verdict"].startswith("rank 1 never issued all_reduce #"), hang["verdict"]
-    assert "wandered_off" in hang["verdict"] and "rank 0 waits for it" in hang["verdict"]
+    assert "wandered_off" in hang["verdict"] and "rank 0 waits in it" in hang["verdict"]
 
 
 def test_mismatch_named_by_op_and_size(tuilaunch, tmp_path):
@@ -401,8 +439,7 @@ def test_the_group_where_ranks_part_is_judged():
     v = collective_verdict(recs, {1: "x.py:3 in f"}, {0})
     assert v is not None and v.odd == (1,)
     assert v.text == (
-        "rank 1 never issued broadcast of process group 1 #5 (it is in x.py:3 in f); "
-        "rank 0 waits for it"
+        "rank 1 never issued broadcast #5 of pg 1 (it is in x.py:3 in f); rank 0 waits in it"
     )
     many = _fr(*(_entry(s, "all_reduce", 10) for s in range(1, 30)))
     assert len(parse_record(0, many, None).collectives) == 8
