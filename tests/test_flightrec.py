@@ -115,6 +115,73 @@ def test_the_in_run_verdict_and_whys_judge_agree_on_the_same_records(issued):
         assert cv.text == fv.text.replace(" of default_pg pg 0", "")
 
 
+def test_a_dump_whose_verdict_saw_more_than_its_records_leads_why_and_status(tmp_path):
+    """Issue 34: ``d`` on a job that still moves: rank 1's record is one collective behind,
+    but both ranks' numbers advanced between two looks (not a hang). ``tuilaunch why`` and
+    ``status``'s ``flight_recorder`` on that dump's records alone would name rank 1; they lead
+    with the dump's own verdict instead, and keep the records' line beside it."""
+    from tui_launch.core.diagnosis.stacks import verdict
+    from tui_launch.core.diagnosis.stacks.save import save
+    from tui_launch.core.model.layout import dump_record
+    from tui_launch.core.remote.status import flight_recorder
+    from tui_launch.testing.builders import fake_dump
+
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}
+    raw = {
+        0: {
+            **_fr(_entry(844, "all_reduce", 10), _entry(845, "all_reduce", 10)),
+            "pg_config": config,
+        },
+        1: {
+            **_fr(_entry(843, "all_reduce", 10), _entry(844, "all_reduce", 10)),
+            "pg_config": config,
+        },
+    }
+    records = (
+        replace(parse_record(0, raw[0], None), looks=(836,)),
+        replace(parse_record(1, raw[1], None), looks=(835,)),
+    )
+    dump = replace(fake_dump("key", [(0, 0, 100), (1, 1, 101)]), records=records)
+    v = verdict(dump)
+    assert v.collective == "moving" and v.odd == (), v
+    saved = save(dump, tmp_path, v)
+    os.makedirs(os.path.dirname(dump_record(saved.directory, 0)))
+    for r, fr in raw.items():
+        Path(dump_record(saved.directory, r)).write_text(json.dumps(fr))
+    records_dir = os.path.dirname(dump_record(saved.directory, 0))
+    out = subprocess.run(
+        [PY, "-m", "tui_launch", "why", records_dir],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == v.text and " move on (" in lines[0], lines
+    assert lines[1] == (
+        "(the records alone: rank 1 never issued all_reduce #845 of default_pg pg 0; "
+        "rank 0 waits in it)"
+    ), lines
+    doc = flight_recorder(str(tmp_path))
+    assert doc is not None and doc["verdict"] == v.text, doc
+    assert (doc["kind"], doc["culprits"]) == ("moving", []), doc
+    assert doc["records_alone"].startswith("rank 1 never issued all_reduce #845"), doc
+    # The same records under a dump whose verdict came from them alone: the judge's line.
+    plain = save(replace(dump, records=tuple(replace(r, looks=()) for r in records)), tmp_path)
+    os.makedirs(os.path.dirname(dump_record(plain.directory, 0)))
+    for r, fr in raw.items():
+        Path(dump_record(plain.directory, r)).write_text(json.dumps(fr))
+    again = subprocess.run(
+        [PY, "-m", "tui_launch", "why", os.path.dirname(dump_record(plain.directory, 0))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert again.stdout.splitlines()[0].startswith("rank 1 never issued all_reduce #845 of "), (
+        again.stdout
+    )
+
+
 def test_verdict_says_where_ranks_disagree():
     mb = 256 * 1024
     recs = [parse_record(r, _fr(_entry(57, "all_reduce", mb)), None) for r in (0, 1, 3)]

@@ -167,8 +167,8 @@ def render(report: Report) -> str:
     if fr is None:
         out.append("no Flight Recorder dump was judged while the run ran")
     else:
-        rows, heading, groups = fr
-        out += [f"- **{name}**: {_text(value)}" for name, value in rows]
+        fr_rows, heading, groups = fr
+        out += [f"- **{name}**: {_text(value)}" for name, value in fr_rows]
         if groups:
             out += ["", f"{heading}:", ""]
             out += [f"- {_text(g)}" for g in groups]
