@@ -365,6 +365,15 @@ def test_ddp_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
     assert found and found[-1]["verdict_kind"] == "behind" and found[-1]["odd_ranks"] == [1]
     seqs = {r["global_rank"]: r["seq"] for r in found[-1]["ranks"]}
     assert seqs[0] == seqs[1] + 1, seqs
+    # Each process group as tuilaunch why's judge sees the same records (the Stacks tab lists
+    # them under the verdict).
+    (group,) = found[-1]["groups"]
+    assert (group["label"], group["ranks"], group["kind"]) == (
+        "default_pg pg 0",
+        "0, 1",
+        "never_issued",
+    )
+    assert group["text"] == f"rank 1 never issued all_reduce #{seqs[0]}; rank 0 waits in it", group
 
 
 def test_async_all_reduce_rank_that_never_issued_it(tuilaunch, tmp_path):

@@ -695,6 +695,45 @@ def test_the_stacks_tab_shows_the_flight_recorder_verdict_first_and_follows_new_
     drive("hung", check)
 
 
+def test_the_stacks_tab_lists_the_process_groups_of_a_dumps_records() -> None:
+    """Issue 34: a dump with the ranks' records: under its verdict and each rank's last
+    collective, every process group that names a rank, as tuilaunch why's judge sees them."""
+    from tui_launch.core.model.events import CollectiveVerdictFound, FrGroup, RankCollective
+
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        app._tabs.active = "stacks-tab"
+        await wait_until(pilot, lambda: "load_batch" in text_of(app.panel("stacks")))
+        path = src.snapshot().dumps[-1].path
+        tp = FrGroup(
+            "TENSOR_MODEL_PARALLEL_GROUP pg 1",
+            "0, 1",
+            "never_issued",
+            "rank 1 never issued all_reduce #41; rank 0 waits in it",
+        )
+        dp = FrGroup(
+            "DATA_PARALLEL_GROUP pg 3",
+            "2, 3",
+            "same",
+            "both members wait in all_reduce #41: no member out of step",
+        )
+        ranks = tuple(RankCollective(r, "all_reduce", 41 if r != 1 else 40) for r in range(4))
+        verdict = (
+            "rank 1 never issued all_reduce #41 (it is in data.py:41 in load_batch); "
+            "ranks 0, 2, 3 wait in it"
+        )
+        src.post(CollectiveVerdictFound(0, verdict, "behind", (1,), ranks, path, (tp, dp)))
+        await wait_until(pilot, lambda: "TENSOR_MODEL" in text_of(app.panel("stacks")))
+        lines = text_of(app.panel("stacks")).splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("last collective: "))
+        assert lines[at + 1] == f"  {tp.label} (ranks 0, 1): {tp.text}", lines[at : at + 3]
+        assert (
+            lines[at + 2]
+            == "  ... 1 more groups wait, 1 with no member out of step (tuilaunch why)"
+        )
+
+    drive("hung", check)
+
+
 def test_the_workers_table_shows_each_ranks_last_collective_while_polled() -> None:
     # --flight-recorder: the live poll's sample adds the `collective` column, the newest
     # collective and how long the rank has been at it; yellow from 10 s; "-" without a record.

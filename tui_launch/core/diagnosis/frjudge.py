@@ -294,20 +294,24 @@ class FrVerdict:
             key=lambda g: (_ORDER.index(g.kind) if g.kind in _ORDER else 9, _name_key(g.name)),
         )
 
+    def group_records(self) -> tuple[FrGroup, ...]:
+        """The first ``FR_GROUPS_KEPT`` waiting groups, worst first, as events carry them."""
+        return tuple(
+            FrGroup(g.label, rank_list(g.ranks), g.kind, g.text)
+            for g in self.waiting_groups()[:FR_GROUPS_KEPT]
+        )
+
     def event(self, attempt: int, source: str, path: str) -> FlightRecorderVerdict:
         """The verdict as the journal's event: the line, the culprits, the first
         ``FR_GROUPS_KEPT`` waiting groups (the dashboard, the report, a replay show them)."""
-        shown = self.waiting_groups()
         return FlightRecorderVerdict(
             attempt,
             self.text,
             self.kind,
             self.culprit_ranks,
-            tuple(
-                FrGroup(g.label, rank_list(g.ranks), g.kind, g.text) for g in shown[:FR_GROUPS_KEPT]
-            ),
+            self.group_records(),
             self.dumps,
-            groups_waiting=len(shown),
+            groups_waiting=len(self.waiting_groups()),
             groups_total=len(self.groups),
             source=source,
             path=path,

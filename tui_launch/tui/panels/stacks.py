@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from tui_launch.core.model.events import FlightRecorderVerdict, JobStacks, StacksDumped
+from tui_launch.core.model.events import FlightRecorderVerdict, FrGroup, JobStacks, StacksDumped
 from tui_launch.core.model.layout import job_files
 from tui_launch.core.model.store import Snapshot
 from tui_launch.core.model.text import clock, fr_source
@@ -97,23 +97,28 @@ def fr_panel(s: Snapshot, now: float) -> Text | None:
     out.append(e.verdict + "\n", style="bold yellow" if e.culprits else "bold")
     if e.groups_waiting:
         out.append(f"{e.groups_waiting} of {e.groups_total} process groups wait:\n", style="dim")
-    # Groups where every member waits in one collective name no rank: counted, not listed
-    # (one is, when no group names a rank).
-    named = [g for g in e.groups if g.kind != "same"]
-    shown = named[:FR_GROUPS_SHOWN] or list(e.groups[:1])
+    _groups(out, e.groups, e.groups_waiting)
+    if e.path:
+        out.append(f"{e.path}*\n", style="dim")
+    return out
+
+
+def _groups(out: Text, groups: tuple[FrGroup, ...], waiting: int) -> None:
+    """Each process group that names a rank, then how many more wait (of ``waiting``):
+    groups where every member waits in one collective name no rank, so they are counted, not
+    listed (one is listed when no group names a rank)."""
+    named = [g for g in groups if g.kind != "same"]
+    shown = named[:FR_GROUPS_SHOWN] or list(groups[:1])
     for g in shown:
         style = "yellow" if g.kind != "same" else ""
         out.append(f"  {g.label}", style=f"bold {style}".strip())
         out.append(f" (ranks {g.ranks}): ", style="dim")
         out.append(g.text + "\n", style=style)
-    rest = e.groups_waiting - len(shown)
+    rest = waiting - len(shown)
     if rest:
-        same = sum(1 for g in e.groups if g.kind == "same" and g not in shown)
+        same = sum(1 for g in groups if g.kind == "same" and g not in shown)
         why = f", {same} with no member out of step" if same else ""
         out.append(f"  ... {rest} more groups wait{why} (tuilaunch why)\n", style="dim")
-    if e.path:
-        out.append(f"{e.path}*\n", style="dim")
-    return out
 
 
 def _when(s: Snapshot, e: StacksDumped, now: float) -> str:
@@ -178,6 +183,7 @@ def stacks_panel(s: Snapshot, dump: StackDump | None, now: float) -> Text:
             style = "yellow" if rc.global_rank in odd_c else ""
             out.append(f"{sep}rank {rc.global_rank} {what}", style=style)
         out.append("\n")
+        _groups(out, cv.groups, len(cv.groups))
     if dump is not None:
         odd = set(e.odd_ranks)
         groups = group_stacks(dump)
@@ -234,6 +240,7 @@ STACKS = Panel(
         len(f.snap.job_stacks),
         f.snap.hang,
         f.snap.flight_recorder,
+        f.snap.collective_verdict,
         int(f.now),
     ),
     render=_stacks_tab,

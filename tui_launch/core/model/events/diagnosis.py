@@ -289,24 +289,6 @@ class CollectiveSample(Event):
 
 
 @dataclass(frozen=True)
-class CollectiveVerdictFound(Event):
-    """A dump with the ranks' Flight Recorder records judged them at the collective level
-    (the Flight Recorder): ``verdict`` in one line, ``verdict_kind`` ``behind`` (a rank never
-    issued the collective the others wait in), ``mismatch`` (ranks disagree on it) or ``same``
-    (every rank at one collective: no culprit) or ``left`` (the stacks show some ranks went
-    on past it), ``odd_ranks`` the ranks it names, ``ranks``
-    each rank's newest collective, ``path`` the dump's directory."""
-
-    kind: ClassVar[str] = "collective_verdict"
-    attempt: int
-    verdict: str
-    verdict_kind: str
-    odd_ranks: tuple[int, ...]
-    ranks: tuple[RankCollective, ...]
-    path: str = ""
-
-
-@dataclass(frozen=True)
 class FrGroup:
     """One process group's part of a :class:`FlightRecorderVerdict`: ``label``
     (``EXPERT_MODEL_PARALLEL_GROUP pg 74``), its ranks in words (``0-7``), ``kind`` (frjudge's:
@@ -316,6 +298,27 @@ class FrGroup:
     ranks: str
     kind: str
     text: str
+
+
+@dataclass(frozen=True)
+class CollectiveVerdictFound(Event):
+    """A dump with the ranks' Flight Recorder records judged them at the collective level
+    (the Flight Recorder): ``verdict`` in one line, ``verdict_kind`` ``behind`` (a rank never
+    issued the collective the others wait in), ``mismatch`` (ranks disagree on it) or ``same``
+    (every rank at one collective: no culprit) or ``left`` (the stacks show some ranks went
+    on past it), ``odd_ranks`` the ranks it names, ``ranks``
+    each rank's newest collective, ``path`` the dump's directory; ``groups`` each process group
+    that waits, as ``tuilaunch why``'s judge sees the same records (worst first, at most
+    :data:`FR_GROUPS_KEPT`; empty when the records carry no group)."""
+
+    kind: ClassVar[str] = "collective_verdict"
+    attempt: int
+    verdict: str
+    verdict_kind: str
+    odd_ranks: tuple[int, ...]
+    ranks: tuple[RankCollective, ...]
+    path: str = ""
+    groups: tuple[FrGroup, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -348,6 +351,6 @@ FR_GROUPS_KEPT = 32
 
 register(Slowdown, StacksDumped, HangDetected, HangCleared, HangWatchSample, Straggler)
 register(CollectiveSample, CollectiveVerdictFound, nested={"ranks": RankCollective})
-register(FlightRecorderVerdict, nested={"groups": FrGroup})
+register(FlightRecorderVerdict, CollectiveVerdictFound, nested={"groups": FrGroup})
 register(JobStacks, nested={"nodes": JobNode, "ranks": JobRank})
 register(ProgressSample, ProgressRecord, nested={"ranks": RankProgress})
