@@ -47,6 +47,8 @@ EXTRA: dict[str, tuple[str, tuple[str, ...]]] = {
     "small": ("healthy", ()),  # the smallest supported terminal (SIZES)
     "connect-failed": ("connect_failed", ()),  # a c10d store nobody serves, on 80x24
     "stacks": ("hung", ("d",)),  # a hang: d dumps again, the Stacks tab shows the verdict
+    # NCCL's dumps of that hang judged by tuilaunch why's judge: first in the Stacks tab
+    "stacks-nccl": ("nccl_timeout", ("d",)),
     # many nodes: d reached every node; the Cluster tab shows where every rank of the job is
     "cluster-stacks": ("multinode_hung", ("n",)),
 }

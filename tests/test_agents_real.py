@@ -100,7 +100,7 @@ def test_four_agents_view_lose_a_node_and_name_a_hung_rank(
         # The Flight Recorder's verdict (the default), with where the hung rank is.
         assert dump["verdict"].startswith(f"rank {hung} never issued all_reduce #"), dump
         assert "hangable.py:" in dump["verdict"] and "in load_batch" in dump["verdict"], dump
-        assert "wait for it" in dump["verdict"] and "no answer" not in dump["verdict"], dump
+        assert "wait in it" in dump["verdict"] and "no answer" not in dump["verdict"], dump
         assert dump["odd_ranks"] == [hung]
         assert dump["ranks"] == [0, 1, 2] and dump["nodes"] == 3 and dump["missing"] == []
     finally:

@@ -77,7 +77,112 @@ def test_verdict_names_the_rank_that_never_issued_it():
     assert v is not None and v.odd == (1,) and v.kind == "behind"
     assert v.text == (
         "rank 1 never issued all_reduce #41 (it is in train.py:17 in wandered_off); "
-        "ranks 0, 2 wait for it"
+        "ranks 0, 2 wait in it"
+    )
+
+
+@pytest.mark.parametrize(
+    "issued",
+    [
+        {0: 41, 1: 40, 2: 41},  # rank 1 never issued #41
+        {r: 9 for r in range(8)},  # every rank at #9
+    ],
+)
+def test_the_in_run_verdict_and_whys_judge_agree_on_the_same_records(issued):
+    """Issue 34: one run shows the in-run verdict (the records with the stacks) beside
+    ``tuilaunch why``'s (frjudge, the dumps alone: the Stacks tab, status, the report). On the
+    same records they name the same ranks in the same words; the in-run one adds where the odd
+    rank's stack is."""
+    from tui_launch.core.diagnosis import frdump, frjudge
+
+    world = len(issued)
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(world)))}}
+    raw = {
+        r: {**_fr(*(_entry(s, "all_reduce", 10) for s in range(n - 1, n + 1))), "pg_config": config}
+        for r, n in issued.items()
+    }
+    places = {1: "train.py:17 in wandered_off"} if len(set(issued.values())) > 1 else {}
+    cv = collective_verdict(
+        [parse_record(r, fr, None) for r, fr in raw.items()], places, set(issued) - set(places)
+    )
+    found = frdump.DumpSet("mem")
+    for r, fr in raw.items():
+        found.dumps[r] = frdump.dump_from_dict(r, f"rank{r}.json", fr)
+    fv = frjudge.judge(found)
+    assert cv is not None
+    assert tuple(cv.odd) == fv.culprit_ranks
+    (group,) = [g for g in fv.groups if g.kind != "idle"]
+    if cv.odd:
+        assert cv.text.replace(" (it is in train.py:17 in wandered_off)", "") == group.text
+        assert fv.text.startswith("rank 1 never issued all_reduce #41 of default_pg pg 0; ")
+    else:
+        assert cv.text == fv.text.replace(" of default_pg pg 0", "")
+
+
+def test_a_dump_whose_verdict_saw_more_than_its_records_leads_why_and_status(tmp_path):
+    """Issue 34: ``d`` on a job that still moves: rank 1's record is one collective behind,
+    but both ranks' numbers advanced between two looks (not a hang). ``tuilaunch why`` and
+    ``status``'s ``flight_recorder`` on that dump's records alone would name rank 1; they lead
+    with the dump's own verdict instead, and keep the records' line beside it."""
+    from tui_launch.core.diagnosis.stacks import verdict
+    from tui_launch.core.diagnosis.stacks.save import save
+    from tui_launch.core.model.layout import dump_record
+    from tui_launch.core.remote.status import flight_recorder
+    from tui_launch.testing.builders import fake_dump
+
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}
+    raw = {
+        0: {
+            **_fr(_entry(844, "all_reduce", 10), _entry(845, "all_reduce", 10)),
+            "pg_config": config,
+        },
+        1: {
+            **_fr(_entry(843, "all_reduce", 10), _entry(844, "all_reduce", 10)),
+            "pg_config": config,
+        },
+    }
+    records = (
+        replace(parse_record(0, raw[0], None), looks=(836,)),
+        replace(parse_record(1, raw[1], None), looks=(835,)),
+    )
+    dump = replace(fake_dump("key", [(0, 0, 100), (1, 1, 101)]), records=records)
+    v = verdict(dump)
+    assert v.collective == "moving" and v.odd == (), v
+    saved = save(dump, tmp_path, v)
+    os.makedirs(os.path.dirname(dump_record(saved.directory, 0)))
+    for r, fr in raw.items():
+        Path(dump_record(saved.directory, r)).write_text(json.dumps(fr))
+    records_dir = os.path.dirname(dump_record(saved.directory, 0))
+    out = subprocess.run(
+        [PY, "-m", "tui_launch", "why", records_dir],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == v.text and " move on (" in lines[0], lines
+    assert lines[1] == (
+        "(the records alone: rank 1 never issued all_reduce #845 of default_pg pg 0; "
+        "rank 0 waits in it)"
+    ), lines
+    doc = flight_recorder(str(tmp_path))
+    assert doc is not None and doc["verdict"] == v.text, doc
+    assert (doc["kind"], doc["culprits"]) == ("moving", []), doc
+    assert doc["records_alone"].startswith("rank 1 never issued all_reduce #845"), doc
+    # The same records under a dump whose verdict came from them alone: the judge's line.
+    plain = save(replace(dump, records=tuple(replace(r, looks=()) for r in records)), tmp_path)
+    os.makedirs(os.path.dirname(dump_record(plain.directory, 0)))
+    for r, fr in raw.items():
+        Path(dump_record(plain.directory, r)).write_text(json.dumps(fr))
+    again = subprocess.run(
+        [PY, "-m", "tui_launch", "why", os.path.dirname(dump_record(plain.directory, 0))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert again.stdout.splitlines()[0].startswith("rank 1 never issued all_reduce #845 of "), (
+        again.stdout
     )
 
 
@@ -98,7 +203,7 @@ def test_every_rank_at_one_collective_names_none():
     v = collective_verdict(recs, {}, set(range(8)))
     assert v is not None and v.odd == () and v.kind == "same"
     assert v.text == (
-        "all 8 ranks wait in all_reduce #9: not a rank out of step; "
+        "every rank is at the same collective (all_reduce #9): no rank out of step; "
         "suspect the network, a GPU or NCCL"
     )
     assert collective_verdict(recs[:1], {}, ()) is None
@@ -245,7 +350,7 @@ def test_ddp_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
     hang = _hang(launch)
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert hang["verdict"].startswith("rank 1 never issued all_reduce #"), hang["verdict"]
-    assert "wandered_off" in hang["verdict"] and "rank 0 waits for it" in hang["verdict"]
+    assert "wandered_off" in hang["verdict"] and "rank 0 waits in it" in hang["verdict"]
     saved = Path(hang["second_path"])
     data = json.loads((saved / "stacks.json").read_text())
     assert sorted(r["global_rank"] for r in data["dump"]["records"]) == [0, 1]
@@ -264,6 +369,15 @@ def test_ddp_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
     assert found and found[-1]["verdict_kind"] == "behind" and found[-1]["odd_ranks"] == [1]
     seqs = {r["global_rank"]: r["seq"] for r in found[-1]["ranks"]}
     assert seqs[0] == seqs[1] + 1, seqs
+    # Each process group as tuilaunch why's judge sees the same records (the Stacks tab lists
+    # them under the verdict).
+    (group,) = found[-1]["groups"]
+    assert (group["label"], group["ranks"], group["kind"]) == (
+        "default_pg pg 0",
+        "0, 1",
+        "never_issued",
+    )
+    assert group["text"] == f"rank 1 never issued all_reduce #{seqs[0]}; rank 0 waits in it", group
 
 
 def test_async_all_reduce_rank_that_never_issued_it(tuilaunch, tmp_path):
@@ -277,7 +391,7 @@ def test_async_all_reduce_rank_that_never_issued_it(tuilaunch, tmp_path):
     hang = _hang(launch)
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert hang["verdict"].startswith("rank 1 never issued all_reduce #"), hang["verdict"]
-    assert "wandered_off" in hang["verdict"] and "rank 0 waits for it" in hang["verdict"]
+    assert "wandered_off" in hang["verdict"] and "rank 0 waits in it" in hang["verdict"]
 
 
 def test_mismatch_named_by_op_and_size(tuilaunch, tmp_path):
@@ -405,8 +519,7 @@ def test_the_group_where_ranks_part_is_judged():
     v = collective_verdict(recs, {1: "x.py:3 in f"}, {0})
     assert v is not None and v.odd == (1,)
     assert v.text == (
-        "rank 1 never issued broadcast of process group 1 #5 (it is in x.py:3 in f); "
-        "rank 0 waits for it"
+        "rank 1 never issued broadcast #5 of pg 1 (it is in x.py:3 in f); rank 0 waits in it"
     )
     many = _fr(*(_entry(s, "all_reduce", 10) for s in range(1, 30)))
     assert len(parse_record(0, many, None).collectives) == 8

@@ -30,8 +30,10 @@ from tui_launch.core.diagnosis import frdump, ncclwatch
 from tui_launch.core.diagnosis.frdump import HostileDump, load_dir, load_file
 from tui_launch.core.diagnosis.frjudge import MatchClass, judge, match
 from tui_launch.core.diagnosis.ncclwatch import NcclDumpWatch
+from tui_launch.core.model.events import FlightRecorderVerdict
 from tui_launch.core.model.exitcodes import INFRASTRUCTURE
 from tui_launch.core.model.layout import RunDirLayout, analyser_stem
+from tui_launch.core.model.text import describe
 from tui_launch.testing import frgen
 
 NVRX = ROOT / "tests" / "fixtures" / "frdumps" / "nvrx"
@@ -604,9 +606,11 @@ def test_nccl_dumps_judged_once_complete_and_a_fifo_never_opened(tmp_path):
         wait_for(lambda: posted, 30, what="the verdict on the dumps")
     finally:
         watch.stop()
-    (notice,) = posted
-    assert notice.level == "warning"
-    assert notice.message.startswith("flight recorder (64 NCCL dumps): rank 5 never issued ")
+    (verdict,) = posted
+    assert isinstance(verdict, FlightRecorderVerdict), verdict
+    assert verdict.source == "nccl" and verdict.dumps == 64 and verdict.culprits == (5,)
+    assert describe(verdict).startswith("flight recorder (64 NCCL dumps): rank 5 never issued ")
+    assert verdict.groups and verdict.groups[0].kind == "never_issued", verdict.groups
     # More files (a second timeout): judged again; the same files: not again.
     frgen.generate(str(tmp_path / "more"), 64, (5,), prefix=ncclwatch.PREFIX)
     watch.look()
@@ -630,9 +634,61 @@ def test_nccl_dumps_of_a_live_run_judged_while_it_runs(tuilaunch, tmp_path):
     journal = journal_path(launch.output)
     events = read_journal(journal)
     kinds = [e["kind"] for e in events]
-    (at,) = [i for i, e in enumerate(events) if e["kind"] == "notice" and want in e["message"]]
+    (at,) = [i for i, e in enumerate(events) if e["kind"] == "flight_recorder_verdict"]
     assert at < kinds.index("rank_exited"), kinds
+    fr = events[at]
+    assert (fr["verdict"], fr["culprits"], fr["dumps"], fr["source"]) == (want, [1], 3, "nccl")
+    assert fr["groups"] == [
+        {
+            "label": "default_pg pg 0",
+            "ranks": "0-2",
+            "kind": "never_issued",
+            "text": "rank 1 never issued all_reduce #8; ranks 0, 2 wait in it",
+        }
+    ], fr["groups"]
     kept = sorted(os.listdir(RunDirLayout(str(journal.parent)).flightrec_dir))
     assert kept == [f"{analyser_stem(socket.gethostname(), 0)}{r}" for r in range(3)]
     out = _why(str(journal.parent))
     assert out.returncode == 0 and out.stdout.splitlines()[0] == want, out.stdout
+    # The report's section, from the journal alone.
+    report = subprocess.run(
+        [PY, "-m", "tui_launch", "report", str(journal.parent), "--format", "md", "-o", "-"],
+        env=base_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert report.returncode == 0, report.stderr
+    section = report.stdout[report.stdout.index("## Flight Recorder") :]
+    assert f"- **verdict**: {want}" in section and "- **culprits**: 1" in section, section
+    # A replay of the journal shows it first in the Stacks tab.
+    assert _replayed_stacks_tab(journal).splitlines()[1] == want
+
+
+def _replayed_stacks_tab(journal: Path) -> str:
+    """The Stacks tab of ``tuilaunch replay``'s dashboard at the journal's end, as text."""
+    import asyncio
+
+    from tui_launch.core.journal.timeline import Timeline
+    from tui_launch.tui.app import Dashboard
+    from tui_launch.tui.modes import ReplayMode
+    from tui_launch.tui.sources.replay import ReplaySource
+
+    src = ReplaySource(Timeline(str(journal)))
+    app = Dashboard(src, refresh_hz=20, mode=ReplayMode(src))
+    shown: list[str] = []
+
+    async def main() -> None:
+        async with app.run_test(size=(160, 45)) as pilot:
+            app._tabs.active = "stacks-tab"
+            for _ in range(200):  # the tab draws once shown: poll with a deadline
+                await pilot.pause(0.05)
+                text = getattr(app.panel("stacks").content, "plain", "")
+                if "flight recorder" in text:
+                    shown.append(text)
+                    return
+
+    asyncio.run(main())
+    assert shown, "the replayed Stacks tab never showed the Flight Recorder's verdict"
+    return shown[0]

@@ -240,6 +240,38 @@ def test_markdown(tmp_path: Path) -> None:
     assert "<script" not in text
 
 
+def test_the_flight_recorders_verdict_has_its_section(tmp_path: Path) -> None:
+    """Issue 34: NCCL's dumps judged while the run ran (the journaled FlightRecorderVerdict,
+    made by ``tuilaunch why``'s judge from frgen's NCCL-format pickles): the report's Flight
+    Recorder section says the verdict, what was read, the culprits and the groups that wait,
+    in Markdown and in HTML; a run without one says so."""
+    from tui_launch.core.diagnosis import frdump, frjudge
+    from tui_launch.testing import frgen
+
+    frgen.generate(str(tmp_path / "dumps"), 4, (1,), tp=2, pp=2, ep=2)
+    verdict = frjudge.judge(frdump.load_dir(str(tmp_path / "dumps")))
+    stem = "/runs/x/flightrec/node0.attempt1.rank_"
+    fr = dataclasses.replace(verdict.event(1, "nccl", stem), **builders.at(58.0))
+    events = _run_events()
+    events.insert(-2, fr)
+    report = build(str(_write(tmp_path / "run", events)))
+    text = markdown.render(report)
+    section = text[text.index("## Flight Recorder") : text.index("## Last lines")]
+    assert f"- **verdict**: {verdict.text}" in section
+    assert verdict.text.startswith("rank 1 never issued _all_gather_base #1001 of ")
+    assert "- **read**: 4 NCCL dumps of attempt 1, at +" in section
+    assert "- **culprits**: 1" in section and f"- **files**: {stem}*" in section
+    assert "10 of 13 process groups wait:" in section
+    assert "- TENSOR_MODEL_PARALLEL_GROUP pg 1 (ranks 0, 1): rank 1 never issued " in section
+    # On the time axis too, at its moment.
+    assert "flight recorder (4 NCCL dumps): rank 1 never issued" in text
+    page = html.render(report)
+    assert '<h2 id="flight-recorder">Flight Recorder</h2>' in page
+    assert '<ul id="fr-groups">' in page and "10 of 13 process groups wait" in page
+    without = markdown.render(build(str(_write(tmp_path / "bare", _run_events()))))
+    assert "## Flight Recorder\n\nno Flight Recorder dump was judged while the run ran" in without
+
+
 def test_running_run(tmp_path: Path) -> None:
     # No run_finished yet: a report of a run still going (or whose launcher was killed).
     events = [e for e in _run_events() if not isinstance(e, RunFinished | HangDetected)]

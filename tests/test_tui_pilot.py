@@ -22,7 +22,7 @@ from textual.widgets._footer import FooterKey
 
 from tui_launch.core.logs.sinks import LogBuffer
 from tui_launch.core.logs.tail import LogSource
-from tui_launch.core.model.events import RankExited, RunFinished
+from tui_launch.core.model.events import FlightRecorderVerdict, RankExited, RunFinished
 from tui_launch.core.model.progress import fmt_duration
 from tui_launch.testing import builders, scenarios
 from tui_launch.testing.fake_source import FakeSource
@@ -648,6 +648,90 @@ def test_d_dumps_every_rank_off_the_ui_thread_and_shows_the_stacks_tab() -> None
         assert "/runs/demo/stacks/000-key" in text_of(app.panel("stacks"))
 
     drive("healthy", check)
+
+
+def _fr_verdict(tmp: str, world: int, culprits: tuple[int, ...]) -> FlightRecorderVerdict:
+    """The event the live watch posts for NCCL-format dumps of ``world`` ranks (``tmp``: where
+    :mod:`tui_launch.testing.frgen` writes them), judged by ``tuilaunch why``'s judge."""
+    from tui_launch.core.diagnosis import frdump, frjudge
+    from tui_launch.testing import frgen
+
+    frgen.generate(tmp, world, culprits, tp=2, pp=2, ep=2)
+    return frjudge.judge(frdump.load_dir(tmp)).event(0, "nccl", f"{tmp}/nccl_trace_rank_")
+
+
+def test_the_stacks_tab_shows_the_flight_recorder_verdict_first_and_follows_new_dumps(
+    tmp_path,
+) -> None:
+    """Issue 34: NCCL's dumps judged while the run runs: the Stacks tab's first line is the
+    verdict (before the hang rule and the stacks), the groups that name the rank below it;
+    a later set of dumps (a second timeout, another culprit) replaces it while the tab shows."""
+    first = _fr_verdict(str(tmp_path / "a"), 4, (1,))
+    second = _fr_verdict(str(tmp_path / "b"), 8, (6,))
+
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        app._tabs.active = "stacks-tab"
+        await wait_until(pilot, lambda: "load_batch" in text_of(app.panel("stacks")))
+        assert "flight recorder" not in text_of(app.panel("stacks"))
+        src.post(first)
+        await wait_until(pilot, lambda: "flight recorder" in text_of(app.panel("stacks")))
+        lines = text_of(app.panel("stacks")).splitlines()
+        assert lines[0].startswith("flight recorder  (4 NCCL dumps, attempt 0;"), lines[0]
+        assert lines[1] == first.verdict and lines[1].startswith("rank 1 never issued ")
+        assert lines[2] == "10 of 13 process groups wait:", lines[2]
+        assert lines[3] == (
+            "  TENSOR_MODEL_PARALLEL_GROUP pg 1 (ranks 0, 1): rank 1 never issued "
+            "_all_gather_base #1001; rank 0 waits in it"
+        ), lines[3]
+        text = "\n".join(lines)
+        assert "8 more groups wait, 8 with no member out of step" in text
+        assert text.index(first.verdict) < text.index("stacks (hang-confirm)")
+        src.post(second)
+        await wait_until(pilot, lambda: "(8 NCCL dumps" in text_of(app.panel("stacks")))
+        text = text_of(app.panel("stacks"))
+        assert second.verdict.startswith("rank 6 never issued ") and second.verdict in text
+        assert first.verdict not in text
+
+    drive("hung", check)
+
+
+def test_the_stacks_tab_lists_the_process_groups_of_a_dumps_records() -> None:
+    """Issue 34: a dump with the ranks' records: under its verdict and each rank's last
+    collective, every process group that names a rank, as tuilaunch why's judge sees them."""
+    from tui_launch.core.model.events import CollectiveVerdictFound, FrGroup, RankCollective
+
+    async def check(pilot: Pilot, app: Dashboard, src: FakeSource) -> None:
+        app._tabs.active = "stacks-tab"
+        await wait_until(pilot, lambda: "load_batch" in text_of(app.panel("stacks")))
+        path = src.snapshot().dumps[-1].path
+        tp = FrGroup(
+            "TENSOR_MODEL_PARALLEL_GROUP pg 1",
+            "0, 1",
+            "never_issued",
+            "rank 1 never issued all_reduce #41; rank 0 waits in it",
+        )
+        dp = FrGroup(
+            "DATA_PARALLEL_GROUP pg 3",
+            "2, 3",
+            "same",
+            "both members wait in all_reduce #41: no member out of step",
+        )
+        ranks = tuple(RankCollective(r, "all_reduce", 41 if r != 1 else 40) for r in range(4))
+        verdict = (
+            "rank 1 never issued all_reduce #41 (it is in data.py:41 in load_batch); "
+            "ranks 0, 2, 3 wait in it"
+        )
+        src.post(CollectiveVerdictFound(0, verdict, "behind", (1,), ranks, path, (tp, dp)))
+        await wait_until(pilot, lambda: "TENSOR_MODEL" in text_of(app.panel("stacks")))
+        lines = text_of(app.panel("stacks")).splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("last collective: "))
+        assert lines[at + 1] == f"  {tp.label} (ranks 0, 1): {tp.text}", lines[at : at + 3]
+        assert (
+            lines[at + 2]
+            == "  ... 1 more groups wait, 1 with no member out of step (tuilaunch why)"
+        )
+
+    drive("hung", check)
 
 
 def test_the_workers_table_shows_each_ranks_last_collective_while_polled() -> None:

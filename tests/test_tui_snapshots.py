@@ -103,6 +103,17 @@ class TestDashboardSnapshots:
 
         assert snap_compare(dashboard("hung"), terminal_size=SIZE, run_before=stacks_tab)
 
+    def test_stacks_tab_flight_recorder(self, snap_compare) -> None:
+        """Issue 34: NCCL's dumps of the hung run judged: the Flight Recorder's verdict first
+        (rank 1 never issued the collective, in yellow), the groups that name it below, the
+        groups with no member out of step counted, then the stacks as before."""
+
+        async def stacks_tab(pilot) -> None:
+            pilot.app._tabs.active = "stacks-tab"
+            await pilot.pause()
+
+        assert snap_compare(dashboard("nccl_timeout"), terminal_size=SIZE, run_before=stacks_tab)
+
     # Issue 23, at 80x24: the inject menu whole (its right border, the refused kinds' reason,
     # the buttons), the help scrolling instead of cut, the GPU panel one short line per GPU
     # with nothing cut, the Restarts counters on one line each.

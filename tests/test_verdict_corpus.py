@@ -60,7 +60,7 @@ def test_trainer_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
     hang = _hang(launch)
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert hang["verdict"].startswith("rank 1 never issued all_reduce #"), hang["verdict"]
-    assert "wandered_off" in hang["verdict"] and "rank 0 waits for it" in hang["verdict"]
+    assert "wandered_off" in hang["verdict"] and "rank 0 waits in it" in hang["verdict"]
 
 
 def test_lightning_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
@@ -71,7 +71,7 @@ def test_lightning_rank_that_never_issued_the_all_reduce(tuilaunch, tmp_path):
     hang = _hang(launch)
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert hang["verdict"].startswith("rank 1 never issued all_reduce #"), hang["verdict"]
-    assert "wandered_off" in hang["verdict"] and "rank 0 waits for it" in hang["verdict"]
+    assert "wandered_off" in hang["verdict"] and "rank 0 waits in it" in hang["verdict"]
 
 
 def test_lightning_rank_in_training_step_named_from_stacks(tuilaunch, tmp_path):

@@ -5,7 +5,9 @@
 Recorder dumps (NCCL's dump-on-timeout pickles of any torch from 2.4 on, their JSON form,
 tuilaunch's own), or one dump file; default: the latest run, as ``status`` picks it. The
 verdict (:mod:`tui_launch.core.diagnosis.frjudge`) comes first, in one line, then each process
-group that waits; ``--json`` prints the same as one document for scripts.
+group that waits; ``--json`` prints the same as one document for scripts. A stack dump's
+records whose own verdict saw more than them (a second look, the stacks) lead with that verdict
+(:func:`tui_launch.core.remote.status.judged`).
 
 Pickles are read by an unpickler that refuses every global
 (:class:`~tui_launch.core.diagnosis.frdump.PlainUnpickler`): a dump that names one is refused
@@ -19,7 +21,7 @@ import json
 import os
 import sys
 
-from tui_launch.core.diagnosis import frdump, frjudge
+from tui_launch.core.diagnosis import frdump
 from tui_launch.core.model.layout import JOURNAL_NAME, run_dir_of
 
 OK = 0
@@ -77,12 +79,13 @@ def main(argv: list[str]) -> int:
             bad = "; ".join(f"rank {r}: {why}" for r, why in sorted(found.unreadable.items())[:3])
             return _error(f"no readable Flight Recorder dump in {where} ({bad})", USAGE)
         return _error(f"no Flight Recorder dump in {where}", USAGE)
-    verdict = frjudge.judge(found)
+    from tui_launch.core.remote.status import judged
+
+    doc, lines = judged(found)
     if as_json:
-        doc = {"path": where, **verdict.to_dict()}
-        print(json.dumps(doc, indent=2), flush=True)
+        print(json.dumps({**doc, "path": where} | doc, indent=2), flush=True)
     else:
-        print("\n".join(verdict.lines()), flush=True)
+        print("\n".join(lines), flush=True)
     return OK
 
 

@@ -10,7 +10,7 @@ from tui_launch.core.model import errors
 from tui_launch.core.model.events import Failure
 from tui_launch.core.model.progress import fmt_duration, goodput_lines
 from tui_launch.core.model.snapshot import recovered
-from tui_launch.core.model.text import failure_details
+from tui_launch.core.model.text import failure_details, fr_source
 
 
 def when(wall: float | None) -> str:
@@ -165,3 +165,23 @@ def resource_rows(report: Report) -> list[tuple[str, ...]]:
 def exit_text(code: int | None) -> str:
     """An exit code in words (``-``)."""
     return errors.describe_exit(code) if code is not None else "-"
+
+
+def flight_recorder(report: Report) -> tuple[list[tuple[str, str]], str, list[str]] | None:
+    """The verdict on the run's Flight Recorder dumps (the latest one judged while it ran):
+    its rows (verdict, what was read, culprits), the groups' heading (``3 of 13 process
+    groups wait``) and each process group that waits, worst first; None when none was
+    judged."""
+    e = report.snapshot.flight_recorder
+    if e is None:
+        return None
+    rows = [
+        ("verdict", e.verdict),
+        ("read", f"{fr_source(e)} of attempt {e.attempt}, at {offset(report, e.wall)}"),
+        ("culprits", ", ".join(map(str, e.culprits)) or "none"),
+        ("files", f"{e.path}*" if e.path else "-"),
+    ]
+    groups = [f"{g.label} (ranks {g.ranks}): {g.text}" for g in e.groups]
+    if e.groups_waiting > len(e.groups):
+        groups.append(f"... {e.groups_waiting - len(e.groups)} more (tuilaunch why)")
+    return rows, f"{e.groups_waiting} of {e.groups_total} process groups wait", groups

@@ -147,6 +147,7 @@ def render(report: Report) -> str:
             _goodput(report),
             _root_cause(report),
             _hang(report),
+            _flight_recorder(report),
             _logs(report),
             _env(report),
         ]
@@ -407,6 +408,20 @@ def _hang(report: Report) -> str:
     else:
         items = "".join(f"<li>{_e(common.offset(report, m.wall))} {_e(m.text)}</li>" for m in hangs)
         parts.append(f"<ul>{items}</ul>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _flight_recorder(report: Report) -> str:
+    head = '<h2 id="flight-recorder">Flight Recorder</h2>'
+    fr = common.flight_recorder(report)
+    if fr is None:
+        return head + '<p class="muted">no Flight Recorder dump was judged while the run ran</p>'
+    rows, heading, groups = fr
+    parts = [head, '<div class="card">', _kv(rows)]
+    if groups:
+        items = "".join(f"<li>{_e(g)}</li>" for g in groups)
+        parts.append(f'<h3>{_e(heading)}</h3><ul id="fr-groups">{items}</ul>')
     parts.append("</div>")
     return "".join(parts)
 

@@ -162,6 +162,16 @@ def render(report: Report) -> str:
             if len(lines) > STACK_LINES:
                 cut.append(f"[... {len(lines) - STACK_LINES} more lines in the file]")
             out += ["", *_fence("\n".join(cut))]
+    out += ["", "## Flight Recorder", ""]
+    fr = common.flight_recorder(report)
+    if fr is None:
+        out.append("no Flight Recorder dump was judged while the run ran")
+    else:
+        fr_rows, heading, groups = fr
+        out += [f"- **{name}**: {_text(value)}" for name, value in fr_rows]
+        if groups:
+            out += ["", f"{heading}:", ""]
+            out += [f"- {_text(g)}" for g in groups]
     out += ["", "## Last lines of each rank's logs", ""]
     if not report.logs:
         out.append("no rank log files in the run directory")

@@ -314,6 +314,29 @@ def hung(nproc: int = 4) -> FakeSource:
     return src
 
 
+def nccl_timeout() -> FakeSource:
+    """The hung run of :func:`hung`, after NCCL's watchdog timed out: every rank wrote its
+    Flight Recorder (:mod:`tui_launch.testing.frgen`, a 2x2x2 Megatron layout in which rank 1
+    stopped issuing), judged by ``tuilaunch why``'s judge as the live watch posts it."""
+    import shutil
+    import tempfile
+    from dataclasses import replace
+
+    from tui_launch.core.diagnosis import frdump, frjudge
+    from tui_launch.testing import frgen
+
+    src = hung(4)
+    directory = tempfile.mkdtemp(prefix="tuilaunch-scenario-")
+    try:
+        frgen.generate(directory, 4, (1,), tp=2, pp=2, ep=2)
+        verdict = frjudge.judge(frdump.load_dir(directory))
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    e = verdict.event(0, "nccl", "/runs/demo/flightrec/node0.attempt0.rank_")
+    src.post(replace(e, mono=T0_MONO + 96.0, wall=T0_WALL + 96.0))
+    return src
+
+
 def multinode_hung() -> FakeSource:
     """The job of :func:`multinode`, hung: ``d`` on node0 asked every node through the store;
     node1 answered with its ranks, node2 (silent for 25 s) did not."""
@@ -349,5 +372,6 @@ STATES = {
     "connecting": connecting,
     "connect_failed": connect_failed,
     "hung": hung,
+    "nccl_timeout": nccl_timeout,
     "multinode_hung": multinode_hung,
 }

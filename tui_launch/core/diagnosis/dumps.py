@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from tui_launch.core.diagnosis import frdump, frjudge
 from tui_launch.core.diagnosis.collectives import INTERVAL as POLL_INTERVAL
 from tui_launch.core.diagnosis.collectives import rank_collective
 from tui_launch.core.diagnosis.records import (
@@ -62,7 +63,7 @@ from tui_launch.core.diagnosis.stacks.lastwords import exiting, stack_of_traceba
 from tui_launch.core.diagnosis.stacks.model import ThreadStack
 from tui_launch.core.diagnosis.stacks.pyspy import MAX_CHILDREN, with_native
 from tui_launch.core.diagnosis.stacks.save import rewrite
-from tui_launch.core.diagnosis.stacks.verdict import place_of
+from tui_launch.core.diagnosis.stacks.verdict import SEES_MORE, place_of
 from tui_launch.core.model.commands import NO_WORKER, DumpStacks, control_event
 from tui_launch.core.model.diskspace import write_error
 from tui_launch.core.model.errors import peer_failure, tail_lines
@@ -70,6 +71,7 @@ from tui_launch.core.model.events import (
     CollectiveVerdictFound,
     ControlAction,
     Event,
+    FrGroup,
     StacksDumped,
 )
 from tui_launch.core.model.layout import dump_analyser_record, dump_record, dump_records_dir
@@ -191,7 +193,7 @@ class Dumper:
             while len(self._kept) > _KEPT:
                 self._kept.pop(next(iter(self._kept)))
             self._post(event)
-            found = _collective_event(dump, attempt, saved.directory)
+            found = _collective_event(dump, attempt, saved.directory, answers)
             if found is not None:
                 self._post(found)
             taken = Taken(dump, event)
@@ -442,8 +444,12 @@ def _leaving(rank: RankStack) -> bool:
     return proc.state not in ("T", "t") and not proc.raised and exiting(proc.main_thread)
 
 
-def _collective_event(dump: StackDump, attempt: int, path: str) -> CollectiveVerdictFound | None:
-    """The collective-level verdict of a dump with records, as the journal's event."""
+def _collective_event(
+    dump: StackDump, attempt: int, path: str, answers: dict[int, Answer]
+) -> CollectiveVerdictFound | None:
+    """The collective-level verdict of a dump with records, as the journal's event, with each
+    process group that waits as ``tuilaunch why``'s judge sees the same records (the Stacks
+    tab lists them)."""
     if not dump.records:
         return None
     places = [place_of(r) for r in dump.ranks]
@@ -453,7 +459,24 @@ def _collective_event(dump: StackDump, attempt: int, path: str) -> CollectiveVer
     if cv is None:
         return None
     ranks = tuple(rank_collective(r) for r in dump.records)
-    return CollectiveVerdictFound(attempt, cv.text, cv.kind, cv.odd, ranks, path)
+    # A verdict made from more than the records (a second look, the stacks) is not listed
+    # beside groups judged from the records alone, which would say otherwise.
+    groups = () if cv.kind in SEES_MORE else _groups(answers)
+    return CollectiveVerdictFound(attempt, cv.text, cv.kind, cv.odd, ranks, path, groups)
+
+
+def _groups(answers: dict[int, Answer]) -> tuple[FrGroup, ...]:
+    """Each process group that waits, judged by ``tuilaunch why``'s judge from the ranks' raw
+    records (what ``flightrec/rank<N>.json`` keeps); none when a record cannot be read."""
+    found = frdump.DumpSet("")
+    try:
+        for g, a in answers.items():
+            fr = a.raw.get("fr") if a.raw is not None else None
+            if isinstance(fr, dict) and "entries" in fr:
+                found.dumps[g] = frdump.dump_from_dict(g, "", fr)
+        return frjudge.judge(found).group_records() if found.dumps else ()
+    except (frdump.BadDump, ValueError, TypeError, KeyError):
+        return ()
 
 
 def _save_records(directory: str, answers: dict[int, Answer], attempt: int) -> None:

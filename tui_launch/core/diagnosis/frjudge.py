@@ -32,6 +32,8 @@ from enum import Enum
 from typing import Any
 
 from tui_launch.core.diagnosis.frdump import DumpSet, Entry, GroupInfo, RankDump
+from tui_launch.core.model.events import FlightRecorderVerdict, FrGroup
+from tui_launch.core.model.events.diagnosis import FR_GROUPS_KEPT
 from tui_launch.core.model.text import rank_list
 
 __all__ = [
@@ -285,14 +287,40 @@ class FrVerdict:
             "groups": [g.to_dict() for g in self.groups if g.kind != "idle"],
         }
 
+    def waiting_groups(self) -> list[GroupVerdict]:
+        """The groups that are not idle, worst first (as :meth:`lines` lists them)."""
+        return sorted(
+            (g for g in self.groups if g.kind != "idle"),
+            key=lambda g: (_ORDER.index(g.kind) if g.kind in _ORDER else 9, _name_key(g.name)),
+        )
+
+    def group_records(self) -> tuple[FrGroup, ...]:
+        """The first ``FR_GROUPS_KEPT`` waiting groups, worst first, as events carry them."""
+        return tuple(
+            FrGroup(g.label, rank_list(g.ranks), g.kind, g.text)
+            for g in self.waiting_groups()[:FR_GROUPS_KEPT]
+        )
+
+    def event(self, attempt: int, source: str, path: str) -> FlightRecorderVerdict:
+        """The verdict as the journal's event: the line, the culprits, the first
+        ``FR_GROUPS_KEPT`` waiting groups (the dashboard, the report, a replay show them)."""
+        return FlightRecorderVerdict(
+            attempt,
+            self.text,
+            self.kind,
+            self.culprit_ranks,
+            self.group_records(),
+            self.dumps,
+            groups_waiting=len(self.waiting_groups()),
+            groups_total=len(self.groups),
+            source=source,
+            path=path,
+        )
+
     def lines(self) -> list[str]:
         """For a person: the verdict, then each group that is not idle, worst first."""
         out = [self.text]
-        order = ("never_issued", "stalled", "no_dump", "mismatch", "p2p", "same")
-        shown = sorted(
-            (g for g in self.groups if g.kind != "idle"),
-            key=lambda g: (order.index(g.kind) if g.kind in order else 9, _name_key(g.name)),
-        )
+        shown = self.waiting_groups()
         if shown:
             out.append("")
             out.append(f"{len(shown)} of {len(self.groups)} process groups wait:")
@@ -306,6 +334,10 @@ class FrVerdict:
         for r, why in sorted(self.unreadable.items()):
             out.append(f"rank {r}: unreadable dump ({why})")
         return out
+
+
+# Worst first: the order groups are listed in.
+_ORDER = ("never_issued", "stalled", "no_dump", "mismatch", "p2p", "same")
 
 
 def group_label(name: str, desc: str) -> str:

@@ -5,10 +5,11 @@ Unless ``--no-bootstrap``, every rank's NCCL watchdog writes its Flight Recorder
 attempt's stem in the run's Flight Recorder directory, ``<host>.attempt<A>.rank_``).
 :class:`NcclDumpWatch` looks at the files of the running attempt's stem every second; once
 a set of them has stopped growing for one look, it reads and judges
-them (:mod:`~tui_launch.core.diagnosis.frdump`, :mod:`~tui_launch.core.diagnosis.frjudge`) and
-posts the verdict as a :class:`~tui_launch.core.model.events.Notice` (the journal, the headless
-output and the dashboard's notices show it), again whenever more files arrive. A look that
-finds nothing new costs one ``scandir``.
+them (:mod:`~tui_launch.core.diagnosis.frdump`, :mod:`~tui_launch.core.diagnosis.frjudge`,
+``tuilaunch why``'s judge) and posts the verdict as a
+:class:`~tui_launch.core.model.events.FlightRecorderVerdict` (journaled: the dashboard's Stacks
+tab, the headless output, the report, a replay and an attach show it), again whenever more
+files arrive. A look that finds nothing new costs one ``scandir``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class NcclDumpWatch:
         post: where the verdict goes (the store's ``post``).
         stem: the running attempt's dump stem (a directory and the start of the files'
             names, as ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``), read at each look.
+        attempt: the attempt whose files ``stem`` names, for the event.
         interval: seconds between looks.
     """
 
@@ -42,10 +44,12 @@ class NcclDumpWatch:
         self,
         post: Callable[[Event], object],
         stem: Callable[[], str | None],
+        attempt: Callable[[], int] = lambda: 0,
         interval: float = 1.0,
     ) -> None:
         self._post = post
         self._stem = stem
+        self._attempt = attempt
         self._seen: dict[str, tuple[int, int]] = {}
         self._judged: dict[str, tuple[int, int]] = {}
         self.verdicts: list[str] = []
@@ -95,10 +99,4 @@ class NcclDumpWatch:
             return
         verdict = frjudge.judge(found)
         self.verdicts.append(verdict.text)
-        n = len(found.dumps)
-        self._post(
-            Notice(
-                "warning" if verdict.culprits else "info",
-                f"flight recorder ({n} NCCL dump{'s' if n != 1 else ''}): {verdict.text}",
-            )
-        )
+        self._post(verdict.event(self._attempt(), "nccl", stem))

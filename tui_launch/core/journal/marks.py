@@ -17,6 +17,7 @@ from tui_launch.core.model.events import (
     ControlAction,
     Event,
     EventTable,
+    FlightRecorderVerdict,
     HangCleared,
     HangDetected,
     Injected,
@@ -28,7 +29,7 @@ from tui_launch.core.model.events import (
     StacksDumped,
 )
 from tui_launch.core.model.progress import describe_slowdown
-from tui_launch.core.model.text import failure_headline
+from tui_launch.core.model.text import failure_headline, fr_source
 
 E = TypeVar("E", bound=Event)
 
@@ -120,6 +121,11 @@ def _slowdown(e: Slowdown) -> Mark:
 @marks(StacksDumped)
 def _stacks(e: StacksDumped) -> Mark:
     return Mark(e.wall, "stacks", e.attempt, f"stacks dumped ({e.reason}): {e.verdict}")
+
+
+@marks(FlightRecorderVerdict)
+def _flight_recorder(e: FlightRecorderVerdict) -> Mark:
+    return Mark(e.wall, "stacks", e.attempt, f"flight recorder ({fr_source(e)}): {e.verdict}")
 
 
 @marks(Shutdown)

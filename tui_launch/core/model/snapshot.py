@@ -19,6 +19,7 @@ from tui_launch.core.model.events import (
     Connecting,
     ControlAction,
     Failure,
+    FlightRecorderVerdict,
     HangCleared,
     HangDetected,
     HangWatchSample,
@@ -194,6 +195,9 @@ class Snapshot:
     # verdict of a dump.
     collectives: CollectiveSample | None = None
     collective_verdict: CollectiveVerdictFound | None = None
+    # The latest verdict on the live run's Flight Recorder dumps (NCCL's dump-on-timeout
+    # files), by ``tuilaunch why``'s judge.
+    flight_recorder: FlightRecorderVerdict | None = None
 
     @property
     def restarts_used(self) -> int:

@@ -23,6 +23,7 @@ from tui_launch.core.model.events import (
     EventTable,
     ExitBarrier,
     Failure,
+    FlightRecorderVerdict,
     GroupState,
     HangCleared,
     HangDetected,
@@ -237,6 +238,17 @@ def _exit_barrier(e: ExitBarrier) -> str | None:
 @describes(Notice)
 def _notice(e: Notice) -> str:
     return e.message
+
+
+@describes(FlightRecorderVerdict)
+def _flight_recorder(e: FlightRecorderVerdict) -> str:
+    return f"flight recorder ({fr_source(e)}): {e.verdict}"
+
+
+def fr_source(e: FlightRecorderVerdict) -> str:
+    """What a Flight Recorder verdict judged, in words: ``64 NCCL dumps``."""
+    what = "NCCL dump" if e.source == "nccl" else "dump"
+    return f"{e.dumps} {what}{'s' if e.dumps != 1 else ''}"
 
 
 @describes(Shutdown)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tui_launch.core.diagnosis import frdump, frjudge
+from tui_launch.core.diagnosis.stacks.save import verdict_that_sees_more
 from tui_launch.core.journal.recent import recent_snapshot
 from tui_launch.core.journal.timeline import Timeline
 from tui_launch.core.model.events import Failure, RankProgress
@@ -338,7 +339,28 @@ def flight_recorder(run_dir: str) -> dict[str, Any] | None:
         return {"path": run_dir, "error": str(e)}
     if not found.dumps:
         return None
-    return {"path": found.path, **frjudge.judge(found).to_dict()}
+    return judged(found)[0]
+
+
+def judged(found: frdump.DumpSet) -> tuple[dict[str, Any], list[str]]:
+    """``tuilaunch why``'s document and lines on ``found``. Where the dumps are a stack dump's
+    records and that dump's own verdict was made from more than them (a second look, the
+    stacks), that verdict leads (``verdict``, ``kind``, ``culprits``) and ``records_alone``
+    keeps the judge's line: a run never shows "rank 1 never issued ..." from its records beside
+    "ranks 0, 1 move on ...: not a hang" from the same dump."""
+    v = frjudge.judge(found)
+    doc: dict[str, Any] = {"path": found.path, **v.to_dict()}
+    lines = v.lines()
+    own = verdict_that_sees_more(found.path)
+    if own is None:
+        return doc, lines
+    doc.update(
+        verdict=own.text,
+        kind=own.kind,
+        culprits=[{"rank": r, "why": [own.kind], "text": own.text, "groups": []} for r in own.odd],
+        records_alone=v.text,
+    )
+    return doc, [own.text, f"(the records alone: {v.text})", *lines[1:]]
 
 
 def _verdict(snap: Snapshot) -> dict[str, Any] | None:

@@ -76,6 +76,7 @@ class Diagnosis:
         # socket path (108 bytes) whatever --log-dir is; removed at the end of the run.
         self.responder_dir: str | None = None
         self._live_stem: str | None = None  # NCCL's dump files of the latest workers, if ours
+        self._live_attempt = 0  # the attempt they are of
         self._store = store
         self._files = files
         self._dump_on_failure = config.dump_on_failure
@@ -107,7 +108,9 @@ class Diagnosis:
         )
         self.dumper.recent = self.collectives.latest
         # NCCL's dump-on-timeout files, judged as soon as they are written.
-        self.nccl_dumps = NcclDumpWatch(store.post, lambda: self._live_stem)
+        self.nccl_dumps = NcclDumpWatch(
+            store.post, lambda: self._live_stem, lambda: self._live_attempt
+        )
         self.progress = ProgressWatch(store.post, journal_every=config.journal_samples)
         # Where the live poll holds a fresh stack of a rank, a straggler sample reads it
         # instead of starting py-spy (empty with --no-bootstrap: py-spy then).
@@ -165,6 +168,7 @@ class Diagnosis:
         if flightrec.NCCL_TEMP_FILE in env:  # not the user's own: watch it
             with contextlib.suppress(OSError):  # owner-only, for NCCL to write into
                 os.makedirs(target, mode=0o700, exist_ok=True)
+            self._live_attempt = attempt
             self._live_stem = stem
         return env
 

@@ -2,12 +2,15 @@
 
 A pure renderer like :mod:`tui_launch.tui.panels.render`: the snapshot's dumps (the
 :class:`~tui_launch.core.model.events.StacksDumped` events), the latest dump itself and the clock
-in,
-one rich ``Text`` out. Identical main-thread stacks are folded into one block ("x 7 ranks");
-the ranks the verdict names as the odd ones out come first, in yellow; older dumps of the run
-are listed at the bottom with their verdicts and where their files are. In a job of several
-nodes, :func:`job_panel` adds where every rank of the job is (the latest
-:class:`~tui_launch.core.model.events.JobStacks`); the Cluster tab shows the same block.
+in, one rich ``Text`` out. The verdict on the run's Flight Recorder dumps (NCCL's
+dump-on-timeout files, judged by ``tuilaunch why``'s judge as they appear: the latest
+:class:`~tui_launch.core.model.events.FlightRecorderVerdict`) comes first, its one line then
+each process group that waits (:func:`fr_panel`). Identical main-thread stacks are folded
+into one block ("x 7 ranks"); the ranks the verdict names as the odd ones out come first, in
+yellow; older dumps of the run are listed at the bottom with their verdicts and where their
+files are. In a job of several nodes, :func:`job_panel` adds where every rank of the job is
+(the latest :class:`~tui_launch.core.model.events.JobStacks`); the Cluster tab shows the same
+block.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from tui_launch.core.model.events import JobStacks, StacksDumped
+from tui_launch.core.model.events import FlightRecorderVerdict, FrGroup, JobStacks, StacksDumped
 from tui_launch.core.model.layout import job_files
 from tui_launch.core.model.store import Snapshot
-from tui_launch.core.model.text import clock
+from tui_launch.core.model.text import clock, fr_source
 from tui_launch.tui.panels.base import Frame, Panel, Where
 from tui_launch.tui.panels.progress import hang_watch_text
 
@@ -34,6 +37,7 @@ OLDER_LISTED = 10
 FRAMES_SHOWN = 12
 JOB_PLACES_SHOWN = 20  # places of a job-wide dump listed (a 1,000-node job: the odd first)
 JOB_FRAMES_SHOWN = 4
+FR_GROUPS_SHOWN = 8  # process groups of a Flight Recorder verdict listed, those that name a rank
 
 
 def job_panel(s: Snapshot, now: float, frames: int = JOB_FRAMES_SHOWN) -> Text | None:
@@ -78,6 +82,45 @@ def job_panel(s: Snapshot, now: float, frames: int = JOB_FRAMES_SHOWN) -> Text |
     return out
 
 
+def fr_panel(s: Snapshot, now: float) -> Text | None:
+    """The verdict on the run's Flight Recorder dumps (None: none judged yet): the line a
+    person reads first, in yellow when it names a rank, then each process group that waits."""
+    e: FlightRecorderVerdict | None = s.flight_recorder
+    if e is None:
+        return None
+    out = Text()
+    out.append("flight recorder", style="bold")
+    out.append(
+        f"  ({fr_source(e)}, attempt {e.attempt}; {max(0, int(now - e.mono))}s ago)\n",
+        style="dim",
+    )
+    out.append(e.verdict + "\n", style="bold yellow" if e.culprits else "bold")
+    if e.groups_waiting:
+        out.append(f"{e.groups_waiting} of {e.groups_total} process groups wait:\n", style="dim")
+    _groups(out, e.groups, e.groups_waiting)
+    if e.path:
+        out.append(f"{e.path}*\n", style="dim")
+    return out
+
+
+def _groups(out: Text, groups: tuple[FrGroup, ...], waiting: int) -> None:
+    """Each process group that names a rank, then how many more wait (of ``waiting``):
+    groups where every member waits in one collective name no rank, so they are counted, not
+    listed (one is listed when no group names a rank)."""
+    named = [g for g in groups if g.kind != "same"]
+    shown = named[:FR_GROUPS_SHOWN] or list(groups[:1])
+    for g in shown:
+        style = "yellow" if g.kind != "same" else ""
+        out.append(f"  {g.label}", style=f"bold {style}".strip())
+        out.append(f" (ranks {g.ranks}): ", style="dim")
+        out.append(g.text + "\n", style=style)
+    rest = waiting - len(shown)
+    if rest:
+        same = sum(1 for g in groups if g.kind == "same" and g not in shown)
+        why = f", {same} with no member out of step" if same else ""
+        out.append(f"  ... {rest} more groups wait{why} (tuilaunch why)\n", style="dim")
+
+
 def _when(s: Snapshot, e: StacksDumped, now: float) -> str:
     into = clock(e.mono - s.started_mono) if s.started_mono is not None else "-"
     return f"{into} into the run, {max(0, int(now - e.mono))}s ago"
@@ -86,6 +129,10 @@ def _when(s: Snapshot, e: StacksDumped, now: float) -> str:
 def stacks_panel(s: Snapshot, dump: StackDump | None, now: float) -> Text:
     """The latest dump (``dump`` is its content, None if unreadable) and the older ones."""
     out = Text()
+    fr = fr_panel(s, now)
+    if fr is not None:  # the dumps' verdict first: it names the rank the others wait on
+        out.append_text(fr)
+        out.append("\n")
     rule = hang_watch_text(s, full=True)
     if rule:
         out.append_text(rule)
@@ -93,6 +140,9 @@ def stacks_panel(s: Snapshot, dump: StackDump | None, now: float) -> Text:
     if not s.dumps:
         job = job_panel(s, now)
         if job is not None:  # asked by another node while no rank of this one ran
+            if fr is not None:
+                out.append_text(job)
+                return out
             return job
         out.append("No stack dump yet.", style="dim")
         out.append(
@@ -133,6 +183,7 @@ def stacks_panel(s: Snapshot, dump: StackDump | None, now: float) -> Text:
             style = "yellow" if rc.global_rank in odd_c else ""
             out.append(f"{sep}rank {rc.global_rank} {what}", style=style)
         out.append("\n")
+        _groups(out, cv.groups, len(cv.groups))
     if dump is not None:
         odd = set(e.odd_ranks)
         groups = group_stacks(dump)
@@ -184,6 +235,13 @@ STACKS = Panel(
     "Stacks",
     tab="stacks-tab",
     while_shown=True,  # the dump is read (a replay: from its file) only to be shown
-    key=lambda f: (len(f.snap.dumps), len(f.snap.job_stacks), f.snap.hang, int(f.now)),
+    key=lambda f: (
+        len(f.snap.dumps),
+        len(f.snap.job_stacks),
+        f.snap.hang,
+        f.snap.flight_recorder,
+        f.snap.collective_verdict,
+        int(f.now),
+    ),
     render=_stacks_tab,
 )

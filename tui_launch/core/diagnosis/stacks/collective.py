@@ -1,12 +1,16 @@
 """The collective-level verdict: every rank's newest Flight Recorder entry, fused with its stack.
 
 In the categories of torch's own analyser (``torch.distributed.flight_recorder``): a rank that
-never issued the collective the others wait in ("rank 1 (it is at #40, in wandered_off
-(train.py:17)) never issued all_reduce #41; rank 0 waits for it"), ranks that disagree on the
-collective at one sequence number (op or size: "ranks disagree at #57: rank 2 called
-all_gather of 4 MB, the others all_reduce of 1 MB"), and every rank at the same collective,
-which names no rank ("all 8 ranks wait in all_reduce #9: not a rank out of step; suspect the
-network, a GPU or NCCL"). Ranks whose sequence numbers advance between two looks are moving:
+never issued the collective the others wait in ("rank 1 never issued all_reduce #41 (it is in
+train.py:17 in wandered_off); rank 0 waits in it"), ranks that disagree on the collective at
+one sequence number (op or size: "ranks disagree at #57: rank 2 called all_gather of 4 MB, the
+others all_reduce of 1 MB"), and every rank at the same collective, which names no rank
+("every rank is at the same collective (all_reduce #9): no rank out of step; suspect the
+network, a GPU or NCCL"). The words are those of ``tuilaunch why``'s judge
+(:mod:`tui_launch.core.diagnosis.frjudge`, which judges whole dumps, every group's members
+known), so the two read alike wherever a run shows both; this one is the in-run verdict because
+it has what a dump lacks: where each rank's stack is, and a second look. Ranks whose sequence
+numbers advance between two looks are moving:
 a skew of a collective between them is no culprit ("ranks 0, 1 move on (...): not a hang").
 gloo records no completion (its entries stay ``scheduled``), so the
 sequence numbers carry the verdict. Pure: no I/O.
@@ -98,8 +102,8 @@ def _judge_group(
     behind = [r for r in behind if r not in moving]
     ahead = sorted(r for r, c in last.items() if c.seq == top)
     op = Counter(last[r].op for r in ahead).most_common(1)[0][0]
-    if pg != "0":
-        op += f" of process group {pg}"
+    # "#5 of pg 1", as frjudge labels a group (the records carry no group description).
+    of = f" of pg {pg}" if pg != "0" else ""
     missing = sorted(r.global_rank for r in recs if r.global_rank not in last)
     tail = f"; no record for {_ranks(missing)}" if missing else ""
     if behind:
@@ -110,7 +114,7 @@ def _judge_group(
             known = "; ".join(f"rank {r} in {w}" for r, w in wheres if w)
             where = f" ({known})" if known else ""
         wait = "waits" if len(ahead) == 1 else "wait"
-        text = f"{_ranks(behind)} never issued {op} #{top}{where}; {_ranks(ahead)} {wait} for it"
+        text = f"{_ranks(behind)} never issued {op} #{top}{of}{where}; {_ranks(ahead)} {wait} in it"
         text += tail
         return CollectiveVerdict(text, tuple(behind), "behind")
     kinds = Counter((last[r].op, _size(last[r])) for r in ahead)
@@ -122,7 +126,7 @@ def _judge_group(
             f"rank {r} called {last[r].op} of {fmt_bytes(_size(last[r]), words=True)}" for r in odd
         )
         text = (
-            f"ranks disagree at #{top}: {what}, "
+            f"ranks disagree at #{top}{of}: {what}, "
             f"{'the others' if len(others) > 1 else _ranks(others)} "
             f"{common[0]} of {fmt_bytes(common[1], words=True)}"
         )
@@ -138,12 +142,11 @@ def _judge_group(
         where = "; ".join(f"rank {r} in {places[r]}" for r in idle)
         rest = [r for r in ahead if r not in idle]
         wait = "waits" if len(rest) == 1 else "wait"
-        text = f"{_ranks(idle)} left {op} #{top} and did not come back ({where}); "
+        text = f"{_ranks(idle)} left {op} #{top}{of} and did not come back ({where}); "
         text += f"{_ranks(rest)} {wait} in it" + tail
         return CollectiveVerdict(text, tuple(idle), "left")
-    n = len(ahead)
-    every = f"all {n} ranks wait" if n > 2 else "both ranks wait"
     text = (
-        f"{every} in {op} #{top}: not a rank out of step; suspect the network, a GPU or NCCL" + tail
+        f"every rank is at the same collective ({op} #{top}{of}): no rank out of step; "
+        "suspect the network, a GPU or NCCL" + tail
     )
     return CollectiveVerdict(text, (), "same")

@@ -25,7 +25,7 @@ from tui_launch.core.diagnosis.stacks.model import (
     dump_from_dict,
     dump_to_dict,
 )
-from tui_launch.core.diagnosis.stacks.verdict import Verdict, group_stacks, verdict
+from tui_launch.core.diagnosis.stacks.verdict import SEES_MORE, Verdict, group_stacks, verdict
 from tui_launch.core.model.events import StacksDumped
 from tui_launch.core.model.layout import RunDirLayout, dump_files
 from tui_launch.core.model.text import rank_list
@@ -163,6 +163,30 @@ def load(path: str | os.PathLike[str]) -> StackDump:
     if p.is_dir():
         p = Path(dump_files(str(p))[0])
     return dump_from_dict(json.loads(p.read_text())["dump"])
+
+
+@dataclass(frozen=True)
+class OwnVerdict:
+    """A stack dump's own verdict, as its ``stacks.json`` keeps it."""
+
+    text: str
+    kind: str
+    odd: tuple[int, ...]
+
+
+def verdict_that_sees_more(records_dir: str) -> OwnVerdict | None:
+    """The verdict of the stack dump whose records are in ``records_dir``
+    (``<dump>/flightrec``), when it was made from more than those records (a second look, the
+    stacks: :data:`~.verdict.SEES_MORE`); None otherwise, or when it cannot be read."""
+    json_file, _ = dump_files(os.path.dirname(os.path.normpath(records_dir)))
+    try:
+        with open(json_file) as fp:
+            v = json.load(fp).get("verdict") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(v, dict) or v.get("collective") not in SEES_MORE:
+        return None
+    return OwnVerdict(str(v.get("text", "")), str(v["collective"]), tuple(v.get("odd") or ()))
 
 
 def dumped_event(

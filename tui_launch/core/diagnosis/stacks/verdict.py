@@ -63,12 +63,22 @@ class RankPlace:
 
 @dataclass(frozen=True)
 class Verdict:
-    """One line for the user (``text``), the odd ranks out, and where every rank is."""
+    """One line for the user (``text``), the odd ranks out, and where every rank is;
+    ``collective`` the kind of the collective-level verdict the line is (empty: the stacks
+    alone), ``stacks`` where the stacks overruled the records."""
 
     text: str
     odd: tuple[int, ...]
     places: tuple[RankPlace, ...]
     same_place: bool = False
+    collective: str = ""
+
+
+# Verdicts made from more than the ranks' records: a second look (``moving``), the stacks of
+# ranks that went on past a collective gloo never completes (``left``), a stopped rank the
+# records cannot see (``stacks``). ``tuilaunch why`` on the same records alone would say
+# otherwise: where a run shows both, this one stands (core/remote/status.py, apps/why.py).
+SEES_MORE = frozenset({"moving", "left", "stacks"})
 
 
 @dataclass(frozen=True)
@@ -224,8 +234,10 @@ def verdict(dump: StackDump) -> Verdict:
     if cv is None:
         return v
     if cv.kind == "same" and v.odd:
-        return Verdict(f"{v.text} (records: {cv.text})", v.odd, places, v.same_place)
-    return Verdict(cv.text, cv.odd, places, same_place=cv.kind == "same")
+        return Verdict(
+            f"{v.text} (records: {cv.text})", v.odd, places, v.same_place, collective="stacks"
+        )
+    return Verdict(cv.text, cv.odd, places, same_place=cv.kind == "same", collective=cv.kind)
 
 
 def judge(places: tuple[RankPlace, ...], note: str | None = None) -> Verdict:

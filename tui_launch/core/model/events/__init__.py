@@ -30,6 +30,8 @@ from tui_launch.core.model.events.base import (
 from tui_launch.core.model.events.diagnosis import (
     CollectiveSample,
     CollectiveVerdictFound,
+    FlightRecorderVerdict,
+    FrGroup,
     HangCleared,
     HangDetected,
     HangWatchSample,
@@ -95,6 +97,8 @@ __all__ = [
     "EventTable",
     "ExitBarrier",
     "Failure",
+    "FlightRecorderVerdict",
+    "FrGroup",
     "GpuReading",
     "GpuState",
     "GroupState",

@@ -289,13 +289,27 @@ class CollectiveSample(Event):
 
 
 @dataclass(frozen=True)
+class FrGroup:
+    """One process group's part of a :class:`FlightRecorderVerdict`: ``label``
+    (``EXPERT_MODEL_PARALLEL_GROUP pg 74``), its ranks in words (``0-7``), ``kind`` (frjudge's:
+    ``never_issued``, ``stalled``, ``no_dump``, ``mismatch``, ``p2p``, ``same``) and its verdict."""
+
+    label: str
+    ranks: str
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
 class CollectiveVerdictFound(Event):
     """A dump with the ranks' Flight Recorder records judged them at the collective level
     (the Flight Recorder): ``verdict`` in one line, ``verdict_kind`` ``behind`` (a rank never
     issued the collective the others wait in), ``mismatch`` (ranks disagree on it) or ``same``
     (every rank at one collective: no culprit) or ``left`` (the stacks show some ranks went
     on past it), ``odd_ranks`` the ranks it names, ``ranks``
-    each rank's newest collective, ``path`` the dump's directory."""
+    each rank's newest collective, ``path`` the dump's directory; ``groups`` each process group
+    that waits, as ``tuilaunch why``'s judge sees the same records (worst first, at most
+    :data:`FR_GROUPS_KEPT`; empty when the records carry no group)."""
 
     kind: ClassVar[str] = "collective_verdict"
     attempt: int
@@ -304,9 +318,39 @@ class CollectiveVerdictFound(Event):
     odd_ranks: tuple[int, ...]
     ranks: tuple[RankCollective, ...]
     path: str = ""
+    groups: tuple[FrGroup, ...] = ()
+
+
+@dataclass(frozen=True)
+class FlightRecorderVerdict(Event):
+    """The verdict on Flight Recorder dumps of a live run (``tuilaunch why``'s judge,
+    :mod:`~tui_launch.core.diagnosis.frjudge`): ``verdict`` the one line a person reads first,
+    ``verdict_kind`` (``culprit``, ``mismatch``, ``same``, ``idle``), ``culprits`` the ranks it
+    names, ``groups`` each process group that waits, worst first (at most
+    :data:`FR_GROUPS_KEPT`; ``groups_waiting`` how many there are, ``groups_total`` of how
+    many), ``dumps`` how many ranks' dumps were read, ``source`` (``nccl``: NCCL's
+    dump-on-timeout files), ``path`` their directory and name prefix."""
+
+    kind: ClassVar[str] = "flight_recorder_verdict"
+    attempt: int
+    verdict: str
+    verdict_kind: str
+    culprits: tuple[int, ...]
+    groups: tuple[FrGroup, ...]
+    dumps: int
+    groups_waiting: int = 0
+    groups_total: int = 0
+    source: str = "nccl"
+    path: str = ""
+
+
+# The groups a FlightRecorderVerdict carries (a 4,096-rank job can have thousands waiting; the
+# rest are in ``tuilaunch why``).
+FR_GROUPS_KEPT = 32
 
 
 register(Slowdown, StacksDumped, HangDetected, HangCleared, HangWatchSample, Straggler)
 register(CollectiveSample, CollectiveVerdictFound, nested={"ranks": RankCollective})
+register(FlightRecorderVerdict, CollectiveVerdictFound, nested={"groups": FrGroup})
 register(JobStacks, nested={"nodes": JobNode, "ranks": JobRank})
 register(ProgressSample, ProgressRecord, nested={"ranks": RankProgress})

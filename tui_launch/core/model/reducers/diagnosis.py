@@ -7,6 +7,7 @@ from dataclasses import replace
 from tui_launch.core.model.events import (
     CollectiveSample,
     CollectiveVerdictFound,
+    FlightRecorderVerdict,
     HangCleared,
     HangDetected,
     HangWatchSample,
@@ -78,3 +79,8 @@ def _collectives(s: Snapshot, e: CollectiveSample) -> Snapshot:
 @reduces(CollectiveVerdictFound)
 def _collective_verdict(s: Snapshot, e: CollectiveVerdictFound) -> Snapshot:
     return replace(s, collective_verdict=e)
+
+
+@reduces(FlightRecorderVerdict)
+def _flight_recorder(s: Snapshot, e: FlightRecorderVerdict) -> Snapshot:
+    return replace(s, flight_recorder=e)
