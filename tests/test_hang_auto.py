@@ -89,3 +89,39 @@ def test_a_program_without_step_lines_is_judged_by_its_collectives(tuilaunch, tm
     assert hang["verdict"].startswith("rank 1 never issued "), hang["verdict"]
     # Seconds, not the output rule's 90: the 8 s wait, a poll, the two dumps 3 s apart.
     assert hang["silence"] <= 30.0, hang
+
+
+@pytest.mark.parametrize(
+    ("program", "args", "step"),
+    [("accelerate_nlp.py", ("--cpu",), 40), ("fsdp2_example.py", (), 3)],
+)
+def test_framework_programs_without_step_lines_hang_and_run_clean(
+    tuilaunch, tmp_path, program, args, step
+):
+    """accelerate's nlp_example and PyTorch's FSDP2 example print no step lines. Rank 1 asleep
+    at a step is confirmed from the collectives the others wait in (FSDP2's all-gathers), with
+    no flag; the same program left alone runs to its end with no hang said."""
+    if program.startswith("accelerate"):
+        pytest.importorskip("accelerate", reason="the corpus needs the test extra")
+    hung = tuilaunch(
+        *("--on-hang", "stop", "--log-dir", str(tmp_path / "hung"), "--standalone"),
+        *("--nproc-per-node", "2", str(CORPUS / program), *args),
+        cwd=tmp_path,
+        env=base_env(CORPUS_HANG_RANK="1", CORPUS_HANG_STEP=str(step), CORPUS_EPOCHS="1"),
+    )
+    assert hung.wait(240) == INFRASTRUCTURE, hung.output[-3000:]
+    (hang,) = [e for e in read_journal(journal_path(hung.output)) if e["kind"] == "hang"]
+    assert hang["odd_ranks"] == [1], hang
+    assert hang["stood_still"].startswith("no collective for "), hang
+    assert hang["verdict"].startswith("rank 1 never issued "), hang["verdict"]
+    assert "in wandered_off" in hang["verdict"], hang["verdict"]  # where rank 1 is
+    assert hang["silence"] <= 30.0, hang
+    clean = tuilaunch(
+        *("--log-dir", str(tmp_path / "clean"), "--standalone", "--nproc-per-node", "2"),
+        *(str(CORPUS / program), *args),
+        cwd=tmp_path,
+        env=base_env(CORPUS_EPOCHS="1"),
+    )
+    assert clean.wait(240) == 0, clean.output[-3000:]
+    events = read_journal(journal_path(clean.output))
+    assert not [e for e in events if e["kind"] == "hang"], clean.output[-3000:]
