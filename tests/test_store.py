@@ -142,6 +142,22 @@ def _failure(
     )
 
 
+def test_a_rank_that_only_says_a_peer_broke_is_not_the_cause_of_the_same_look():
+    """A rank SIGKILLed and its peer, which raised "Connection reset by peer" in the collective
+    the kill broke, reaped in one look of the monitor: the peer's exit can be seen first (a
+    plain DDP loop named rank 0's SIGABRT as the cause, 1 run in 4). The killed rank is."""
+    from dataclasses import replace
+
+    peer = replace(
+        _failure(0, 3.0, code=-6),
+        message="RuntimeError: Read error [127.0.0.1]:2465: Connection reset by peer",
+    )
+    killed = _failure(1, 3.2, code=-9)
+    assert pick_root_cause([peer, killed]) is killed
+    # Seconds later it is another failure: the earliest stays the cause.
+    assert pick_root_cause([peer, _failure(1, 6.0, code=-9)]) is peer
+
+
 def test_pick_root_cause_never_collateral_and_earliest_real():
     early_peer = _failure(0, 1.0, collateral=True, code=-15)
     real_late = _failure(1, 5.0)

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from tui_launch.core.model import errors
 from tui_launch.core.model.events import (
     ClusterSample,
     CollectiveSample,
@@ -223,13 +224,22 @@ def recovered(s: Snapshot, f: Failure | None) -> bool:
     return f is not None and s.attempt > f.attempt and any(a.number > f.attempt for a in s.attempts)
 
 
+# Seconds apart two exits can be seen for the same cause: a rank killed and the peer whose
+# collective it broke, reaped in one look of the monitor (or the peer's first).
+SAME_LOOK = 1.0
+
+
 def pick_root_cause(failures: Iterable[Failure]) -> Failure | None:
-    """The first real failure: earliest seen, never a peer the agent terminated itself."""
+    """The first real failure: earliest seen, never a peer the agent terminated itself, and
+    not a rank that only says a peer broke when the one that broke exited with it."""
     failures = list(failures)
     real = [f for f in failures if not f.collateral] or failures
     if not real:
         return None
-    return min(real, key=lambda f: (f.time, f.global_rank))
+    first = min(f.time for f in real)
+    near = [f for f in real if f.time - first <= SAME_LOOK]
+    own = [f for f in near if not errors.peer_failure(f.message, f.traceback, *f.stderr_tail)]
+    return min(own or real, key=lambda f: (f.time, f.global_rank))
 
 
 __all__ = [
