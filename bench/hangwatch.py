@@ -44,7 +44,6 @@ def measure(timeout: float | str, seconds: float, tmp: Path) -> float:
     watch = HangWatch(
         lambda e: None,
         dumper,
-        lambda: paths,
         lambda: True,
         timeout=timeout,
         steps=progress.steps,

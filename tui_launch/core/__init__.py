@@ -5,6 +5,7 @@ Textual nor rich was loaded, so the headless mode, the journal and other tools c
 without a UI stack. Its packages, lowest first (``pyproject.toml``'s ``layers`` contract):
 
 - ``periodic``: :class:`~tui_launch.core.periodic.Periodic`, the one background loop.
+- ``fswatch``: :class:`~tui_launch.core.fswatch.FsWatch`, a loop woken by writes (inotify).
 - ``model``: the pure model: events, the store and its views, commands, errors, text.
 - ``workers``: the worker processes: rank table, bootstrap, warm spare, reaper, environment.
 - ``progress``: progress read from the logs (parsers, trackers, the watcher).

@@ -1,10 +1,10 @@
 """The hang watch: :class:`~tui_launch.core.diagnosis.stacks.HangDetector` on a periodic loop.
 
 Output is movement under the fixed rule, and before the adaptive rule has seen a rhythm. The
-watch hears of it two ways: a (lossy) sink on the log tailer records the time of each rank's
-latest whole line, and every tick compares the size of each rank's log files with the last
-tick's, which also sees output the tailer cannot yet (unterminated ``\\r`` progress bars, a
-line still being written).
+watch hears of it from the log tailer: a (lossy) line sink records the time of each rank's
+latest whole line, and a partial sink the time its unterminated text last changed (``\\r``
+progress bars, a line still being written). The tailer reads a file when it grows (woken by
+inotify where it can be), so the watch itself never looks at the files.
 
 - ``--hang-timeout auto`` (the default): every half second the watch also reads each rank's
   step moves from the progress watch (``steps``) into a :class:`~.rhythm.Rhythm`, which says
@@ -98,6 +98,8 @@ _FAULTHANDLER_LINE = re.compile(
     r'^((Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):|  File ".*", line \d+ in .*'
     r"|  <no Python frame>|  \.\.\.|)$"
 )
+# What an unended line of such a dump starts with (the tailer may read one mid-write).
+_FAULTHANDLER_START = re.compile(r"^(Current thread 0x|Thread 0x|  File \"|  <no|  \.\.)")
 
 
 def confirm_window(timeout: float) -> float:
@@ -112,7 +114,6 @@ class HangWatch:
     Args:
         post: the run store's ``post``.
         dumper: takes the two dumps.
-        log_paths: each local rank's log files of the current attempt (stdout, stderr).
         active: whether the workers are being monitored now (no dump during a restart).
         timeout: ``--hang-timeout``: ``"auto"`` (the adaptive rule), seconds (the fixed
             rule), 0 (off).
@@ -131,7 +132,6 @@ class HangWatch:
         self,
         post: Callable[[Event], object],
         dumper: Dumper,
-        log_paths: Callable[[], dict[int, list[str]]],
         active: Callable[[], bool],
         *,
         timeout: float | str,
@@ -143,7 +143,6 @@ class HangWatch:
     ) -> None:
         self._post = post
         self._dumper = dumper
-        self._log_paths = log_paths
         self._active = active
         self.action = action
         self._on_hang = on_hang
@@ -163,7 +162,6 @@ class HangWatch:
         self._attempt = -1
         self._ending = False  # the attempt's ranks are being ended (--on-hang restart|stop)
         self._ranks: dict[int, int] = {}  # local -> global
-        self._sizes: dict[str, int] = {}
         self._first_path = ""
         # The confirmed hang's second dump and flagged ranks: cleared once the ranks move.
         self._hung_dump: StackDump | None = None
@@ -210,7 +208,6 @@ class HangWatch:
             self._attempt = attempt
             self._ending = False
             self._ranks = dict(ranks)
-            self._sizes = {}
             self._hung_dump, self._hung_ranks = None, ()
             self._suspicion, self._ended = None, None
             now = time.monotonic()
@@ -233,6 +230,17 @@ class HangWatch:
             with self._lock:
                 self._wrote(src.global_rank, time.monotonic())
             self._post_cleared()
+
+    def partial_sink(self, src: LogSource, text: str, t: float) -> None:
+        """A log-tailer partial sink: a rank's unterminated text changed (a ``\\r`` progress
+        bar drawn again, a line being written); "" (a newline ended it) is the line sink's."""
+        if not text or src.attempt != self._attempt:
+            return
+        if self._dumper.via_faulthandler and _FAULTHANDLER_START.match(text):
+            return  # the start of our own dump's next line
+        with self._lock:
+            self._wrote(src.global_rank, t)
+        self._post_cleared()
 
     def _wrote(self, rank: int, now: float) -> None:
         """Under the lock: ``rank`` wrote output. Movement, unless the adaptive rule follows
@@ -288,29 +296,9 @@ class HangWatch:
     def _on_taken(self, taken: Taken) -> None:
         # A dumper listener (any thread): every dump, whoever asked for it.
         with self._lock:
-            self._after_dump()
             if taken.event.attempt == self._attempt:
                 self._moved(taken.dump)
         self._post_cleared()
-
-    def _grown(self, now: float, count: bool = True) -> None:
-        """Record output seen as file growth (unterminated ``\\r`` output included);
-        ``count=False`` only takes the sizes (after a faulthandler dump wrote to stderr)."""
-        paths = self._log_paths()
-        for local, files in paths.items():
-            for path in files:
-                try:
-                    size = os.stat(path).st_size
-                except OSError:
-                    continue
-                if size != self._sizes.get(path, 0):
-                    self._sizes[path] = size
-                    if count:
-                        self._wrote(self._ranks.get(local, local), now)
-
-    def _after_dump(self) -> None:
-        if self._dumper.via_faulthandler:
-            self._grown(time.monotonic(), count=False)
 
     def _read_steps(self, now: float, steps: StepsRead | None) -> None:
         """Under the lock: each rank's step moves from the progress watch (read before the
@@ -362,7 +350,6 @@ class HangWatch:
         with self._lock:
             attempt = self._attempt
             now = time.monotonic()
-            self._grown(now)
             self._read_steps(now, steps)
             self._read_collectives(now, moves)
             expected = self.expectation = self.expect(now)
@@ -378,7 +365,6 @@ class HangWatch:
             self._recheck_at = now + self._recheck_every
             peeked = self._dumper.peek("hang-recheck")
             with self._lock:
-                self._after_dump()
                 if peeked is not None and attempt == self._attempt:
                     self._moved(peeked)
             self._post_cleared()
@@ -424,7 +410,6 @@ class HangWatch:
         # After the dump: a faulthandler dump is written by the rank's main thread.
         self._io_before = self._main_io()
         with self._lock:
-            self._after_dump()
             if attempt != self._attempt:
                 return  # a new attempt: no longer suspected
             if taken is None:
@@ -445,7 +430,6 @@ class HangWatch:
         io, cpu = self._io_since()  # before the dump, for the same reason
         taken = self._dumper.take("hang-confirm", "hang")
         with self._lock:
-            self._after_dump()
             if self.detector.state != CONFIRMING or attempt != self._attempt:
                 return None  # output came meanwhile (its sink cleared it), or a new attempt
             if taken is None:

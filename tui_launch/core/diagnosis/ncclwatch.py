@@ -3,7 +3,9 @@
 Unless ``--no-bootstrap``, every rank's NCCL watchdog writes its Flight Recorder to
 ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE`` + rank when a collective times out (the variable is the
 attempt's stem in the run's Flight Recorder directory, ``<host>.attempt<A>.rank_``).
-:class:`NcclDumpWatch` looks at the files of the running attempt's stem every second; once
+:class:`NcclDumpWatch` looks at the files of the running attempt's stem every second (where
+inotify watches their directory, only when something is written there, and every
+:data:`QUIET` seconds as a safety net); once
 a set of them has stopped growing for one look, it reads and judges
 them (:mod:`~tui_launch.core.diagnosis.frdump`, :mod:`~tui_launch.core.diagnosis.frjudge`,
 ``tuilaunch why``'s judge) and posts the verdict as a
@@ -19,10 +21,14 @@ import stat
 from collections.abc import Callable
 
 from tui_launch.core.diagnosis import frdump, frjudge
+from tui_launch.core.fswatch import FsWatch
 from tui_launch.core.model.events import Event, Notice
 from tui_launch.core.periodic import Periodic
 
-__all__ = ["PREFIX", "NcclDumpWatch"]
+__all__ = ["PREFIX", "QUIET", "NcclDumpWatch"]
+
+# Seconds between two looks at a watched directory where nothing was written.
+QUIET = 10.0
 
 # torch's own default name of the dump files (TORCH_NCCL_DEBUG_INFO_TEMP_FILE unset: in /tmp),
 # + rank; tuilaunch sets the variable to an attempt's stem (core/seam/flightrec.py).
@@ -37,7 +43,8 @@ class NcclDumpWatch:
         stem: the running attempt's dump stem (a directory and the start of the files'
             names, as ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``), read at each look.
         attempt: the attempt whose files ``stem`` names, for the event.
-        interval: seconds between looks.
+        interval: seconds between looks (while files are being written, or unwatched).
+        fswatch: wakes the watch when its directory is written (None: look every interval).
     """
 
     def __init__(
@@ -46,14 +53,18 @@ class NcclDumpWatch:
         stem: Callable[[], str | None],
         attempt: Callable[[], int] = lambda: 0,
         interval: float = 1.0,
+        fswatch: FsWatch | None = None,
     ) -> None:
         self._post = post
+        self._interval = interval
+        self._fswatch = fswatch
+        self._watching: str | None = None  # the directory the file watch covers
         self._stem = stem
         self._attempt = attempt
         self._seen: dict[str, tuple[int, int]] = {}
         self._judged: dict[str, tuple[int, int]] = {}
         self.verdicts: list[str] = []
-        self._loop = Periodic("tuilaunch-ncclwatch", interval, self.look, nice=10)
+        self._loop = Periodic("tuilaunch-ncclwatch", interval, self._tick, nice=10)
 
     def start(self) -> None:
         """Start looking."""
@@ -62,7 +73,24 @@ class NcclDumpWatch:
     def stop(self) -> None:
         """Stop, with a last look (dumps written just before the run's end are judged)."""
         self._loop.stop()
+        self._watch(None)
         self.look()
+
+    def _watch(self, directory: str | None) -> None:
+        """Have the file watch wake the loop on writes to ``directory`` (None: none)."""
+        if directory == self._watching or self._fswatch is None:
+            return
+        if self._watching is not None:
+            self._fswatch.unwatch(self._watching, self._loop.wake)
+            self._watching = None
+        if directory is not None and self._fswatch.watch(directory, self._loop.wake):
+            self._watching = directory
+
+    def _tick(self) -> float:
+        """A look; the next one in ``interval`` while files settle or nothing wakes the loop,
+        else in :data:`QUIET` seconds (a write wakes it sooner)."""
+        settling = self.look()
+        return self._interval if settling or self._watching is None else QUIET
 
     def _files(self, directory: str, prefix: str) -> dict[str, tuple[int, int]]:
         out: dict[str, tuple[int, int]] = {}
@@ -77,26 +105,29 @@ class NcclDumpWatch:
             return {}
         return out
 
-    def look(self) -> None:
+    def look(self) -> bool:
         """One look: judge the files when they are there, unchanged since the last look, and
-        not judged as they are."""
+        not judged as they are. True while some are still to be judged (they may grow)."""
         stem = self._stem()
         if not stem:
-            return
+            return False
         directory, prefix = os.path.split(stem)
+        if not self._loop.stopped:
+            self._watch(directory)
         files = self._files(directory, prefix)
         stable = bool(files) and files == self._seen
         self._seen = files
         if not stable or files == self._judged:
-            return
+            return bool(files) and files != self._judged
         self._judged = files
         try:
             found = frdump.load_dir(directory, prefix)
         except frdump.HostileDump as e:
             self._post(Notice("warning", f"flight recorder: {e}"))
-            return
+            return False
         if not found.dumps:
-            return
+            return False
         verdict = frjudge.judge(found)
         self.verdicts.append(verdict.text)
         self._post(verdict.event(self._attempt(), "nccl", stem))
+        return False

@@ -35,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tui_launch.core.fswatch import FsWatch
+
 # The stream names are the log files' names too: the run directory's layout owns them.
 from tui_launch.core.model.layout import STDERR as STDERR
 from tui_launch.core.model.layout import STDOUT as STDOUT
@@ -149,10 +151,24 @@ class LogTailer:
     TAIL = 1 << 16
 
     def __init__(
-        self, interval: float = 0.05, idle_interval: float = 0.2, view_interval: float = 0.5
+        self,
+        interval: float = 0.05,
+        idle_interval: float = 0.2,
+        view_interval: float = 0.5,
+        *,
+        fswatch: FsWatch | None = None,
+        quiet_interval: float = 2.0,
     ) -> None:
         self._interval = interval
         self._idle_interval = max(interval, idle_interval)
+        # With every stream's directory watched (inotify wakes the loop on a write), a quiet
+        # poll is only a safety net: at idle the tailer then wakes every quiet_interval.
+        self._fswatch = fswatch
+        self._quiet_interval = max(self._idle_interval, quiet_interval)
+        self._watched: dict[str, int] = {}  # directory -> live sources in it
+        self._unwatched = 0  # live sources whose directory could not be watched
+        self._pending = False  # a poll left bytes for the next one (a lossy stream's turn)
+        self._written = False  # the file watch saw a write since the poll began
         # Views redraw their logs once a second and show ages in whole seconds: two polls a
         # second keep them current.
         self._view_interval = max(interval, view_interval)
@@ -263,10 +279,51 @@ class LogTailer:
         """Start tailing ``sources`` (a new attempt's files), from the next poll on, at once."""
         with self._lock:
             self._sources.extend(sources)
+            for src in sources:
+                self._watch(src)
             self._changes += 1
             self._wait = self._interval  # a new attempt's first lines are not read late
         if self._loop is not None:
             self._loop.wake()
+
+    def _woken(self) -> None:
+        """The file watch saw a write in a tailed directory: poll now if the loop sleeps for
+        want of output (a loop that polls on its own keeps its pace: a flood would otherwise
+        wake a views-only tailer 20 times a second instead of twice)."""
+        self._written = True  # before reading _wait: _poll relies on this order
+        if self._wait >= self._quiet_interval and self._loop is not None:
+            self._loop.wake()
+
+    def _watch(self, src: LogSource) -> None:
+        """Under the lock: have the file watch wake the loop when ``src`` is written."""
+        directory = os.path.dirname(src.path)
+        if directory in self._watched:
+            self._watched[directory] += 1
+        elif self._fswatch is not None and self._fswatch.watch(directory, self._woken):
+            self._watched[directory] = 1
+        else:
+            self._unwatched += 1
+
+    def _unwatch(self, src: LogSource) -> None:
+        """Under the lock: ``src`` is no longer tailed."""
+        directory = os.path.dirname(src.path)
+        left = self._watched.get(directory)
+        if left is None:
+            self._unwatched = max(0, self._unwatched - 1)
+        elif left > 1:
+            self._watched[directory] = left - 1
+        else:
+            del self._watched[directory]
+            if self._fswatch is not None:
+                self._fswatch.unwatch(directory, self._woken)
+
+    def _drop_closed(self) -> None:
+        """Under the lock: forget the closed sources (and their directories' watches)."""
+        for src in self._sources:
+            if src.closed:
+                self._unwatch(src)
+        self._sources = [s for s in self._sources if not s.closed]
+        self._changes += 1
 
     def start(self) -> None:
         """Start the tailer thread (once)."""
@@ -286,8 +343,7 @@ class LogTailer:
         with self._lock:
             for src in self._sources:
                 src.close()
-            self._sources = []
-            self._changes += 1
+            self._drop_closed()
 
     def drain(self, final: bool = False, polled: bool = False) -> None:
         """Read all sources to their current end now; ``final`` also flushes partial lines.
@@ -300,8 +356,7 @@ class LogTailer:
                 self._read(src, final, polled)
             if final:
                 self._mark(force=True)
-                self._sources = [s for s in self._sources if not s.closed]
-                self._changes += 1
+                self._drop_closed()
 
     def close_attempt(self, attempt: int) -> None:
         """Read an ended attempt's files to the end and stop tailing them."""
@@ -313,8 +368,7 @@ class LogTailer:
             for src in self._sources:
                 if src.attempt == attempt:
                     src.close()
-            self._sources = [s for s in self._sources if not s.closed]
-            self._changes += 1
+            self._drop_closed()
 
     def _poll(self) -> float:
         """One poll of every file; returns the delay before the next one.
@@ -323,8 +377,12 @@ class LogTailer:
         are quiet, as in a steady training loop that prints a line a second: most polls of
         every rank's files would find nothing. When only views read the output (they redraw
         about once a second), polling faster than view_interval would show nothing sooner.
+        When the file watch covers every stream, a poll that found nothing sleeps
+        quiet_interval: the next write wakes it at once.
         """
         before = self._moved
+        self._pending = False
+        self._written = False
         self.drain(polled=True)
         with self._lock:
             self._mark()
@@ -333,10 +391,20 @@ class LogTailer:
             if self._views_at != self._changes:
                 self._views_at, self._views = self._changes, self._views_only
             views_only = self._views
+            found = self._moved != before or self._pending
+            held = any(src.raw_held for src in self._sources)
+            # Quiet, and a write to any stream wakes the loop: sleep until it does.
+            watched = bool(self._sources) and not self._unwatched and not held
+        if not found and watched:
+            self._wait = self._quiet_interval
+            # Set before _written is read (_woken writes them in the other order): a write
+            # seen during this poll either wakes the sleep or is seen here.
+            if not self._written:
+                return self._wait
+            found = True
         if views_only:
             self._wait = self._view_interval
         else:
-            found = self._moved != before
             self._wait = self._interval if found else min(self._wait * 2, self._idle_interval)
         return self._wait
 
@@ -370,6 +438,7 @@ class LogTailer:
             # view_interval grid must not miss its turn by a jitter.)
             soon = t - src.lines_at < 0.8 * self._view_interval
             if soon and size - src.offset > self.SKIP_KEEP:
+                self._pending = True
                 return  # its lines and its partial wait for the next turn (read_to unset)
             src.lines_at = t
         if sinks:

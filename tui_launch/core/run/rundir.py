@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tui_launch.core.fswatch import FsWatch
 from tui_launch.core.journal.writer import Journal
 from tui_launch.core.launch.torchrun import TorchrunArgs
 from tui_launch.core.logs.sinks import AgentLogCapture, DuplicateFilter
@@ -44,7 +45,9 @@ class RunFiles:
         self._torchrun = torchrun
         self._echo = echo
         self._next_attempt = next_attempt
-        self.tailer = LogTailer()
+        # Wakes the tailer (and the NCCL dump watch) on a write: quiet files cost no polls.
+        self.fswatch = FsWatch()
+        self.tailer = LogTailer(fswatch=self.fswatch)
         self.duplicates = DuplicateFilter(
             {
                 STDOUT: list(torchrun.duplicate_stdout_filters),
@@ -59,8 +62,6 @@ class RunFiles:
         self.attempt_dir = ""
         # The current attempt's files, by local rank.
         self.stderr_paths: dict[int, str] = {}
-        # Every log file of each local rank in the current attempt (the hang watch's sizes).
-        self.log_paths: dict[int, list[str]] = {}
         self.error_files: dict[int, str] = {}
         # Given the run directory and the attempt, variables for that attempt's workers (the
         # Flight Recorder's dump files go in the run directory, named with the attempt).
@@ -83,13 +84,10 @@ class RunFiles:
         if self.run_dir is None:
             self.set_run_dir(run_dir_of(info.attempt_dir))
         attempt = self._next_attempt()
-        log_paths: dict[int, list[str]] = {}
         for src in info.sources:
             src.attempt = attempt
-            log_paths.setdefault(src.local_rank, []).append(src.path)
             if src.stream == STDERR:
                 self.stderr_paths[src.local_rank] = src.path
-        self.log_paths = log_paths
         self.error_files = dict(info.error_files)
         if self.duplicates:
             self.tailer.drain()  # the previous attempt's lines go to the previous files

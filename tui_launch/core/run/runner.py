@@ -315,6 +315,7 @@ class Runner:
         steps: list[tuple[str, Callable[[], object]]] = [
             ("log tailer", self.files.tailer.stop),
             ("diagnosis", self.diagnosis.stop),  # after the tailer: its last lines count
+            ("file watch", self.files.fswatch.stop),
             ("telemetry", self.telemetry.stop if self.telemetry is not None else _nothing),
             ("injections", self.injector.close),  # nothing fires any more
             ("faults", self.faults.close),

@@ -94,7 +94,6 @@ class Diagnosis:
         self.hangs = HangWatch(
             store.post,
             self.dumper,
-            lambda: dict(files.log_paths),
             state.monitored,
             timeout=config.hang_timeout,
             action=config.on_hang,
@@ -109,7 +108,7 @@ class Diagnosis:
         self.dumper.recent = self.collectives.latest
         # NCCL's dump-on-timeout files, judged as soon as they are written.
         self.nccl_dumps = NcclDumpWatch(
-            store.post, lambda: self._live_stem, lambda: self._live_attempt
+            store.post, lambda: self._live_stem, lambda: self._live_attempt, fswatch=files.fswatch
         )
         self.progress = ProgressWatch(store.post, journal_every=config.journal_samples)
         # Where the live poll holds a fresh stack of a rank, a straggler sample reads it
@@ -139,6 +138,7 @@ class Diagnosis:
                 os.rmdir(directory)
         if self.hangs.enabled:
             tailer.add_sink(self.hangs.sink, lossy=True)
+            tailer.add_partial_sink(self.hangs.partial_sink)
             self.hangs.start()
         self._store.subscribe(self.progress.on_event)
         # lossy: progress needs the newest lines, not every line of a flood.
