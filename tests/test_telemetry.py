@@ -32,6 +32,7 @@ from tui_launch.core.model.events import (
     Notice,
     TelemetryRecord,
     TelemetrySample,
+    TelemetryTotals,
     from_dict,
     to_dict,
 )
@@ -538,6 +539,55 @@ def test_proc_reader_agrees_with_psutil(sleepers: list[subprocess.Popen[bytes]])
         assert ps._read_proc(z.pid)[0] == ps._read_psutil(z.pid)[0] == "zombie"  # type: ignore[index]
     finally:
         z.wait()
+
+
+def test_proc_files_stay_open_while_their_process_lives(
+    sleepers: list[subprocess.Popen[bytes]],
+) -> None:
+    """Each process's ``/proc`` files are opened once and read again at every tick (opening
+    them was most of a tick), and closed when the process is gone: no descriptor leaks as
+    ranks come and go, and a pid reused later is read afresh."""
+    pids = spawn(sleepers, 2)
+    fds_before = len(os.listdir("/proc/self/fd"))
+    ps = tm.ProcessSampler()
+    ps.sample(pids)  # the first tick scans every process's parent: no children file read
+    first = ps.sample(pids)
+    held = len(os.listdir("/proc/self/fd")) - fds_before
+    assert held == 4  # stat and children of each of the two
+    for _ in range(5):
+        again = ps.sample(pids)
+    assert len(os.listdir("/proc/self/fd")) - fds_before == 4
+    assert {p: r.status for p, r in again.items()} == {p: r.status for p, r in first.items()}
+    sleepers[0].kill()
+    sleepers[0].wait(5)
+    gone = ps.sample(pids)
+    assert gone[pids[0]].status is None and gone[pids[1]].status == "sleeping"
+    assert len(os.listdir("/proc/self/fd")) - fds_before == 2  # the dead one's are closed
+    ps.close()
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+
+
+def test_totals_from_the_stores_view_are_the_samplers_own(
+    sleepers: list[subprocess.Popen[bytes]],
+) -> None:
+    """Given the store's view, the sampler does not fold its samples a second time: the totals
+    it journals at the end are the store's, and the same as its own fold would have made."""
+    pids = spawn(sleepers, 2)
+    fake.configure(2, processes={i: [(p, (i + 1) * GIB)] for i, p in enumerate(pids)})
+    store = RunStore()
+    t = tm.Telemetry(
+        store.post, nvml=fake, journal_every=0, view=lambda: store.snapshot().telemetry
+    )
+    t.open()
+    t.set_workers(0, targets(pids))
+    own = None
+    for _ in range(3):
+        own = tm.fold(own, t.tick())
+    t.stop()
+    assert own is not None
+    (totals,) = [e for e in store.events() if isinstance(e, TelemetryTotals)]
+    assert totals.totals == own.totals
+    assert [x.samples for x in totals.totals] == [3, 3]
 
 
 def test_zombie_rank_is_reported_as_zombie() -> None:

@@ -240,6 +240,7 @@ def _run(
         journal_every=opts.journal_samples,
         # The demo trains on CPU: its GPUs come from the fake NVML, marked as simulated.
         fake_nvml="2" if opts.demo else None,
+        view=lambda: store.snapshot().telemetry,
     )
     config = RunConfig.from_options(opts, mute_agent_console=use_tui)
     runner = Runner(args, store, config, telemetry=telemetry, warm=pool)

@@ -52,13 +52,15 @@ class ProcessSampler:
 
     Each process is one read of ``/proc/<pid>/stat`` (psutil, where there is no ``/proc``, reads
     three files for the same figures). Children are found each tick through
-    ``/proc/<pid>/task/<pid>/children`` (cheap: one small read per process); every
+    ``/proc/<pid>/task/<pid>/children`` (cheap: one small read per process). Both files stay
+    open while their process lives and are read again from offset 0 (``pread``): opening
+    them was most of a tick's cost. Every
     ``full_scan_every`` ticks a scan of every process's parent also catches children forked from
     other threads. RSS is summed over the tree, so pages shared between a rank and its forked
     data-loader workers count more than once, as in ``top``.
     """
 
-    def __init__(self, full_scan_every: int = 10) -> None:
+    def __init__(self, full_scan_every: int = 30) -> None:
         import psutil
 
         self._psutil = psutil
@@ -66,6 +68,7 @@ class ProcessSampler:
         self._procs: dict[int, Any] = {}
         self._cpu: dict[int, tuple[float, float]] = {}
         self._ticks = 0
+        self._fds: dict[tuple[int, str], int] = {}  # (pid, what) -> an open /proc file
         self._children_file = True
         self._proc_stat = os.path.exists(f"/proc/{os.getpid()}/stat")
 
@@ -74,7 +77,7 @@ class ProcessSampler:
         self._ticks += 1
         roots = list(pids)
         ppid_map: dict[int, int] | None = None
-        if not self._children_file or self._ticks % self.full_scan_every == 1:
+        if not self._children_file or (self._ticks - 1) % self.full_scan_every == 0:
             try:
                 ppid_map = self._psutil._pslinux.ppid_map()  # one scan of /proc for all roots
             except Exception:
@@ -94,8 +97,44 @@ class ProcessSampler:
         for pid in list(self._procs):
             if pid not in seen:
                 self._procs.pop(pid, None)
+        for pid in list(self._cpu):
+            if pid not in seen:
                 self._cpu.pop(pid, None)
+        for key in [k for k in self._fds if k[0] not in seen]:
+            self._close(key)
         return out
+
+    def _read(self, pid: int, what: str, path: str) -> bytes:
+        """``path`` (a ``/proc`` file of ``pid``) read whole, through a descriptor kept open;
+        OSError once the process is gone (its descriptor is closed then)."""
+        key = (pid, what)
+        fd = self._fds.get(key)
+        if fd is None:
+            fd = self._fds[key] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            data = os.pread(fd, 4096, 0)
+            while len(data) % 4096 == 0 and data:  # a long children list: read it all
+                more = os.pread(fd, 4096, len(data))
+                if not more:
+                    break
+                data += more
+        except OSError:
+            self._close(key)
+            raise
+        if not data and what == "stat":  # a reaped process's file reads empty
+            self._close(key)
+            raise ProcessLookupError(pid)
+        return data
+
+    def _close(self, key: tuple[int, str]) -> None:
+        fd = self._fds.pop(key, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Close the ``/proc`` files kept open."""
+        for key in list(self._fds):
+            self._close(key)
 
     def _tree(self, root: int, children_of: dict[int, list[int]] | None) -> list[int]:
         tree, todo = [], [root]
@@ -108,8 +147,8 @@ class ProcessSampler:
                 todo.extend(children_of.get(pid, ()))
                 continue
             try:
-                with open(f"/proc/{pid}/task/{pid}/children") as fp:
-                    todo.extend(int(c) for c in fp.read().split())
+                data = self._read(pid, "children", f"/proc/{pid}/task/{pid}/children")
+                todo.extend(int(c) for c in data.split())
             except FileNotFoundError:
                 if os.path.exists(f"/proc/{pid}"):
                     self._children_file = False  # kernel without it: scan every tick
@@ -126,7 +165,8 @@ class ProcessSampler:
         alive: list[int] = []
         for pid in tree:
             reading = self._read_proc(pid) if self._proc_stat else self._read_psutil(pid)
-            if reading is None:
+            if reading is None:  # gone (a dead process's children file still reads empty)
+                self._close((pid, "children"))
                 continue
             st, used, rss, nth = reading
             if st == STATUS_ZOMBIE:
@@ -158,8 +198,7 @@ class ProcessSampler:
         """(state, CPU seconds, RSS bytes, threads) from one read of ``/proc/<pid>/stat``:
         what psutil reads from three files, at a third of its cost."""
         try:
-            with open(f"/proc/{pid}/stat", "rb") as fp:
-                data = fp.read()
+            data = self._read(pid, "stat", f"/proc/{pid}/stat")
             f = data[data.rindex(b")") + 2 :].split()  # the name may hold spaces and ")"
             used = (int(f[11]) + int(f[12])) / _CLOCK_TICKS  # utime, stime
             return _STATES.get(f[0], f[0].decode()), used, int(f[21]) * _PAGE_SIZE, int(f[17])
