@@ -396,8 +396,11 @@ class Headless:
         """Start nothing, but follow the runner until it is done; print the summary."""
         self.attach_console()
         version = -1
+        # Every post and the run's end wake the loop; the timeout only redraws the status
+        # line's clock (and posts a console's "went away" a little later without one).
+        timeout = 0.25 if self.status_line else 1.0
         while not self.runner.done:
-            snap = self.store.wait_newer(version, timeout=0.25)
+            snap = self.store.wait_newer(version, timeout=timeout)
             version = snap.version
             self._print_new_events()
             if self.status_line:
