@@ -210,6 +210,30 @@ def test_every_rank_at_one_collective_names_none():
     assert fmt_bytes(3 << 20, words=True) == "3 MB"
 
 
+def test_ranks_gone_on_past_their_last_collective_are_not_at_it():
+    # A job that stands still in its own code after its last collective completed (a sleep, a
+    # file barrier, an input wait): gloo's records still say "scheduled", but no stack waits in
+    # a collective. Not "every rank is at the same collective; suspect the network".
+    recs = [parse_record(r, _fr(_entry(1, "all_reduce", 8)), None) for r in range(8)]
+    places = {r: "sleep (idle.py:9)" for r in range(8)}
+    v = collective_verdict(recs, places, set())
+    assert v is not None and v.odd == () and v.kind == "past"
+    assert v.text == (
+        "no rank waits in a collective: every rank went on past all_reduce #1, the last one "
+        "issued (ranks 0-7 in sleep (idle.py:9))"
+    )
+    places[3] = "load (data.py:40)"
+    v = collective_verdict(recs, places, set())
+    assert (
+        v is not None
+        and v.kind == "past"
+        and v.text.endswith("(ranks 0-2, 4-7 in sleep (idle.py:9); rank 3 in load (data.py:40))")
+    )
+    # Without the stacks (waiting unknown), the records alone cannot tell: as before.
+    v = collective_verdict(recs, {}, None)
+    assert v is not None and v.kind == "same"
+
+
 def test_a_skew_between_moving_ranks_names_no_rank():
     # One look shows rank 1 a collective behind rank 0, but both numbers advanced between the
     # looks (the live poll before the dump, a status request after it): a healthy loop.
@@ -392,6 +416,30 @@ def test_async_all_reduce_rank_that_never_issued_it(tuilaunch, tmp_path):
     assert hang["odd_ranks"] == [1], hang["verdict"]
     assert hang["verdict"].startswith("rank 1 never issued all_reduce #"), hang["verdict"]
     assert "wandered_off" in hang["verdict"] and "rank 0 waits in it" in hang["verdict"]
+
+
+def test_a_job_asleep_after_its_last_collective_is_not_said_to_wait_in_it(tuilaunch, tmp_path):
+    # Each rank all-reduces once, then sleeps in its own code: the hang is said (nothing moves),
+    # but not as "every rank is at the same collective; suspect the network, a GPU or NCCL".
+    program = tmp_path / "asleep.py"
+    program.write_text(
+        "import time, torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "dist.all_reduce(torch.ones(8))\n"
+        "time.sleep(200)\n"
+    )
+    launch = tuilaunch(
+        *("--hang-timeout", str(TIMEOUT), "--on-hang", "stop"),
+        *("--log-dir", str(tmp_path / "logs"), "--standalone", "--nproc-per-node", "2"),
+        str(program),
+    )
+    assert launch.wait(260) == INFRASTRUCTURE, launch.output[-3000:]
+    hang = _hang(launch)
+    assert hang["odd_ranks"] == [], hang["verdict"]
+    assert (
+        "no rank waits in a collective: every rank went on past all_reduce #1" in (hang["verdict"])
+    ), hang["verdict"]
+    assert "asleep.py:4" in hang["verdict"] and "suspect the network" not in launch.stderr
 
 
 def test_mismatch_named_by_op_and_size(tuilaunch, tmp_path):

@@ -4,7 +4,9 @@ In the categories of torch's own analyser (``torch.distributed.flight_recorder``
 never issued the collective the others wait in ("rank 1 never issued all_reduce #41 (it is in
 train.py:17 in wandered_off); rank 0 waits in it"), ranks that disagree on the collective at
 one sequence number (op or size: "ranks disagree at #57: rank 2 called all_gather of 4 MB, the
-others all_reduce of 1 MB"), and every rank at the same collective, which names no rank
+others all_reduce of 1 MB"), every rank gone on past its last collective into its own code
+("no rank waits in a collective: every rank went on past all_reduce #1, the last one issued
+(ranks 0-7 in sleep (idle.py:9))"), and every rank at the same collective, which names no rank
 ("every rank is at the same collective (all_reduce #9): no rank out of step; suspect the
 network, a GPU or NCCL"). The words are those of ``tuilaunch why``'s judge
 (:mod:`tui_launch.core.diagnosis.frjudge`, which judges whole dumps, every group's members
@@ -40,8 +42,10 @@ class CollectiveVerdict:
     """The collective-level verdict: ``text`` in one line, the ranks it names (``odd``), and
     ``kind``: ``behind`` (a rank never issued it), ``mismatch`` (ranks disagree), ``left`` (every
     record at one collective, but some ranks' stacks are elsewhere: they completed it and went
-    on), ``same`` (every rank at one collective: no culprit), ``moving`` (the ranks' sequence
-    numbers advanced between two looks: no culprit, whatever skew one look shows)."""
+    on), ``past`` (every rank's stack is in its own code, past its last collective: no
+    collective waits), ``same`` (every rank at one collective: no culprit), ``moving`` (the
+    ranks' sequence numbers advanced between two looks: no culprit, whatever skew one look
+    shows)."""
 
     text: str
     odd: tuple[int, ...]
@@ -145,8 +149,27 @@ def _judge_group(
         text = f"{_ranks(idle)} left {op} #{top}{of} and did not come back ({where}); "
         text += f"{_ranks(rest)} {wait} in it" + tail
         return CollectiveVerdict(text, tuple(idle), "left")
+    if idle and len(idle) == len(ahead) and waiting is not None:
+        # Every rank's stack is in its own code: each went on past the last collective it
+        # issued (gloo's record says "scheduled" still). No collective waits: not the
+        # network's or NCCL's doing, whatever stands still.
+        return CollectiveVerdict(
+            f"no rank waits in a collective: {'every rank' if not tail else _ranks(idle)} went"
+            f" on past {op} #{top}{of}, the last one issued ({_places(idle, places)})" + tail,
+            (),
+            "past",
+        )
     text = (
         f"every rank is at the same collective ({op} #{top}{of}): no rank out of step; "
         "suspect the network, a GPU or NCCL" + tail
     )
     return CollectiveVerdict(text, (), "same")
+
+
+def _places(ranks: list[int], places: dict[int, str]) -> str:
+    """``ranks 0-7 in sleep (idle.py:9)``, each place with its ranks, most ranks first."""
+    by: dict[str, list[int]] = {}
+    for r in ranks:
+        by.setdefault(places[r], []).append(r)
+    ordered = sorted(by.items(), key=lambda kv: (-len(kv[1]), kv[1]))
+    return "; ".join(f"{_ranks(rs)} in {where}" for where, rs in ordered)

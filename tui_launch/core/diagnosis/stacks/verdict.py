@@ -78,7 +78,7 @@ class Verdict:
 # ranks that went on past a collective gloo never completes (``left``), a stopped rank the
 # records cannot see (``stacks``). ``tuilaunch why`` on the same records alone would say
 # otherwise: where a run shows both, this one stands (core/remote/status.py, apps/why.py).
-SEES_MORE = frozenset({"moving", "left", "stacks"})
+SEES_MORE = frozenset({"moving", "left", "past", "stacks"})
 
 
 @dataclass(frozen=True)
@@ -233,11 +233,12 @@ def verdict(dump: StackDump) -> Verdict:
     cv = collective_verdict(dump.records, where, waiting)
     if cv is None:
         return v
-    if cv.kind == "same" and v.odd:
+    if cv.kind in ("same", "past") and v.odd:
         return Verdict(
             f"{v.text} (records: {cv.text})", v.odd, places, v.same_place, collective="stacks"
         )
-    return Verdict(cv.text, cv.odd, places, same_place=cv.kind == "same", collective=cv.kind)
+    same = cv.kind == "same" or (cv.kind == "past" and v.same_place)
+    return Verdict(cv.text, cv.odd, places, same_place=same, collective=cv.kind)
 
 
 def judge(places: tuple[RankPlace, ...], note: str | None = None) -> Verdict:
