@@ -12,7 +12,8 @@ in the same run, the two modes alternating (A B B A ...), so that the machine's 
 - ``start``: a worker's start, ``python -u empty.py`` against the bootstrap with its responder
   (``python -u -m tui_launch.core.workers.shim - empty.py``), wall and CPU, medians.
   Target: at most 50 ms more.
-- ``idle``: the launcher's own CPU (user + system from ``/proc``) while ``--ranks`` (8) ranks
+- ``idle``: the launcher's own CPU (each thread's ``schedstat``, in nanoseconds; ``/proc``'s
+  10 ms ticks beside it) while ``--ranks`` (8) ranks
   sit in a sleep after joining their group (nothing printed: only the launcher's loops run,
   the live poll of the Flight Recorder among them), over ``--window`` seconds, as a share of
   one core. Target: at most 0.5 % of a core at 8 ranks. Beside it, the CPU of the helper
@@ -194,8 +195,21 @@ def _cpu_seconds(pid: int, children: bool = False) -> float:
     return (int(fields[at]) + int(fields[at + 1])) / os.sysconf("SC_CLK_TCK")
 
 
+def _thread_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds of each live thread of ``pid`` from ``schedstat`` (nanoseconds: ``/proc``'s
+    10 ms ticks are a twentieth of the figure over a 20 s window)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            out[tid] = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
 def bench_idle(repeat: int, ranks: int, window: float, torchrun: bool = False) -> None:
     helpers: dict[str, list[float]] = {m: [] for m in (*MODES, "torchrun")}
+    ticks: dict[str, list[float]] = {m: [] for m in (*MODES, "torchrun")}
 
     def once(mode: str) -> float:
         with tempfile.TemporaryDirectory() as d:
@@ -217,16 +231,26 @@ def bench_idle(repeat: int, ranks: int, window: float, torchrun: bool = False) -
                     time.sleep(0.2)
                 time.sleep(3.0)  # past the start's own work (the first samples, the journal)
                 c0, h0, t0 = _cpu_seconds(proc.pid), _cpu_seconds(proc.pid, True), time.monotonic()
+                s0 = _thread_seconds(proc.pid)
                 time.sleep(window)
                 c1, h1, t1 = _cpu_seconds(proc.pid), _cpu_seconds(proc.pid, True), time.monotonic()
+                s1 = _thread_seconds(proc.pid)
                 helpers[mode].append(100.0 * (h1 - h0) / (t1 - t0))
-                return 100.0 * (c1 - c0) / (t1 - t0)
+                ticks[mode].append(100.0 * (c1 - c0) / (t1 - t0))
+                # Threads alive at both ends (the idle launcher starts and ends none).
+                used = sum(s1[t] - s0[t] for t in s1 if t in s0)
+                return 100.0 * used / (t1 - t0)
             finally:
                 proc.terminate()
                 proc.wait(60)
 
     runs = alternate(repeat, once)
     ratio_line(f"idle launcher CPU ({ranks} ranks, {window:.0f} s window)", "% of a core", runs)
+    for mode in MODES:
+        print(
+            f"  the same from /proc's 10 ms ticks ({mode}): median"
+            f" {statistics.median(ticks[mode]):.3f} %, samples {[round(x, 3) for x in ticks[mode]]}"
+        )
     for mode in MODES:
         print(
             f"  helpers reaped in the window ({mode}): median"

@@ -16,8 +16,9 @@ Three measurements, each against its baseline in the same run:
   Target: at most 50 ms more.
 - ``record``: what recording alone costs, with no launcher and no poll: one process, a
   one-rank gloo group, 20,000 ``all_reduce`` calls of 1 kB, microseconds a call with
-  ``TORCH_FR_BUFFER_SIZE=2000`` against ``0``, alternating A B B A. A step of N collectives
-  pays N times the difference.
+  ``TORCH_FR_BUFFER_SIZE=2000`` against ``0``, alternating A B B A; then two ranks issuing
+  four asynchronous all_reduces and waiting on them, as ``tests/corpus/async_collective.py``
+  does each step. A step of N collectives pays N times the difference.
 
 Usage: ``python bench/flightrec.py [steps|gather|start|record|all] [--repeat N]``.
 """
@@ -165,31 +166,60 @@ def bench_start(repeat: int) -> None:
 
 _RECORD = """
 import sys, time, torch, torch.distributed as dist
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+rank, world, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=rank, world_size=world)
 t = torch.ones(256)
-for _ in range(2000):
-    dist.all_reduce(t)
-t0 = time.perf_counter()
-for _ in range(20000):
-    dist.all_reduce(t)
-print((time.perf_counter() - t0) / 20000 * 1e6)
+ts = [torch.ones(k) for k in (2048, 64, 64, 1)]  # a step's gradients, as async_collective.py's
+
+def once():
+    if world == 1:
+        dist.all_reduce(t)
+        return 1
+    works = [dist.all_reduce(x, async_op=True) for x in ts]
+    for w in works:
+        w.wait()
+    return len(works)
+
+for _ in range(n // 10):
+    once()
+dist.barrier()
+t0, done = time.perf_counter(), 0
+while done < n:
+    done += once()
+print((time.perf_counter() - t0) / done * 1e6, flush=True)
+dist.destroy_process_group()  # without it, gloo's teardown sometimes aborts the process
 """
 
 
-def bench_record(repeat: int) -> None:
+def bench_record(repeat: int, world: int = 1) -> None:
+    """One rank's synchronous all_reduce (``world`` 1), or with ``world`` ranks four
+    asynchronous ones waited on together (async_collective.py's step); µs a collective."""
     runs: dict[str, list[float]] = {"0": [], "2000": []}
+    n = 20000 if world == 1 else 12000
     for i in range(repeat):
         for size in ("0", "2000") if i % 2 == 0 else ("2000", "0"):
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
             env = {**os.environ, "TORCH_FR_BUFFER_SIZE": size}
-            out = subprocess.run(
-                [PY, "-c", _RECORD % port], env=env, capture_output=True, text=True, check=True
-            )
-            runs[size].append(float(out.stdout.split()[-1]))
+            procs = [
+                subprocess.Popen(
+                    [PY, "-c", _RECORD % port, str(r), str(world), str(n)],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                for r in range(world)
+            ]
+            outs = [p.communicate(timeout=600)[0] for p in procs]
+            runs[size].append(float(outs[0].split()[0]))
     off, on = statistics.median(runs["0"]), statistics.median(runs["2000"])
-    print(f"record: all_reduce {off:.1f} us off, {on:.1f} us with the recorder: +{on - off:.1f} us")
+    what = "all_reduce" if world == 1 else f"async all_reduce, {world} ranks"
+    print(
+        f"record: {what} {off:.1f} us off, {on:.1f} us with the recorder: +{on - off:.1f} us"
+        f" (medians of {repeat}; samples off {[round(x, 1) for x in runs['0']]},"
+        f" on {[round(x, 1) for x in runs['2000']]})"
+    )
 
 
 def main() -> None:
@@ -212,6 +242,7 @@ def main() -> None:
         bench_gather(args.repeat * 4, args.ranks, args.fill)
     if args.what in ("record", "all"):
         bench_record(args.repeat * 2)
+        bench_record(args.repeat * 2, world=2)
     if args.what in ("steps", "all"):
         bench_steps(args.repeat, args.steps, args.work, args.nproc)
 

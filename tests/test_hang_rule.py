@@ -316,3 +316,37 @@ def test_main_thread_cpu_outside_a_collective_is_movement() -> None:
     )
     spin = StackDump(reason="t", wall=0.0, duration=0.1, ranks=(waiting,))
     assert confirm(spin, spin, cpu={1: 3.0}).hung
+
+
+def test_partial_output_is_movement_but_not_a_piece_of_our_own_faulthandler_dump(tmp_path) -> None:
+    # The hang watch hears of unended output (a \r progress bar) from the tailer's partial
+    # sink; with --dump-via-faulthandler, the dump it asked for is written to the rank's stderr
+    # a few bytes per write(2), and a piece read mid-dump ("  Fi") must not clear the suspicion.
+    import time
+
+    from tui_launch.core.diagnosis.dumps import Dumper
+    from tui_launch.core.diagnosis.hangwatch import HangWatch
+    from tui_launch.core.logs.tail import STDERR, STDOUT, LogSource
+    from tui_launch.core.workers.table import RankTable
+
+    dumper = Dumper(lambda e: None, RankTable(), lambda: str(tmp_path), dict, via_faulthandler=True)
+    watch = HangWatch(lambda e: None, dumper, lambda: True, timeout=60.0)
+    watch.attempt_started(0, {0: 0, 1: 1})
+    err = LogSource(0, 1, 1, STDERR, str(tmp_path / "err"), False, None)
+    out = LogSource(0, 1, 1, STDOUT, str(tmp_path / "out"), False, None)
+    t0 = time.monotonic()
+    for piece in (
+        "  Fi",
+        '  File "/x/train.py", line 3',
+        "Thread 0x7f",
+        "Curr",
+        "Current thread 0x1",
+    ):
+        watch.partial_sink(err, piece, t0 + 5)
+    assert watch.detector.silence(t0 + 6) >= 6 - 0.5  # none of them counted
+    watch.partial_sink(err, "epoch 1:  40%|####", t0 + 5)
+    assert watch.detector.silence(t0 + 6) == pytest.approx(1.0)
+    watch.partial_sink(out, "  loss 0.5", t0 + 7)  # stdout: faulthandler writes to stderr only
+    assert watch.detector.silence(t0 + 8) == pytest.approx(1.0)
+    watch.partial_sink(out, "", t0 + 9)  # "" is a newline ending it: the line sink's
+    assert watch.detector.silence(t0 + 10) == pytest.approx(3.0)

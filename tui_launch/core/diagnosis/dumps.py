@@ -148,12 +148,14 @@ class Dumper:
         self._kept: dict[str, StackDump] = {}
         self._survivors: tuple[int, StacksDumped | None] | None = None  # (attempt, event)
 
-    def targets(self) -> list[Target]:
-        """``(local rank, global rank, pid)`` of every rank of the current attempt still alive."""
+    def targets(self, check: bool = True) -> list[Target]:
+        """``(local rank, global rank, pid)`` of every rank of the current attempt still alive
+        (``check=False``: with no exit recorded, not asking ``/proc``: the live poll, which a
+        dead rank's socket answers at once by refusing)."""
         view = self._ranks.view()
         out = []
         for local, pid in sorted(view.pids.items()):
-            if local in view.exits or not process_alive(pid):
+            if local in view.exits or (check and not process_alive(pid)):
                 continue
             out.append((local, view.global_ranks.get(local, local), pid))
         return out

@@ -63,9 +63,11 @@ from tui_launch.core.diagnosis.stacks.hang import (
     CONFIRMING,
     DEFAULT_CONFIRM_AFTER,
     HUNG,
+    NOTHING,
     SUSPECTED,
+    WATCHING,
 )
-from tui_launch.core.logs.tail import LogSource
+from tui_launch.core.logs.tail import STDERR, LogSource
 from tui_launch.core.model.events import (
     Event,
     HangCleared,
@@ -84,6 +86,9 @@ RECHECK = 30.0
 SAMPLE_EVERY = 1.0
 # The adaptive rule's tick: the floor is 6 s, so a second's granularity would be a sixth of it.
 AUTO_TICK = 0.5
+# The adaptive rule's tick while the limit is further off than two of these (seconds): the tick
+# only compares times the movements carry, so ticking slower there delays nothing.
+SLOW_TICK = 1.0
 # Each rank's steps from the progress watch: (attempt, {global rank: (training-counter moves,
 # oldest first; the latest move of any counter)}).
 StepsRead = tuple[int | None, dict[int, tuple[tuple[float, ...], float | None]]]
@@ -96,10 +101,18 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # rank's output, so it must not count as progress.
 _FAULTHANDLER_LINE = re.compile(
     r'^((Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):|  File ".*", line \d+ in .*'
-    r"|  <no Python frame>|  \.\.\.|)$"
+    r"|  <no Python frame>|  Garbage-collecting|  \.\.\.|)$"
 )
-# What an unended line of such a dump starts with (the tailer may read one mid-write).
-_FAULTHANDLER_START = re.compile(r"^(Current thread 0x|Thread 0x|  File \"|  <no|  \.\.)")
+_FAULTHANDLER_HEADS = ("Current thread 0x", "Thread 0x")
+
+
+def _faulthandler_partial(text: str) -> bool:
+    """Whether an unended line may be a piece of a faulthandler dump: it writes each line in
+    several ``write(2)`` calls, so the tailer reads ``  Fi`` or ``Thread 0x7f`` mid-dump. Its
+    frame lines all start with a space; its headers with one of two words."""
+    return text.startswith(" ") or any(
+        h.startswith(text) or text.startswith(h) for h in _FAULTHANDLER_HEADS
+    )
 
 
 def confirm_window(timeout: float) -> float:
@@ -236,8 +249,8 @@ class HangWatch:
         bar drawn again, a line being written); "" (a newline ended it) is the line sink's."""
         if not text or src.attempt != self._attempt:
             return
-        if self._dumper.via_faulthandler and _FAULTHANDLER_START.match(text):
-            return  # the start of our own dump's next line
+        if self._dumper.via_faulthandler and src.stream == STDERR and _faulthandler_partial(text):
+            return  # maybe a piece of our own dump's next line
         with self._lock:
             self._wrote(src.global_rank, t)
         self._post_cleared()
@@ -341,9 +354,10 @@ class HangWatch:
             attempt, e.basis, limit, e.still_for, e.typical, expected, self.detector.state
         )
 
-    def _tick(self) -> None:
+    def _tick(self) -> float | None:
+        """One look; returns the delay to the next (None: the loop's interval)."""
         if not self._active() or self._ending:
-            return
+            return SLOW_TICK if self.adaptive else None
         # The progress watch's lock is taken apart from ours.
         steps = self._steps() if self.adaptive and self._steps is not None else None
         moves = self._collectives() if self.adaptive and self._collectives is not None else None
@@ -357,6 +371,8 @@ class HangWatch:
             silence = expected.still_for
             recheck = self.detector.state == HUNG and now >= self._recheck_at
             sample = self._sample(attempt, expected, now)
+            room = max(expected.limit, self.detector.backoff) - expected.still_for
+            slow = self.adaptive and self.detector.state == WATCHING and room > 2 * SLOW_TICK
         self._post_cleared()
         if sample is not None:
             self._post(sample)
@@ -368,7 +384,7 @@ class HangWatch:
                 if peeked is not None and attempt == self._attempt:
                     self._moved(peeked)
             self._post_cleared()
-            return
+            return None
         if todo == DUMP:
             self._suspect(attempt)
         elif todo == CONFIRM:
@@ -376,6 +392,7 @@ class HangWatch:
             if event is not None and self._on_hang is not None:
                 self._on_hang(event)
         self._post_cleared()
+        return SLOW_TICK if slow and todo == NOTHING else None
 
     def _main_io(self) -> dict[int, tuple[int, float]]:
         """Bytes each live rank's main thread has read and written so far (``rchar`` +

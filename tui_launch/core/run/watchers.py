@@ -103,7 +103,10 @@ class Diagnosis:
         )
         # The Flight Recorder: each rank's last collective, live, and the survivors' last state.
         self.collectives = CollectivePoller(
-            store.post, self.dumper.targets, lambda: ranks.attempt, lambda: self.responder_dir
+            store.post,
+            lambda: self.dumper.targets(check=False),
+            lambda: ranks.attempt,
+            lambda: self.responder_dir,
         )
         self.dumper.recent = self.collectives.latest
         # NCCL's dump-on-timeout files, judged as soon as they are written.

@@ -234,8 +234,9 @@ class Sampler:
         except Exception:
             return
         # Timestamps aside: an unchanged state is not posted again.
-        if s is not None and replace(s, mono=0, wall=0) != self._last:
-            self._last = replace(s, mono=0, wall=0)
+        flat = replace(s, mono=0, wall=0) if s is not None else None
+        if s is not None and flat != self._last:
+            self._last = flat
             self._post(s)
             if not self._told_spare and _not_in_complete_round(s):
                 me = node_name(this_node(handler))
