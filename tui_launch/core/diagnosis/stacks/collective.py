@@ -102,9 +102,16 @@ def _judge_group(
     behind = [r for r in behind if r not in moving]
     ahead = sorted(r for r, c in last.items() if c.seq == top)
     op = Counter(last[r].op for r in ahead).most_common(1)[0][0]
-    # "#5 of pg 1", as frjudge labels a group (the records carry no group description).
-    of = f" of pg {pg}" if pg != "0" else ""
-    missing = sorted(r.global_rank for r in recs if r.global_rank not in last)
+    # "#5 of TENSOR_MODEL_PARALLEL_GROUP pg 14", as frjudge labels a group.
+    desc = next((c.desc for c in last.values() if c.desc), "")
+    of = "" if pg == "0" else f" of {desc} pg {pg}" if desc else f" of pg {pg}"
+    # A rank with no entry of a group other than the default one may not be in it: only one
+    # with no record at all is said to lack one.
+    missing = sorted(
+        r.global_rank
+        for r in recs
+        if r.global_rank not in last and (pg == "0" or r.error is not None)
+    )
     tail = f"; no record for {_ranks(missing)}" if missing else ""
     if behind:
         wheres = [(r, places.get(r)) for r in behind]
