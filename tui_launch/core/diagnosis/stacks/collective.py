@@ -38,7 +38,9 @@ def _size(c: Collective) -> int:
 @dataclass(frozen=True)
 class CollectiveVerdict:
     """The collective-level verdict: ``text`` in one line, the ranks it names (``odd``), and
-    ``kind``: ``behind`` (a rank never issued it), ``mismatch`` (ranks disagree), ``left`` (every
+    ``kind``: ``behind`` (a rank never issued it), ``held`` (ranks are behind in several groups,
+    and the stacks tell the cause from ranks held up elsewhere), ``mismatch`` (ranks disagree),
+    ``left`` (every
     record at one collective, but some ranks' stacks are elsewhere: they completed it and went
     on), ``same`` (every rank at one collective: no culprit), ``moving`` (the ranks' sequence
     numbers advanced between two looks: no culprit, whatever skew one look shows)."""
@@ -46,6 +48,7 @@ class CollectiveVerdict:
     text: str
     odd: tuple[int, ...]
     kind: str
+    group: str = ""  # the group judged: "TENSOR_MODEL_PARALLEL_GROUP pg 14", "pg 3", "" (pg 0)
 
 
 def collective_verdict(
@@ -63,11 +66,44 @@ def collective_verdict(
         return _moving(recs, moving)
     pgs = sorted({c.pg for r in recs for c in r.collectives}, key=lambda pg: (pg != "0", pg))
     found = [v for pg in pgs if (v := _judge_group(recs, pg, places, waiting, moving)) is not None]
+    cause = _cause(found, waiting)
+    if cause is not None:
+        return cause
     for kinds in (("behind", "mismatch"), ("left",)):
         for v in found:
             if v.kind in kinds:
                 return v
     return found[0] if found else None
+
+
+def _cause(
+    found: list[CollectiveVerdict], waiting: Iterable[int] | None
+) -> CollectiveVerdict | None:
+    """Where several groups each have a rank behind, the one whose stack does not wait: a rank
+    behind in one group while its stack waits in a send/recv or another collective is held
+    up by someone else (in a pipeline, the stage it sends to), and gloo records no send/recv
+    to say by whom. None when the stacks do not tell them apart."""
+    behind = [v for v in found if v.kind == "behind"]
+    if waiting is None or len(behind) < 2:
+        return None
+    stuck = set(waiting)
+    free = [v for v in behind if not set(v.odd) <= stuck]
+    if not free or len(free) == len(behind):
+        return None
+    named = {r for v in free for r in v.odd}
+    held = [v for v in behind if v not in free and not set(v.odd) <= named]
+    symptoms = sorted({r for v in held for r in v.odd} - named)
+    if not symptoms:
+        return free[0]
+    where = ", ".join(dict.fromkeys(v.group or "pg 0" for v in held))
+    verb = "is" if len(symptoms) == 1 else "are"
+    wait = "waits" if len(symptoms) == 1 else "wait"
+    text = (
+        f"{free[0].text}; {_ranks(symptoms)} {verb} behind in {where} too, but {wait} "
+        "itself (in a send/recv or another collective): held up, not the cause"
+    )
+    odd = tuple(sorted({r for v in free for r in v.odd}))
+    return CollectiveVerdict(text, odd, "held", free[0].group)
 
 
 def _moving(recs: list[RankRecord], moving: set[int]) -> CollectiveVerdict:
@@ -104,7 +140,8 @@ def _judge_group(
     op = Counter(last[r].op for r in ahead).most_common(1)[0][0]
     # "#5 of TENSOR_MODEL_PARALLEL_GROUP pg 14", as frjudge labels a group.
     desc = next((c.desc for c in last.values() if c.desc), "")
-    of = "" if pg == "0" else f" of {desc} pg {pg}" if desc else f" of pg {pg}"
+    group = "" if pg == "0" else f"{desc} pg {pg}" if desc else f"pg {pg}"
+    of = f" of {group}" if group else ""
     # A rank with no entry of a group other than the default one may not be in it: only one
     # with no record at all is said to lack one.
     missing = sorted(
@@ -123,7 +160,7 @@ def _judge_group(
         wait = "waits" if len(ahead) == 1 else "wait"
         text = f"{_ranks(behind)} never issued {op} #{top}{of}{where}; {_ranks(ahead)} {wait} in it"
         text += tail
-        return CollectiveVerdict(text, tuple(behind), "behind")
+        return CollectiveVerdict(text, tuple(behind), "behind", group)
     kinds = Counter((last[r].op, _size(last[r])) for r in ahead)
     if len(kinds) > 1:
         (common, _), *_ = kinds.most_common()
@@ -137,7 +174,7 @@ def _judge_group(
             f"{'the others' if len(others) > 1 else _ranks(others)} "
             f"{common[0]} of {fmt_bytes(common[1], words=True)}"
         )
-        return CollectiveVerdict(text + tail, tuple(odd), "mismatch")
+        return CollectiveVerdict(text + tail, tuple(odd), "mismatch", group)
     stuck = set(waiting) if waiting is not None else set(ahead)
     idle = sorted(r for r in ahead if r not in stuck and r in places)
     if idle and all(r in moving for r in idle):
@@ -151,9 +188,9 @@ def _judge_group(
         wait = "waits" if len(rest) == 1 else "wait"
         text = f"{_ranks(idle)} left {op} #{top}{of} and did not come back ({where}); "
         text += f"{_ranks(rest)} {wait} in it" + tail
-        return CollectiveVerdict(text, tuple(idle), "left")
+        return CollectiveVerdict(text, tuple(idle), "left", group)
     text = (
         f"every rank is at the same collective ({op} #{top}{of}): no rank out of step; "
         "suspect the network, a GPU or NCCL" + tail
     )
-    return CollectiveVerdict(text, (), "same")
+    return CollectiveVerdict(text, (), "same", group)
