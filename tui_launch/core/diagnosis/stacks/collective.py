@@ -49,6 +49,7 @@ class CollectiveVerdict:
     odd: tuple[int, ...]
     kind: str
     group: str = ""  # the group judged: "TENSOR_MODEL_PARALLEL_GROUP pg 14", "pg 3", "" (pg 0)
+    waiting: tuple[int, ...] = ()  # the ranks that wait in it (``behind``)
 
 
 def collective_verdict(
@@ -79,31 +80,58 @@ def collective_verdict(
 def _cause(
     found: list[CollectiveVerdict], waiting: Iterable[int] | None
 ) -> CollectiveVerdict | None:
-    """Where several groups each have a rank behind, the one whose stack does not wait: a rank
-    behind in one group while its stack waits in a send/recv or another collective is held
-    up by someone else (in a pipeline, the stage it sends to), and gloo records no send/recv
-    to say by whom. None when the stacks do not tell them apart."""
+    """Where ranks are behind in several groups, the one that holds the others up (None when
+    nothing tells them apart: the first group's verdict stands).
+
+    From the records: a rank behind in one group that waits in another group's collective,
+    which someone else never issued, is held up there (FSDP's rank that waits in the
+    data-parallel all-gather its peer never joined, so it never issues its tensor-parallel
+    all-reduce). From the stacks (``held``): a rank behind in one group whose stack waits in a
+    send/recv or a collective is held up by someone the records do not show (gloo records no
+    send/recv: in a pipeline, the stage it sends to), where another rank behind does not wait.
+    """
     behind = [v for v in found if v.kind == "behind"]
-    if waiting is None or len(behind) < 2:
+    if len(behind) < 2:
         return None
-    stuck = set(waiting)
-    free = [v for v in behind if not set(v.odd) <= stuck]
-    if not free or len(free) == len(behind):
+    held = {r for v in behind for r in v.odd if any(r in w.waiting for w in behind if w is not v)}
+    roots = [v for v in behind if not set(v.odd) <= held]
+    kind, why = "behind", ""
+    if len(roots) > 1 and waiting is not None:
+        stuck = set(waiting)
+        free = [v for v in roots if not set(v.odd) <= stuck]
+        if free and len(free) < len(roots):
+            symptoms = sorted({r for v in roots if v not in free for r in v.odd})
+            where = ", ".join(dict.fromkeys(v.group or "pg 0" for v in roots if v not in free))
+            verb, wait = ("is", "waits") if len(symptoms) == 1 else ("are", "wait")
+            why = (
+                f"; {_ranks(symptoms)} {verb} behind in {where} too, but {wait} itself (in a "
+                "send/recv or another collective): held up, not the cause"
+            )
+            held |= set(symptoms)
+            roots, kind = free, "held"
+    if not roots or len(roots) == len(behind):
         return None
-    named = {r for v in free for r in v.odd}
-    held = [v for v in behind if v not in free and not set(v.odd) <= named]
-    symptoms = sorted({r for v in held for r in v.odd} - named)
-    if not symptoms:
-        return free[0]
-    where = ", ".join(dict.fromkeys(v.group or "pg 0" for v in held))
-    verb = "is" if len(symptoms) == 1 else "are"
-    wait = "waits" if len(symptoms) == 1 else "wait"
-    text = (
-        f"{free[0].text}; {_ranks(symptoms)} {verb} behind in {where} too, but {wait} "
-        "itself (in a send/recv or another collective): held up, not the cause"
-    )
-    odd = tuple(sorted({r for v in free for r in v.odd}))
-    return CollectiveVerdict(text, odd, "held", free[0].group)
+    named = {r for v in roots for r in v.odd}
+    said = named | (held if kind == "held" else set())
+    # One line per culprit, from its first group; the other groups that point at it counted.
+    lines: dict[tuple[int, ...], tuple[str, int]] = {}
+    for v in roots:
+        text, more = lines.get(v.odd, (v.text, -1))
+        if more < 0:
+            said.update(v.waiting)
+        lines[v.odd] = (text, more + 1)
+    rest = sorted({r for v in behind for r in (*v.odd, *v.waiting)} - said)
+    parts = []
+    for text, more in lines.values():
+        if more:
+            groups = "1 more group points" if more == 1 else f"{more} more groups point"
+            text += f" ({groups} at it)"
+        parts.append(text)
+    text = "; ".join(parts) + why
+    if rest:
+        verb = "waits" if len(rest) == 1 else "wait"
+        text += f"; {_ranks(rest)} {verb} behind {'it' if len(named) == 1 else 'them'}"
+    return CollectiveVerdict(text, tuple(sorted(named)), kind, roots[0].group, roots[0].waiting)
 
 
 def _moving(recs: list[RankRecord], moving: set[int]) -> CollectiveVerdict:
@@ -160,7 +188,7 @@ def _judge_group(
         wait = "waits" if len(ahead) == 1 else "wait"
         text = f"{_ranks(behind)} never issued {op} #{top}{of}{where}; {_ranks(ahead)} {wait} in it"
         text += tail
-        return CollectiveVerdict(text, tuple(behind), "behind", group)
+        return CollectiveVerdict(text, tuple(behind), "behind", group, tuple(ahead))
     kinds = Counter((last[r].op, _size(last[r])) for r in ahead)
     if len(kinds) > 1:
         (common, _), *_ = kinds.most_common()
