@@ -3,10 +3,11 @@
 :func:`serve` starts a daemon thread (``tuilaunch-responder``) listening on a Unix socket
 (``<dir>/<RANK>.sock``, owner-only) that answers one request per connection with the rank's
 Flight Recorder (``_dump_fr_trace_json``) and every thread's Python stack
-(``sys._current_frames``). torch releases the GIL while a collective blocks in C++ (gloo,
-``Work.wait``, autograd's engine), so the thread answers while the main thread waits; a stopped
-rank, or one whose main thread holds the GIL in native code, does not, and the launcher falls
-back to py-spy.
+(``sys._current_frames``), and with the records every process group it is in
+(:func:`group_config`: gloo's recorder lists none). torch releases the GIL while a collective
+blocks in C++ (gloo, ``Work.wait``, autograd's engine), so the thread answers while the main
+thread waits; a stopped rank, or one whose main thread holds the GIL in native code, does not,
+and the launcher falls back to py-spy.
 
 It runs in the worker, not the launcher, so it lives with the worker bootstrap
 (:mod:`tui_launch.core.workers.shim` starts it when ``TUILAUNCH_RESPONDER_DIR`` names a

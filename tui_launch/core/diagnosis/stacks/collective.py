@@ -13,7 +13,10 @@ it has what a dump lacks: where each rank's stack is, and a second look. Ranks w
 numbers advance between two looks are moving:
 a skew of a collective between them is no culprit ("ranks 0, 1 move on (...): not a hang").
 gloo records no completion (its entries stay ``scheduled``), so the
-sequence numbers carry the verdict. Pure: no I/O.
+sequence numbers carry the verdict. Each group is judged by its name (the same on every
+member; the local ``pg_id`` is not); where ranks are behind in several (Megatron's tensor
+groups, torchtitan's dp and tp meshes), the one the others wait on is named (:func:`_cause`).
+Pure: no I/O.
 """
 
 from __future__ import annotations
