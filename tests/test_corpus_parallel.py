@@ -291,6 +291,25 @@ def test_nccl_dumps_of_the_stage_hang_name_the_stage_that_posted_no_recv():
     assert v.text.startswith("rank 2 never issued broadcast #109 of TENSOR_MODEL_PARALLEL_GROUP")
 
 
+def test_two_stages_that_both_send_wait_on_each_other():
+    """A schedule whose order is wrong on one side: stage 1 sends its activations while stage
+    2 sends its gradients, and neither posts the recv. Each send is answered only by a recv
+    (as torch's analyser pairs them), so each waits on the other; a send toward the rank is
+    no answer to the rank's own send."""
+    found = frdump.DumpSet("")
+    for r, op in ((0, "send 0->1"), (2, "send 1->0")):
+        config = {"16": {"name": "16", "desc": MEGATRON_GROUPS["16"][0], "ranks": "[0, 2]"}}
+        entries = [_nccl_entry(0, 1, "16", 0, op, "started", 9)]
+        status = {"1": {"last_enqueued_collective": 0, "last_completed_collective": 0}}
+        found.dumps[r] = frdump.dump_from_dict(
+            r, "", {"version": "2.10", "pg_config": config, "pg_status": status, "entries": entries}
+        )
+    v = frjudge.judge(found)
+    assert v.kind == "culprit" and v.culprit_ranks == (0, 2), v.text
+    (group,) = v.waiting_groups()
+    assert group.kind == "p2p" and "which posted none to match" in group.text, group.text
+
+
 def test_the_responder_reads_every_group_from_c10d(tmp_path):
     """A real gloo process group and two made as Megatron makes them: the responder's table
     has each (name, description, global ranks), which gloo's recorder leaves out."""
