@@ -9,7 +9,12 @@ of a program with a hang class chosen by the environment (``tests/corpus/_hooks.
 * ``tutorial``: ``tests/corpus/multigpu_torchrun.py``, the PyTorch DDP tutorial, unchanged
   (``CORPUS_STEP_SECONDS=0.2``; every rank prints one line per epoch of 16 steps);
 * ``nanogpt`` (on request, ``--programs``): ``tests/corpus/nanogpt.py``, nanoGPT's loop
-  (``CORPUS_STEP_SECONDS=0.2``; rank 0 prints ``iter N: loss ...`` each step).
+  (``CORPUS_STEP_SECONDS=0.2``; rank 0 prints ``iter N: loss ...`` each step);
+* ``megatron`` and ``titan`` (on request): ``tests/corpus/megatron_style.py`` (TP=2 x PP=2,
+  22 process groups; the last rank prints each iteration) and
+  ``tests/corpus/torchtitan_style.py`` (FSDP2 x TP on a 2-D mesh; every rank prints each
+  step), ``CORPUS_STEP_SECONDS=0.2``: jobs of many groups, where the verdict must name the
+  rank in its group.
 
 The classes (``--classes``): ``sigstop`` (the rank is SIGSTOPped), ``sleep`` (it sleeps forever
 in its own code before the collective), ``collective`` (it calls ``all_gather`` where the
@@ -102,6 +107,20 @@ PROGRAMS = {
     "nanogpt": Program(
         "nanogpt",
         CORPUS / "nanogpt.py",
+        (),
+        {"CORPUS_STEPS": "1000000", "CORPUS_STEP_SECONDS": "0.2"},
+        hang_step=20,
+    ),
+    "megatron": Program(
+        "megatron",
+        CORPUS / "megatron_style.py",
+        (),
+        {"CORPUS_STEPS": "1000000", "CORPUS_STEP_SECONDS": "0.2"},
+        hang_step=20,
+    ),
+    "titan": Program(
+        "titan",
+        CORPUS / "torchtitan_style.py",
         (),
         {"CORPUS_STEPS": "1000000", "CORPUS_STEP_SECONDS": "0.2"},
         hang_step=20,
@@ -472,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="4 classes, loop only, 2 runs")
     parser.add_argument("--runs", type=int, default=None, help="runs per class (5; quick 2)")
     parser.add_argument("--classes", default=None, help=f"comma-separated of {','.join(CLASSES)}")
-    parser.add_argument("--programs", default=None, help="comma-separated of loop,tutorial,nanogpt")
+    parser.add_argument("--programs", default=None, help="comma-separated of " + ",".join(PROGRAMS))
     parser.add_argument("--nproc", type=int, default=4)
     parser.add_argument("--parallel", type=int, default=2, help="launches at once (2)")
     parser.add_argument(

@@ -36,7 +36,9 @@ VERDICT_AFTER = 10.0
 def rank_collective(record: RankRecord, waiting: float = 0.0) -> RankCollective:
     """A record's newest collective as the event's record."""
     last = record.last
-    if last is None or last.seq < record.last_enqueued:
+    # Several groups: last_enqueued counts them all, and is no sequence number of one.
+    stale = last is not None and record.groups <= 1 and last.seq < record.last_enqueued
+    if last is None or stale:
         # A poll of a rank that moves on carries only the sequence number (no entry, no op).
         if record.last_enqueued >= 0:
             return RankCollective(record.global_rank, seq=record.last_enqueued, waiting=waiting)
@@ -143,8 +145,10 @@ class CollectivePoller:
                     seen = self._since[g]
                 ranks_out.append(rank_collective(a.record, now - seen[1]))
             records = [a.record for a in answers.values() if a.record.last_enqueued >= 0]
+            # Ranks at different numbers wait for each other, in a job of one group; in one
+            # of several (Megatron's), each rank counts the groups it is in, which differ.
             self._waiting = any(r.last_enqueued > r.last_completed for r in records) or (
-                len({r.last_enqueued for r in records}) > 1
+                len({r.last_enqueued for r in records}) > 1 and all(r.groups <= 1 for r in records)
             )
         text = ""
         if ranks_out and max(r.waiting for r in ranks_out) >= VERDICT_AFTER:

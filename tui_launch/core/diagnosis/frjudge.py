@@ -600,7 +600,7 @@ def _judge_group(g: _Group, absent: dict[int, str], edges: dict[int, list[_Edge]
         if not any(e.group == g.name and e.why == "never_issued" for e in edges.get(w, ())):
             for c in culprits[:_BLOCKERS]:
                 edges.setdefault(w, []).append(_Edge(c, g.name, "never_issued"))
-    # Point to point: a send or recv whose peer has posted nothing toward it.
+    # Point to point: a send or recv whose peer has posted no recv or send to match it.
     p2p_blockers: dict[int, set[int]] = {}
     ordered = sorted(g.ranks)
     for w, outs in p2p_wait.items():
@@ -614,9 +614,13 @@ def _judge_group(g: _Group, absent: dict[int, str], edges: dict[int, list[_Edge]
             if peer not in members:
                 edges.setdefault(w, []).append(_Edge(peer, g.name, "no_dump"))
                 continue
+            # Only the other half of the pair answers it, as torch's analyser pairs them (a
+            # send with a recv): two stages that each send to the other and wait (a pipeline
+            # schedule's order wrong on one side) each wait on the other.
             posted = any(
                 (ordered[p.dst] if p.op == "send" and 0 <= p.dst < len(ordered) else None) == w
-                or (ordered[p.src] if p.op == "recv" and 0 <= p.src < len(ordered) else None) == w
+                if e.op == "recv"
+                else (ordered[p.src] if p.op == "recv" and 0 <= p.src < len(ordered) else None) == w
                 for p in members[peer].p2p_out
             )
             if not posted:
@@ -675,7 +679,9 @@ def _judge_group(g: _Group, absent: dict[int, str], edges: dict[int, list[_Edge]
             verdict.kind = "p2p"
         for peer, ws in sorted(p2p_blockers.items()):
             verb = "wait" if len(ws) > 1 else "waits"
-            parts.append(f"{_ranks(ws)} {verb} in send/recv with rank {peer}, which posted none")
+            parts.append(
+                f"{_ranks(ws)} {verb} in send/recv with rank {peer}, which posted none to match"
+            )
     if not parts:
         if waiting_at:
             at = Counter(waiting_at.values()).most_common(1)[0][0]

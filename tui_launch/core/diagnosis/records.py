@@ -67,22 +67,40 @@ def _op(name: str) -> str:
     return name.rsplit(":", 1)[-1] if name else "?"
 
 
+def _group(e: dict[str, Any]) -> tuple[str, str]:
+    """An entry's process group: its name (global: every rank numbers the groups it makes in
+    one order) and description; the local id (``pg_id``) where the entry names none."""
+    pg = e.get("process_group")
+    if isinstance(pg, list | tuple) and len(pg) == 2:
+        return str(pg[0]), str(pg[1] or "")
+    return str(e.get("pg_id", "0")), ""
+
+
 def parse_record(global_rank: int, fr: dict[str, Any] | None, error: str | None) -> RankRecord:
-    """torch's Flight Recorder JSON (``_dump_fr_trace_json``) as a :class:`RankRecord`."""
+    """torch's Flight Recorder JSON (``_dump_fr_trace_json``) as a :class:`RankRecord`.
+
+    Entries are keyed by their group's name, which is the same on every member (the local id
+    ``pg_id`` is not: Megatron's four data-parallel groups are each member's id 2). The
+    sequence numbers enqueued and completed are every group's together: in a job of one group,
+    the default group's; in one of many (Megatron's tensor, pipeline and data-parallel groups,
+    the default one idle after the start), a count that moves whenever any group moves."""
     if fr is None:
         return RankRecord(global_rank, error=error or "no Flight Recorder")
     colls: list[Collective] = []
-    for e in fr.get("entries", ()):
+    for i, e in enumerate(fr.get("entries", ())):
         if e.get("is_p2p"):
             continue
+        name, desc = _group(e)
         colls.append(
             Collective(
                 seq=int(e.get("collective_seq_id", -1)),
                 op=_op(str(e.get("profiling_name", ""))),
-                pg=str(e.get("pg_id", "0")),
+                pg=name,
                 in_bytes=_bytes(e.get("input_sizes", ()), e.get("input_dtypes", ())),
                 out_bytes=_bytes(e.get("output_sizes", ()), e.get("output_dtypes", ())),
                 state=str(e.get("state", "")),
+                desc=desc if desc != "undefined" else "",
+                order=int(e.get("record_id", i)),
             )
         )
     colls.sort(key=lambda c: (c.pg, c.seq))
@@ -91,22 +109,53 @@ def parse_record(global_rank: int, fr: dict[str, Any] | None, error: str | None)
     for c in colls:
         groups.setdefault(c.pg, []).append(c)
     colls = [c for pg in sorted(groups) for c in groups[pg][-KEPT:]]
-    status = fr.get("pg_status", {}).get("0", {})
+    statuses = [s for s in (fr.get("pg_status") or {}).values() if isinstance(s, dict)]
 
-    def num(key: str) -> int:
+    def num(status: dict[str, Any], key: str) -> int:
         try:
             return int(status.get(key, -1))
         except (TypeError, ValueError):
             return -1
 
-    if not colls and num("last_enqueued_collective") < 0:
+    active = [s for s in statuses if num(s, "last_enqueued_collective") >= 0]
+    if not colls and not active:
         return RankRecord(global_rank, error="no collective recorded")
+    enqueued = sum(num(s, "last_enqueued_collective") for s in active) if active else -1
+    completed = sum(max(num(s, "last_completed_collective"), -1) for s in active) if active else -1
     return RankRecord(
         global_rank,
         collectives=tuple(colls),
-        last_enqueued=num("last_enqueued_collective"),
-        last_completed=num("last_completed_collective"),
+        last_enqueued=enqueued,
+        last_completed=completed,
+        groups=len(active),
     )
+
+
+def with_groups(fr: dict[str, Any], groups: Any) -> dict[str, Any]:
+    """``fr`` with the groups its ``pg_config`` lacks, from the responder's ``groups`` (c10d's
+    own table: gloo's recorder writes none but a nameless one without ranks, which then
+    goes). Groups the recorder did write are kept as it wrote them."""
+    if not isinstance(groups, dict) or not groups:
+        return fr
+    config = dict(fr.get("pg_config") or {})
+    added = False
+    for name, g in groups.items():
+        if isinstance(g, dict) and str(name) not in config:
+            config[str(name)] = g
+            added = True
+    if not added:
+        return fr
+    blank = config.get("")
+    if isinstance(blank, dict) and not _lists_ranks(blank.get("ranks")):
+        del config[""]
+    return {**fr, "pg_config": config}
+
+
+def _lists_ranks(value: Any) -> bool:
+    """Whether a ``pg_config`` entry's ``ranks`` lists any rank (``"[]"`` does not)."""
+    if isinstance(value, str):
+        return any(ch.isdigit() for ch in value)
+    return bool(value)
 
 
 def analyser_record(fr: dict[str, Any]) -> dict[str, Any]:
@@ -207,7 +256,10 @@ def _answer(
         return Answer(RankRecord(global_rank, error=why), None, None, took)
     if data.get("same"):  # poll-since: nothing moved; the caller holds the previous answer
         return Answer(RankRecord(global_rank, error="unchanged"), None, data, took)
-    record = parse_record(global_rank, data.get("fr"), data.get("fr_error"))
+    fr = data.get("fr")
+    if isinstance(fr, dict) and data.get("groups"):
+        fr = data["fr"] = with_groups(fr, data["groups"])
+    record = parse_record(global_rank, fr, data.get("fr_error"))
     threads = parse_threads(data["threads"]) if isinstance(data.get("threads"), list) else None
     return Answer(record, threads, data, took)
 

@@ -3,10 +3,11 @@
 :func:`serve` starts a daemon thread (``tuilaunch-responder``) listening on a Unix socket
 (``<dir>/<RANK>.sock``, owner-only) that answers one request per connection with the rank's
 Flight Recorder (``_dump_fr_trace_json``) and every thread's Python stack
-(``sys._current_frames``). torch releases the GIL while a collective blocks in C++ (gloo,
-``Work.wait``, autograd's engine), so the thread answers while the main thread waits; a stopped
-rank, or one whose main thread holds the GIL in native code, does not, and the launcher falls
-back to py-spy.
+(``sys._current_frames``), and with the records every process group it is in
+(:func:`group_config`: gloo's recorder lists none). torch releases the GIL while a collective
+blocks in C++ (gloo, ``Work.wait``, autograd's engine), so the thread answers while the main
+thread waits; a stopped rank, or one whose main thread holds the GIL in native code, does not,
+and the launcher falls back to py-spy.
 
 It runs in the worker, not the launcher, so it lives with the worker bootstrap
 (:mod:`tui_launch.core.workers.shim` starts it when ``TUILAUNCH_RESPONDER_DIR`` names a
@@ -33,7 +34,12 @@ from typing import Any
 _C10D = "torch._C._distributed_c10d"
 # (module, owner, name) in the order of the seam's ``TorchName`` record, which this package,
 # below the seam, cannot import; ``tests/test_torch_seam.py`` reads them as ``TorchName``.
-PRIVATE_NAMES: tuple[tuple[str, str | None, str], ...] = ((_C10D, None, "_dump_fr_trace_json"),)
+_DC10D = "torch.distributed.distributed_c10d"
+PRIVATE_NAMES: tuple[tuple[str, str | None, str], ...] = (
+    (_C10D, None, "_dump_fr_trace_json"),
+    (_DC10D, None, "_world"),
+    (_DC10D, "_World", "pg_config_info"),
+)
 # Bytes one answer may have (a ring of 2000 entries is about 1 MB of JSON).
 MAX_ANSWER = 16 << 20
 
@@ -74,6 +80,33 @@ def fr_trace(full: bool = True) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"{type(e).__name__}: {e}"
 
 
+def group_config() -> dict[str, dict[str, Any]] | None:
+    """Every process group this rank is a member of, as NCCL's recorder writes its
+    ``pg_config``: ``{name: {"name", "desc", "ranks"}}``, the ranks global, as a string.
+
+    gloo's recorder (torch 2.13) writes no group but a nameless one with no ranks, so a job
+    with several groups (Megatron's tensor, pipeline, data-parallel ones) could not be judged
+    per group: the launcher fills in what it lacks from this (c10d's own table, which torch's
+    NCCL recorder is written from). None when there is no table to read."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is None or not dist.is_initialized():
+            return None
+        from torch.distributed.distributed_c10d import _world
+
+        out: dict[str, dict[str, Any]] = {}
+        for info in _world.pg_config_info:
+            size = int(info.get("group_size", 0))
+            # torch leaves the ranks out of a group of every rank.
+            ranks = list(info.get("ranks") or ()) or list(range(size))
+            name = str(info.get("pg_name", ""))
+            desc = str(info.get("pg_desc", "") or "undefined")
+            out[name] = {"name": name, "desc": desc, "ranks": str(sorted(ranks))}
+        return out
+    except Exception:
+        return None
+
+
 def thread_stacks() -> list[dict[str, Any]]:
     """Every thread's Python stack, innermost frame first, the main thread marked."""
     import traceback  # on the first answer, not at every worker's start
@@ -106,13 +139,22 @@ def thread_stacks() -> list[dict[str, Any]]:
 # Entries a ``poll`` answer carries (the newest): the live view needs the last few, and a full
 # ring is about a megabyte of JSON.
 POLL_ENTRIES = 64
-# The poll's memory: the default group's last enqueued sequence number at the previous poll,
+# The poll's memory: every group's last enqueued sequence number at the previous poll,
 # the newest entries read for it (None: not read), and where the rank was (``poll-since``).
 _polled: dict[str, Any] = {"seq": None, "entries": None, "where": None}
 
 
 def _seq(fr: dict[str, Any]) -> str | None:
-    return fr.get("pg_status", {}).get("0", {}).get("last_enqueued_collective")
+    """Every group's last enqueued sequence number, in one string (None: no group has one):
+    a rank whose collectives are all in groups other than the default one (Megatron's) moves
+    too."""
+    status = fr.get("pg_status") or {}
+    seqs = [
+        f"{pg}:{s.get('last_enqueued_collective')}"
+        for pg, s in sorted(status.items())
+        if isinstance(s, dict)
+    ]
+    return ",".join(seqs) or None
 
 
 def _main_fingerprint() -> tuple[tuple[int, int], ...]:
@@ -131,7 +173,7 @@ def answer(what: str) -> dict[str, Any]:
     ``dump``: every entry of the ring. ``status``: only the groups' status, without stacks (a
     dump's second look: did the rank move on). ``poll`` (the live view, every couple of
     seconds): only the groups' status while the rank moves on, so a poll costs microseconds;
-    once the default group's sequence number has not moved since the previous poll (the rank
+    once no group's sequence number has moved since the previous poll (the rank
     waits, or is elsewhere), the newest :data:`POLL_ENTRIES` entries are read, once for that
     number. ``poll-since``: the same, or only ``{"same": true}`` when neither the sequence
     number nor the main thread's stack moved since the previous poll's answer and its entries
@@ -162,6 +204,8 @@ def answer(what: str) -> dict[str, Any]:
             if _polled["entries"] is not None:
                 fr["entries"] = _polled["entries"]
     out: dict[str, Any] = {"pid": os.getpid(), "fr": fr, "fr_error": why}
+    if fr is not None and fr.get("entries"):
+        out["groups"] = group_config()
     out["threads"] = thread_stacks()
     out["duration"] = time.perf_counter() - t0
     return out
@@ -188,6 +232,7 @@ def raw_dump_answer() -> bytes | None:
     except Exception:
         return None
     rest: dict[str, Any] = {"pid": os.getpid(), "fr_error": None, "threads": thread_stacks()}
+    rest["groups"] = group_config()
     rest["duration"] = time.perf_counter() - t0
     return b'{"fr":' + bytes(raw) + b"," + json.dumps(rest).encode()[1:]
 

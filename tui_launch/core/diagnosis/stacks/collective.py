@@ -15,7 +15,10 @@ it has what a dump lacks: where each rank's stack is, and a second look. Ranks w
 numbers advance between two looks are moving:
 a skew of a collective between them is no culprit ("ranks 0, 1 move on (...): not a hang").
 gloo records no completion (its entries stay ``scheduled``), so the
-sequence numbers carry the verdict. Pure: no I/O.
+sequence numbers carry the verdict. Each group is judged by its name (the same on every
+member; the local ``pg_id`` is not); where ranks are behind in several (Megatron's tensor
+groups, torchtitan's dp and tp meshes), the one the others wait on is named (:func:`_cause`).
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -40,16 +43,19 @@ def _size(c: Collective) -> int:
 @dataclass(frozen=True)
 class CollectiveVerdict:
     """The collective-level verdict: ``text`` in one line, the ranks it names (``odd``), and
-    ``kind``: ``behind`` (a rank never issued it), ``mismatch`` (ranks disagree), ``left`` (every
-    record at one collective, but some ranks' stacks are elsewhere: they completed it and went
-    on), ``past`` (every rank's stack is in its own code, past its last collective: no
-    collective waits), ``same`` (every rank at one collective: no culprit), ``moving`` (the
-    ranks' sequence numbers advanced between two looks: no culprit, whatever skew one look
-    shows)."""
+    ``kind``: ``behind`` (a rank never issued it), ``held`` (ranks are behind in several groups,
+    and the stacks tell the cause from ranks held up elsewhere), ``mismatch`` (ranks disagree),
+    ``left`` (every record at one collective, but some ranks' stacks are elsewhere: they
+    completed it and went on), ``past`` (every rank's stack is in its own code, past its last
+    collective: no collective waits), ``same`` (every rank at one collective: no culprit),
+    ``moving`` (the ranks' sequence numbers advanced between two looks: no culprit, whatever
+    skew one look shows)."""
 
     text: str
     odd: tuple[int, ...]
     kind: str
+    group: str = ""  # the group judged: "TENSOR_MODEL_PARALLEL_GROUP pg 14", "pg 3", "" (pg 0)
+    waiting: tuple[int, ...] = ()  # the ranks that wait in it (``behind``)
 
 
 def collective_verdict(
@@ -67,11 +73,71 @@ def collective_verdict(
         return _moving(recs, moving)
     pgs = sorted({c.pg for r in recs for c in r.collectives}, key=lambda pg: (pg != "0", pg))
     found = [v for pg in pgs if (v := _judge_group(recs, pg, places, waiting, moving)) is not None]
+    cause = _cause(found, waiting)
+    if cause is not None:
+        return cause
     for kinds in (("behind", "mismatch"), ("left",)):
         for v in found:
             if v.kind in kinds:
                 return v
     return found[0] if found else None
+
+
+def _cause(
+    found: list[CollectiveVerdict], waiting: Iterable[int] | None
+) -> CollectiveVerdict | None:
+    """Where ranks are behind in several groups, the one that holds the others up (None when
+    nothing tells them apart: the first group's verdict stands).
+
+    From the records: a rank behind in one group that waits in another group's collective,
+    which someone else never issued, is held up there (FSDP's rank that waits in the
+    data-parallel all-gather its peer never joined, so it never issues its tensor-parallel
+    all-reduce). From the stacks (``held``): a rank behind in one group whose stack waits in a
+    send/recv or a collective is held up by someone the records do not show (gloo records no
+    send/recv: in a pipeline, the stage it sends to), where another rank behind does not wait.
+    """
+    behind = [v for v in found if v.kind == "behind"]
+    if len(behind) < 2:
+        return None
+    held = {r for v in behind for r in v.odd if any(r in w.waiting for w in behind if w is not v)}
+    roots = [v for v in behind if not set(v.odd) <= held]
+    kind, why = "behind", ""
+    if len(roots) > 1 and waiting is not None:
+        stuck = set(waiting)
+        free = [v for v in roots if not set(v.odd) <= stuck]
+        if free and len(free) < len(roots):
+            symptoms = sorted({r for v in roots if v not in free for r in v.odd})
+            where = ", ".join(dict.fromkeys(v.group or "pg 0" for v in roots if v not in free))
+            verb, wait = ("is", "waits") if len(symptoms) == 1 else ("are", "wait")
+            why = (
+                f"; {_ranks(symptoms)} {verb} behind in {where} too, but {wait} itself (in a "
+                "send/recv or another collective): held up, not the cause"
+            )
+            held |= set(symptoms)
+            roots, kind = free, "held"
+    if not roots or len(roots) == len(behind):
+        return None
+    named = {r for v in roots for r in v.odd}
+    said = named | (held if kind == "held" else set())
+    # One line per culprit, from its first group; the other groups that point at it counted.
+    lines: dict[tuple[int, ...], tuple[str, int]] = {}
+    for v in roots:
+        text, more = lines.get(v.odd, (v.text, -1))
+        if more < 0:
+            said.update(v.waiting)
+        lines[v.odd] = (text, more + 1)
+    rest = sorted({r for v in behind for r in (*v.odd, *v.waiting)} - said)
+    parts = []
+    for text, more in lines.values():
+        if more:
+            groups = "1 more group points" if more == 1 else f"{more} more groups point"
+            text += f" ({groups} at it)"
+        parts.append(text)
+    text = "; ".join(parts) + why
+    if rest:
+        verb = "waits" if len(rest) == 1 else "wait"
+        text += f"; {_ranks(rest)} {verb} behind {'it' if len(named) == 1 else 'them'}"
+    return CollectiveVerdict(text, tuple(sorted(named)), kind, roots[0].group, roots[0].waiting)
 
 
 def _moving(recs: list[RankRecord], moving: set[int]) -> CollectiveVerdict:
@@ -106,9 +172,17 @@ def _judge_group(
     behind = [r for r in behind if r not in moving]
     ahead = sorted(r for r, c in last.items() if c.seq == top)
     op = Counter(last[r].op for r in ahead).most_common(1)[0][0]
-    # "#5 of pg 1", as frjudge labels a group (the records carry no group description).
-    of = f" of pg {pg}" if pg != "0" else ""
-    missing = sorted(r.global_rank for r in recs if r.global_rank not in last)
+    # "#5 of TENSOR_MODEL_PARALLEL_GROUP pg 14", as frjudge labels a group.
+    desc = next((c.desc for c in last.values() if c.desc), "")
+    group = "" if pg == "0" else f"{desc} pg {pg}" if desc else f"pg {pg}"
+    of = f" of {group}" if group else ""
+    # A rank with no entry of a group other than the default one may not be in it: only one
+    # with no record at all is said to lack one.
+    missing = sorted(
+        r.global_rank
+        for r in recs
+        if r.global_rank not in last and (pg == "0" or r.error is not None)
+    )
     tail = f"; no record for {_ranks(missing)}" if missing else ""
     if behind:
         wheres = [(r, places.get(r)) for r in behind]
@@ -120,7 +194,7 @@ def _judge_group(
         wait = "waits" if len(ahead) == 1 else "wait"
         text = f"{_ranks(behind)} never issued {op} #{top}{of}{where}; {_ranks(ahead)} {wait} in it"
         text += tail
-        return CollectiveVerdict(text, tuple(behind), "behind")
+        return CollectiveVerdict(text, tuple(behind), "behind", group, tuple(ahead))
     kinds = Counter((last[r].op, _size(last[r])) for r in ahead)
     if len(kinds) > 1:
         (common, _), *_ = kinds.most_common()
@@ -134,7 +208,7 @@ def _judge_group(
             f"{'the others' if len(others) > 1 else _ranks(others)} "
             f"{common[0]} of {fmt_bytes(common[1], words=True)}"
         )
-        return CollectiveVerdict(text + tail, tuple(odd), "mismatch")
+        return CollectiveVerdict(text + tail, tuple(odd), "mismatch", group)
     stuck = set(waiting) if waiting is not None else set(ahead)
     idle = sorted(r for r in ahead if r not in stuck and r in places)
     if idle and all(r in moving for r in idle):
@@ -148,7 +222,7 @@ def _judge_group(
         wait = "waits" if len(rest) == 1 else "wait"
         text = f"{_ranks(idle)} left {op} #{top}{of} and did not come back ({where}); "
         text += f"{_ranks(rest)} {wait} in it" + tail
-        return CollectiveVerdict(text, tuple(idle), "left")
+        return CollectiveVerdict(text, tuple(idle), "left", group)
     if idle and len(idle) == len(ahead) and waiting is not None:
         # Every rank's stack is in its own code: each went on past the last collective it
         # issued (gloo's record says "scheduled" still). No collective waits: not the
@@ -158,12 +232,13 @@ def _judge_group(
             f" on past {op} #{top}{of}, the last one issued ({_places(idle, places)})" + tail,
             (),
             "past",
+            group,
         )
     text = (
         f"every rank is at the same collective ({op} #{top}{of}): no rank out of step; "
         "suspect the network, a GPU or NCCL" + tail
     )
-    return CollectiveVerdict(text, (), "same")
+    return CollectiveVerdict(text, (), "same", group)
 
 
 def _places(ranks: list[int], places: dict[int, str]) -> str:

@@ -121,20 +121,26 @@ class Collective:
     in_bytes: int
     out_bytes: int
     state: str = ""
+    # The group's description (``TENSOR_MODEL_PARALLEL_GROUP``; "" when the entry has none)
+    # and the entry's place in the ring (torch's ``record_id``: the newest is the largest).
+    desc: str = ""
+    order: int = 0
 
 
 @dataclass(frozen=True)
 class RankRecord:
-    """One rank's Flight Recorder, as its responder gave it: the newest collectives (oldest
-    first) and, per process group, the last sequence number torch enqueued and completed;
-    ``error`` says why there is no record (no responder, stopped rank, recorder off)."""
+    """One rank's Flight Recorder, as its responder gave it: the newest collectives of each
+    process group (oldest first), the last sequence numbers torch enqueued and completed
+    (every group's together: the default group's in a job of one group) and in how many
+    groups; ``error`` says why there is no record (no responder, stopped rank, recorder off)."""
 
     global_rank: int
     collectives: tuple[Collective, ...] = ()
     last_enqueued: int = -1
     last_completed: int = -1
     error: str | None = None
-    # The default group's last enqueued sequence number at other looks taken around this one
+    groups: int = 1
+    # The last enqueued sequence number (every group's) at other looks taken around this one
     # (the live poll's before it, a status request after the stacks): a rank whose number
     # differs between looks is moving, whatever a single look shows.
     looks: tuple[int, ...] = ()
@@ -147,7 +153,10 @@ class RankRecord:
 
     @property
     def last(self) -> Collective | None:
-        """The newest collective of the default group (else of any group), or None."""
+        """The newest collective of the default group (else of any group), or None; in a job
+        of several groups, the newest the rank issued in any (by its place in the ring)."""
+        if self.groups > 1 and self.collectives:
+            return max(self.collectives, key=lambda c: (c.order, c.seq))
         default = [c for c in self.collectives if c.pg == "0"]
         pool = default or list(self.collectives)
         return max(pool, key=lambda c: c.seq) if pool else None

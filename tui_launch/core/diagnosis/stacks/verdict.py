@@ -76,9 +76,11 @@ class Verdict:
 
 # Verdicts made from more than the ranks' records: a second look (``moving``), the stacks of
 # ranks that went on past a collective gloo never completes (``left``), a stopped rank the
-# records cannot see (``stacks``). ``tuilaunch why`` on the same records alone would say
+# records cannot see (``stacks``), the one rank behind whose stack does not wait where others
+# behind wait in a send/recv gloo does not record (``held``), every rank in its own code past
+# its last collective (``past``). ``tuilaunch why`` on the same records alone would say
 # otherwise: where a run shows both, this one stands (core/remote/status.py, apps/why.py).
-SEES_MORE = frozenset({"moving", "left", "past", "stacks"})
+SEES_MORE = frozenset({"moving", "left", "stacks", "held", "past"})
 
 
 @dataclass(frozen=True)

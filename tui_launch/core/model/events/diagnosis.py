@@ -306,7 +306,8 @@ class CollectiveVerdictFound(Event):
     (the Flight Recorder): ``verdict`` in one line, ``verdict_kind`` ``behind`` (a rank never
     issued the collective the others wait in), ``mismatch`` (ranks disagree on it) or ``same``
     (every rank at one collective: no culprit) or ``left`` (the stacks show some ranks went
-    on past it), ``odd_ranks`` the ranks it names, ``ranks``
+    on past it) or ``held`` (ranks behind in several groups, the stacks tell the one that holds
+    the others up), ``odd_ranks`` the ranks it names, ``ranks``
     each rank's newest collective, ``path`` the dump's directory; ``groups`` each process group
     that waits, as ``tuilaunch why``'s judge sees the same records (worst first, at most
     :data:`FR_GROUPS_KEPT`; empty when the records carry no group)."""
