@@ -249,8 +249,8 @@ def nccl_pipeline_hang() -> frdump.DumpSet:
             g: {"name": g, "desc": MEGATRON_GROUPS[g][0], "ranks": str(MEGATRON_GROUPS[g][1])}
             for g in groups
         }
-        entries = []
-        status = {}
+        entries: list[dict] = []
+        status: dict[str, dict] = {}
         for uid, g in enumerate(groups, start=1):
             issued, completed = seqs[r][g]
             status[str(uid)] = {
