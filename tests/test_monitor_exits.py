@@ -51,3 +51,25 @@ def test_no_new_exit_until_a_rank_exits_then_once_its_exit_is_recorded() -> None
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_with_no_exit_possible_the_answer_is_torchs_healthy_without_its_poll(monkeypatch) -> None:
+    # When the look for exits finds none possible, the monitor answers HEALTHY itself instead
+    # of having torch poll every worker's Popen again (most of an idle monitor loop's cost);
+    # where torch's check does more (its D-state timeout, torch 2.13), torch is asked.
+    from torch.distributed.elastic.agent.server.api import WorkerState
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    from tui_launch.core.seam.agent import quiet_result
+
+    monkeypatch.delenv("TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT", raising=False)
+    plain = SimpleNamespace(_uninterruptible_state_timeout=0.0)
+    result = quiet_result(plain)
+    assert result is not None and result.state == WorkerState.HEALTHY and not result.failures
+    assert quiet_result(SimpleNamespace()) is not None  # torch < 2.13: no such check
+    d_state = SimpleNamespace(_uninterruptible_state_timeout=30.0)
+    assert quiet_result(d_state) is None
+    # The attribute is torch's own, set in LocalElasticAgent.__init__ from the variable.
+    import inspect
+
+    assert "self._uninterruptible_state_timeout" in inspect.getsource(LocalElasticAgent)

@@ -130,6 +130,7 @@ class Supervisor:
         self._user_max_restarts = torchrun.max_restarts
         self._rdzv_t0 = 0.0
         self._last_group_state: str | None = None
+        self._no_exit = False  # the last look for exits found none possible (waitid)
         self._notes: tuple[str, ...] = tuple(config.notes)  # said with RunStarted
 
     def note(self, text: str) -> None:
@@ -267,7 +268,10 @@ class Supervisor:
         seen = self._poll_exits(agent_obj, by_agent=False)
         if any(code != 0 for code in seen.values()):
             self._ranks.continue_stopped()  # torch is about to SIGTERM the peers
-        result = inner(wg)
+        # No worker can have exited since the last look: torch's answer is HEALTHY, without
+        # its own poll of every worker (most of what an idle monitor loop costs).
+        quiet = agent.quiet_result(agent_obj) if self._no_exit else None
+        result = quiet if quiet is not None else inner(wg)
         state = agent.state_name(result)
         handler = wg.spec.rdzv_handler
         if state in ("FAILED", "SUCCEEDED"):
@@ -421,9 +425,11 @@ class Supervisor:
     def _poll_exits(self, agent_obj: TorchAgent, by_agent: bool) -> dict[int, int]:
         """Record ranks that have exited since the last poll; return all exits seen so far."""
         pc = agent.pcontext(agent_obj)
+        self._no_exit = False
         if not by_agent:
             recorded = self._ranks.exits()
             if agent.no_new_exit(pc, recorded):
+                self._no_exit = True
                 return recorded
         codes = agent.exit_codes(pc)
         own: dict[int, int | None] = {}

@@ -59,6 +59,8 @@ PRIVATE_NAMES: tuple[TorchName, ...] = (
     TorchName(_AGENT_API, "SimpleElasticAgent", "_worker_group", "instance"),
     TorchName(_AGENT_API, "SimpleElasticAgent", "_remaining_restarts", "instance"),
     TorchName(_AGENT, "LocalElasticAgent", "_pcontext", "instance"),
+    # torch 2.13's D-state check in _monitor_workers (absent before: nothing to skip then).
+    TorchName(_AGENT, "LocalElasticAgent", "_uninterruptible_state_timeout", "instance"),
     TorchName(_MP, "SubprocessContext", "subprocess_handlers", "instance"),
     TorchName(_MP, "MultiprocessContext", "_pc", "instance"),
     TorchName(_MP, None, THREAD_WARNING, "text"),
@@ -392,6 +394,21 @@ def give_back_restart(agent: TorchAgent, wg: WorkerGroup) -> None:
 def state_name(result: RunResult) -> str:
     """The ``WorkerState`` of a monitor result as a word: HEALTHY, FAILED, SUCCEEDED, ..."""
     return str(result.state.name)
+
+
+def quiet_result(agent: TorchAgent) -> RunResult | None:
+    """What torch's own ``_monitor_workers`` answers when no worker can have exited since the
+    last look (:func:`no_new_exit` said so): HEALTHY, without its poll of every worker's
+    ``Popen`` ten times a second. None where torch's check does more than look for exits (its
+    uninterruptible-sleep timeout, torch 2.13's ``TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT``):
+    ask torch then."""
+    if float(getattr(agent, "_uninterruptible_state_timeout", 0.0) or 0.0) > 0:
+        return None
+    from torch.distributed.elastic.agent.server.api import RunResult as TorchRunResult
+    from torch.distributed.elastic.agent.server.api import WorkerState
+
+    result: RunResult = TorchRunResult(state=WorkerState.HEALTHY)
+    return result
 
 
 def unhealthy() -> RunResult:
