@@ -587,6 +587,7 @@ def test_totals_from_the_stores_view_are_the_samplers_own(
     assert own is not None
     (totals,) = [e for e in store.events() if isinstance(e, TelemetryTotals)]
     assert totals.totals == own.totals
+    assert t.procs is not None and not t.procs._fds  # stopping closed the /proc files
     assert [x.samples for x in totals.totals] == [3, 3]
 
 

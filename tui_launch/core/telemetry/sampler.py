@@ -174,6 +174,8 @@ class Telemetry:
                 self.post(TelemetryTotals(totals=view.totals))
         if loop is None or not loop.running:
             self.gpu.close()  # not under a thread still inside an NVML call
+            if self.procs is not None:
+                self.procs.close()  # the /proc files it keeps open between ticks
 
     def _worker_env(self, t: RankTarget) -> tuple[str | None, int]:
         """The worker's own CUDA_VISIBLE_DEVICES and LOCAL_RANK (its start environment)."""
