@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 from conftest import wait_for
 
+from tui_launch.core.model.store import Phase
 from tui_launch.core.seam.agent import exit_codes, no_new_exit
 from tui_launch.core.workers.table import RankTable
 
@@ -73,3 +74,54 @@ def test_with_no_exit_possible_the_answer_is_torchs_healthy_without_its_poll(mon
     import inspect
 
     assert "self._uninterruptible_state_timeout" in inspect.getsource(LocalElasticAgent)
+
+
+def test_the_idle_wait_ends_when_a_worker_exits_or_a_request_comes_and_not_before() -> None:
+    # Between two ticks that found nothing to do the monitor waits here up to a second (the
+    # agent loop's idle cost, issue 34); a worker's exit or a stop/restart/hang request must
+    # end the wait at once, or the launcher would see a failure later than torchrun does.
+    import threading
+    import time
+
+    from tui_launch.core.run.state import RunState
+
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    state = RunState()
+    wake = state.wake
+    try:
+        wake.watch(p.pid for p in procs)
+        t0 = time.monotonic()
+        assert wake.wait(0.3)  # nothing happens: the whole wait
+        assert time.monotonic() - t0 >= 0.25
+        threading.Timer(0.2, procs[1].kill).start()
+        t0 = time.monotonic()
+        assert wake.wait(60)
+        assert time.monotonic() - t0 < 30 and _zombie(procs[1])
+        # Recorded: the dead worker's pidfd no longer ends every wait.
+        wake.forget(procs[1].pid)
+        t0 = time.monotonic()
+        wake.wait(0.3)
+        assert time.monotonic() - t0 >= 0.25
+        # A request from another thread (a stop from the signal handler, a restart from a
+        # command) wakes it; so does one made just before the wait began.
+        state.set_phase(Phase.RUNNING)
+        threading.Timer(0.2, state.request_restart).start()
+        t0 = time.monotonic()
+        wake.wait(60)
+        assert time.monotonic() - t0 < 30 and state.take_restart()
+        state.request_stop(signal.SIGTERM, "test")
+        t0 = time.monotonic()
+        wake.wait(60)
+        assert time.monotonic() - t0 < 30
+        # A worker that cannot be watched (gone before its pidfd was opened): no idle wait.
+        wake.watch([procs[1].pid, procs[0].pid])
+        procs[1].wait()
+        wake.watch([procs[1].pid])
+        assert not wake.wait(60)
+    finally:
+        wake.close()
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert not wake.wait(60)  # closed: never waits
+    wake.notify()  # and a late request is harmless

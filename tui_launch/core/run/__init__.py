@@ -6,6 +6,8 @@
 - ``config``: tuilaunch's settings for one run, built once from the command line (frozen;
   the command line itself is :mod:`tui_launch.core.launch`).
 - ``state``: the run's shared state under one lock: phase, stop and restart requests, outcome.
+- ``wake``: the agent thread's idle wait between monitor ticks, woken by a worker's exit (its
+  pidfd) or a request.
 - ``observer``: the agent's observer: what happens at each of the agent's transitions;
   ``monitor``, the one decision point.
 - ``watchers``: the watchers of a run that has not crashed (dumps, hang watch, progress,

@@ -45,6 +45,7 @@ from tui_launch.core.run.membership import Membership, failed_here
 from tui_launch.core.run.rundir import RunFiles
 from tui_launch.core.run.shutdown import Stopper
 from tui_launch.core.run.state import RunState
+from tui_launch.core.run.wake import IDLE_PERIOD
 from tui_launch.core.run.watchers import Diagnosis
 from tui_launch.core.seam import agent, rendezvous
 from tui_launch.core.seam.agent import RunResult, TorchAgent, WorkerGroup, WorkerSpec
@@ -131,6 +132,7 @@ class Supervisor:
         self._rdzv_t0 = 0.0
         self._last_group_state: str | None = None
         self._no_exit = False  # the last look for exits found none possible (waitid)
+        self._idle = False  # the last tick found nothing to act on: the next may wait first
         self._notes: tuple[str, ...] = tuple(config.notes)  # said with RunStarted
 
     def note(self, text: str) -> None:
@@ -213,6 +215,8 @@ class Supervisor:
         if self._reaper is not None:
             for pid in pids.values():
                 self._reaper.watch(pid)
+        self._state.wake.watch(int(p) for p in pids.values())
+        self._idle = False
         agent.hook_close(agent_obj, lambda: self._before_close(agent_obj))
         workers = reports.workers(wg, pids)
         self._store.post(
@@ -250,7 +254,14 @@ class Supervisor:
         self, agent_obj: TorchAgent, wg: WorkerGroup, inner: Callable[[WorkerGroup], RunResult]
     ) -> RunResult:
         """One monitor tick, the runner's one decision point: stop, manual restart, torch's
-        own check, lost nodes, failures."""
+        own check, lost nodes, failures.
+
+        After a tick that found nothing to act on, this one first waits (up to
+        :data:`~.wake.IDLE_PERIOD` in all, torch's sleep included) for a worker's exit or a
+        request, so that an idle agent loop ticks about once a second, not ten times."""
+        if self._idle:
+            self._idle = False
+            self._state.wake.wait(IDLE_PERIOD - self._torchrun.monitor_interval)
         self._state.set_phase(Phase.RUNNING)
         self._stopper.check_stop()
         manual = self._state.take_restart()
@@ -313,6 +324,7 @@ class Supervisor:
         elif state == "SUCCEEDED":
             self._poll_exits(agent_obj, by_agent=False)
         self._post_group_state(state)
+        self._idle = quiet is not None and state == "HEALTHY"
         return result
 
     def _hang_failure(self, agent_obj: TorchAgent, hang: HangDetected) -> RunResult:
@@ -452,6 +464,7 @@ class Supervisor:
         )
         new += more
         for x in new:
+            self._state.wake.forget(x.pid)
             if self._reaper is not None:
                 self._reaper.forget(x.pid)
             self._store.post(reports.rank_exited(x, self._ranks.attempt))

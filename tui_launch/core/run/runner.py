@@ -248,6 +248,7 @@ class Runner:
         except BaseException as e:  # any error of torch's becomes one line, never a traceback
             error = e
         finally:
+            self.state.wake.close()  # its only waiter was this thread
             snap = self.store.snapshot()
             with contextlib.suppress(Exception):
                 self._error_class = error_class(

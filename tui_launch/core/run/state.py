@@ -17,6 +17,7 @@ import signal
 import threading
 
 from tui_launch.core.model.store import OUTCOMES, Phase
+from tui_launch.core.run.wake import AgentWake
 
 
 class RunState:
@@ -33,6 +34,8 @@ class RunState:
         self.error_message: str | None = None
         # Set once the run's last step is done: the front ends wait for it.
         self.done = threading.Event()
+        # The agent thread's idle wait: every request below wakes it.
+        self.wake = AgentWake()
 
     # ------------------------------------------------------------------ the phase
 
@@ -64,8 +67,10 @@ class RunState:
         with self._lock:
             if self._phase == Phase.RUNNING and self._stop_signal is None:
                 self._restart_requested = True
-                return None
-            return f"agent is {self._phase}"
+            else:
+                return f"agent is {self._phase}"
+        self.wake.notify()
+        return None
 
     def take_restart(self) -> bool:
         """On the agent thread: whether a restart was asked for since the last look."""
@@ -79,7 +84,8 @@ class RunState:
             if self._stop_signal is not None:
                 return False
             self._stop_signal, self._stop_reason = sig, reason
-            return True
+        self.wake.notify()
+        return True
 
     @property
     def stop_signal(self) -> signal.Signals | None:

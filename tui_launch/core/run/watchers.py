@@ -83,6 +83,7 @@ class Diagnosis:
         self._via_faulthandler = via_faulthandler
         self._lock = threading.Lock()
         self._hang: HangDetected | None = None  # a confirmed hang for the agent thread
+        self._wake = state.wake.notify
         self.dumper = Dumper(
             store.post,
             ranks,
@@ -209,6 +210,7 @@ class Diagnosis:
         if event.action in ("restart", "stop"):
             with self._lock:
                 self._hang = event
+            self._wake()
 
     def _ensured_run_dir(self) -> str:
         self._files.ensure_run_dir()
