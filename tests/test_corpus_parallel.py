@@ -425,3 +425,29 @@ def test_a_tensor_parallel_rank_that_stops_is_the_one_culprit_with_no_flag(tuila
         [0, 1],
         [1],
     ), group
+
+
+@pytest.mark.slow
+def test_a_pipeline_stage_that_stops_is_named_not_the_stage_stuck_sending_to_it(
+    tuilaunch, tmp_path
+):
+    """Megatron-style TP=2 x PP=2: rank 2 (the second stage) sleeps at iteration 3. Rank 0,
+    stuck in its send to rank 2, is as far behind in its own tensor-parallel group as rank 2
+    is in its: with no flag the in-run verdict names rank 2 alone, and says why not rank 0."""
+    launch = tuilaunch(
+        *("--on-hang", "stop", "--log-dir", str(tmp_path), "--standalone", "--nproc-per-node"),
+        *("4", str(MEGATRON)),
+        cwd=tmp_path,
+        env=base_env(CORPUS_HANG_RANK="2", CORPUS_HANG_STEP="3", CORPUS_STEPS="1000"),
+    )
+    assert launch.wait(150) == INFRASTRUCTURE, launch.output[-3000:]
+    (hang,) = [e for e in read_journal(journal_path(launch.output)) if e["kind"] == "hang"]
+    assert hang["odd_ranks"] == [2], hang
+    assert (
+        hang["verdict"].startswith("rank 2 never issued broadcast #")
+        and "of TENSOR_MODEL_PARALLEL_GROUP pg 15 (it is in _hooks.py" in hang["verdict"]
+    ), hang
+    assert (
+        "rank 0 is behind in TENSOR_MODEL_PARALLEL_GROUP pg 14 too, but waits" in (hang["verdict"])
+    ), hang
+    assert hang["silence"] <= 30.0, hang
