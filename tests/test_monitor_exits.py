@@ -125,3 +125,27 @@ def test_the_idle_wait_ends_when_a_worker_exits_or_a_request_comes_and_not_befor
             p.wait()
     assert not wake.wait(60)  # closed: never waits
     wake.notify()  # and a late request is harmless
+
+
+def test_a_run_state_holds_no_descriptor_until_workers_are_watched_and_none_once_closed() -> None:
+    # Every run (and every test) builds a RunState: its wake-up pipe is opened with the first
+    # workers and closed with the agent thread, so none are left open behind.
+    import os
+
+    from tui_launch.core.run.state import RunState
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    states = [RunState() for _ in range(20)]
+    assert open_fds() == before
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        states[0].wake.watch([proc.pid])
+        assert open_fds() == before + 3  # the pidfd and the pipe
+        states[0].wake.close()
+        assert open_fds() == before
+    finally:
+        proc.kill()
+        proc.wait()

@@ -8,10 +8,10 @@ the monitor waits here up to :data:`IDLE_PERIOD` before the next one, and is wok
 what it would have found: a worker's exit (one pidfd per worker, readable when it exits) or a
 request the agent thread acts on (stop, restart, a confirmed hang: a byte on a pipe).
 
-What a tick does besides is no slower to be seen: torch's ``num_nodes_waiting`` (the c10d and
-etcd-v2 backends) reads the rendezvous state at most once a second anyway (its state cache), and
-a lost node is believed only after seconds. Where pidfds are missing (Linux before 5.3), the
-wait does not happen and the loop runs at torch's pace.
+What a tick does besides is seen no later: torch's ``num_nodes_waiting`` (the c10d backend)
+reads the rendezvous state at most once a second anyway (its state cache), and a lost node is
+believed only after seconds (``docs/differences.md`` item 17 says what differs). Where pidfds
+are missing (Linux before 5.3), the wait does not happen and the loop runs at torch's pace.
 """
 
 from __future__ import annotations
@@ -36,19 +36,17 @@ class AgentWake:
         self._lock = threading.Lock()
         self._pidfds: dict[int, int] = {}  # pid -> pidfd
         self._complete = False  # every watched worker has a pidfd
-        self._r, self._w = os.pipe()
-        os.set_blocking(self._r, False)
-        os.set_blocking(self._w, False)
+        self._pipe: tuple[int, int] | None = None  # opened with the first workers watched
         self._closed = False
 
     def notify(self) -> None:
         """Wake the agent thread's wait (now, or the next one if none is under way)."""
         with self._lock:
-            if self._closed:
-                return
+            if self._pipe is None:
+                return  # no worker watched yet: no wait to end
             # A full pipe already holds a wake-up.
             with contextlib.suppress(BlockingIOError, OSError):
-                os.write(self._w, b"!")
+                os.write(self._pipe[1], b"!")
 
     def watch(self, pids: Iterable[int]) -> None:
         """The workers of a new attempt: wait on these (the previous attempt's are dropped)."""
@@ -60,15 +58,16 @@ class AgentWake:
             except OSError:
                 complete = False  # gone already, or no pidfds here: no idle wait
         with self._lock:
-            old, self._pidfds = self._pidfds, opened
-            self._complete = complete and bool(opened) and not self._closed
-        for fd in old.values():
+            if complete and opened and not self._closed and self._pipe is None:
+                r, w = os.pipe()
+                os.set_blocking(r, False)
+                os.set_blocking(w, False)
+                self._pipe = (r, w)
+            complete = complete and bool(opened) and self._pipe is not None
+            old, self._pidfds = self._pidfds, opened if complete else {}
+            self._complete = complete
+        for fd in [*old.values(), *(() if complete else opened.values())]:
             os.close(fd)
-        if not self._complete:
-            for fd in opened.values():
-                os.close(fd)
-            with self._lock:
-                self._pidfds = {}
 
     def forget(self, pid: int) -> None:
         """``pid`` exited and was recorded: its pidfd would wake every wait from now on."""
@@ -82,16 +81,17 @@ class AgentWake:
         called. Returns at once (False) where the workers cannot be watched; True once it
         waited (woken or not)."""
         with self._lock:
-            if not self._complete or self._closed or timeout <= 0:
+            if not self._complete or self._pipe is None or timeout <= 0:
                 return False
+            r = self._pipe[0]
             poller = select.poll()
-            poller.register(self._r, select.POLLIN)
+            poller.register(r, select.POLLIN)
             for fd in self._pidfds.values():
                 poller.register(fd, select.POLLIN)
         with contextlib.suppress(InterruptedError):
             poller.poll(int(timeout * 1000))
         with contextlib.suppress(BlockingIOError, OSError):
-            while os.read(self._r, 512):
+            while os.read(r, 512):
                 pass
         return True
 
@@ -101,8 +101,8 @@ class AgentWake:
             if self._closed:
                 return
             self._closed = True
-            fds = [*self._pidfds.values(), self._r, self._w]
-            self._pidfds = {}
+            fds = [*self._pidfds.values(), *(self._pipe or ())]
+            self._pidfds, self._pipe = {}, None
             self._complete = False
         for fd in fds:
             with contextlib.suppress(OSError):
