@@ -463,6 +463,10 @@ class Supervisor:
             {lr: c for lr, c in codes.items() if lr not in own}, by_agent
         )
         new += more
+        if new:
+            # What a rank wrote before it exited is shown before its exit is: the tailer may
+            # not have read its last bytes yet (the exit is seen the moment it happens).
+            self._files.tailer.drain()
         for x in new:
             self._state.wake.forget(x.pid)
             if self._reaper is not None:
