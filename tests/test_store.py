@@ -771,3 +771,19 @@ def test_replayed_progress_records_give_the_same_goodput():
     b = goodput(replayed.progress, replayed.attempts, 1_790_000_100.0)
     assert a == b and a is not None
     assert a.attempts[1].resumed_from == 200 and a.attempts[1].redone == 287 - 200
+
+
+def test_the_history_clock_never_goes_back_when_two_threads_race_to_post() -> None:
+    # A rank's exit (the agent thread) and a line of its traceback (the tailer) are stamped
+    # microseconds apart on two threads and may be posted in the other order: the journal's
+    # times still rise with its order (replay seeks by them), the later post taking the time
+    # of the one before it.
+    store = RunStore()
+    first = ev.Notice(level="info", message="posted first", mono=100.000060, wall=1.0)
+    late = ev.Notice(level="info", message="stamped first", mono=100.000001, wall=1.0)
+    store.post(first)
+    store.post(late)
+    store.post(ev.Notice(level="info", message="later", mono=101.0, wall=2.0))
+    monos = [e.mono for e in store.events()]
+    assert monos == [100.000060, 100.000060, 101.0]
+    assert [e.message for e in store.events()] == ["posted first", "stamped first", "later"]

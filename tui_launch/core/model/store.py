@@ -12,6 +12,7 @@ a newer version.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Callable, Iterable
 
@@ -77,6 +78,7 @@ class RunStore:
         self._history: list[Event] = []
         self._listeners: list[Callable[[Event], None]] = []
         self._wakeups = 0
+        self._last_mono = float("-inf")  # the latest journaled event's monotonic time
 
     def subscribe(self, listener: Callable[[Event], None], replay: bool = True) -> None:
         """Call ``listener`` with every event from now on (and, with ``replay``, past ones)."""
@@ -88,8 +90,16 @@ class RunStore:
             self._listeners.append(listener)
 
     def post(self, event: Event) -> Snapshot:
-        """Apply ``event`` and return the new snapshot."""
+        """Apply ``event`` and return the new snapshot.
+
+        The history's clock never goes back: an event stamped on one thread a moment before
+        another thread's, but posted after it, takes that one's time (microseconds; replay and
+        the report seek and measure by it)."""
         with self._cond:
+            if event.journaled:
+                if event.mono < self._last_mono:
+                    event = dataclasses.replace(event, mono=self._last_mono)
+                self._last_mono = event.mono
             self._snapshot = reduce(self._snapshot, event)
             if not event.journaled:
                 self._cond.notify_all()
