@@ -130,3 +130,40 @@ def test_a_quiet_poll_asks_no_sink_which_streams_it_wants(tmp_path: Path) -> Non
     tailer._poll()
     assert len(asked) > before  # a new stream: asked again
     tailer.stop()
+
+
+def test_caught_up_waits_for_the_tailers_thread_and_gives_up_on_a_blocked_console(
+    tmp_path: Path,
+) -> None:
+    # The agent sees an exit the moment it happens; before it says so it waits for the tailer
+    # to hand on what the rank wrote (its last lines come first), on the tailer's own thread:
+    # a console nobody reads blocks the tailer, and must not block the agent too.
+    import threading
+
+    path = tmp_path / "stdout.log"
+    path.write_bytes(b"")
+    tailer = LogTailer(quiet_interval=30.0)
+    console = threading.Event()  # the console's reader: set = it reads
+    shown: list[int] = []
+
+    def to_console(src: LogSource, fd: int, start: int, end: int, final: bool) -> None:
+        if end > start:
+            console.wait()  # a full pipe nobody reads
+            shown.append(end - start)
+
+    tailer.add_raw_sink(to_console)
+    tailer.add_sources([LogSource(0, 0, 0, "stdout", str(path), True, None)])
+    tailer.start()
+    try:
+        assert tailer.caught_up(0, {0}, 5.0)  # nothing written: nothing to wait for
+        with open(path, "ab") as out:
+            out.write(b"the last line before the exit\n")
+        assert not tailer.caught_up(0, {0}, 0.3)  # blocked: the caller goes on
+        assert shown == []
+        console.set()
+        assert tailer.caught_up(0, {0}, 30.0)
+        assert shown == [30]
+        assert tailer.caught_up(1, {0}, 5.0) and tailer.caught_up(0, {1}, 5.0)  # not tailed
+    finally:
+        console.set()
+        tailer.stop()

@@ -27,11 +27,12 @@ What the tailer hands out, per stream:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,6 +179,8 @@ class LogTailer:
         self._raw_sinks: list[tuple[RawSink, Accepts]] = []
         self._partial_sinks: list[PartialSink] = []
         self._lock = threading.RLock()
+        # Notified after every read of every source (caught_up waits on it, never on _lock).
+        self._progress = threading.Condition()
         self._wait = interval  # the delay before the next poll (the back-off's state)
         self._loop: Periodic | None = None
         self._changes = 0  # sinks or sources added or removed (``_views_only`` is cached)
@@ -357,6 +360,33 @@ class LogTailer:
             if final:
                 self._mark(force=True)
                 self._drop_closed()
+        with self._progress:
+            self._progress.notify_all()
+
+    def caught_up(self, attempt: int, local_ranks: Collection[int], timeout: float) -> bool:
+        """Wait, ``timeout`` seconds at most, until every sink has had what the streams of
+        ``local_ranks`` in ``attempt`` hold now; whether they all did.
+
+        For a thread that must not read them itself (the agent thread, which has just seen
+        those ranks exit): the tailer writes to the console, and a console nobody reads
+        blocks its writer. This waits on the tailer's thread and never takes its lock.
+        """
+        wanted = []
+        for src in list(self._sources):
+            if src.attempt == attempt and src.local_rank in local_ranks and not src.closed:
+                with contextlib.suppress(OSError):  # never created: nothing to wait for
+                    wanted.append((src, os.stat(src.path).st_size))
+        if not wanted:
+            return True
+        loop = self._loop
+        if loop is not None:
+            loop.wake()  # the last writes may still be on their way through the file watch
+
+        def done() -> bool:
+            return all(src.closed or src.read_to >= size for src, size in wanted)
+
+        with self._progress:
+            return self._progress.wait_for(done, timeout)
 
     def close_attempt(self, attempt: int) -> None:
         """Read an ended attempt's files to the end and stop tailing them."""

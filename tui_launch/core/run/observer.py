@@ -57,6 +57,9 @@ from tui_launch.core.workers.reaper import Reaper
 from tui_launch.core.workers.table import RankTable
 from tui_launch.core.workers.warm import WarmPool
 
+# How long an exit waits for the tailer to hand on what the rank wrote before it (the tailer is
+# woken at once; only a blocked console or a flood makes it take longer).
+EXIT_OUTPUT_WAIT = 0.25
 # How long the exit status of a rank that is gone may take to reach torch's Popen.
 EXIT_READ_SECONDS = 5.0
 
@@ -464,9 +467,12 @@ class Supervisor:
         )
         new += more
         if new:
-            # What a rank wrote before it exited is shown before its exit is: the tailer may
-            # not have read its last bytes yet (the exit is seen the moment it happens).
-            self._files.tailer.drain()
+            # What a rank wrote before it exited is shown before its exit is: the exit is seen
+            # the moment it happens, maybe before the tailer read its last bytes. Waited for,
+            # not read here: a console nobody reads would block this thread.
+            self._files.tailer.caught_up(
+                self._ranks.attempt, {x.local_rank for x in new}, EXIT_OUTPUT_WAIT
+            )
         for x in new:
             self._state.wake.forget(x.pid)
             if self._reaper is not None:
