@@ -135,7 +135,6 @@ class Supervisor:
         self._rdzv_t0 = 0.0
         self._last_group_state: str | None = None
         self._no_exit = False  # the last look for exits found none possible (waitid)
-        self._idle = False  # the last tick found nothing to act on: the next may wait first
         self._notes: tuple[str, ...] = tuple(config.notes)  # said with RunStarted
 
     def note(self, text: str) -> None:
@@ -219,7 +218,6 @@ class Supervisor:
             for pid in pids.values():
                 self._reaper.watch(pid)
         self._state.wake.watch(int(p) for p in pids.values())
-        self._idle = False
         agent.hook_close(agent_obj, lambda: self._before_close(agent_obj))
         workers = reports.workers(wg, pids)
         self._store.post(
@@ -259,12 +257,9 @@ class Supervisor:
         """One monitor tick, the runner's one decision point: stop, manual restart, torch's
         own check, lost nodes, failures.
 
-        After a tick that found nothing to act on, this one first waits (up to
-        :data:`~.wake.IDLE_PERIOD` in all, torch's sleep included) for a worker's exit or a
-        request, so that an idle agent loop ticks about once a second, not ten times."""
-        if self._idle:
-            self._idle = False
-            self._state.wake.wait(IDLE_PERIOD - self._torchrun.monitor_interval)
+        A tick that finds nothing to act on then waits (up to :data:`~.wake.IDLE_PERIOD` in
+        all, torch's sleep included) for a worker's exit or a request, so that an idle agent
+        loop ticks about once a second, not ten times."""
         self._state.set_phase(Phase.RUNNING)
         self._stopper.check_stop()
         manual = self._state.take_restart()
@@ -327,7 +322,11 @@ class Supervisor:
         elif state == "SUCCEEDED":
             self._poll_exits(agent_obj, by_agent=False)
         self._post_group_state(state)
-        self._idle = quiet is not None and state == "HEALTHY"
+        if quiet is not None and state == "HEALTHY":
+            # Before torch's own sleep, not after it: exits that come together (a rank and
+            # the peer whose collective it broke) are still seen in one look, as at torch's
+            # pace, and not the first alone the moment it lands.
+            self._state.wake.wait(IDLE_PERIOD - self._torchrun.monitor_interval)
         return result
 
     def _hang_failure(self, agent_obj: TorchAgent, hang: HangDetected) -> RunResult:
