@@ -58,8 +58,11 @@ def main() -> None:
             raise ValueError("bad batch")
         print(f"step {step + 1}/{a.steps} loss 0.5", flush=True)
         if ckpt:
-            with open(ckpt, "w") as fp:
+            # Atomically, as a real checkpoint is: a SIGKILL between a truncate and the write
+            # left an empty file, and the next attempt started over from step 1.
+            with open(f"{ckpt}.tmp", "w") as fp:
                 fp.write(str(step + 1))
+            os.replace(f"{ckpt}.tmp", ckpt)
         time.sleep(a.interval)
     if a.mode == "teardown" and rank == 1:
 
